@@ -1,0 +1,98 @@
+//! Sandbox identifiers.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A sandbox id: 1 to 40 characters of `[a-z0-9-]`, starting with a letter or digit.
+///
+/// It doubles as the sandbox's hostname, cgroup name and subvolume name, so the alphabet is the
+/// intersection of what all of those accept.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SandboxId(String);
+
+/// Why a string is not a sandbox id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid sandbox id {value:?}: use 1-40 characters of a-z, 0-9 and '-', not starting with '-'")]
+pub struct SandboxIdError {
+    value: String,
+}
+
+impl SandboxId {
+    /// The longest id accepted.
+    pub const MAX_LEN: usize = 40;
+
+    /// Builds an id from 8 random bytes, rendered as `sb-` and 16 hex digits.
+    pub fn from_random(bytes: [u8; 8]) -> Self {
+        let mut s = String::with_capacity(19);
+        s.push_str("sb-");
+        for b in bytes {
+            s.push_str(&format!("{b:02x}"));
+        }
+        Self(s)
+    }
+
+    /// The id as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for SandboxId {
+    type Err = SandboxIdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let ok = !s.is_empty()
+            && s.len() <= Self::MAX_LEN
+            && !s.starts_with('-')
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if ok {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(SandboxIdError { value: s.to_owned() })
+        }
+    }
+}
+
+impl TryFrom<String> for SandboxId {
+    type Error = SandboxIdError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<SandboxId> for String {
+    fn from(id: SandboxId) -> Self {
+        id.0
+    }
+}
+
+impl fmt::Display for SandboxId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_and_rejects() {
+        assert!("sb-0123abcd".parse::<SandboxId>().is_ok());
+        for bad in ["", "-x", "A", "a/b", "a b", "..", &"x".repeat(41)] {
+            assert!(bad.parse::<SandboxId>().is_err(), "{bad:?} accepted");
+        }
+        let id = SandboxId::from_random([0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 3]);
+        assert_eq!(id.as_str(), "sb-deadbeef00010203");
+        assert!(id.as_str().parse::<SandboxId>().is_ok());
+    }
+
+    #[test]
+    fn serde_goes_through_the_parser() {
+        assert!(serde_json::from_str::<SandboxId>("\"../etc\"").is_err());
+        let id: SandboxId = serde_json::from_str("\"abc\"").expect("valid id");
+        assert_eq!(id.as_str(), "abc");
+    }
+}

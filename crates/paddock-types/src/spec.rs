@@ -1,0 +1,163 @@
+//! The desired state of a sandbox.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Limits, MountSpec, SandboxId, SandboxPath};
+
+/// What root file system a sandbox gets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum RootfsSpec {
+    /// The host's system directories read-only, a curated `/etc`, private `/home/user` and `/tmp`.
+    Host,
+    /// A full root file system directory (e.g. made by debootstrap), mounted read-only, with private
+    /// writable `/home/user` and `/tmp` on the sandbox's storage.
+    Dir {
+        /// Absolute host path of the root directory.
+        path: PathBuf,
+    },
+}
+
+/// The user a process runs as inside the sandbox: a name from the sandbox's `/etc/passwd`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct UserSpec(String);
+
+/// Why a string is not a user name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid user {value:?}: use a user name such as 'user' or 'root'")]
+pub struct UserSpecError {
+    value: String,
+}
+
+impl UserSpec {
+    /// The unprivileged default user, uid 1000.
+    pub fn default_user() -> Self {
+        Self("user".to_owned())
+    }
+    /// Root inside the sandbox (still an unprivileged host uid).
+    pub fn root() -> Self {
+        Self("root".to_owned())
+    }
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for UserSpec {
+    fn default() -> Self {
+        Self::default_user()
+    }
+}
+
+impl FromStr for UserSpec {
+    type Err = UserSpecError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut bytes = s.bytes();
+        let ok = s.len() <= 32
+            && bytes.next().is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+            && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if ok {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(UserSpecError { value: s.to_owned() })
+        }
+    }
+}
+
+impl TryFrom<String> for UserSpec {
+    type Error = UserSpecError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<UserSpec> for String {
+    fn from(u: UserSpec) -> Self {
+        u.0
+    }
+}
+
+impl fmt::Display for UserSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One environment variable, `KEY=VALUE`. Keys are non-empty and contain neither `=` nor NUL.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvVar {
+    /// Name.
+    pub key: String,
+    /// Value.
+    pub value: String,
+}
+
+/// Why a `--env` argument is malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid environment variable {value:?}: use KEY=VALUE")]
+pub struct EnvVarError {
+    value: String,
+}
+
+impl FromStr for EnvVar {
+    type Err = EnvVarError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once('=') {
+            Some((k, v)) if !k.is_empty() && !k.contains('\0') && !v.contains('\0') => {
+                Ok(Self { key: k.to_owned(), value: v.to_owned() })
+            }
+            _ => Err(EnvVarError { value: s.to_owned() }),
+        }
+    }
+}
+
+/// Everything that defines a sandbox's environment (not the commands run in it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSpec {
+    /// Its id, also its hostname.
+    pub id: SandboxId,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Root file system.
+    pub rootfs: RootfsSpec,
+    /// Extra host paths mounted in.
+    pub mounts: Vec<MountSpec>,
+    /// Default working directory of processes (default `/home/user`).
+    pub workdir: Option<SandboxPath>,
+    /// Default user of processes.
+    pub user: UserSpec,
+    /// Environment added to every process on top of the clean default (PATH, HOME, LANG, TERM).
+    pub env: Vec<EnvVar>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_and_env() {
+        assert!("root".parse::<UserSpec>().is_ok());
+        assert!("_apt".parse::<UserSpec>().is_ok());
+        for bad in ["", "Root", "1user", "a b", "a:b"] {
+            assert!(bad.parse::<UserSpec>().is_err(), "{bad:?} accepted");
+        }
+        let e: EnvVar = "A=b=c".parse().expect("valid");
+        assert_eq!((e.key.as_str(), e.value.as_str()), ("A", "b=c"));
+        assert!("=x".parse::<EnvVar>().is_err());
+        assert!("novalue".parse::<EnvVar>().is_err());
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let bad = r#"{"memory":null,"cpus":null,"pids":null,"disk":null,"swap":1}"#;
+        assert!(serde_json::from_str::<Limits>(bad).is_err());
+    }
+}
