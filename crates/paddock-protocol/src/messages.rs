@@ -110,10 +110,15 @@ pub enum Request {
         #[serde(default)]
         user: Option<String>,
     },
-    /// List a directory. Reply: [`Reply::Entries`].
+    /// List a directory. Reply: [`Reply::Entries`], one page of it: a directory too large for one
+    /// reply header is listed in pages, each continuing after the last name of the previous one.
     ListDir {
         /// Path inside the sandbox.
         path: String,
+        /// Start after this entry name (the last name of the previous page); from the start when
+        /// absent.
+        #[serde(default)]
+        after: Option<String>,
     },
     /// Describe a path without following a final symlink. Reply: [`Reply::Stat`].
     Stat {
@@ -334,6 +339,9 @@ pub enum Reply {
     Entries {
         /// Entries, sorted by name, without `.` and `..`.
         entries: Vec<FileStat>,
+        /// More entries follow: list again with `after` set to the last name of this page.
+        #[serde(default)]
+        more: bool,
     },
     /// One path's metadata.
     Stat {

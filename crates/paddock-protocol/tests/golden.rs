@@ -40,11 +40,12 @@ fn samples() -> Vec<serde_json::Value> {
         Request::Detach { pid: 2 },
         Request::ReadFile { path: "/etc/hosts".into(), offset: 0, max_len: Some(4096) },
         Request::WriteFile { path: "/tmp/x".into(), offset: 0, truncate: true, mode: Some(0o600), user: None },
-        Request::ListDir { path: "/home/user".into() },
+        Request::ListDir { path: "/home/user".into(), after: None },
         Request::Stat { path: "/home/user".into() },
         Request::Mkdir { path: "/home/user/a/b".into(), parents: true, mode: None, user: None },
         Request::Remove { path: "/tmp/x".into(), recursive: false },
         Request::Rename { from: "/tmp/a".into(), to: "/tmp/b".into() },
+        Request::ListDir { path: "/home/user".into(), after: Some("b.txt".into()) },
     ];
     let status = ExitStatus {
         code: Some(0),
@@ -81,7 +82,7 @@ fn samples() -> Vec<serde_json::Value> {
         Reply::Attached { stdout_from: 0, stderr_from: 5 },
         Reply::FileData { eof: true, size: 12 },
         Reply::Written { bytes: 12 },
-        Reply::Entries { entries: vec![stat.clone()] },
+        Reply::Entries { entries: vec![stat.clone()], more: true },
         Reply::Stat { stat },
     ];
     let mut out: Vec<serde_json::Value> = Vec::new();

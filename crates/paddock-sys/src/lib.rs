@@ -8,9 +8,11 @@
 
 pub mod btrfs;
 pub mod caps;
+pub mod exec;
 pub mod fs_in_root;
 pub mod landlock;
 pub mod mount;
 pub mod namespace;
 pub mod pty;
+pub mod reap;
 pub mod seccomp;

@@ -1,1 +1,184 @@
-//! namespace
+//! Creating the sandbox's namespaces and the first process inside them.
+//!
+//! The setup shim calls [`clone_into_namespaces`] exactly once, while it is still single-threaded; the
+//! child becomes PID 1 of the new PID namespace.
+
+use std::io;
+
+/// The namespaces a sandbox gets (all of them, for the native backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Namespaces {
+    /// User namespace (required for everything else to be unprivileged).
+    pub user: bool,
+    /// Mount.
+    pub mount: bool,
+    /// PID.
+    pub pid: bool,
+    /// Network.
+    pub net: bool,
+    /// IPC.
+    pub ipc: bool,
+    /// UTS (hostname).
+    pub uts: bool,
+    /// Cgroup.
+    pub cgroup: bool,
+}
+
+impl Namespaces {
+    /// Every namespace.
+    pub const ALL: Self = Self { user: true, mount: true, pid: true, net: true, ipc: true, uts: true, cgroup: true };
+
+    fn clone_flags(self) -> libc::c_ulong {
+        let mut f = 0;
+        let pairs = [
+            (self.user, libc::CLONE_NEWUSER),
+            (self.mount, libc::CLONE_NEWNS),
+            (self.pid, libc::CLONE_NEWPID),
+            (self.net, libc::CLONE_NEWNET),
+            (self.ipc, libc::CLONE_NEWIPC),
+            (self.uts, libc::CLONE_NEWUTS),
+            (self.cgroup, libc::CLONE_NEWCGROUP),
+        ];
+        for (on, flag) in pairs {
+            if on {
+                f |= flag as libc::c_ulong;
+            }
+        }
+        f
+    }
+}
+
+/// Which side of [`clone_into_namespaces`] the caller is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloneResult {
+    /// In the new process (PID 1 of its namespace).
+    Child,
+    /// In the calling process; the child's pid as seen from here.
+    Parent {
+        /// The child's pid in the caller's PID namespace.
+        pid: i32,
+    },
+}
+
+/// Whether the calling process has exactly one thread (read from `/proc/self/status`).
+pub fn is_single_threaded() -> io::Result<bool> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    Ok(status.lines().any(|l| l.strip_prefix("Threads:").is_some_and(|n| n.trim() == "1")))
+}
+
+/// Forks into new namespaces with the `clone(2)` system call, fork-style (no new stack).
+///
+/// With `sibling`, the child gets the caller's parent as its parent (`CLONE_PARENT`), so the caller can
+/// exit while the process that spawned it keeps waiting for the sandbox. Refuses with `EINVAL`-kind
+/// error unless the process is single-threaded, because a forked child of a multi-threaded process
+/// may only call async-signal-safe functions.
+pub fn clone_into_namespaces(ns: Namespaces, sibling: bool) -> io::Result<CloneResult> {
+    if !is_single_threaded()? {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "refusing to clone into namespaces from a multi-threaded process",
+        ));
+    }
+    let mut flags = ns.clone_flags() | libc::SIGCHLD as libc::c_ulong;
+    if sibling {
+        flags |= libc::CLONE_PARENT as libc::c_ulong;
+    }
+    // SAFETY: the process is single-threaded (checked above), so the child is an exact copy with one
+    // thread and may run arbitrary code; a null stack makes clone behave like fork (the child continues
+    // on a copy-on-write duplicate of the caller's stack); the remaining pointer arguments (parent tid,
+    // child tid, tls) are unused for these flags and passed as null.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            0 as libc::c_ulong,
+        )
+    };
+    match r {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(CloneResult::Child),
+        pid => Ok(CloneResult::Parent { pid: pid as i32 }),
+    }
+}
+
+/// One line of a `uid_map`/`gid_map`: `inside outside count`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdMapping {
+    /// First id inside the namespace.
+    pub inside: u32,
+    /// First id outside.
+    pub outside: u32,
+    /// Number of ids.
+    pub count: u32,
+}
+
+/// Writes the uid and gid maps of process `pid`'s user namespace. The caller must hold `CAP_SETUID`
+/// and `CAP_SETGID` in the parent namespace (the shim runs as host root).
+pub fn write_id_maps(pid: i32, uids: &[IdMapping], gids: &[IdMapping]) -> io::Result<()> {
+    let render = |maps: &[IdMapping]| -> String {
+        maps.iter().map(|m| format!("{} {} {}\n", m.inside, m.outside, m.count)).collect()
+    };
+    let write = |file: &str, content: String| {
+        let path = format!("/proc/{pid}/{file}");
+        std::fs::write(&path, content).map_err(|e| io::Error::new(e.kind(), format!("failed to write {path}: {e}")))
+    };
+    write("uid_map", render(uids))?;
+    write("gid_map", render(gids))
+}
+
+/// Becomes uid/gid 0 of the current user namespace with no supplementary groups.
+pub fn become_namespace_root() -> io::Result<()> {
+    let root_u = nix::unistd::Uid::from_raw(0);
+    let root_g = nix::unistd::Gid::from_raw(0);
+    nix::unistd::setgroups(&[]).map_err(|e| io::Error::other(format!("failed to setgroups: {e}")))?;
+    nix::unistd::setresgid(root_g, root_g, root_g).map_err(|e| io::Error::other(format!("failed to setresgid: {e}")))?;
+    nix::unistd::setresuid(root_u, root_u, root_u).map_err(|e| io::Error::other(format!("failed to setresuid: {e}")))
+}
+
+/// Sets the hostname of the current UTS namespace.
+pub fn set_hostname(name: &str) -> io::Result<()> {
+    rustix::system::sethostname(name.as_bytes()).map_err(|e| io::Error::other(format!("failed to sethostname: {e}")))
+}
+
+/// Asks the kernel to send `SIGKILL` to this process when its parent thread exits.
+pub fn die_with_parent() -> io::Result<()> {
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))
+        .map_err(|e| io::Error::other(format!("failed to set the parent-death signal: {e}")))
+}
+
+/// Brings the loopback interface of the current network namespace up (`SIOCSIFFLAGS` on `lo`).
+pub fn bring_loopback_up() -> io::Result<()> {
+    let sock = rustix::net::socket(rustix::net::AddressFamily::INET, rustix::net::SocketType::DGRAM, None)
+        .map_err(|e| io::Error::other(format!("failed to open a socket to configure lo: {e}")))?;
+    // SAFETY: `ifreq` is plain old data for which all-zero bytes are a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: `sock` is an open socket and `req` a valid `ifreq` naming "lo"; SIOCGIFFLAGS writes only
+    // within `req`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(io::Error::other(format!("failed to read lo flags: {}", io::Error::last_os_error())));
+    }
+    // SAFETY: SIOCGIFFLAGS filled the `ifru_flags` member of the union, which is the one read here.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+    }
+    // SAFETY: as above; SIOCSIFFLAGS reads `req`.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(io::Error::other(format!("failed to bring lo up: {}", io::Error::last_os_error())));
+    }
+    Ok(())
+}
+
+/// Opens a pidfd for `pid` (`pidfd_open(2)`), for waiting on a process that is not our child.
+pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
+    let pid = rustix::process::Pid::from_raw(pid)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pid must be positive"))?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+        .map_err(|e| io::Error::other(format!("failed to open a pidfd for {pid:?}: {e}")))
+}

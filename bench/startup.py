@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Startup latency and idle memory of `paddock run` against bubblewrap, side by side in one run.
+
+Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
+    python3 bench/startup.py [--runs 200] [--idle 50]
+
+Latency: whole-process wall time of `CMD -- true` and `CMD -- python3 -c pass`, runs interleaved
+(bare, bwrap, paddock, bare, ...), reported as medians, p90 and the paddock/bwrap ratio.
+Memory: starts N idle sandboxes (`sleep`) of each kind and reports the host memory they add per sandbox
+(drop in MemAvailable, which includes kernel objects), and the PSS of the processes each one keeps.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PADDOCK = os.path.join(ROOT, "target/x86_64-unknown-linux-gnu/release/paddock")
+BWRAP = [
+    "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
+    "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+    "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
+    "--ro-bind", "/etc/ssl", "/etc/ssl", "--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache",
+    "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/home/user", "--chdir", "/home/user",
+    "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/home/user",
+    "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL", "--",
+]
+
+
+def timed(argv):
+    t = time.perf_counter()
+    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
+    return (time.perf_counter() - t) * 1000
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * p))]
+
+
+def latency(runs, paddock):
+    results = {}
+    for workload in (["true"], ["python3", "-c", "pass"]):
+        kinds = {"bare": ["/usr/bin/env"] + workload, "bwrap": BWRAP + workload, "paddock": paddock + workload}
+        samples = {k: [] for k in kinds}
+        for k, argv in kinds.items():  # warm-up (page cache, pool, template)
+            for _ in range(5):
+                timed(argv)
+        for _ in range(runs):
+            for k, argv in kinds.items():
+                samples[k].append(timed(argv))
+        name = " ".join(workload)
+        results[name] = {k: {"p50_ms": statistics.median(v), "p90_ms": pct(v, 0.9)} for k, v in samples.items()}
+        results[name]["ratio_paddock_over_bwrap"] = (
+            results[name]["paddock"]["p50_ms"] / results[name]["bwrap"]["p50_ms"])
+    return results
+
+
+def mem_available_kib():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    raise RuntimeError("no MemAvailable")
+
+
+def pss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        return 0
+    return 0
+
+
+def descendants(pid):
+    out, frontier = [], [pid]
+    children = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(p))
+        except OSError:
+            pass
+    while frontier:
+        p = frontier.pop()
+        out.append(p)
+        frontier.extend(children.get(p, []))
+    return out
+
+
+def idle_memory(n, argv_prefix, ready_check):
+    subprocess.run(["sync"])
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+    time.sleep(1)
+    before = mem_available_kib()
+    procs = [subprocess.Popen(argv_prefix + ["sleep", "600"], stdin=subprocess.DEVNULL) for _ in range(n)]
+    deadline = time.time() + 60
+    while time.time() < deadline and not ready_check(procs):
+        time.sleep(0.2)
+    time.sleep(2)
+    after = mem_available_kib()
+    pss = statistics.median(sum(pss_kib(p) for p in descendants(proc.pid)) for proc in procs)
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait()
+    return {"sandboxes": n, "host_kib_per_sandbox": (before - after) / n, "pss_kib_per_sandbox": pss}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--idle", type=int, default=50)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root")
+    state = tempfile.mkdtemp(prefix="paddock-bench-", dir="/var/tmp")
+    env_prefix = ["env", f"PADDOCK_STATE_DIR={state}", "PADDOCK_CGROUP_PARENT=paddock-bench"]
+    paddock = env_prefix + [PADDOCK, "run", "--"]
+    try:
+        report = {"latency": latency(args.runs, paddock)}
+
+        def all_have(n_min):
+            return lambda procs: all(len(descendants(p.pid)) >= n_min for p in procs)
+
+        report["idle_memory"] = {
+            "bwrap": idle_memory(args.idle, BWRAP, all_have(2)),
+            "paddock": idle_memory(args.idle, paddock, all_have(2)),
+        }
+        print(json.dumps(report, indent=2))
+    finally:
+        subprocess.run(env_prefix + [PADDOCK, "pool", "destroy"], check=False)
+        for h in ("memory", "pids", "cpu", "unified"):
+            try:
+                os.rmdir(f"/sys/fs/cgroup/{h}/paddock-bench")
+            except OSError:
+                pass
+        subprocess.run(["rm", "-rf", state], check=False)
+
+
+if __name__ == "__main__":
+    main()

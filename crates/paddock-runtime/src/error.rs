@@ -1,0 +1,57 @@
+//! Errors of the runtime.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why creating, running or destroying a sandbox failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The host lacks something paddock needs for the isolation it promises.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// The request itself is invalid for this host (a missing mount source, a bad rootfs).
+    #[error("invalid sandbox spec: {0}")]
+    InvalidSpec(String),
+    /// A cgroup file operation failed.
+    #[error("failed to {what} cgroup file {path}")]
+    Cgroup {
+        /// The operation.
+        what: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A storage pool operation failed.
+    #[error("storage pool: failed to {what} {path}")]
+    Pool {
+        /// The operation.
+        what: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A state directory operation failed.
+    #[error("failed to {what} {path}")]
+    State {
+        /// The operation.
+        what: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The setup shim could not build the sandbox.
+    #[error("sandbox setup failed: {0}")]
+    Setup(String),
+    /// Tearing down left something behind.
+    #[error("teardown incomplete: {0}")]
+    Teardown(String),
+    /// The agent did not come up or answer.
+    #[error("agent: {0}")]
+    Agent(String),
+}

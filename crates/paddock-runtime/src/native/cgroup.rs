@@ -1,0 +1,322 @@
+//! Cgroup limits for sandboxes, on cgroup v1 hierarchies (memory, pids, cpu) and on pure cgroup v2.
+//!
+//! Every sandbox gets one cgroup per hierarchy, named after its id under a `paddock` parent. The setup
+//! shim joins them before creating the sandbox's namespaces, so every process of the sandbox, however
+//! it daemonizes, stays inside and is killed with it.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use paddock_types::{Limits, SandboxId};
+
+use crate::RuntimeError;
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// The cgroups paddock manages: the host's cgroup interface and the name of the parent cgroup its
+/// sandboxes live under (`paddock` by default; separate instances or test runs use their own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupLayout {
+    kind: CgroupKind,
+    parent: String,
+}
+
+/// Which cgroup interface the host offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CgroupKind {
+    /// Pure cgroup v2 mounted at the root.
+    V2 {
+        /// The cgroup2 mount.
+        root: PathBuf,
+    },
+    /// Cgroup v1 controller hierarchies, and optionally a controller-less cgroup2 mount (hybrid) that
+    /// still offers `cgroup.kill`.
+    V1 {
+        /// The memory hierarchy.
+        memory: PathBuf,
+        /// The pids hierarchy.
+        pids: PathBuf,
+        /// The cpu hierarchy.
+        cpu: PathBuf,
+        /// A cgroup2 mount without controllers, if any.
+        unified: Option<PathBuf>,
+    },
+}
+
+/// The cgroups of one sandbox.
+#[derive(Debug, Clone)]
+pub struct SandboxCgroup {
+    dirs: Vec<PathBuf>,
+    /// A v2 cgroup whose `cgroup.kill` ends every process.
+    kill_dir: Option<PathBuf>,
+}
+
+fn io_err<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(io::Error) -> RuntimeError + 'a {
+    move |source| RuntimeError::Cgroup { what, path: path.to_owned(), source }
+}
+
+fn write_file(path: &Path, value: &str) -> Result<(), RuntimeError> {
+    fs::write(path, value).map_err(io_err(path, "write"))
+}
+
+impl CgroupKind {
+    fn detect() -> Result<Self, RuntimeError> {
+        let root = Path::new(CGROUP_ROOT);
+        let magic = paddock_sys::mount::fs_magic(root).map_err(io_err(root, "inspect"))?;
+        if magic == paddock_sys::mount::CGROUP2_SUPER_MAGIC {
+            return Ok(Self::V2 { root: root.to_owned() });
+        }
+        let need = |name: &str| -> Result<PathBuf, RuntimeError> {
+            let p = root.join(name);
+            if p.join("tasks").exists() {
+                Ok(p)
+            } else {
+                Err(RuntimeError::Unsupported(format!(
+                    "cgroup v1 controller '{name}' is not mounted at {} and cgroup v2 is not the root hierarchy; \
+                     paddock refuses to run without memory, pids and cpu limits",
+                    p.display()
+                )))
+            }
+        };
+        let unified = root.join("unified");
+        let unified = match paddock_sys::mount::fs_magic(&unified) {
+            Ok(m) if m == paddock_sys::mount::CGROUP2_SUPER_MAGIC => Some(unified),
+            _ => None,
+        };
+        Ok(Self::V1 { memory: need("memory")?, pids: need("pids")?, cpu: need("cpu")?, unified })
+    }
+}
+
+impl CgroupLayout {
+    /// Detects the layout of this host; sandboxes go under `parent` in every hierarchy.
+    pub fn detect(parent: &str) -> Result<Self, RuntimeError> {
+        let valid = !parent.is_empty()
+            && parent.len() <= 64
+            && parent.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+            && !parent.starts_with('.');
+        if !valid {
+            return Err(RuntimeError::InvalidSpec(format!("invalid cgroup parent name {parent:?}")));
+        }
+        Ok(Self { kind: CgroupKind::detect()?, parent: parent.to_owned() })
+    }
+
+    /// The host's cgroup interface.
+    pub fn kind(&self) -> &CgroupKind {
+        &self.kind
+    }
+
+    /// The parent directories paddock creates its cgroups in.
+    fn parents(&self) -> Vec<PathBuf> {
+        let p = &self.parent;
+        match &self.kind {
+            CgroupKind::V2 { root } => vec![root.join(p)],
+            CgroupKind::V1 { memory, pids, cpu, unified } => {
+                let mut v = vec![memory.join(p), pids.join(p), cpu.join(p)];
+                if let Some(u) = unified {
+                    v.push(u.join(p));
+                }
+                v
+            }
+        }
+    }
+
+    /// The cgroups of sandbox `id` (whether or not they exist).
+    pub fn sandbox(&self, id: &str) -> SandboxCgroup {
+        let dirs: Vec<PathBuf> = self.parents().into_iter().map(|p| p.join(id)).collect();
+        let kill_dir = match &self.kind {
+            CgroupKind::V2 { root } => Some(root.join(&self.parent).join(id)),
+            CgroupKind::V1 { unified: Some(u), .. } => Some(u.join(&self.parent).join(id)),
+            CgroupKind::V1 { unified: None, .. } => None,
+        };
+        SandboxCgroup { dirs, kill_dir }
+    }
+
+    /// Ids of every sandbox cgroup that exists (for garbage collection).
+    pub fn list_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = Vec::new();
+        for parent in self.parents() {
+            let Ok(rd) = fs::read_dir(&parent) else { continue };
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    if let Some(name) = e.file_name().to_str() {
+                        if name.parse::<SandboxId>().is_ok() && !ids.iter().any(|i| i == name) {
+                            ids.push(name.to_owned());
+                        }
+                    }
+                }
+            }
+        }
+        ids
+    }
+
+    fn ensure_parents(&self) -> Result<(), RuntimeError> {
+        for parent in self.parents() {
+            if !parent.exists() {
+                match fs::create_dir(&parent) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(io_err(&parent, "create")(e)),
+                }
+            }
+        }
+        if let CgroupKind::V2 { root } = &self.kind {
+            // Controllers must be enabled in every ancestor's subtree_control for the child to get them.
+            for dir in [root.clone(), root.join(&self.parent)] {
+                let ctl = dir.join("cgroup.subtree_control");
+                let current = fs::read_to_string(&ctl).map_err(io_err(&ctl, "read"))?;
+                for c in ["memory", "pids", "cpu"] {
+                    if !current.split_whitespace().any(|x| x == c) {
+                        write_file(&ctl, &format!("+{c}"))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates the cgroups of sandbox `id` with `limits` applied.
+    pub fn create(&self, id: &SandboxId, limits: &Limits) -> Result<SandboxCgroup, RuntimeError> {
+        self.ensure_parents()?;
+        let cg = self.sandbox(id.as_str());
+        for dir in &cg.dirs {
+            fs::create_dir(dir).map_err(io_err(dir, "create"))?;
+        }
+        let applied = self.apply_limits(&cg, limits);
+        if applied.is_err() {
+            let _ = cg.remove();
+        }
+        applied.map(|()| cg)
+    }
+
+    fn apply_limits(&self, cg: &SandboxCgroup, limits: &Limits) -> Result<(), RuntimeError> {
+        let dir = |i: usize| cg.dirs[i].clone();
+        match &self.kind {
+            CgroupKind::V2 { .. } => {
+                let d = dir(0);
+                if let Some(m) = limits.memory {
+                    write_file(&d.join("memory.max"), &m.as_u64().to_string())?;
+                    let swap = d.join("memory.swap.max");
+                    if swap.exists() {
+                        write_file(&swap, "0")?;
+                    }
+                }
+                if let Some(p) = limits.pids {
+                    write_file(&d.join("pids.max"), &p.to_string())?;
+                }
+                if let Some(c) = limits.cpus {
+                    write_file(&d.join("cpu.max"), &format!("{} {CPU_PERIOD_US}", c.quota_us(CPU_PERIOD_US)))?;
+                }
+            }
+            CgroupKind::V1 { .. } => {
+                if let Some(m) = limits.memory {
+                    let d = dir(0);
+                    write_file(&d.join("memory.limit_in_bytes"), &m.as_u64().to_string())?;
+                    let memsw = d.join("memory.memsw.limit_in_bytes");
+                    if memsw.exists() {
+                        write_file(&memsw, &m.as_u64().to_string())?;
+                    }
+                }
+                if let Some(p) = limits.pids {
+                    write_file(&dir(1).join("pids.max"), &p.to_string())?;
+                }
+                if let Some(c) = limits.cpus {
+                    let d = dir(2);
+                    write_file(&d.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+                    write_file(&d.join("cpu.cfs_quota_us"), &c.quota_us(CPU_PERIOD_US).to_string())?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl SandboxCgroup {
+    /// The `cgroup.procs` files a process writes its pid into to join every hierarchy.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    /// Pids of every process in the sandbox's cgroups.
+    pub fn pids(&self) -> Vec<i32> {
+        let mut pids = Vec::new();
+        for f in self.procs_files() {
+            if let Ok(s) = fs::read_to_string(&f) {
+                pids.extend(s.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+            }
+        }
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// Whether any of the cgroup directories still exists.
+    pub fn exists(&self) -> bool {
+        self.dirs.iter().any(|d| d.exists())
+    }
+
+    /// Kills every process in the sandbox and waits (up to `deadline`) until none is left.
+    pub fn kill_all(&self, deadline: Duration) -> Result<(), RuntimeError> {
+        let start = Instant::now();
+        if let Some(k) = &self.kill_dir {
+            let kill = k.join("cgroup.kill");
+            if kill.exists() {
+                let _ = fs::write(&kill, "1");
+            }
+        }
+        let mut pause = Duration::from_micros(200);
+        loop {
+            let pids = self.pids();
+            if pids.is_empty() {
+                return Ok(());
+            }
+            for pid in &pids {
+                if let Some(p) = rustix::process::Pid::from_raw(*pid) {
+                    let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                }
+            }
+            if start.elapsed() > deadline {
+                return Err(RuntimeError::Teardown(format!(
+                    "processes {pids:?} survived SIGKILL for {deadline:?}"
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// Removes the cgroup directories (they must be empty of processes). Missing ones are fine.
+    pub fn remove(&self) -> Result<(), RuntimeError> {
+        let mut first_err = None;
+        for dir in &self.dirs {
+            // A cgroup whose last process just exited can report EBUSY for a moment.
+            let mut tries = 0;
+            loop {
+                match fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 100 => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Err(e) => {
+                        first_err.get_or_insert(io_err(dir, "remove")(e));
+                        break;
+                    }
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Memory the sandbox currently uses, bytes (for reports and tests).
+    pub fn memory_usage(&self) -> Option<u64> {
+        self.dirs.iter().find_map(|d| {
+            ["memory.current", "memory.usage_in_bytes"]
+                .iter()
+                .find_map(|f| fs::read_to_string(d.join(f)).ok()?.trim().parse().ok())
+        })
+    }
+}

@@ -1,0 +1,52 @@
+//! Reclaiming what crashed runs left behind.
+//!
+//! A sandbox is alive while some process holds the lock on `<state>/run/<id>/lock`. Anything of a
+//! sandbox whose lock is free (its run directory, cgroups, subvolume) is garbage; so are cgroups and
+//! subvolumes with no run directory at all (a crash between creation steps).
+
+use std::fs;
+
+use super::lock::StateLock;
+use super::NativeBackend;
+use crate::RuntimeError;
+
+impl NativeBackend {
+    /// Reclaims every abandoned sandbox; returns their ids.
+    pub fn collect_garbage_now(&self) -> Result<Vec<String>, RuntimeError> {
+        let run = self.config.state_dir.join("run");
+        let mut reclaimed = Vec::new();
+        let mut alive = Vec::new();
+        if let Ok(rd) = fs::read_dir(&run) {
+            for entry in rd.flatten() {
+                let Some(id) = entry.file_name().to_str().map(str::to_owned) else { continue };
+                match StateLock::try_acquire(&entry.path().join("lock")) {
+                    Ok(Some(_lock)) => {
+                        tracing::info!(sandbox_id = %id, "reclaiming abandoned sandbox");
+                        self.reclaim(&id)?;
+                        reclaimed.push(id);
+                    }
+                    Ok(None) => alive.push(id),
+                    Err(e) => {
+                        // The run dir may vanish under us when its owner finishes teardown.
+                        if entry.path().exists() {
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+        }
+        let mut orphans: Vec<String> = self.cgroups.list_ids();
+        orphans.extend(self.pool.list_volumes());
+        orphans.sort();
+        orphans.dedup();
+        for id in orphans {
+            if alive.contains(&id) || reclaimed.contains(&id) || run.join(&id).exists() {
+                continue;
+            }
+            tracing::info!(sandbox_id = %id, "reclaiming orphaned cgroup or subvolume");
+            self.reclaim(&id)?;
+            reclaimed.push(id);
+        }
+        Ok(reclaimed)
+    }
+}

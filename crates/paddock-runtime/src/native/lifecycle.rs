@@ -1,0 +1,247 @@
+//! Creating, waiting for and destroying native sandboxes.
+
+use std::fs;
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::chown;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use paddock_types::{RootfsSpec, SandboxSpec};
+
+use super::cgroup::SandboxCgroup;
+use super::lock::StateLock;
+use super::setup::{SetupOutcome, SetupSpec};
+use super::NativeBackend;
+use crate::{Backend, Capabilities, RuntimeError, SandboxHandle};
+
+/// How long teardown waits for killed processes to disappear.
+const KILL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Backend-private state of a live native sandbox.
+#[derive(Debug)]
+pub(crate) struct NativeSandbox {
+    run_dir: PathBuf,
+    cgroup: SandboxCgroup,
+    init_pid: i32,
+    pidfd: Option<OwnedFd>,
+    reaped: bool,
+    _lock: StateLock,
+}
+
+fn state_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
+    move |source| RuntimeError::State { what, path: path.to_owned(), source }
+}
+
+impl NativeBackend {
+    fn check_spec(&self, spec: &SandboxSpec) -> Result<(), RuntimeError> {
+        if let RootfsSpec::Dir { path } = &spec.rootfs {
+            if !path.is_absolute() || !path.is_dir() {
+                return Err(RuntimeError::InvalidSpec(format!("rootfs {} is not a directory", path.display())));
+            }
+        }
+        for m in &spec.mounts {
+            if fs::metadata(&m.host).is_err() {
+                return Err(RuntimeError::InvalidSpec(format!("mount source {} does not exist", m.host.display())));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the per-sandbox files of the volume's `/etc`.
+    fn write_identity(&self, spec: &SandboxSpec, volume: &Path) -> Result<(), RuntimeError> {
+        let etc = volume.join("etc");
+        let id = spec.id.as_str();
+        let mut files = vec![
+            ("hostname", format!("{id}\n")),
+            ("hosts", format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{id}\n")),
+        ];
+        if let RootfsSpec::Dir { path } = &spec.rootfs {
+            files.push(("passwd", with_user_line(&path.join("etc/passwd"), "user:x:1000:1000:user:/home/user:/bin/sh")));
+            files.push(("group", with_user_line(&path.join("etc/group"), "user:x:1000:")));
+        }
+        let owner = (self.config.ids.host_uid(0), self.config.ids.host_gid(0));
+        for (name, content) in files {
+            let p = etc.join(name);
+            let _ = fs::remove_file(&p);
+            fs::write(&p, content).map_err(state_err("write", &p))?;
+            chown(&p, Some(owner.0), Some(owner.1)).map_err(state_err("chown", &p))?;
+        }
+        Ok(())
+    }
+
+    fn start(&self, spec: &SandboxSpec, run_dir: &Path, cgroup: &SandboxCgroup) -> Result<i32, RuntimeError> {
+        let volume = self.pool.create_volume(&spec.id, spec.limits.disk)?;
+        self.write_identity(spec, &volume)?;
+        let root_mount = run_dir.join("root");
+        fs::create_dir(&root_mount).map_err(state_err("create", &root_mount))?;
+        let setup = SetupSpec {
+            hostname: spec.id.to_string(),
+            ids: self.config.ids,
+            cgroup_procs: cgroup.procs_files(),
+            root_mount,
+            volume,
+            rootfs: spec.rootfs.clone(),
+            mounts: spec.mounts.clone(),
+            agent_binary: self.config.agent_binary.clone(),
+            agent_socket: run_dir.join("agent.sock"),
+            agent_log: run_dir.join("agent.log"),
+            default_user: spec.user.to_string(),
+            die_with_parent: self.config.die_with_parent,
+            parent_pid: std::process::id() as i32,
+        };
+        run_shim(&self.config.setup_binary, &setup)
+    }
+
+    fn cleanup(&self, id: &str, cgroup: &SandboxCgroup, run_dir: &Path) -> Result<(), RuntimeError> {
+        let mut errors = Vec::new();
+        if let Err(e) = cgroup.kill_all(KILL_DEADLINE).and_then(|()| cgroup.remove()) {
+            errors.push(e.to_string());
+        }
+        if let Err(e) = self.pool.delete_volume(id) {
+            errors.push(e.to_string());
+        }
+        if let Err(e) = fs::remove_dir_all(run_dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                errors.push(format!("failed to remove {}: {e}", run_dir.display()));
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(RuntimeError::Teardown(errors.join("; ")))
+        }
+    }
+
+    /// Reclaims sandbox `id` whose owner is gone (the caller holds its lock, if it has a run dir).
+    pub(super) fn reclaim(&self, id: &str) -> Result<(), RuntimeError> {
+        let cgroup = self.cgroups.sandbox(id);
+        self.cleanup(id, &cgroup, &self.run_dir(id))
+    }
+}
+
+fn with_user_line(source: &Path, line: &str) -> String {
+    let mut content = fs::read_to_string(source).unwrap_or_default();
+    if !content.lines().any(|l| l.starts_with("user:")) {
+        if !content.is_empty() && !content.ends_with('\n') {
+            content.push('\n');
+        }
+        content.push_str(line);
+        content.push('\n');
+    }
+    content
+}
+
+/// Runs `<binary> __setup` with the spec on stdin and parses its one-line answer.
+fn run_shim(binary: &Path, spec: &SetupSpec) -> Result<i32, RuntimeError> {
+    let json = serde_json::to_vec(spec).map_err(|e| RuntimeError::Setup(format!("encode setup spec: {e}")))?;
+    let mut child = Command::new(binary)
+        .arg("__setup")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .env_clear()
+        .spawn()
+        .map_err(|e| RuntimeError::Setup(format!("cannot start {} __setup: {e}", binary.display())))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(&json).map_err(|e| RuntimeError::Setup(format!("send setup spec: {e}")))?;
+    }
+    let out = child.wait_with_output().map_err(|e| RuntimeError::Setup(format!("wait for setup: {e}")))?;
+    let line = String::from_utf8_lossy(&out.stdout);
+    match serde_json::from_str::<SetupOutcome>(line.trim()) {
+        Ok(SetupOutcome::Pid(pid)) => Ok(pid),
+        Ok(SetupOutcome::Error(e)) => Err(RuntimeError::Setup(e)),
+        Err(_) => Err(RuntimeError::Setup(format!("setup exited with {} and no answer", out.status))),
+    }
+}
+
+impl Backend for NativeBackend {
+    fn capabilities(&self) -> Capabilities {
+        NativeBackend::capabilities(self)
+    }
+
+    async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+        self.check_spec(spec)?;
+        let id = spec.id.as_str();
+        let run_dir = self.run_dir(id);
+        fs::create_dir(&run_dir).map_err(state_err("create", &run_dir))?;
+        let lock = StateLock::acquire(&run_dir.join("lock"))?;
+        let cgroup = match self.cgroups.create(&spec.id, &spec.limits) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&run_dir);
+                return Err(e);
+            }
+        };
+        let init_pid = match self.start(spec, &run_dir, &cgroup) {
+            Ok(pid) => pid,
+            Err(e) => {
+                if let Err(cleanup) = self.cleanup(id, &cgroup, &run_dir) {
+                    tracing::warn!(sandbox_id = %id, error = %cleanup, "cleanup after failed create");
+                }
+                return Err(e);
+            }
+        };
+        let pidfd = paddock_sys::namespace::pidfd_open(init_pid).ok();
+        Ok(SandboxHandle {
+            id: spec.id.clone(),
+            agent_socket: run_dir.join("agent.sock"),
+            inner: NativeSandbox { run_dir, cgroup, init_pid, pidfd, reaped: false, _lock: lock },
+        })
+    }
+
+    async fn wait_sandbox(&self, handle: &mut SandboxHandle) -> Result<(), RuntimeError> {
+        let sb = &mut handle.inner;
+        if sb.reaped {
+            return Ok(());
+        }
+        if let Some(fd) = sb.pidfd.take() {
+            // A pidfd becomes readable when the process exits; wait for that on a blocking thread (the
+            // init's parent is the thread that started the shim, so this thread's lifetime is irrelevant).
+            let fd = tokio::task::spawn_blocking(move || {
+                let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+                let _ = rustix::event::poll(&mut fds, None);
+                drop(fds);
+                fd
+            })
+            .await
+            .map_err(|e| RuntimeError::Agent(format!("watch init: {e}")))?;
+            sb.pidfd = Some(fd);
+        }
+        reap(sb, true);
+        Ok(())
+    }
+
+    async fn destroy_sandbox(&self, mut handle: SandboxHandle) -> Result<(), RuntimeError> {
+        let sb = &mut handle.inner;
+        if !sb.reaped {
+            match &sb.pidfd {
+                Some(fd) => {
+                    let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
+                }
+                None => {
+                    if let Some(p) = rustix::process::Pid::from_raw(sb.init_pid) {
+                        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                    }
+                }
+            }
+            reap(sb, true);
+        }
+        self.cleanup(handle.id.as_str(), &sb.cgroup, &sb.run_dir)
+    }
+
+    async fn collect_garbage(&self) -> Result<Vec<String>, RuntimeError> {
+        self.collect_garbage_now()
+    }
+}
+
+/// Reaps the init process (our child through `CLONE_PARENT`).
+fn reap(sb: &mut NativeSandbox, block: bool) {
+    let Some(pid) = rustix::process::Pid::from_raw(sb.init_pid) else { return };
+    let opts = if block { rustix::process::WaitOptions::empty() } else { rustix::process::WaitOptions::NOHANG };
+    match rustix::process::waitpid(Some(pid), opts) {
+        Ok(Some(_)) | Err(_) => sb.reaped = true,
+        Ok(None) => {}
+    }
+}

@@ -1,0 +1,106 @@
+//! The native backend: Linux namespaces, a btrfs storage pool, cgroups, seccomp, Landlock.
+//!
+//! State directory layout (default `/var/lib/paddock`):
+//!
+//! ```text
+//! <state>/pool.img, <state>/pool/      the storage pool (see pool.rs)
+//! <state>/run/<id>/lock                flock held by the process that owns the sandbox
+//! <state>/run/<id>/agent.sock          the agent's socket
+//! <state>/run/<id>/agent.log           the agent's stderr
+//! <state>/run/<id>/root/               mount point of the sandbox root (inside its mount ns only)
+//! ```
+
+mod cgroup;
+mod gc;
+mod lifecycle;
+mod lock;
+mod pool;
+pub mod setup;
+mod users;
+
+use std::path::PathBuf;
+
+pub use cgroup::{CgroupKind, CgroupLayout};
+pub(crate) use lifecycle::NativeSandbox;
+pub use pool::StoragePool;
+pub use users::IdRange;
+
+use paddock_types::ByteSize;
+
+use crate::{Capabilities, RuntimeError};
+
+/// Configuration of the native backend.
+#[derive(Debug, Clone)]
+pub struct NativeConfig {
+    /// State directory.
+    pub state_dir: PathBuf,
+    /// Size of the pool image when the state directory is not on btrfs (sparse; caps the total that
+    /// all sandboxes can write).
+    pub pool_size: ByteSize,
+    /// Host id range sandbox ids map to.
+    pub ids: IdRange,
+    /// The in-sandbox agent binary (static).
+    pub agent_binary: PathBuf,
+    /// The binary that runs the setup shim as `<binary> __setup` (normally paddock itself).
+    pub setup_binary: PathBuf,
+    /// Name of the parent cgroup sandboxes are created under in every hierarchy.
+    pub cgroup_parent: String,
+    /// Kill sandboxes when the creating process dies (`paddock run`), instead of letting them outlive
+    /// it (`paddock serve`, which re-adopts them).
+    pub die_with_parent: bool,
+}
+
+/// The native backend.
+#[derive(Debug)]
+pub struct NativeBackend {
+    config: NativeConfig,
+    pool: StoragePool,
+    cgroups: CgroupLayout,
+}
+
+impl NativeBackend {
+    /// Checks the host and opens (creating on first use) the storage pool. Refuses, with the reason,
+    /// when the host lacks something the isolation needs.
+    pub fn open(config: NativeConfig) -> Result<Self, RuntimeError> {
+        if !rustix::process::geteuid().is_root() {
+            return Err(RuntimeError::Unsupported(
+                "the native backend needs root on the host (to map sandbox users to an unprivileged uid \
+                 range, create cgroups and manage the btrfs pool)"
+                    .into(),
+            ));
+        }
+        if !config.agent_binary.is_file() {
+            return Err(RuntimeError::Unsupported(format!(
+                "the agent binary {} does not exist (build it with `cargo build -p paddock-agent`, or set \
+                 PADDOCK_AGENT)",
+                config.agent_binary.display()
+            )));
+        }
+        let cgroups = CgroupLayout::detect(&config.cgroup_parent)?;
+        for dir in [config.state_dir.clone(), config.state_dir.join("run")] {
+            std::fs::create_dir_all(&dir)
+                .map_err(|source| RuntimeError::State { what: "create", path: dir.clone(), source })?;
+        }
+        let pool = StoragePool::open(&config.state_dir, config.pool_size, config.ids)?;
+        Ok(Self { config, pool, cgroups })
+    }
+
+    /// The capabilities of the native backend.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities { disk_limits: true, cheap_snapshots: true, custom_rootfs: true, host_mounts: true }
+    }
+
+    /// The storage pool.
+    pub fn pool(&self) -> &StoragePool {
+        &self.pool
+    }
+
+    /// The cgroup layout in use.
+    pub fn cgroups(&self) -> &CgroupLayout {
+        &self.cgroups
+    }
+
+    fn run_dir(&self, id: &str) -> PathBuf {
+        self.config.state_dir.join("run").join(id)
+    }
+}

@@ -1,0 +1,315 @@
+//! The storage pool: a btrfs file system holding one subvolume per sandbox.
+//!
+//! Layout under the pool root (see ARCHITECTURE.md):
+//!
+//! ```text
+//! <pool>/templates/host      template: etc/, home/user/, root/, tmp/  (snapshot source)
+//! <pool>/sandboxes/<id>      a writable snapshot of the template, one per sandbox, with a qgroup limit
+//! <pool>/snapshots/          reserved for sandbox snapshots (O(1) btrfs snapshots of sandboxes/<id>)
+//! ```
+//!
+//! When the state directory is not on btrfs, the pool is a sparse image file `<state>/pool.img`
+//! formatted with `mkfs.btrfs` and loop-mounted at `<state>/pool`; its size caps what all sandboxes
+//! together can write, so they can never fill the host disk. Simple quotas (squota) are enabled so each
+//! sandbox's writes are charged to its own qgroup and limited there.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::{chown, symlink, DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use paddock_sys::btrfs;
+use paddock_types::{ByteSize, SandboxId};
+
+use super::lock::StateLock;
+use super::users::IdRange;
+use crate::RuntimeError;
+
+/// Bumped when the template layout changes, so old templates are rebuilt.
+const TEMPLATE_VERSION: u32 = 1;
+const TEMPLATE_NAME: &str = "host";
+
+/// Files and directories of the host's `/etc` a sandbox sees (copied into the template; symlinks stay
+/// symlinks). Everything else of the host's `/etc` stays invisible.
+const CURATED_ETC: &[&str] = &[
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "alternatives",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "timezone",
+    "os-release",
+    "debian_version",
+    "nsswitch.conf",
+    "mime.types",
+    "bash.bashrc",
+    "profile",
+    "profile.d",
+    "inputrc",
+    "gai.conf",
+    "protocols",
+    "services",
+    "host.conf",
+    "locale.alias",
+    "magic",
+    "python3",
+    "python3.11",
+    "terminfo",
+];
+
+fn pool_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RuntimeError + 'a {
+    move |source| RuntimeError::Pool { what, path: path.to_owned(), source }
+}
+
+/// An opened storage pool.
+#[derive(Debug, Clone)]
+pub struct StoragePool {
+    root: PathBuf,
+    ids: IdRange,
+}
+
+impl StoragePool {
+    /// Opens the pool under `state_dir`, creating and mounting it on first use.
+    pub fn open(state_dir: &Path, image_size: ByteSize, ids: IdRange) -> Result<Self, RuntimeError> {
+        let root = state_dir.join("pool");
+        let marker = root.join(".paddock-pool");
+        if btrfs::is_btrfs(&root).unwrap_or(false) && marker.exists() {
+            let pool = Self { root: root.clone(), ids };
+            if pool.template_ready() {
+                return Ok(pool);
+            }
+        }
+        let _guard = StateLock::acquire(&state_dir.join("pool.lock"))?;
+        if !btrfs::is_btrfs(&root).unwrap_or(false) {
+            fs::DirBuilder::new().recursive(true).mode(0o700).create(&root).map_err(pool_err("create", &root))?;
+            if !btrfs::is_btrfs(&root).map_err(pool_err("inspect", &root))? {
+                mount_image(state_dir, &root, image_size)?;
+            }
+        }
+        if !marker.exists() {
+            btrfs::enable_quota(&root, true).map_err(pool_err("enable simple quotas on", &root))?;
+            for dir in ["templates", "sandboxes", "snapshots"] {
+                let d = root.join(dir);
+                fs::DirBuilder::new().recursive(true).mode(0o700).create(&d).map_err(pool_err("create", &d))?;
+            }
+            fs::write(&marker, format!("{{\"layout\":1,\"template\":{TEMPLATE_VERSION}}}\n"))
+                .map_err(pool_err("write", &marker))?;
+        }
+        let pool = Self { root, ids };
+        if !pool.template_ready() {
+            pool.build_template()?;
+        }
+        Ok(pool)
+    }
+
+    /// The pool's mount point.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn template(&self) -> PathBuf {
+        self.root.join("templates").join(TEMPLATE_NAME)
+    }
+
+    fn template_ready(&self) -> bool {
+        self.template().join(".paddock-template").exists()
+    }
+
+    /// Path of a sandbox's subvolume.
+    pub fn volume_path(&self, id: &str) -> PathBuf {
+        self.root.join("sandboxes").join(id)
+    }
+
+    /// Builds the template subvolume from the host's curated `/etc`.
+    fn build_template(&self) -> Result<(), RuntimeError> {
+        let templates = self.root.join("templates");
+        let staging = format!("{TEMPLATE_NAME}.building");
+        let staging_path = templates.join(&staging);
+        if staging_path.exists() {
+            btrfs::delete_subvolume(&templates, &staging).map_err(pool_err("delete", &staging_path))?;
+        }
+        btrfs::create_subvolume(&templates, &staging).map_err(pool_err("create subvolume", &staging_path))?;
+        populate_template(&staging_path, self.ids)?;
+        let done = staging_path.join(".paddock-template");
+        fs::write(&done, TEMPLATE_VERSION.to_string()).map_err(pool_err("write", &done))?;
+        let old = self.template();
+        if old.exists() {
+            btrfs::delete_subvolume(&templates, TEMPLATE_NAME).map_err(pool_err("delete", &old))?;
+        }
+        fs::rename(&staging_path, &old).map_err(pool_err("rename", &staging_path))
+    }
+
+    /// Creates sandbox `id`'s subvolume as a snapshot of the template, limited to `disk` bytes.
+    pub fn create_volume(&self, id: &SandboxId, disk: Option<ByteSize>) -> Result<PathBuf, RuntimeError> {
+        let parent = self.root.join("sandboxes");
+        let path = self.volume_path(id.as_str());
+        btrfs::snapshot_subvolume(&self.template(), &parent, id.as_str(), false)
+            .map_err(pool_err("snapshot the template into", &path))?;
+        if let Some(limit) = disk {
+            let limit = btrfs::QgroupLimit { max_exclusive: None, max_referenced: Some(limit.as_u64()) };
+            if let Err(e) = btrfs::set_qgroup_limit(&path, limit) {
+                let _ = self.delete_volume(id.as_str());
+                return Err(pool_err("set the disk limit on", &path)(e));
+            }
+        }
+        Ok(path)
+    }
+
+    /// Deletes sandbox `id`'s subvolume and its qgroup. A missing subvolume is not an error.
+    pub fn delete_volume(&self, id: &str) -> Result<(), RuntimeError> {
+        let parent = self.root.join("sandboxes");
+        let path = parent.join(id);
+        if !path.exists() {
+            return Ok(());
+        }
+        let subvol_id = btrfs::subvolume_id(&path).ok();
+        btrfs::delete_subvolume(&parent, id).map_err(pool_err("delete subvolume", &path))?;
+        if let Some(sid) = subvol_id {
+            // The qgroup can only go once the kernel has dropped the subvolume's extents; a stale one is
+            // harmless and removed by a later `paddock gc`.
+            let _ = btrfs::remove_qgroup(&self.root, sid);
+        }
+        Ok(())
+    }
+
+    /// Ids of every sandbox subvolume present.
+    pub fn list_volumes(&self) -> Vec<String> {
+        let Ok(rd) = fs::read_dir(self.root.join("sandboxes")) else { return Vec::new() };
+        rd.flatten().filter_map(|e| e.file_name().to_str().map(str::to_owned)).collect()
+    }
+
+    /// Unmounts the pool and removes its image and state (refused while sandboxes exist).
+    pub fn destroy(state_dir: &Path) -> Result<(), RuntimeError> {
+        let root = state_dir.join("pool");
+        let sandboxes = root.join("sandboxes");
+        if fs::read_dir(&sandboxes).map(|mut rd| rd.next().is_some()).unwrap_or(false) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "the pool at {} still holds sandboxes; stop them or run `paddock gc` first",
+                root.display()
+            )));
+        }
+        let image = state_dir.join("pool.img");
+        if image.exists() {
+            if btrfs::is_btrfs(&root).unwrap_or(false) {
+                paddock_sys::mount::unmount_detach(&root).map_err(pool_err("unmount", &root))?;
+            }
+            fs::remove_file(&image).map_err(pool_err("remove", &image))?;
+            let _ = fs::remove_dir(&root);
+        }
+        Ok(())
+    }
+}
+
+/// Creates (if needed) and loop-mounts the pool image at `root`.
+fn mount_image(state_dir: &Path, root: &Path, size: ByteSize) -> Result<(), RuntimeError> {
+    let image = state_dir.join("pool.img");
+    if !image.exists() {
+        let staging = state_dir.join("pool.img.new");
+        let f = File::create(&staging).map_err(pool_err("create", &staging))?;
+        f.set_len(size.as_u64()).map_err(pool_err("size", &staging))?;
+        drop(f);
+        run_tool(Command::new("mkfs.btrfs").args(["-q", "-f", "-m", "single", "-d", "single"]).arg(&staging))?;
+        fs::rename(&staging, &image).map_err(pool_err("rename", &staging))?;
+    }
+    run_tool(Command::new("mount").args(["-o", "loop,noatime"]).arg(&image).arg(root))
+}
+
+/// Runs a system tool (mkfs.btrfs, mount): no crate formats btrfs, and mount(8) sets up the loop
+/// device with the right autoclear semantics.
+fn run_tool(cmd: &mut Command) -> Result<(), RuntimeError> {
+    let name = cmd.get_program().to_string_lossy().into_owned();
+    let out = cmd.output().map_err(|e| {
+        RuntimeError::Unsupported(format!("cannot run {name} (install btrfs-progs and mount): {e}"))
+    })?;
+    if !out.status.success() {
+        return Err(RuntimeError::Setup(format!(
+            "{name} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Fills a fresh template subvolume: curated `/etc`, generated passwd/group, `home/user`, `tmp`.
+fn populate_template(dir: &Path, ids: IdRange) -> Result<(), RuntimeError> {
+    let root_owner = (ids.host_uid(0), ids.host_gid(0));
+    let etc = dir.join("etc");
+    fs::create_dir(&etc).map_err(pool_err("create", &etc))?;
+    for name in CURATED_ETC {
+        let src = Path::new("/etc").join(name);
+        if fs::symlink_metadata(&src).is_ok() {
+            copy_tree(&src, &etc.join(name), root_owner)?;
+        }
+    }
+    let files: [(&str, &str); 4] = [
+        (
+            "passwd",
+            "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\n\
+             nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+        ),
+        ("group", "root:x:0:\ntty:x:5:\nusers:x:100:user\nuser:x:1000:\nnogroup:x:65534:\n"),
+        ("resolv.conf", "# paddock: this sandbox has no network access\n"),
+        ("nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n"),
+    ];
+    for (name, content) in files {
+        let p = etc.join(name);
+        let _ = fs::remove_file(&p);
+        fs::write(&p, content).map_err(pool_err("write", &p))?;
+        chown(&p, Some(root_owner.0), Some(root_owner.1)).map_err(pool_err("chown", &p))?;
+    }
+    chown(&etc, Some(root_owner.0), Some(root_owner.1)).map_err(pool_err("chown", &etc))?;
+    let home = dir.join("home");
+    let user_home = home.join("user");
+    fs::create_dir_all(&user_home).map_err(pool_err("create", &user_home))?;
+    fs::set_permissions(&user_home, fs::Permissions::from_mode(0o750)).map_err(pool_err("chmod", &user_home))?;
+    chown(&user_home, Some(ids.host_uid(1000)), Some(ids.host_gid(1000))).map_err(pool_err("chown", &user_home))?;
+    chown(&home, Some(root_owner.0), Some(root_owner.1)).map_err(pool_err("chown", &home))?;
+    let root_home = dir.join("root");
+    fs::create_dir(&root_home).map_err(pool_err("create", &root_home))?;
+    fs::set_permissions(&root_home, fs::Permissions::from_mode(0o700)).map_err(pool_err("chmod", &root_home))?;
+    chown(&root_home, Some(root_owner.0), Some(root_owner.1)).map_err(pool_err("chown", &root_home))?;
+    let tmp = dir.join("tmp");
+    fs::create_dir(&tmp).map_err(pool_err("create", &tmp))?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o1777)).map_err(pool_err("chmod", &tmp))?;
+    chown(&tmp, Some(root_owner.0), Some(root_owner.1)).map_err(pool_err("chown", &tmp))?;
+    chown(dir, Some(root_owner.0), Some(root_owner.1)).map_err(pool_err("chown", dir))?;
+    Ok(())
+}
+
+/// Copies a file, symlink or directory tree, owned by `owner`. Special files are skipped.
+fn copy_tree(src: &Path, dst: &Path, owner: (u32, u32)) -> Result<(), RuntimeError> {
+    let meta = fs::symlink_metadata(src).map_err(pool_err("inspect", src))?;
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        let target = fs::read_link(src).map_err(pool_err("read link", src))?;
+        symlink(&target, dst).map_err(pool_err("create symlink", dst))?;
+    } else if ft.is_dir() {
+        fs::create_dir(dst).map_err(pool_err("create", dst))?;
+        fs::set_permissions(dst, fs::Permissions::from_mode(meta.permissions().mode() & 0o7777))
+            .map_err(pool_err("chmod", dst))?;
+        for entry in fs::read_dir(src).map_err(pool_err("read", src))? {
+            let entry = entry.map_err(pool_err("read", src))?;
+            copy_tree(&entry.path(), &dst.join(entry.file_name()), owner)?;
+        }
+    } else if ft.is_file() {
+        // Private host files (mode without the "other read" bit) stay private.
+        if meta.permissions().mode() & 0o004 == 0 {
+            return Ok(());
+        }
+        fs::copy(src, dst).map_err(pool_err("copy", src))?;
+    } else {
+        return Ok(());
+    }
+    rustix::fs::chownat(
+        rustix::fs::CWD,
+        dst,
+        Some(rustix::fs::Uid::from_raw(owner.0)),
+        Some(rustix::fs::Gid::from_raw(owner.1)),
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| pool_err("chown", dst)(e.into()))
+}

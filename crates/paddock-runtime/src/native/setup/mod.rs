@@ -1,0 +1,271 @@
+//! The setup shim: a fresh, single-threaded process (`paddock __setup`) that builds one sandbox and
+//! ends by exec'ing the agent as the sandbox's PID 1, as Firecracker's jailer does.
+//!
+//! Protocol with the caller: the [`SetupSpec`] arrives as JSON on stdin; the shim prints one JSON line
+//! on stdout, `{"pid":N}` (the sandbox's init, now a child of the caller) or `{"error":"..."}`, and
+//! exits. The multi-threaded caller never calls unshare, mount or setns itself.
+//!
+//! Order of operations (each step's failure is reported and the half-built sandbox is killed):
+//! 1. shim (host root, host namespaces): join the sandbox's cgroups, bind the agent's listening socket,
+//!    open the agent binary, clone the init into new user/mount/pid/net/ipc/uts/cgroup namespaces as a
+//!    sibling (`CLONE_PARENT`), write its uid/gid maps, release it, wait for its exec or its error.
+//! 2. init (in the namespaces): become the namespace's root (an unprivileged host uid), hostname,
+//!    loopback, build the root (see [`plan`]), `pivot_root`, drop the capability bounding set to what
+//!    the agent needs, Landlock, `no_new_privs`, seccomp, exec the agent from its file descriptor.
+
+mod mounts;
+pub mod plan;
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+
+use paddock_sys::namespace::{self, CloneResult, IdMapping, Namespaces};
+use paddock_types::{MountSpec, RootfsSpec};
+use serde::{Deserialize, Serialize};
+
+use super::users::IdRange;
+use plan::HostEntry;
+
+/// Everything the shim needs, as typed JSON (never environment variables).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetupSpec {
+    /// Hostname (the sandbox id).
+    pub hostname: String,
+    /// Host id range for the sandbox's uids and gids.
+    pub ids: IdRange,
+    /// `cgroup.procs` files to join before cloning.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// An empty directory on the host the new root is built on (only inside the new mount namespace).
+    pub root_mount: PathBuf,
+    /// The sandbox's subvolume (etc/, home/, tmp/).
+    pub volume: PathBuf,
+    /// Root file system profile.
+    pub rootfs: RootfsSpec,
+    /// User mounts.
+    pub mounts: Vec<MountSpec>,
+    /// The agent executable on the host.
+    pub agent_binary: PathBuf,
+    /// Where the agent's socket is bound (host path).
+    pub agent_socket: PathBuf,
+    /// Where the agent's log goes (host path).
+    pub agent_log: PathBuf,
+    /// The agent's default user.
+    pub default_user: String,
+    /// Kill the sandbox if the process that started the shim dies (`paddock run`).
+    pub die_with_parent: bool,
+    /// The pid of the process that started the shim (to detect it dying before the parent-death
+    /// signal is armed).
+    pub parent_pid: i32,
+}
+
+#[cfg(test)]
+impl SetupSpec {
+    pub(crate) fn example() -> Self {
+        Self {
+            hostname: "sb-test".into(),
+            ids: IdRange::DEFAULT,
+            cgroup_procs: vec![],
+            root_mount: "/var/lib/paddock/run/sb-test/root".into(),
+            volume: "/var/lib/paddock/pool/sandboxes/sb-test".into(),
+            rootfs: RootfsSpec::Host,
+            mounts: vec![],
+            agent_binary: "/usr/local/bin/paddock-agent".into(),
+            agent_socket: "/var/lib/paddock/run/sb-test/agent.sock".into(),
+            agent_log: "/var/lib/paddock/run/sb-test/agent.log".into(),
+            default_user: "user".into(),
+            die_with_parent: true,
+            parent_pid: 1,
+        }
+    }
+}
+
+/// The shim's answer on stdout.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SetupOutcome {
+    /// The sandbox's init (the agent) runs with this host pid.
+    Pid(i32),
+    /// Setup failed.
+    Error(String),
+}
+
+/// Capabilities the agent keeps in its bounding set (inside the sandbox's user namespace): enough to
+/// switch users, own files it creates for them, and signal processes. Everything else (SYS_ADMIN,
+/// NET_ADMIN, ...) is gone for the sandbox's lifetime.
+const AGENT_CAPS: [u32; 9] = [
+    0,  // CAP_CHOWN
+    1,  // CAP_DAC_OVERRIDE
+    2,  // CAP_DAC_READ_SEARCH
+    3,  // CAP_FOWNER
+    4,  // CAP_FSETID
+    5,  // CAP_KILL
+    6,  // CAP_SETGID
+    7,  // CAP_SETUID
+    8,  // CAP_SETPCAP
+];
+
+/// Entry point of `paddock __setup`: returns the process exit code.
+pub fn run_setup_shim() -> i32 {
+    let mut input = String::new();
+    let outcome = match io::stdin().read_to_string(&mut input) {
+        Err(e) => SetupOutcome::Error(format!("failed to read the setup spec: {e}")),
+        Ok(_) => match serde_json::from_str::<SetupSpec>(&input) {
+            Err(e) => SetupOutcome::Error(format!("malformed setup spec: {e}")),
+            Ok(spec) => match setup(&spec) {
+                Ok(pid) => SetupOutcome::Pid(pid),
+                Err(e) => SetupOutcome::Error(e),
+            },
+        },
+    };
+    let ok = matches!(outcome, SetupOutcome::Pid(_));
+    let line = serde_json::to_string(&outcome).unwrap_or_else(|_| "{\"error\":\"unencodable\"}".into());
+    let _ = writeln!(io::stdout(), "{line}");
+    if ok {
+        0
+    } else {
+        1
+    }
+}
+
+/// Phase 1, in the shim.
+fn setup(spec: &SetupSpec) -> Result<i32, String> {
+    for procs in &spec.cgroup_procs {
+        fs::write(procs, "0").map_err(|e| format!("failed to join cgroup {}: {e}", procs.display()))?;
+    }
+    let _ = fs::remove_file(&spec.agent_socket);
+    let listener = UnixListener::bind(&spec.agent_socket)
+        .map_err(|e| format!("failed to bind agent socket {}: {e}", spec.agent_socket.display()))?;
+    let agent = open_path(&spec.agent_binary)?;
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&spec.agent_log)
+        .map_err(|e| format!("failed to open {}: {e}", spec.agent_log.display()))?;
+    let null = fs::OpenOptions::new().read(true).write(true).open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
+    let (go_rx, go_tx) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let (err_rx, err_tx) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let top_level = read_top_level(spec)?;
+
+    match namespace::clone_into_namespaces(Namespaces::ALL, true).map_err(|e| format!("clone: {e}"))? {
+        CloneResult::Child => {
+            drop(go_tx);
+            drop(err_rx);
+            let result = init(spec, &top_level, go_rx, &listener, &agent, &log, &null);
+            // Only reached on failure: report and die.
+            let msg = match result {
+                Err(e) => e,
+                Ok(never) => match never {},
+            };
+            let mut f = fs::File::from(err_tx);
+            let _ = f.write_all(msg.as_bytes());
+            std::process::exit(1);
+        }
+        CloneResult::Parent { pid } => {
+            drop(go_rx);
+            drop(err_tx);
+            let map = [IdMapping { inside: 0, outside: spec.ids.base, count: spec.ids.count }];
+            let released = namespace::write_id_maps(pid, &map, &map)
+                .map_err(|e| format!("uid/gid maps: {e}"))
+                .and_then(|()| fs::File::from(go_tx).write_all(b"g").map_err(|e| format!("release init: {e}")));
+            let mut failure = String::new();
+            let _ = fs::File::from(err_rx).read_to_string(&mut failure);
+            let outcome = match released {
+                Err(e) => Err(e),
+                Ok(()) if failure.is_empty() => Ok(pid),
+                Ok(()) => Err(failure),
+            };
+            if outcome.is_err() {
+                if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                    let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+                }
+            }
+            outcome
+        }
+    }
+}
+
+fn open_path(path: &Path) -> Result<OwnedFd, String> {
+    rustix::fs::open(path, rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+        .map_err(|e| format!("failed to open the agent binary {}: {e}", path.display()))
+}
+
+/// Lists the top-level entries of the host's `/` or of the rootfs directory.
+fn read_top_level(spec: &SetupSpec) -> Result<Vec<(String, HostEntry)>, String> {
+    let dir = match &spec.rootfs {
+        RootfsSpec::Host => PathBuf::from("/"),
+        RootfsSpec::Dir { path } => path.clone(),
+    };
+    let rd = fs::read_dir(&dir).map_err(|e| format!("cannot read root directory {}: {e}", dir.display()))?;
+    let mut out = Vec::new();
+    for entry in rd.flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+        let kind = match entry.file_type() {
+            Ok(t) if t.is_symlink() => match fs::read_link(entry.path()) {
+                Ok(to) => HostEntry::Symlink(to.to_string_lossy().into_owned()),
+                Err(_) => HostEntry::Other,
+            },
+            Ok(t) if t.is_dir() => HostEntry::Dir,
+            _ => HostEntry::Other,
+        };
+        out.push((name, kind));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+/// Phase 2, in the sandbox's init. Returns only on failure.
+fn init(
+    spec: &SetupSpec,
+    top_level: &[(String, HostEntry)],
+    go: OwnedFd,
+    listener: &UnixListener,
+    agent: &OwnedFd,
+    log: &fs::File,
+    null: &fs::File,
+) -> Result<std::convert::Infallible, String> {
+    let mut byte = [0u8; 1];
+    let n = fs::File::from(go).read(&mut byte).map_err(|e| format!("wait for release: {e}"))?;
+    if n != 1 {
+        return Err("the shim died before releasing the sandbox".into());
+    }
+    namespace::become_namespace_root().map_err(|e| e.to_string())?;
+    if spec.die_with_parent {
+        namespace::die_with_parent().map_err(|e| e.to_string())?;
+        if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(spec.parent_pid) {
+            return Err("the caller exited during setup".into());
+        }
+    }
+    namespace::set_hostname(&spec.hostname).map_err(|e| e.to_string())?;
+    namespace::bring_loopback_up().map_err(|e| e.to_string())?;
+    paddock_sys::mount::make_private_recursive().map_err(|e| e.to_string())?;
+    let steps = plan::plan_mounts(spec, top_level);
+    mounts::execute(&spec.root_mount, &steps).map_err(|e| e.to_string())?;
+    paddock_sys::mount::pivot_into(&spec.root_mount).map_err(|e| e.to_string())?;
+
+    paddock_sys::caps::drop_bounding_except(&AGENT_CAPS).map_err(|e| format!("capability bounding set: {e}"))?;
+    let writable: Vec<PathBuf> = plan::writable_paths(spec).into_iter().map(PathBuf::from).collect();
+    paddock_sys::landlock::restrict_writes(&writable, Some(agent.as_fd()))
+        .map_err(|e| format!("landlock: {e}"))?;
+    paddock_sys::caps::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
+    let policy = paddock_sys::seccomp::default_policy();
+    paddock_sys::seccomp::install(&policy).map_err(|e| format!("seccomp: {e}"))?;
+
+    use paddock_sys::exec;
+    // Move the agent's descriptor out of the way of the numbers installed below.
+    let agent = rustix::io::fcntl_dupfd_cloexec(agent, 10).map_err(|e| format!("dup agent fd: {e}"))?;
+    exec::install_fd(null.as_fd(), 0).map_err(|e| format!("stdin: {e}"))?;
+    exec::install_fd(null.as_fd(), 1).map_err(|e| format!("stdout: {e}"))?;
+    exec::install_fd(log.as_fd(), 2).map_err(|e| format!("stderr: {e}"))?;
+    exec::install_fd(listener.as_fd(), 3).map_err(|e| format!("listener: {e}"))?;
+    exec::cloexec_from(4).map_err(|e| format!("close_range: {e}"))?;
+    let err = exec::exec_fd(
+        agent.as_fd(),
+        &["paddock-agent", "--listen-fd", "3", "--default-user", &spec.default_user],
+        &["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"],
+    );
+    Err(format!("failed to exec the agent: {err}"))
+}

@@ -1,0 +1,112 @@
+//! Executes a mount plan inside the sandbox's fresh mount namespace.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{symlink, DirBuilderExt};
+use std::path::{Path, PathBuf};
+
+use paddock_sys::mount::{self, MountAttrs};
+
+use super::plan::MountStep;
+
+fn at(root: &Path, target: &str) -> PathBuf {
+    if target.is_empty() {
+        root.to_owned()
+    } else {
+        root.join(target)
+    }
+}
+
+fn ctx(e: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
+/// Creates an empty file or directory at `target` to bind `source` onto.
+fn ensure_mount_point(source: &Path, target: &Path) -> io::Result<()> {
+    let meta = fs::metadata(source).map_err(|e| ctx(e, "cannot mount missing source", source))?;
+    if fs::symlink_metadata(target).is_ok() {
+        return Ok(());
+    }
+    if let Some(parent) = target.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .map_err(|e| ctx(e, "cannot create mount point", parent))?;
+    }
+    if meta.is_dir() {
+        fs::DirBuilder::new().mode(0o755).create(target).map_err(|e| ctx(e, "cannot create mount point", target))
+    } else {
+        fs::File::create(target).map(drop).map_err(|e| ctx(e, "cannot create mount point", target))
+    }
+}
+
+/// Runs every step against the new root at `root`.
+pub fn execute(root: &Path, steps: &[MountStep]) -> io::Result<()> {
+    for step in steps {
+        match step {
+            MountStep::Tmpfs { target, options, attrs } => {
+                mount::mount_fs("tmpfs", &at(root, target), *attrs, options)?;
+            }
+            MountStep::Bind { source, target, recursive, attrs } => {
+                let dst = at(root, target);
+                ensure_mount_point(source, &dst)?;
+                mount::bind(source, &dst, *recursive)?;
+                mount::set_attrs(&dst, *attrs, *recursive)?;
+            }
+            MountStep::Proc { target } => {
+                let attrs = MountAttrs { readonly: false, nosuid: true, nodev: true, noexec: true };
+                mount::mount_fs("proc", &at(root, target), attrs, "")?;
+            }
+            MountStep::Devpts { target } => {
+                let attrs = MountAttrs { readonly: false, nosuid: true, nodev: false, noexec: true };
+                mount::mount_fs("devpts", &at(root, target), attrs, "newinstance,ptmxmode=0666,mode=0620,gid=5")?;
+            }
+            MountStep::Mkdir { target } => {
+                let dst = at(root, target);
+                match fs::DirBuilder::new().mode(0o755).create(&dst) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(ctx(e, "cannot create directory", &dst)),
+                }
+            }
+            MountStep::Symlink { target, points_to } => {
+                let dst = at(root, target);
+                symlink(points_to, &dst).map_err(|e| ctx(e, "cannot create symlink", &dst))?;
+            }
+            MountStep::Overlay { source, target } => {
+                let dst = at(root, target);
+                if fs::symlink_metadata(&dst).is_ok_and(|m| m.is_file()) {
+                    mount::bind(source, &dst, false)?;
+                    mount::set_attrs(&dst, MountAttrs::READ_ONLY_SYSTEM, false)?;
+                }
+            }
+            MountStep::ReadOnly { target } => {
+                let dst = at(root, target);
+                if fs::symlink_metadata(&dst).is_ok() {
+                    mount::bind(&dst, &dst, true)?;
+                    mount::set_attrs(&dst, MountAttrs { readonly: true, nosuid: true, nodev: true, noexec: true }, true)?;
+                }
+            }
+            MountStep::Mask { target } => {
+                let dst = at(root, target);
+                match fs::symlink_metadata(&dst) {
+                    Ok(m) if m.is_dir() => {
+                        let attrs = MountAttrs { readonly: true, nosuid: true, nodev: true, noexec: true };
+                        mount::mount_fs("tmpfs", &dst, attrs, "size=0,mode=0555")?;
+                    }
+                    Ok(_) => {
+                        let null = root.join("dev/null");
+                        let src = if null.exists() { null } else { PathBuf::from("/dev/null") };
+                        mount::bind(&src, &dst, false)?;
+                    }
+                    Err(_) => {}
+                }
+            }
+            MountStep::SetAttrs { target, attrs } => {
+                mount::set_attrs(&at(root, target), *attrs, false)?;
+            }
+        }
+    }
+    Ok(())
+}

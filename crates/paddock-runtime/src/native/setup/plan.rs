@@ -1,0 +1,298 @@
+//! The mount plan: what a sandbox's root file system is made of, as data.
+//!
+//! [`plan_mounts`] is a pure function of the setup spec and a view of the host's top-level entries, so
+//! the layout (and every path that is deliberately absent) is unit-tested without privileges; the shim
+//! only executes the steps ([`super::mounts`]).
+
+use std::path::PathBuf;
+
+use paddock_sys::mount::MountAttrs;
+use paddock_types::RootfsSpec;
+
+use super::SetupSpec;
+
+/// One step, with `target` relative to the new root ("" is the root itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountStep {
+    /// Mount a tmpfs.
+    Tmpfs {
+        /// Where.
+        target: String,
+        /// tmpfs options.
+        options: &'static str,
+        /// Mount attributes.
+        attrs: MountAttrs,
+    },
+    /// Bind a host path (directory or file) and set attributes on the new mount.
+    Bind {
+        /// Host path.
+        source: PathBuf,
+        /// Where.
+        target: String,
+        /// Include submounts.
+        recursive: bool,
+        /// Attributes.
+        attrs: MountAttrs,
+    },
+    /// A fresh procfs for the sandbox's PID namespace.
+    Proc {
+        /// Where.
+        target: String,
+    },
+    /// A private devpts instance.
+    Devpts {
+        /// Where.
+        target: String,
+    },
+    /// Create a directory.
+    Mkdir {
+        /// Where.
+        target: String,
+    },
+    /// Create a symlink.
+    Symlink {
+        /// Where.
+        target: String,
+        /// What it points to.
+        points_to: String,
+    },
+    /// Bind a generated file read-only over an existing file (skipped if the target is absent, since
+    /// the directory holding it is read-only).
+    Overlay {
+        /// Host path of the generated file.
+        source: PathBuf,
+        /// Where.
+        target: String,
+    },
+    /// Make an existing path read-only by binding it onto itself (skipped if absent).
+    ReadOnly {
+        /// Where.
+        target: String,
+    },
+    /// Hide an existing file behind /dev/null or an existing directory behind an empty read-only
+    /// tmpfs (skipped if absent).
+    Mask {
+        /// Where.
+        target: String,
+    },
+    /// Set attributes on an existing mount.
+    SetAttrs {
+        /// Where.
+        target: String,
+        /// Attributes.
+        attrs: MountAttrs,
+    },
+}
+
+/// A top-level entry of the host's (or a rootfs directory's) `/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostEntry {
+    /// A directory.
+    Dir,
+    /// A symlink with this target.
+    Symlink(String),
+    /// Anything else (skipped).
+    Other,
+}
+
+/// Host system directories shown read-only in the default profile.
+const HOST_SYSTEM_DIRS: [&str; 7] = ["usr", "bin", "lib", "lib32", "lib64", "libx32", "sbin"];
+/// Top-level names of a `--rootfs` directory that paddock provides itself.
+const MANAGED_TOP_LEVEL: [&str; 7] = ["proc", "dev", "sys", "tmp", "home", "root", "etc"];
+/// Kernel interfaces under /proc made read-only.
+const PROC_READ_ONLY: [&str; 5] = ["sys", "sysrq-trigger", "irq", "bus", "fs"];
+/// Kernel interfaces under /proc hidden entirely.
+const PROC_MASKED: [&str; 8] =
+    ["kcore", "keys", "timer_list", "latency_stats", "sched_debug", "acpi", "scsi", "kallsyms"];
+/// Host device nodes bound into the sandbox's /dev.
+pub const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
+/// Files generated per sandbox that replace a `--rootfs` directory's own.
+pub const GENERATED_ETC: [&str; 5] = ["passwd", "group", "hosts", "hostname", "resolv.conf"];
+
+const ROOT_ATTRS: MountAttrs = MountAttrs { readonly: false, nosuid: true, nodev: true, noexec: false };
+const ROOT_FINAL: MountAttrs = MountAttrs { readonly: true, nosuid: true, nodev: true, noexec: false };
+
+/// Builds the ordered mount steps for `spec`. `top_level` lists the entries of the host's `/` (default
+/// profile) or of the rootfs directory (`--rootfs`).
+pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<MountStep> {
+    let mut steps = vec![MountStep::Tmpfs { target: String::new(), options: "mode=0755,size=1m", attrs: ROOT_ATTRS }];
+    let volume = &spec.volume;
+    match &spec.rootfs {
+        RootfsSpec::Host => {
+            for (name, entry) in top_level {
+                if !HOST_SYSTEM_DIRS.contains(&name.as_str()) {
+                    continue;
+                }
+                match entry {
+                    HostEntry::Dir => push_ro_dir(&mut steps, PathBuf::from("/").join(name), name),
+                    HostEntry::Symlink(to) => {
+                        steps.push(MountStep::Symlink { target: name.clone(), points_to: to.clone() })
+                    }
+                    HostEntry::Other => {}
+                }
+            }
+            push_bind_dir(&mut steps, volume.join("etc"), "etc", MountAttrs::WRITABLE);
+        }
+        RootfsSpec::Dir { path } => {
+            for (name, entry) in top_level {
+                if MANAGED_TOP_LEVEL.contains(&name.as_str()) {
+                    continue;
+                }
+                match entry {
+                    HostEntry::Dir => push_ro_dir(&mut steps, path.join(name), name),
+                    HostEntry::Symlink(to) => {
+                        steps.push(MountStep::Symlink { target: name.clone(), points_to: to.clone() })
+                    }
+                    HostEntry::Other => {}
+                }
+            }
+            push_ro_dir(&mut steps, path.join("etc"), "etc");
+            for file in GENERATED_ETC {
+                steps.push(MountStep::Overlay {
+                    source: volume.join("etc").join(file),
+                    target: format!("etc/{file}"),
+                });
+            }
+        }
+    }
+    push_bind_dir(&mut steps, volume.join("home"), "home", MountAttrs::WRITABLE);
+    push_bind_dir(&mut steps, volume.join("root"), "root", MountAttrs::WRITABLE);
+    push_bind_dir(&mut steps, volume.join("tmp"), "tmp", MountAttrs::WRITABLE);
+
+    steps.push(MountStep::Mkdir { target: "proc".into() });
+    steps.push(MountStep::Proc { target: "proc".into() });
+    for p in PROC_READ_ONLY {
+        steps.push(MountStep::ReadOnly { target: format!("proc/{p}") });
+    }
+    for p in PROC_MASKED {
+        steps.push(MountStep::Mask { target: format!("proc/{p}") });
+    }
+
+    steps.push(MountStep::Mkdir { target: "dev".into() });
+    steps.push(MountStep::Tmpfs {
+        target: "dev".into(),
+        options: "mode=0755,size=64k",
+        attrs: MountAttrs { readonly: false, nosuid: true, nodev: false, noexec: true },
+    });
+    for d in DEVICES {
+        steps.push(MountStep::Bind {
+            source: PathBuf::from("/dev").join(d),
+            target: format!("dev/{d}"),
+            recursive: false,
+            attrs: MountAttrs { readonly: false, nosuid: true, nodev: false, noexec: true },
+        });
+    }
+    steps.push(MountStep::Mkdir { target: "dev/pts".into() });
+    steps.push(MountStep::Devpts { target: "dev/pts".into() });
+    steps.push(MountStep::Symlink { target: "dev/ptmx".into(), points_to: "pts/ptmx".into() });
+    steps.push(MountStep::Mkdir { target: "dev/shm".into() });
+    steps.push(MountStep::Tmpfs {
+        target: "dev/shm".into(),
+        options: "mode=1777,size=64m",
+        attrs: MountAttrs { readonly: false, nosuid: true, nodev: true, noexec: false },
+    });
+    for (link, to) in
+        [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")]
+    {
+        steps.push(MountStep::Symlink { target: format!("dev/{link}"), points_to: to.into() });
+    }
+    steps.push(MountStep::SetAttrs {
+        target: "dev".into(),
+        attrs: MountAttrs { readonly: true, nosuid: true, nodev: false, noexec: true },
+    });
+
+    for m in &spec.mounts {
+        let attrs = if m.read_only { MountAttrs::READ_ONLY_SYSTEM } else { MountAttrs::WRITABLE };
+        steps.push(MountStep::Bind {
+            source: m.host.clone(),
+            target: m.sandbox.relative().to_owned(),
+            recursive: true,
+            attrs,
+        });
+    }
+    steps.push(MountStep::SetAttrs { target: String::new(), attrs: ROOT_FINAL });
+    steps
+}
+
+fn push_ro_dir(steps: &mut Vec<MountStep>, source: PathBuf, target: &str) {
+    push_bind_dir(steps, source, target, MountAttrs::READ_ONLY_SYSTEM);
+}
+
+fn push_bind_dir(steps: &mut Vec<MountStep>, source: PathBuf, target: &str, attrs: MountAttrs) {
+    steps.push(MountStep::Mkdir { target: target.to_owned() });
+    steps.push(MountStep::Bind { source, target: target.to_owned(), recursive: true, attrs });
+}
+
+/// Paths (inside the sandbox) where Landlock allows writes; everything else is read/execute only.
+pub fn writable_paths(spec: &SetupSpec) -> Vec<String> {
+    let mut paths: Vec<String> = vec!["/home".into(), "/root".into(), "/tmp".into(), "/dev/shm".into(), "/dev/pts".into()];
+    paths.extend(["null", "zero", "full", "tty"].iter().map(|d| format!("/dev/{d}")));
+    if matches!(spec.rootfs, RootfsSpec::Host) {
+        paths.push("/etc".into());
+    }
+    paths.extend(spec.mounts.iter().filter(|m| !m.read_only).map(|m| m.sandbox.to_string()));
+    paths
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::native::setup::SetupSpec;
+
+    fn targets(steps: &[MountStep]) -> Vec<String> {
+        steps
+            .iter()
+            .filter_map(|s| match s {
+                MountStep::Bind { target, .. }
+                | MountStep::Tmpfs { target, .. }
+                | MountStep::Proc { target }
+                | MountStep::Devpts { target } => {
+                    Some(target.clone())
+                }
+                MountStep::Symlink { target, .. } => Some(target.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn host_top_level() -> Vec<(String, HostEntry)> {
+        ["usr", "etc", "root", "home", "var", "srv", "opt", "mnt", "run", "boot", "sys"]
+            .iter()
+            .map(|n| (n.to_string(), HostEntry::Dir))
+            .chain(std::iter::once(("bin".to_string(), HostEntry::Symlink("usr/bin".into()))))
+            .collect()
+    }
+
+    #[test]
+    fn default_profile_hides_the_host() {
+        let spec = SetupSpec::example();
+        let steps = plan_mounts(&spec, &host_top_level());
+        let t = targets(&steps);
+        for hidden in ["var", "srv", "opt", "mnt", "run", "boot", "sys"] {
+            assert!(!t.iter().any(|x| x == hidden), "{hidden} would be visible");
+        }
+        // /root exists, but as the sandbox's own private directory, never the host's.
+        assert!(steps.iter().all(|s| !matches!(s, MountStep::Bind { source, .. } if source == &PathBuf::from("/root"))));
+        for present in ["usr", "bin", "etc", "home", "tmp", "proc", "dev", "dev/pts", "dev/shm", "dev/null"] {
+            assert!(t.iter().any(|x| x == present), "{present} missing");
+        }
+        // The host's /etc is never bound: the sandbox's /etc comes from its own volume.
+        assert!(steps.iter().all(|s| !matches!(s, MountStep::Bind { source, .. } if source == &PathBuf::from("/etc"))));
+        // System directories are read-only, nosuid, nodev.
+        let usr = steps.iter().find(|s| matches!(s, MountStep::Bind { target, .. } if target == "usr"));
+        assert!(matches!(usr, Some(MountStep::Bind { attrs, .. }) if attrs.readonly && attrs.nosuid && attrs.nodev));
+        // The root ends read-only, and kernel knobs are protected.
+        assert!(matches!(steps.last(), Some(MountStep::SetAttrs { target, attrs }) if target.is_empty() && attrs.readonly));
+        assert!(steps.contains(&MountStep::ReadOnly { target: "proc/sys".into() }));
+        assert!(steps.contains(&MountStep::ReadOnly { target: "proc/sysrq-trigger".into() }));
+        assert!(steps.contains(&MountStep::Mask { target: "proc/kcore".into() }));
+    }
+
+    #[test]
+    fn writable_paths_cover_only_private_storage() {
+        let spec = SetupSpec::example();
+        let w = writable_paths(&spec);
+        assert!(w.contains(&"/home".to_string()) && w.contains(&"/tmp".to_string()));
+        assert!(!w.iter().any(|p| p == "/" || p == "/usr" || p == "/proc" || p.starts_with("/proc")));
+    }
+}

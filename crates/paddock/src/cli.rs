@@ -1,0 +1,139 @@
+//! Command-line syntax.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use paddock_types::{ByteSize, CpuQuota, EnvVar, MountSpec, SandboxPath, UserSpec};
+
+/// paddock: a self-hosted execution sandbox for AI agents.
+#[derive(Debug, Parser)]
+#[command(name = "paddock", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// Log filter for paddock's own diagnostics on stderr (e.g. `info`, `paddock=debug`).
+    #[arg(long, global = true, env = "PADDOCK_LOG")]
+    pub log: Option<String>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// State directory (storage pool, run state).
+    #[arg(long, global = true, env = "PADDOCK_STATE_DIR", default_value = "/var/lib/paddock")]
+    pub state_dir: PathBuf,
+    /// The in-sandbox agent binary (default: `paddock-agent` next to this binary).
+    #[arg(long, global = true, env = "PADDOCK_AGENT")]
+    pub agent: Option<PathBuf>,
+    /// Parent cgroup (in every hierarchy) that sandboxes are created under.
+    #[arg(long, global = true, env = "PADDOCK_CGROUP_PARENT", default_value = "paddock")]
+    pub cgroup_parent: String,
+    /// Size of the storage pool image, when the state directory is not on btrfs.
+    #[arg(long, global = true, env = "PADDOCK_POOL_SIZE", default_value = "64G")]
+    pub pool_size: ByteSize,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command in a fresh sandbox, stream its output, exit with its exit code, remove the sandbox.
+    Run(RunArgs),
+    /// Reclaim sandboxes, cgroups and subvolumes left behind by crashed runs.
+    Gc,
+    /// Manage the storage pool.
+    Pool {
+        #[command(subcommand)]
+        command: PoolCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PoolCommand {
+    /// Unmount and delete the storage pool (after reclaiming abandoned sandboxes).
+    Destroy,
+}
+
+/// `paddock run` options.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Memory limit (e.g. 512M); the kernel OOM-kills inside the sandbox past it.
+    #[arg(long, default_value = "1G")]
+    pub memory: ByteSize,
+    /// CPU quota in CPUs (e.g. 1.5).
+    #[arg(long)]
+    pub cpus: Option<CpuQuota>,
+    /// Maximum number of processes and threads.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pids: u32,
+    /// Disk limit for everything the sandbox writes (e.g. 1G).
+    #[arg(long, default_value = "10G")]
+    pub disk: ByteSize,
+    /// Kill the command (and everything in the sandbox) after this long and exit 124 (e.g. 10s, 500ms, 2m).
+    #[arg(long, value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Set an environment variable (repeatable); the environment is otherwise PATH, HOME, LANG, TERM.
+    #[arg(long = "env", short = 'e', value_name = "K=V")]
+    pub env: Vec<EnvVar>,
+    /// Working directory inside the sandbox (default: the user's home).
+    #[arg(long, short = 'w')]
+    pub workdir: Option<SandboxPath>,
+    /// Mount a host path into the sandbox (repeatable): HOST:SANDBOX[:ro].
+    #[arg(long = "mount", short = 'v', value_name = "HOST:SANDBOX[:ro]")]
+    pub mounts: Vec<MountSpec>,
+    /// Use this root file system directory (e.g. made by debootstrap) instead of the host's system directories.
+    #[arg(long)]
+    pub rootfs: Option<PathBuf>,
+    /// User inside the sandbox (`user`, uid 1000, by default; `root` is still unprivileged on the host).
+    #[arg(long, short = 'u', default_value = "user")]
+    pub user: UserSpec,
+    /// Run the command on a pseudo-terminal connected to this terminal.
+    #[arg(long, short = 't')]
+    pub tty: bool,
+    /// The command and its arguments.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// Parses `10s`, `500ms`, `2m`, `1h` or a plain number of seconds (fractions allowed).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let err = || format!("invalid duration {s:?}: use e.g. 10s, 500ms, 2m or 1.5");
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| err())?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(err()),
+    };
+    if !secs.is_finite() || secs <= 0.0 || secs > 1e9 {
+        return Err(err());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        for bad in ["", "0", "-1s", "1x", "s", "nan"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

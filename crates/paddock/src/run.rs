@@ -1,0 +1,220 @@
+//! `paddock run`: a fresh sandbox for one command.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use paddock_protocol::{CommandSpec, ExitStatus, SpawnRequest, Stream};
+use paddock_runtime::agent_client::{AgentClient, ProcessEvent, ProcessEvents};
+use paddock_runtime::{Backend, SandboxHandle};
+use paddock_types::{Limits, RootfsSpec, SandboxId, SandboxSpec};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::cli::RunArgs;
+use crate::config::Config;
+use crate::tty::TerminalSession;
+
+/// The exit code of a command killed by `--timeout`, as timeout(1) uses.
+const EXIT_TIMEOUT: u8 = 124;
+/// Default PATH inside the sandbox.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// How the command's run ended.
+enum Outcome {
+    Exited(ExitStatus),
+    TimedOut,
+    Interrupted(i32),
+}
+
+/// Runs the command; returns paddock's exit code.
+pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
+    // One thread: the sandbox's init is a child of this thread, and its parent-death signal fires when
+    // the thread that started it exits.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the async runtime")?;
+    rt.block_on(run_async(config, args))
+}
+
+fn sandbox_spec(args: &RunArgs) -> SandboxSpec {
+    let mut bytes = [0u8; 8];
+    rand_bytes(&mut bytes);
+    SandboxSpec {
+        id: SandboxId::from_random(bytes),
+        limits: Limits { memory: Some(args.memory), cpus: args.cpus, pids: Some(args.pids), disk: Some(args.disk) },
+        rootfs: match &args.rootfs {
+            Some(p) => RootfsSpec::Dir { path: p.clone() },
+            None => RootfsSpec::Host,
+        },
+        mounts: args.mounts.clone(),
+        workdir: args.workdir.clone(),
+        user: args.user.clone(),
+        env: args.env.clone(),
+    }
+}
+
+fn rand_bytes(out: &mut [u8]) {
+    use std::io::Read;
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        if f.read_exact(out).is_ok() {
+            return;
+        }
+    }
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+        ^ u128::from(std::process::id());
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = (seed >> ((i % 16) * 8)) as u8;
+    }
+}
+
+fn environment(args: &RunArgs, spec: &SandboxSpec) -> BTreeMap<String, String> {
+    let home = if spec.user.as_str() == "root" { "/root" } else { "/home/user" };
+    let term = std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".into());
+    let mut env = BTreeMap::from([
+        ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
+        ("HOME".to_owned(), home.to_owned()),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        ("TERM".to_owned(), term),
+    ]);
+    for var in &args.env {
+        env.insert(var.key.clone(), var.value.clone());
+    }
+    env
+}
+
+async fn run_async(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let backend = config.open_backend(true)?;
+    if let Err(e) = backend.collect_garbage_now() {
+        tracing::warn!(error = %e, "garbage collection failed");
+    }
+    let spec = sandbox_spec(&args);
+    // Signals arriving during creation must still lead to teardown: install handlers first.
+    let mut signals = Signals::new()?;
+    let handle = backend.create_sandbox(&spec).await.context("failed to create the sandbox")?;
+    let outcome = drive(&handle, &args, &spec, &mut signals).await;
+    let teardown = backend.destroy_sandbox(handle).await;
+    let outcome = outcome?;
+    if let Err(e) = teardown {
+        eprintln!("paddock: warning: {e}");
+    }
+    Ok(match outcome {
+        Outcome::Exited(status) => ExitCode::from(status.shell_code().clamp(0, 255) as u8),
+        Outcome::TimedOut => ExitCode::from(EXIT_TIMEOUT),
+        Outcome::Interrupted(sig) => ExitCode::from((128 + sig) as u8),
+    })
+}
+
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    winch: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        let s = |k| signal(k).context("failed to install a signal handler");
+        Ok(Self {
+            int: s(SignalKind::interrupt())?,
+            term: s(SignalKind::terminate())?,
+            hup: s(SignalKind::hangup())?,
+            winch: s(SignalKind::window_change())?,
+        })
+    }
+}
+
+async fn drive(
+    handle: &SandboxHandle,
+    args: &RunArgs,
+    spec: &SandboxSpec,
+    signals: &mut Signals,
+) -> anyhow::Result<Outcome> {
+    let client = AgentClient::connect(&handle.agent_socket).await.context("failed to reach the sandbox agent")?;
+    let terminal = if args.tty { Some(TerminalSession::start()?) } else { None };
+    let request = SpawnRequest {
+        command: CommandSpec::Argv { argv: args.command.clone() },
+        env: environment(args, spec),
+        cwd: args.workdir.as_ref().map(|p| p.to_string()),
+        user: Some(args.user.to_string()),
+        stdin: true,
+        pty: terminal.as_ref().map(|t| t.size()),
+        timeout_ms: None,
+        tag: None,
+        detached: false,
+    };
+    let (pid, events) = client.spawn(request).await.with_context(|| format!("failed to start {:?}", args.command[0]))?;
+    let deadline = args.timeout.map(|t| tokio::time::Instant::now() + t);
+    let outcome = pump(&client, pid, events, terminal.as_ref(), deadline, signals).await;
+    drop(terminal);
+    outcome
+}
+
+async fn pump(
+    client: &AgentClient,
+    pid: u32,
+    mut events: ProcessEvents,
+    terminal: Option<&TerminalSession>,
+    deadline: Option<tokio::time::Instant>,
+    signals: &mut Signals,
+) -> anyhow::Result<Outcome> {
+    let mut stdout = tokio::io::stdout();
+    let mut stderr = tokio::io::stderr();
+    let stdin_pump = forward_stdin(client, pid);
+    tokio::pin!(stdin_pump);
+    let mut stdin_done = false;
+    let sleep = tokio::time::sleep_until(deadline.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(1 << 40)));
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(ProcessEvent::Output { stream, data, .. }) => {
+                    let sink: &mut (dyn tokio::io::AsyncWrite + Unpin + Send) = match stream {
+                        Stream::Stderr => &mut stderr,
+                        Stream::Stdout | Stream::Pty => &mut stdout,
+                    };
+                    // A closed stdout (e.g. `| head`) must not stop the sandbox from being torn down.
+                    if sink.write_all(&data).await.is_ok() {
+                        let _ = sink.flush().await;
+                    }
+                }
+                Some(ProcessEvent::Exited(status)) => return Ok(Outcome::Exited(status)),
+                None => anyhow::bail!("the sandbox agent exited unexpectedly"),
+            },
+            result = &mut stdin_pump, if !stdin_done => {
+                stdin_done = true;
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "stdin forwarding ended");
+                }
+            }
+            _ = &mut sleep, if deadline.is_some() => return Ok(Outcome::TimedOut),
+            _ = signals.int.recv() => return Ok(Outcome::Interrupted(libc::SIGINT)),
+            _ = signals.term.recv() => return Ok(Outcome::Interrupted(libc::SIGTERM)),
+            _ = signals.hup.recv() => return Ok(Outcome::Interrupted(libc::SIGHUP)),
+            _ = signals.winch.recv() => {
+                if let Some(t) = terminal {
+                    let _ = client.resize(pid, t.size()).await;
+                }
+            }
+        }
+    }
+}
+
+/// Copies this process's stdin to the command's stdin, then closes it.
+async fn forward_stdin(client: &AgentClient, pid: u32) -> anyhow::Result<()> {
+    let mut stdin = tokio::io::stdin();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = stdin.read(&mut buf).await.context("read stdin")?;
+        if n == 0 {
+            client.write_stdin(pid, &[], true).await.context("close stdin")?;
+            return Ok(());
+        }
+        client.write_stdin(pid, &buf[..n], false).await.context("write stdin")?;
+    }
+}

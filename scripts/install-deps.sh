@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages paddock needs on a fresh Debian 12 machine (run as root).
+#   btrfs-progs   mkfs.btrfs for the storage pool image
+#   util-linux    mount (loop devices), unshare, setsid
+#   busybox-static  a tiny root file system for the --rootfs tests
+#   bubblewrap    the peer the benchmarks compare against
+#   python3, procps  used by the tests inside sandboxes
+set -euo pipefail
+need=()
+for pkg in btrfs-progs util-linux busybox-static bubblewrap python3 procps; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if ((${#need[@]})); then
+  echo "installing: ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  echo "cargo (a Rust toolchain, 1.85 or newer) is required: https://rustup.rs" >&2
+  exit 1
+fi
