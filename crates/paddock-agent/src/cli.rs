@@ -27,7 +27,8 @@ pub struct AgentConfig {
 }
 
 /// The usage text.
-pub const USAGE: &str = "usage: paddock-agent (--listen-fd N | --listen PATH) [--root DIR] [--default-user NAME] \
+pub const USAGE: &str =
+    "usage: paddock-agent (--listen-fd N | --listen PATH) [--root DIR] [--default-user NAME] \
                          [--log-level error|warn|info|debug|trace]";
 
 /// Why the command line is not acceptable.
@@ -68,12 +69,20 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<AgentConfig
             Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(v.to_owned())),
             _ => (arg.clone(), None),
         };
-        let mut value = || inline.clone().or_else(|| args.next()).ok_or(CliError::MissingValue { flag: flag.clone() });
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or(CliError::MissingValue { flag: flag.clone() })
+        };
         match flag.as_str() {
             "--listen-fd" => {
                 let v = value()?;
                 let fd = v.parse::<i32>().ok().filter(|fd| *fd >= 0);
-                let fd = fd.ok_or(CliError::InvalidValue { flag: flag.clone(), value: v })?;
+                let fd = fd.ok_or(CliError::InvalidValue {
+                    flag: flag.clone(),
+                    value: v,
+                })?;
                 listen = Some(Listen::Fd(fd));
                 listens += 1;
             }
@@ -85,13 +94,21 @@ pub fn parse_args<I: IntoIterator<Item = String>>(args: I) -> Result<AgentConfig
             "--default-user" => default_user = value()?,
             "--log-level" => {
                 let v = value()?;
-                log_level = v.parse().map_err(|_| CliError::InvalidValue { flag: flag.clone(), value: v })?;
+                log_level = v.parse().map_err(|_| CliError::InvalidValue {
+                    flag: flag.clone(),
+                    value: v,
+                })?;
             }
             _ => return Err(CliError::Unknown(arg)),
         }
     }
     match listen {
-        Some(listen) if listens == 1 => Ok(AgentConfig { listen, root, default_user, log_level }),
+        Some(listen) if listens == 1 => Ok(AgentConfig {
+            listen,
+            root,
+            default_user,
+            log_level,
+        }),
         _ => Err(CliError::ListenRequired),
     }
 }
@@ -110,8 +127,15 @@ mod tests {
         assert_eq!(c.listen, Listen::Fd(3));
         assert_eq!(c.root, PathBuf::from("/"));
         assert_eq!(c.default_user, "user");
-        let c = parse(&["--listen=/tmp/s", "--root", "/srv", "--default-user=dev", "--log-level", "debug"])
-            .expect("parses");
+        let c = parse(&[
+            "--listen=/tmp/s",
+            "--root",
+            "/srv",
+            "--default-user=dev",
+            "--log-level",
+            "debug",
+        ])
+        .expect("parses");
         assert_eq!(c.listen, Listen::Path("/tmp/s".into()));
         assert_eq!(c.root, PathBuf::from("/srv"));
         assert_eq!(c.default_user, "dev");
@@ -121,8 +145,14 @@ mod tests {
     #[test]
     fn rejects_bad_command_lines() {
         assert!(matches!(parse(&[]), Err(CliError::ListenRequired)));
-        assert!(matches!(parse(&["--listen-fd", "3", "--listen", "/s"]), Err(CliError::ListenRequired)));
-        assert!(matches!(parse(&["--listen-fd", "x"]), Err(CliError::InvalidValue { .. })));
+        assert!(matches!(
+            parse(&["--listen-fd", "3", "--listen", "/s"]),
+            Err(CliError::ListenRequired)
+        ));
+        assert!(matches!(
+            parse(&["--listen-fd", "x"]),
+            Err(CliError::InvalidValue { .. })
+        ));
         assert!(matches!(parse(&["--listen"]), Err(CliError::MissingValue { .. })));
         assert!(matches!(parse(&["--bogus"]), Err(CliError::Unknown(_))));
     }

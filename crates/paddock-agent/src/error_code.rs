@@ -7,7 +7,10 @@ use paddock_protocol::{AgentError, ErrorCode};
 
 /// An [`AgentError`] with `code` and `message`.
 pub(crate) fn agent_error(code: ErrorCode, message: impl Into<String>) -> AgentError {
-    AgentError { code, message: message.into() }
+    AgentError {
+        code,
+        message: message.into(),
+    }
 }
 
 /// The error code for a system error (`errno`).

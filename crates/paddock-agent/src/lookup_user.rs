@@ -31,7 +31,10 @@ pub(crate) struct User {
 pub(crate) fn lookup_user(root: &Root, name: &str) -> Result<User, AgentError> {
     let passwd = read_db(root, "/etc/passwd")?.unwrap_or_default();
     let Some(mut user) = parse_passwd(&passwd, name) else {
-        return Err(agent_error(ErrorCode::UnknownUser, format!("user {name:?} is not in the sandbox's /etc/passwd")));
+        return Err(agent_error(
+            ErrorCode::UnknownUser,
+            format!("user {name:?} is not in the sandbox's /etc/passwd"),
+        ));
     };
     let group = read_db(root, "/etc/group")?.unwrap_or_default();
     user.groups = parse_groups(&group, name, user.gid);
@@ -45,7 +48,9 @@ fn read_db(root: &Root, path: &str) -> Result<Option<String>, AgentError> {
         Err(err) => return Err(fs_error("read", path, &err)),
     };
     let mut bytes = Vec::new();
-    file.take(MAX_DB_LEN).read_to_end(&mut bytes).map_err(|err| fs_error("read", path, &err))?;
+    file.take(MAX_DB_LEN)
+        .read_to_end(&mut bytes)
+        .map_err(|err| fs_error("read", path, &err))?;
     Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
 }
 
@@ -56,7 +61,11 @@ fn parse_passwd(text: &str, name: &str) -> Option<User> {
         if fields.len() < 7 || fields[0] != name {
             return None;
         }
-        let home = if fields[5].starts_with('/') { fields[5].to_owned() } else { format!("/{}", fields[5]) };
+        let home = if fields[5].starts_with('/') {
+            fields[5].to_owned()
+        } else {
+            format!("/{}", fields[5])
+        };
         Some(User {
             name: name.to_owned(),
             uid: fields[2].parse().ok()?,
@@ -88,17 +97,24 @@ fn parse_groups(text: &str, name: &str, primary: u32) -> Vec<u32> {
 mod tests {
     use super::*;
 
-    const PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/sh\nbad:x:a:1::/:/bin/sh\n";
+    const PASSWD: &str =
+        "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/sh\nbad:x:a:1::/:/bin/sh\n";
     const GROUP: &str = "root:x:0:\nuser:x:1000:\nwheel:x:10:root,user\ndocker:x:999:user\n";
 
     #[test]
     fn finds_users_and_groups() {
         let user = parse_passwd(PASSWD, "user").expect("user");
-        assert_eq!((user.uid, user.gid, user.home.as_str()), (1000, 1000, "/home/user"));
+        assert_eq!(
+            (user.uid, user.gid, user.home.as_str()),
+            (1000, 1000, "/home/user")
+        );
         assert_eq!(parse_groups(GROUP, "user", 1000), vec![1000, 10, 999]);
         assert_eq!(parse_groups(GROUP, "root", 0), vec![0, 10]);
         assert!(parse_passwd(PASSWD, "nobody").is_none());
-        assert!(parse_passwd(PASSWD, "bad").is_none(), "a non-numeric uid is no user");
+        assert!(
+            parse_passwd(PASSWD, "bad").is_none(),
+            "a non-numeric uid is no user"
+        );
     }
 
     #[test]

@@ -78,7 +78,12 @@ mod tests {
 
     #[test]
     fn levels_filter_events() {
-        let log = StderrLog { max_level: Level::INFO };
-        assert_eq!(log.max_level_hint(), Some(tracing::level_filters::LevelFilter::INFO));
+        let log = StderrLog {
+            max_level: Level::INFO,
+        };
+        assert_eq!(
+            log.max_level_hint(),
+            Some(tracing::level_filters::LevelFilter::INFO)
+        );
     }
 }

@@ -1,1 +1,604 @@
-//! agent client (being written)
+//! The host side of `paddock-protocol`: an async client for one connection to a sandbox's agent.
+//!
+//! [`AgentClient::connect`] opens the unix socket (with a timeout) and does the handshake. A
+//! background task reads every frame: replies go to the request that is waiting for them (by id),
+//! output and exits go to the [`ProcessEvents`] of their pid. Those channels are bounded, so a
+//! consumer that does not keep up stops the reader task, the socket fills, and the agent stops
+//! reading that process's output: memory stays bounded end to end. The flip side: while one
+//! process's events are not consumed, *no* frame of this connection is read, replies included, so
+//! consume events concurrently with other calls on the same client (or use a second client).
+//! Dropping a [`ProcessEvents`] discards that pid's later events.
+//!
+//! The client is cheap to clone (all clones share the connection); the reader task stops when the
+//! last clone is dropped.
+//!
+//! This module does not start or find agents; it only talks to one.
+
+mod routing;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use paddock_protocol::{
+    encode_frame, AgentError, ClientMessage, ErrorCode, ExitStatus, FileStat, ProcessInfo, PtySize, Reply,
+    Request, SpawnRequest, Stream, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use routing::{lock, read_frames, Answer, Pending, Routes, Subscribe};
+
+/// How long [`AgentClient::connect`] waits for the socket and the handshake.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a request waits for its reply (stdin writes excepted: they complete when the process
+/// has taken the bytes, which may legitimately take forever).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentClientError {
+    /// The socket could not be connected (or the handshake did not complete in time).
+    #[error("failed to connect to the agent at {path}")]
+    Connect {
+        /// The socket path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Reading or writing the connection failed.
+    #[error("agent connection failed while {op}")]
+    Io {
+        /// What the client was doing.
+        op: &'static str,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The agent sent something this client does not understand.
+    #[error("agent protocol violation: {detail}")]
+    Protocol {
+        /// What was wrong.
+        detail: String,
+    },
+    /// The agent answered with an error.
+    #[error("the agent refused the request")]
+    Agent(#[source] AgentError),
+    /// No answer in time.
+    #[error("the agent did not answer {op} within {after:?}")]
+    Timeout {
+        /// The request.
+        op: &'static str,
+        /// How long the client waited.
+        after: Duration,
+    },
+    /// The connection is closed (the agent exited, or the socket broke).
+    #[error("the agent connection is closed")]
+    Closed,
+}
+
+impl AgentClientError {
+    /// The agent's error code, when the agent refused the request.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Self::Agent(error) => Some(error.code),
+            _ => None,
+        }
+    }
+}
+
+/// Something that happened to a process this client follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessEvent {
+    /// Output bytes starting at `offset` of `stream`.
+    Output {
+        /// Which stream.
+        stream: Stream,
+        /// Offset of the first byte in the stream.
+        offset: u64,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// The process exited; sent after all of its output, and last.
+    Exited(ExitStatus),
+}
+
+/// The events of one process, in order. `recv` returns `None` after the exit, after a detach, or
+/// when the connection closes.
+#[derive(Debug)]
+pub struct ProcessEvents {
+    pid: u32,
+    rx: mpsc::Receiver<ProcessEvent>,
+}
+
+impl ProcessEvents {
+    /// The process these events belong to.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The next event.
+    pub async fn recv(&mut self) -> Option<ProcessEvent> {
+        self.rx.recv().await
+    }
+}
+
+/// Where an attach's replay starts (later than asked when the agent's buffer dropped older bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayStart {
+    /// First stdout (or PTY) byte replayed.
+    pub stdout_from: u64,
+    /// First stderr byte replayed.
+    pub stderr_from: u64,
+}
+
+/// Part of a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileChunk {
+    /// The bytes read.
+    pub data: Vec<u8>,
+    /// The file's size when it was read.
+    pub size: u64,
+    /// The read reached the end of the file.
+    pub eof: bool,
+}
+
+/// How [`AgentClient::write_file`] writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Where the data goes.
+    pub offset: u64,
+    /// Cut the file at `offset` first (the default: the data becomes the whole file).
+    pub truncate: bool,
+    /// Permission bits if the file is created (agent default 0o644).
+    pub mode: Option<u32>,
+    /// Owner if the file is created (agent default: the sandbox's default user).
+    pub user: Option<String>,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        Self {
+            offset: 0,
+            truncate: true,
+            mode: None,
+            user: None,
+        }
+    }
+}
+
+/// How [`AgentClient::mkdir`] creates a directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MkdirOptions {
+    /// Create missing parents, and succeed if it exists.
+    pub parents: bool,
+    /// Permission bits (agent default 0o755).
+    pub mode: Option<u32>,
+    /// Owner (agent default: the sandbox's default user).
+    pub user: Option<String>,
+}
+
+/// A connection to an agent.
+#[derive(Debug, Clone)]
+pub struct AgentClient {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    next_id: AtomicU64,
+    routes: Arc<Mutex<Routes>>,
+    reader: JoinHandle<()>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+impl AgentClient {
+    /// Connects to the agent socket at `path` and does the handshake, within [`CONNECT_TIMEOUT`].
+    pub async fn connect(path: impl AsRef<Path>) -> Result<Self, AgentClientError> {
+        let path = path.as_ref();
+        let connect_error = |source| AgentClientError::Connect {
+            path: path.to_path_buf(),
+            source,
+        };
+        let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "timed out");
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(path))
+            .await
+            .map_err(|_| connect_error(timed_out()))?
+            .map_err(connect_error)?;
+        let (read, write) = stream.into_split();
+        let routes = Arc::new(Mutex::new(Routes::default()));
+        let reader = tokio::spawn(read_frames(read, routes.clone()));
+        let client = Self {
+            shared: Arc::new(Shared {
+                writer: tokio::sync::Mutex::new(write),
+                next_id: AtomicU64::new(1),
+                routes,
+                reader,
+            }),
+        };
+        let hello = client.call(
+            "hello",
+            Request::Hello {
+                version: PROTOCOL_VERSION,
+            },
+            &[],
+            Subscribe::No,
+            Some(CONNECT_TIMEOUT),
+        );
+        match hello.await {
+            Ok(Answer {
+                body:
+                    Reply::Hello {
+                        version: PROTOCOL_VERSION,
+                        agent_version,
+                    },
+                ..
+            }) => {
+                tracing::debug!(path = %path.display(), %agent_version, "connected to agent");
+                Ok(client)
+            }
+            Ok(Answer { body, .. }) => Err(unexpected("hello", &body)),
+            Err(AgentClientError::Timeout { .. }) => Err(connect_error(timed_out())),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Starts a process. Unless `request.detached`, the returned events carry its output and exit;
+    /// for a detached process they end at once (attach later).
+    pub async fn spawn(&self, request: SpawnRequest) -> Result<(u32, ProcessEvents), AgentClientError> {
+        let subscribe = if request.detached {
+            Subscribe::No
+        } else {
+            Subscribe::Spawn
+        };
+        let answer = self
+            .call(
+                "spawn",
+                Request::Spawn(request),
+                &[],
+                subscribe,
+                Some(REQUEST_TIMEOUT),
+            )
+            .await?;
+        match answer.body {
+            Reply::Spawned { pid } => Ok((pid, answer.events.unwrap_or_else(|| ended_events(pid)))),
+            other => Err(unexpected("spawn", &other)),
+        }
+    }
+
+    /// Follows process `pid` on this connection, replaying buffered output from the given offsets
+    /// first; an exited process's replay ends with its exit.
+    pub async fn attach(
+        &self,
+        pid: u32,
+        stdout_from: u64,
+        stderr_from: u64,
+    ) -> Result<(ReplayStart, ProcessEvents), AgentClientError> {
+        let request = Request::Attach {
+            pid,
+            stdout_from,
+            stderr_from,
+        };
+        let answer = self
+            .call(
+                "attach",
+                request,
+                &[],
+                Subscribe::Attach(pid),
+                Some(REQUEST_TIMEOUT),
+            )
+            .await?;
+        match answer.body {
+            Reply::Attached {
+                stdout_from,
+                stderr_from,
+            } => Ok((
+                ReplayStart {
+                    stdout_from,
+                    stderr_from,
+                },
+                answer.events.unwrap_or_else(|| ended_events(pid)),
+            )),
+            other => Err(unexpected("attach", &other)),
+        }
+    }
+
+    /// Stops following `pid` on this connection (the process keeps running); its events end.
+    pub async fn detach(&self, pid: u32) -> Result<(), AgentClientError> {
+        self.done("detach", Request::Detach { pid }, &[]).await?;
+        lock(&self.shared.routes).events.remove(&pid);
+        Ok(())
+    }
+
+    /// Writes `data` to the process's stdin (in frames of at most 1 MiB), then closes stdin if
+    /// `close`. Completes when the agent has written the bytes into the pipe or PTY, which takes as
+    /// long as the process takes to read them: there is no timeout.
+    pub async fn write_stdin(&self, pid: u32, data: &[u8], close: bool) -> Result<(), AgentClientError> {
+        let mut chunks: Vec<&[u8]> = data.chunks(MAX_PAYLOAD_LEN).collect();
+        if chunks.is_empty() {
+            chunks.push(&[]);
+        }
+        let last = chunks.len() - 1;
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let request = Request::WriteStdin {
+                pid,
+                close: close && i == last,
+            };
+            let answer = self
+                .call("write_stdin", request, chunk, Subscribe::No, None)
+                .await?;
+            expect_done("write_stdin", answer.body)?;
+        }
+        Ok(())
+    }
+
+    /// Sends signal number `signal` to process `pid`.
+    pub async fn signal(&self, pid: u32, signal: i32) -> Result<(), AgentClientError> {
+        self.done("signal", Request::Signal { pid, signal }, &[]).await
+    }
+
+    /// Sends `signal` (SIGKILL when `None`) to `pid` and all its descendants.
+    pub async fn kill_tree(&self, pid: u32, signal: Option<i32>) -> Result<(), AgentClientError> {
+        self.done("kill_tree", Request::KillTree { pid, signal }, &[])
+            .await
+    }
+
+    /// Resizes the PTY of `pid`.
+    pub async fn resize(&self, pid: u32, size: PtySize) -> Result<(), AgentClientError> {
+        self.done("resize", Request::Resize { pid, size }, &[]).await
+    }
+
+    /// Running and recently exited processes started through the agent.
+    pub async fn list_processes(&self) -> Result<Vec<ProcessInfo>, AgentClientError> {
+        match self
+            .reply("list_processes", Request::ListProcesses, &[])
+            .await?
+            .body
+        {
+            Reply::Processes { processes } => Ok(processes),
+            other => Err(unexpected("list_processes", &other)),
+        }
+    }
+
+    /// Reads up to `max_len` bytes (at most 1 MiB) of `path` from `offset`.
+    pub async fn read_file(
+        &self,
+        path: &str,
+        offset: u64,
+        max_len: Option<u32>,
+    ) -> Result<FileChunk, AgentClientError> {
+        let request = Request::ReadFile {
+            path: path.to_owned(),
+            offset,
+            max_len,
+        };
+        let answer = self.reply("read_file", request, &[]).await?;
+        match answer.body {
+            Reply::FileData { eof, size } => Ok(FileChunk {
+                data: answer.payload,
+                size,
+                eof,
+            }),
+            other => Err(unexpected("read_file", &other)),
+        }
+    }
+
+    /// Reads a whole file, refusing (with `Protocol`) one larger than `limit` bytes.
+    pub async fn read_file_to_end(&self, path: &str, limit: u64) -> Result<Vec<u8>, AgentClientError> {
+        let mut data = Vec::new();
+        loop {
+            let chunk = self.read_file(path, data.len() as u64, None).await?;
+            data.extend_from_slice(&chunk.data);
+            if data.len() as u64 > limit {
+                return Err(AgentClientError::Protocol {
+                    detail: format!("{path} is larger than {limit} bytes"),
+                });
+            }
+            if chunk.eof || chunk.data.is_empty() {
+                return Ok(data);
+            }
+        }
+    }
+
+    /// Writes `data` to `path` (in frames of at most 1 MiB); returns the bytes written.
+    pub async fn write_file(
+        &self,
+        path: &str,
+        data: &[u8],
+        options: &WriteOptions,
+    ) -> Result<u64, AgentClientError> {
+        let mut chunks: Vec<&[u8]> = data.chunks(MAX_PAYLOAD_LEN).collect();
+        if chunks.is_empty() {
+            chunks.push(&[]);
+        }
+        let mut written = 0u64;
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let request = Request::WriteFile {
+                path: path.to_owned(),
+                offset: options.offset + written,
+                truncate: options.truncate && i == 0,
+                mode: options.mode,
+                user: options.user.clone(),
+            };
+            match self.reply("write_file", request, chunk).await?.body {
+                Reply::Written { bytes } => written += bytes,
+                other => return Err(unexpected("write_file", &other)),
+            }
+        }
+        Ok(written)
+    }
+
+    /// Lists a directory (all pages), sorted by name.
+    pub async fn list_dir(&self, path: &str) -> Result<Vec<FileStat>, AgentClientError> {
+        let mut all: Vec<FileStat> = Vec::new();
+        loop {
+            let after = all.last().map(|e| e.name.clone());
+            let request = Request::ListDir {
+                path: path.to_owned(),
+                after,
+            };
+            match self.reply("list_dir", request, &[]).await?.body {
+                Reply::Entries { entries, more } => {
+                    let progressed = !entries.is_empty();
+                    all.extend(entries);
+                    if !more || !progressed {
+                        return Ok(all);
+                    }
+                }
+                other => return Err(unexpected("list_dir", &other)),
+            }
+        }
+    }
+
+    /// Describes `path` without following a final symlink.
+    pub async fn stat(&self, path: &str) -> Result<FileStat, AgentClientError> {
+        match self
+            .reply(
+                "stat",
+                Request::Stat {
+                    path: path.to_owned(),
+                },
+                &[],
+            )
+            .await?
+            .body
+        {
+            Reply::Stat { stat } => Ok(stat),
+            other => Err(unexpected("stat", &other)),
+        }
+    }
+
+    /// Creates a directory.
+    pub async fn mkdir(&self, path: &str, options: &MkdirOptions) -> Result<(), AgentClientError> {
+        let request = Request::Mkdir {
+            path: path.to_owned(),
+            parents: options.parents,
+            mode: options.mode,
+            user: options.user.clone(),
+        };
+        self.done("mkdir", request, &[]).await
+    }
+
+    /// Removes a file, symlink or directory (`recursive` for a non-empty one).
+    pub async fn remove(&self, path: &str, recursive: bool) -> Result<(), AgentClientError> {
+        self.done(
+            "remove",
+            Request::Remove {
+                path: path.to_owned(),
+                recursive,
+            },
+            &[],
+        )
+        .await
+    }
+
+    /// Renames `from` to `to`, replacing `to`.
+    pub async fn rename(&self, from: &str, to: &str) -> Result<(), AgentClientError> {
+        self.done(
+            "rename",
+            Request::Rename {
+                from: from.to_owned(),
+                to: to.to_owned(),
+            },
+            &[],
+        )
+        .await
+    }
+
+    async fn reply(
+        &self,
+        op: &'static str,
+        request: Request,
+        payload: &[u8],
+    ) -> Result<Answer, AgentClientError> {
+        self.call(op, request, payload, Subscribe::No, Some(REQUEST_TIMEOUT))
+            .await
+    }
+
+    async fn done(&self, op: &'static str, request: Request, payload: &[u8]) -> Result<(), AgentClientError> {
+        expect_done(op, self.reply(op, request, payload).await?.body)
+    }
+
+    /// Sends one request and waits for its answer.
+    async fn call(
+        &self,
+        op: &'static str,
+        request: Request,
+        payload: &[u8],
+        subscribe: Subscribe,
+        timeout: Option<Duration>,
+    ) -> Result<Answer, AgentClientError> {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut frame = Vec::new();
+        encode_frame(&ClientMessage { id, request }, payload, &mut frame).map_err(|err| {
+            AgentClientError::Protocol {
+                detail: format!("cannot encode {op}: {err}"),
+            }
+        })?;
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut routes = lock(&self.shared.routes);
+            if routes.closed {
+                return Err(AgentClientError::Closed);
+            }
+            routes.pending.insert(id, Pending { tx, subscribe });
+        }
+        let forget = || lock(&self.shared.routes).pending.remove(&id);
+        let send = async {
+            let mut writer = self.shared.writer.lock().await;
+            writer.write_all(&frame).await
+        };
+        let sent = match timeout {
+            Some(after) => tokio::time::timeout(after, send)
+                .await
+                .map_err(|_| AgentClientError::Timeout { op, after }),
+            None => Ok(send.await),
+        };
+        if let Err(err) = sent.and_then(|r| r.map_err(|source| AgentClientError::Io { op, source })) {
+            forget();
+            return Err(err);
+        }
+        let answer = match timeout {
+            Some(after) => match tokio::time::timeout(after, rx).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    forget();
+                    return Err(AgentClientError::Timeout { op, after });
+                }
+            },
+            None => rx.await,
+        };
+        answer.unwrap_or(Err(AgentClientError::Closed))
+    }
+}
+
+fn expect_done(op: &'static str, body: Reply) -> Result<(), AgentClientError> {
+    match body {
+        Reply::Done => Ok(()),
+        other => Err(unexpected(op, &other)),
+    }
+}
+
+fn unexpected(op: &'static str, body: &Reply) -> AgentClientError {
+    AgentClientError::Protocol {
+        detail: format!("unexpected reply to {op}: {body:?}"),
+    }
+}
+
+/// Events that are already over (a detached spawn).
+fn ended_events(pid: u32) -> ProcessEvents {
+    let (_, rx) = mpsc::channel(1);
+    ProcessEvents { pid, rx }
+}

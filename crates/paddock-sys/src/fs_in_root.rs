@@ -81,7 +81,11 @@ pub struct Owner {
 impl Root {
     /// Opens `dir` (`O_PATH | O_DIRECTORY`) as the confining root.
     pub fn open(dir: &Path) -> io::Result<Self> {
-        let fd = rustix::fs::open(dir, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        let fd = rustix::fs::open(
+            dir,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
         Ok(Self { fd })
     }
 
@@ -89,18 +93,27 @@ impl Root {
     /// `mode` applies when `O_CREAT` creates the file. The final component is followed (within the
     /// root) unless `flags` has `O_NOFOLLOW`.
     pub fn open_with(&self, path: &Path, flags: OFlags, mode: u32) -> io::Result<OwnedFd> {
-        resolve(self.fd.as_fd(), path.as_os_str(), flags | OFlags::CLOEXEC, Mode::from_raw_mode(mode))
+        resolve(
+            self.fd.as_fd(),
+            path.as_os_str(),
+            flags | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode),
+        )
     }
 
     /// Opens an existing file for reading (`O_RDONLY | O_NOCTTY | O_NONBLOCK`, so a FIFO cannot block
     /// the caller).
     pub fn open_read(&self, path: &Path) -> io::Result<File> {
-        Ok(self.open_with(path, OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK, 0)?.into())
+        Ok(self
+            .open_with(path, OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK, 0)?
+            .into())
     }
 
     /// Opens an existing file for writing (`O_WRONLY | O_NOCTTY | O_NONBLOCK`).
     pub fn open_write(&self, path: &Path) -> io::Result<File> {
-        Ok(self.open_with(path, OFlags::WRONLY | OFlags::NOCTTY | OFlags::NONBLOCK, 0)?.into())
+        Ok(self
+            .open_with(path, OFlags::WRONLY | OFlags::NOCTTY | OFlags::NONBLOCK, 0)?
+            .into())
     }
 
     /// Creates a new file for writing (`O_CREAT | O_EXCL`, so an existing name, even a dangling
@@ -150,8 +163,15 @@ impl Root {
     /// when the directory exists already. Fails with `ENOTDIR` when a component is not a directory.
     pub fn mkdir_all(&self, path: &Path, mode: u32, owner: Option<Owner>) -> io::Result<()> {
         let bytes = path.as_os_str().as_bytes();
-        let mut prefix: Vec<u8> = if bytes.starts_with(b"/") { b"/".to_vec() } else { Vec::new() };
-        for component in bytes.split(|&b| b == b'/').filter(|c| !c.is_empty() && *c != b".") {
+        let mut prefix: Vec<u8> = if bytes.starts_with(b"/") {
+            b"/".to_vec()
+        } else {
+            Vec::new()
+        };
+        for component in bytes
+            .split(|&b| b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+        {
             if !prefix.is_empty() && !prefix.ends_with(b"/") {
                 prefix.push(b'/');
             }
@@ -205,7 +225,12 @@ impl Root {
     pub fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let (from_parent, from_name) = self.open_parent(from)?;
         let (to_parent, to_name) = self.open_parent(to)?;
-        Ok(rustix::fs::renameat(&from_parent, from_name.as_os_str(), &to_parent, to_name.as_os_str())?)
+        Ok(rustix::fs::renameat(
+            &from_parent,
+            from_name.as_os_str(),
+            &to_parent,
+            to_name.as_os_str(),
+        )?)
     }
 
     /// Resolves the parent directory of `path` inside the root and returns it (opened `O_PATH`) with
@@ -213,7 +238,12 @@ impl Root {
     /// (the root itself) is refused with `InvalidInput`.
     pub fn open_parent(&self, path: &Path) -> io::Result<(OwnedFd, OsString)> {
         let (parent, name) = split_parent(path.as_os_str())?;
-        let fd = resolve(self.fd.as_fd(), parent, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+        let fd = resolve(
+            self.fd.as_fd(),
+            parent,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
         Ok((fd, name.to_os_string()))
     }
 }
@@ -234,7 +264,9 @@ fn resolve(dirfd: BorrowedFd<'_>, path: &OsStr, flags: OFlags, mode: Mode) -> io
 
 /// Whether `path` names the root itself (only slashes and `.` components).
 fn is_root_path(path: &OsStr) -> bool {
-    path.as_bytes().split(|&b| b == b'/').all(|c| c.is_empty() || c == b".")
+    path.as_bytes()
+        .split(|&b| b == b'/')
+        .all(|c| c.is_empty() || c == b".")
 }
 
 /// Splits `path` into its parent (possibly empty, meaning the root) and final component.
@@ -295,7 +327,7 @@ fn entry_stat(name: OsString, st: &rustix::fs::Stat, symlink_target: Option<OsSt
         mode: st.st_mode & 0o7777,
         uid: st.st_uid,
         gid: st.st_gid,
-        mtime_ms: (st.st_mtime as i64).saturating_mul(1000) + (st.st_mtime_nsec / 1_000_000) as i64,
+        mtime_ms: st.st_mtime.saturating_mul(1000) + (st.st_mtime_nsec / 1_000_000) as i64,
         symlink_target,
     }
 }
@@ -344,7 +376,12 @@ fn remove_entry_tree(parent: BorrowedFd<'_>, name: &OsStr, depth: usize) -> io::
     }
 }
 
-fn unlink_ignoring_vanished(parent: BorrowedFd<'_>, name: &OsStr, flags: AtFlags, depth: usize) -> io::Result<()> {
+fn unlink_ignoring_vanished(
+    parent: BorrowedFd<'_>,
+    name: &OsStr,
+    flags: AtFlags,
+    depth: usize,
+) -> io::Result<()> {
     match rustix::fs::unlinkat(parent, name, flags) {
         Err(rustix::io::Errno::NOENT) if depth > 0 => Ok(()),
         other => Ok(other?),
@@ -387,14 +424,18 @@ mod tests {
     #[test]
     fn magic_links_are_refused() {
         let root = Root::open(Path::new("/")).expect("open /");
-        let err = root.open_read(Path::new("/proc/self/root/etc/hostname")).expect_err("magic link");
+        let err = root
+            .open_read(Path::new("/proc/self/root/etc/hostname"))
+            .expect_err("magic link");
         assert_eq!(err.raw_os_error(), Some(libc::ELOOP));
     }
 
     #[test]
     fn create_write_and_stat() {
         let (dir, root) = setup();
-        let mut f = root.create_new(Path::new("/new.txt"), 0o640, None).expect("create");
+        let mut f = root
+            .create_new(Path::new("/new.txt"), 0o640, None)
+            .expect("create");
         f.write_all(b"hello").expect("write");
         assert!(root.create_new(Path::new("/new.txt"), 0o640, None).is_err());
         let st = root.lstat(Path::new("new.txt")).expect("stat");
@@ -418,14 +459,22 @@ mod tests {
     #[test]
     fn mkdir_all_list_and_rename() {
         let (_dir, root) = setup();
-        root.mkdir_all(Path::new("/a/b/../c/d"), 0o750, None).expect("mkdir -p");
+        root.mkdir_all(Path::new("/a/b/../c/d"), 0o750, None)
+            .expect("mkdir -p");
         root.mkdir_all(Path::new("/a/c/d"), 0o750, None).expect("exists");
-        let names: Vec<_> = root.list_dir(Path::new("/a")).expect("list").into_iter().map(|e| e.name).collect();
+        let names: Vec<_> = root
+            .list_dir(Path::new("/a"))
+            .expect("list")
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
         assert_eq!(names, vec![OsString::from("b"), OsString::from("c")]);
         assert_eq!(root.lstat(Path::new("/a/c/d")).expect("stat").mode, 0o750);
         root.rename(Path::new("/a/c"), Path::new("/e")).expect("rename");
         assert_eq!(root.lstat(Path::new("/e/d")).expect("stat").kind, EntryKind::Dir);
-        let err = root.mkdir_all(Path::new("/etc/passwd/x"), 0o755, None).expect_err("not a dir");
+        let err = root
+            .mkdir_all(Path::new("/etc/passwd/x"), 0o755, None)
+            .expect_err("not a dir");
         assert_eq!(err.raw_os_error(), Some(libc::ENOTDIR));
     }
 

@@ -16,12 +16,11 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use paddock_protocol::Stream;
-use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
 use tokio::sync::Notify;
 
 use crate::agent::Agent;
@@ -61,13 +60,22 @@ impl Ring {
 
     /// The oldest byte some cursor still needs (the end when there are no cursors).
     fn oldest_needed(&self) -> u64 {
-        self.cursors.iter().map(|c| c.1).min().unwrap_or(self.end()).max(self.start)
+        self.cursors
+            .iter()
+            .map(|c| c.1)
+            .min()
+            .unwrap_or(self.end())
+            .max(self.start)
     }
 }
 
 impl OutputStream {
     pub(crate) fn new(kind: Stream) -> Self {
-        Self { kind, ring: RefCell::new(Ring::default()), space: Notify::new() }
+        Self {
+            kind,
+            ring: RefCell::new(Ring::default()),
+            space: Notify::new(),
+        }
     }
 
     /// Which stream this is.
@@ -76,7 +84,8 @@ impl OutputStream {
     }
 
     /// Offset one past the last byte received.
-    pub(crate) fn end(&self) -> u64 {
+    #[cfg(test)]
+    fn end(&self) -> u64 {
         self.ring.borrow().end()
     }
 
@@ -109,7 +118,10 @@ impl OutputStream {
     /// Whether `conn`'s cursor has consumed everything received so far.
     pub(crate) fn cursor_at_end(&self, conn: u64) -> bool {
         let ring = self.ring.borrow();
-        ring.cursors.iter().find(|c| c.0 == conn).is_none_or(|c| c.1 >= ring.end())
+        ring.cursors
+            .iter()
+            .find(|c| c.0 == conn)
+            .is_none_or(|c| c.1 >= ring.end())
     }
 
     /// Copies up to `max` bytes at `conn`'s cursor and advances it: `(offset, bytes)`, or `None`
@@ -184,7 +196,7 @@ fn copy_range(buf: &VecDeque<u8>, from: usize, len: usize) -> Vec<u8> {
 
 /// Moves bytes from `fd` into stream `index` of `process` until end of file (or the drain deadline
 /// after the process exited), then closes the stream.
-pub(crate) async fn pump_output(agent: Rc<Agent>, process: Rc<Process>, index: usize, fd: Rc<AsyncFd<OwnedFd>>) {
+pub(crate) async fn pump_output(agent: Rc<Agent>, process: Rc<Process>, index: usize, fd: pipe::Receiver) {
     let stream = &process.streams()[index];
     let mut deadline: Option<Instant> = None;
     let reached_eof = loop {
@@ -210,19 +222,20 @@ pub(crate) async fn pump_output(agent: Rc<Agent>, process: Rc<Process>, index: u
         let sleep = tokio::time::sleep_until(deadline.unwrap_or(far).into());
         let exited = process.exit_notified();
         tokio::select! {
-            guard = fd.readable() => {
-                let Ok(mut guard) = guard else { break true };
-                let room = stream.room();
-                match guard.try_io(|fd| read_into(fd.get_ref(), stream, room)) {
-                    Ok(Ok(0)) => break true,
-                    Ok(Ok(_)) => process.notify_changed(),
+            ready = fd.readable() => {
+                if ready.is_err() {
+                    break true;
+                }
+                match read_into(&fd, stream, stream.room()) {
+                    Ok(0) => break true,
+                    Ok(_) => process.notify_changed(),
+                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
                     // A PTY master reports EIO once every slave descriptor is closed: end of file.
-                    Ok(Err(err)) if err.raw_os_error() == Some(libc::EIO) => break true,
-                    Ok(Err(err)) => {
+                    Err(err) if err.raw_os_error() == Some(libc::EIO) => break true,
+                    Err(err) => {
                         tracing::warn!(pid = process.pid(), error = %err, "reading process output failed");
                         break true;
                     }
-                    Err(_would_block) => {}
                 }
             }
             () = exited, if deadline.is_none() => {}
@@ -238,23 +251,31 @@ pub(crate) async fn pump_output(agent: Rc<Agent>, process: Rc<Process>, index: u
 }
 
 /// One non-blocking read of at most `room` bytes into the stream.
-fn read_into(fd: &OwnedFd, stream: &OutputStream, room: usize) -> io::Result<usize> {
+fn read_into(fd: &pipe::Receiver, stream: &OutputStream, room: usize) -> io::Result<usize> {
     let mut buf = [0u8; READ_CHUNK];
-    let n = rustix::io::read(fd, &mut buf[..room.min(READ_CHUNK)])?;
+    let n = fd.try_read(&mut buf[..room.min(READ_CHUNK)])?;
     stream.push(&buf[..n]);
     Ok(n)
 }
 
 /// Reads and drops everything until end of file (a background writer that outlived the process).
-async fn discard_until_eof(fd: &AsyncFd<OwnedFd>) {
+async fn discard_until_eof(fd: &pipe::Receiver) {
     loop {
-        let Ok(mut guard) = fd.readable().await else { return };
-        let mut buf = [0u8; READ_CHUNK];
-        match guard.try_io(|fd| Ok(rustix::io::read(fd.get_ref(), &mut buf)?)) {
-            Ok(Ok(0)) | Ok(Err(_)) => return,
-            Ok(Ok(_)) | Err(_) => {}
+        if fd.readable().await.is_err() {
+            return;
+        }
+        match discard_available(fd) {
+            Ok(0) => return,
+            Err(err) if err.kind() != io::ErrorKind::WouldBlock => return,
+            Ok(_) | Err(_) => {}
         }
     }
+}
+
+/// One non-blocking read whose bytes are dropped (the buffer lives on the stack, not in the task).
+fn discard_available(fd: &pipe::Receiver) -> io::Result<usize> {
+    let mut buf = [0u8; READ_CHUNK];
+    fd.try_read(&mut buf)
 }
 
 #[cfg(test)]
@@ -269,7 +290,11 @@ mod tests {
         s.push(&chunk);
         assert_eq!(s.end(), 1_200 * 1024);
         assert_eq!(s.buffered(), RING_CAPACITY);
-        assert_eq!(s.add_cursor(1, 0), (1_200 * 1024 - RING_CAPACITY) as u64, "clamped to the oldest byte");
+        assert_eq!(
+            s.add_cursor(1, 0),
+            (1_200 * 1024 - RING_CAPACITY) as u64,
+            "clamped to the oldest byte"
+        );
     }
 
     #[test]

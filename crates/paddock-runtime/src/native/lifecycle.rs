@@ -40,11 +40,13 @@ impl NativeBackend {
             if !path.is_absolute() || !path.is_dir() {
                 return Err(RuntimeError::InvalidSpec(format!("rootfs {} is not a directory", path.display())));
             }
+            check_searchable(path, "rootfs")?;
         }
         for m in &spec.mounts {
             if fs::metadata(&m.host).is_err() {
                 return Err(RuntimeError::InvalidSpec(format!("mount source {} does not exist", m.host.display())));
             }
+            check_searchable(&m.host, "mount source")?;
         }
         Ok(())
     }
@@ -119,6 +121,23 @@ impl NativeBackend {
         let cgroup = self.cgroups.sandbox(id);
         self.cleanup(id, &cgroup, &self.run_dir(id))
     }
+}
+
+/// The sandbox's init mounts host paths as an unprivileged host uid, so every directory above them must
+/// be searchable by others (mode o+x). Says so up front instead of failing inside the setup.
+fn check_searchable(path: &Path, what: &str) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in path.ancestors().skip(1) {
+        let mode = fs::metadata(dir).map(|m| m.permissions().mode()).unwrap_or(0);
+        if mode & 0o001 == 0 {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "{what} {} is not reachable by sandboxes: {} is not searchable by other users (chmod o+x)",
+                path.display(),
+                dir.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn with_user_line(source: &Path, line: &str) -> String {

@@ -96,6 +96,13 @@ impl StoragePool {
                 let d = root.join(dir);
                 fs::DirBuilder::new().recursive(true).mode(0o700).create(&d).map_err(pool_err("create", &d))?;
             }
+            // A sandbox's init builds its root as the sandbox's root user (an unprivileged host uid) and
+            // must reach its volume: the pool and `sandboxes/` are searchable by the sandbox root group
+            // only (mode 0710), and by no other host user.
+            for d in [root.clone(), root.join("sandboxes")] {
+                chown(&d, None, Some(ids.host_gid(0))).map_err(pool_err("chown", &d))?;
+                fs::set_permissions(&d, fs::Permissions::from_mode(0o710)).map_err(pool_err("chmod", &d))?;
+            }
             fs::write(&marker, format!("{{\"layout\":1,\"template\":{TEMPLATE_VERSION}}}\n"))
                 .map_err(pool_err("write", &marker))?;
         }

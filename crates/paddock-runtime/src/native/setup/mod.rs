@@ -149,12 +149,22 @@ fn setup(spec: &SetupSpec) -> Result<i32, String> {
     let (go_rx, go_tx) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     let (err_rx, err_tx) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     let top_level = read_top_level(spec)?;
+    // Opened while the caller is certainly alive (it is waiting for this shim); the init checks it after
+    // arming its parent-death signal, closing the window where the caller dies in between.
+    let caller = if spec.die_with_parent {
+        if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(spec.parent_pid) {
+            return Err("the caller exited before setup".into());
+        }
+        Some(namespace::pidfd_open(spec.parent_pid).map_err(|e| e.to_string())?)
+    } else {
+        None
+    };
 
     match namespace::clone_into_namespaces(Namespaces::ALL, true).map_err(|e| format!("clone: {e}"))? {
         CloneResult::Child => {
             drop(go_tx);
             drop(err_rx);
-            let result = init(spec, &top_level, go_rx, &listener, &agent, &log, &null);
+            let result = init(spec, &top_level, go_rx, caller.as_ref(), &listener, &agent, &log, &null);
             // Only reached on failure: report and die.
             let msg = match result {
                 Err(e) => e,
@@ -222,6 +232,7 @@ fn init(
     spec: &SetupSpec,
     top_level: &[(String, HostEntry)],
     go: OwnedFd,
+    caller: Option<&OwnedFd>,
     listener: &UnixListener,
     agent: &OwnedFd,
     log: &fs::File,
@@ -233,9 +244,13 @@ fn init(
         return Err("the shim died before releasing the sandbox".into());
     }
     namespace::become_namespace_root().map_err(|e| e.to_string())?;
-    if spec.die_with_parent {
+    if let Some(caller) = caller {
         namespace::die_with_parent().map_err(|e| e.to_string())?;
-        if rustix::process::getppid().map(|p| p.as_raw_nonzero().get()) != Some(spec.parent_pid) {
+        // A pidfd polls readable once its process has exited.
+        let mut fds = [rustix::event::PollFd::new(caller, rustix::event::PollFlags::IN)];
+        let ready = rustix::event::poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 }))
+            .map_err(|e| format!("poll caller: {e}"))?;
+        if ready > 0 {
             return Err("the caller exited during setup".into());
         }
     }

@@ -1,0 +1,90 @@
+//! The agent's shared state: the confined root, the default user and the process table. The agent
+//! runs on one thread (a tokio current-thread runtime with a `LocalSet`), so the state lives in an
+//! `Rc` with `RefCell`s, and no borrow is ever held across an `.await`.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use paddock_protocol::{AgentError, ErrorCode};
+use paddock_sys::fs_in_root::{Owner, Root};
+
+use crate::error_code::agent_error;
+use crate::lookup_user::{lookup_user, User};
+use crate::process::kill_tree::kill_tree;
+use crate::process::table::{Process, ProcessTable};
+
+/// Everything the connections share.
+#[derive(Debug)]
+pub(crate) struct Agent {
+    /// The directory file operations (and the user database) are confined to.
+    pub(crate) root: Root,
+    default_user: String,
+    /// Processes started through the agent.
+    pub(crate) processes: RefCell<ProcessTable>,
+    next_conn: Cell<u64>,
+}
+
+impl Agent {
+    pub(crate) fn new(root: Root, default_user: String) -> Self {
+        Self {
+            root,
+            default_user,
+            processes: RefCell::new(ProcessTable::default()),
+            next_conn: Cell::new(1),
+        }
+    }
+
+    /// A fresh connection id.
+    pub(crate) fn next_connection_id(&self) -> u64 {
+        let id = self.next_conn.get();
+        self.next_conn.set(id + 1);
+        id
+    }
+
+    /// Looks up `name`, or the default user when `None`.
+    pub(crate) fn user(&self, name: Option<&str>) -> Result<User, AgentError> {
+        lookup_user(&self.root, name.unwrap_or(&self.default_user))
+    }
+
+    /// The owner for new files: `name`'s (or the default user's) uid and primary gid.
+    pub(crate) fn owner(&self, name: Option<&str>) -> Result<Owner, AgentError> {
+        let user = self.user(name)?;
+        Ok(Owner {
+            uid: user.uid,
+            gid: user.gid,
+        })
+    }
+
+    /// The process `pid`, if the agent started it (and still remembers it).
+    pub(crate) fn process(&self, pid: u32) -> Result<Rc<Process>, AgentError> {
+        self.processes.borrow().get(pid).ok_or_else(|| {
+            agent_error(
+                ErrorCode::ProcessNotFound,
+                format!("no process {pid} was started by the agent"),
+            )
+        })
+    }
+
+    /// Moves `process` to the finished list once its exit is known and its output is complete.
+    pub(crate) fn check_finished(&self, process: &Rc<Process>) {
+        if process.take_finished() {
+            self.processes.borrow_mut().mark_finished(process);
+        }
+    }
+
+    /// Forgets connection `conn`: stops forwarding output to it.
+    pub(crate) fn disconnect(&self, conn: u64) {
+        let processes = self.processes.borrow().all();
+        for process in processes {
+            process.unsubscribe(conn);
+        }
+    }
+
+    /// Kills every running process tree (shutdown).
+    pub(crate) fn kill_all_processes(&self) {
+        let processes = self.processes.borrow().all();
+        for process in processes {
+            kill_tree(process.pid(), libc::SIGKILL, process.exit_status().is_none());
+        }
+    }
+}

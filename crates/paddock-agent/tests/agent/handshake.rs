@@ -1,0 +1,146 @@
+//! The handshake and malformed input, spoken with raw frames.
+
+use std::time::Duration;
+
+use paddock_protocol::{
+    encode_frame, AgentMessage, ClientMessage, ErrorCode, Reply, Request, PROTOCOL_VERSION,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+use crate::harness::{collect, require_root, shell, TestAgent};
+
+async fn send(stream: &mut UnixStream, id: u64, request: Request) {
+    let mut frame = Vec::new();
+    encode_frame(&ClientMessage { id, request }, &[], &mut frame).expect("encode");
+    stream.write_all(&frame).await.expect("write");
+}
+
+async fn send_raw_header(stream: &mut UnixStream, header: &[u8]) {
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&(header.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&0u32.to_be_bytes());
+    frame.extend_from_slice(header);
+    stream.write_all(&frame).await.expect("write");
+}
+
+async fn receive(stream: &mut UnixStream) -> Option<AgentMessage> {
+    let mut prefix = [0u8; 8];
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut prefix))
+        .await
+        .expect("in time");
+    read.ok()?;
+    let header_len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]) as usize;
+    let payload_len = u32::from_be_bytes([prefix[4], prefix[5], prefix[6], prefix[7]]) as usize;
+    let mut rest = vec![0u8; header_len + payload_len];
+    stream.read_exact(&mut rest).await.expect("frame body");
+    Some(serde_json::from_slice(&rest[..header_len]).expect("agent message"))
+}
+
+fn error_code(message: Option<AgentMessage>, expected_id: u64) -> ErrorCode {
+    match message {
+        Some(AgentMessage::Error { id, error }) if id == expected_id => error.code,
+        other => panic!("expected an error for {expected_id}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn hello_must_come_first_with_our_version() {
+    require_root!();
+    let (agent, _client) = TestAgent::start().await;
+    let mut raw = UnixStream::connect(&agent.socket).await.expect("connect");
+    send(&mut raw, 1, Request::ListProcesses).await;
+    assert_eq!(
+        error_code(receive(&mut raw).await, 1),
+        ErrorCode::HandshakeRequired
+    );
+    send(
+        &mut raw,
+        2,
+        Request::Hello {
+            version: PROTOCOL_VERSION + 1,
+        },
+    )
+    .await;
+    assert_eq!(
+        error_code(receive(&mut raw).await, 2),
+        ErrorCode::UnsupportedVersion
+    );
+    send(
+        &mut raw,
+        3,
+        Request::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .await;
+    match receive(&mut raw).await {
+        Some(AgentMessage::Reply {
+            id: 3,
+            body: Reply::Hello { version, .. },
+        }) => assert_eq!(version, PROTOCOL_VERSION),
+        other => panic!("expected hello, got {other:?}"),
+    }
+    send(
+        &mut raw,
+        4,
+        Request::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .await;
+    assert_eq!(
+        error_code(receive(&mut raw).await, 4),
+        ErrorCode::HandshakeRequired,
+        "second hello"
+    );
+    send_raw_header(&mut raw, br#"{"id":5,"request":{"op":"frobnicate"}}"#).await;
+    assert_eq!(
+        error_code(receive(&mut raw).await, 5),
+        ErrorCode::BadRequest,
+        "unknown request"
+    );
+    send(&mut raw, 6, Request::ListProcesses).await;
+    assert!(
+        matches!(receive(&mut raw).await, Some(AgentMessage::Reply { id: 6, .. })),
+        "still usable"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_frame_closes_only_its_connection() {
+    require_root!();
+    let (_agent, client) = TestAgent::start().await;
+    let mut raw = UnixStream::connect(&_agent.socket).await.expect("connect");
+    send(
+        &mut raw,
+        1,
+        Request::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .await;
+    assert!(matches!(
+        receive(&mut raw).await,
+        Some(AgentMessage::Reply { id: 1, .. })
+    ));
+    send_raw_header(&mut raw, b"this is not json").await;
+    assert!(
+        receive(&mut raw).await.is_none(),
+        "the agent closes a connection that sent garbage"
+    );
+
+    let mut huge = UnixStream::connect(&_agent.socket).await.expect("connect");
+    huge.write_all(&u32::MAX.to_be_bytes()).await.expect("write");
+    huge.write_all(&0u32.to_be_bytes()).await.expect("write");
+    assert!(
+        receive(&mut huge).await.is_none(),
+        "an oversized header closes the connection"
+    );
+
+    let (_, mut events) = client
+        .spawn(shell("echo still-alive"))
+        .await
+        .expect("other connections still work");
+    assert_eq!(collect(&mut events).await.stdout_str(), "still-alive\n");
+}
