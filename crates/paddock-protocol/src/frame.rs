@@ -83,7 +83,8 @@ pub fn decode_frame<T: DeserializeOwned>(buf: &[u8]) -> Result<Option<(Frame<T>,
     if buf.len() < total {
         return Ok(None);
     }
-    let header = serde_json::from_slice(&buf[PREFIX_LEN..PREFIX_LEN + header_len]).map_err(FrameError::Header)?;
+    let header =
+        serde_json::from_slice(&buf[PREFIX_LEN..PREFIX_LEN + header_len]).map_err(FrameError::Header)?;
     let payload = buf[PREFIX_LEN + header_len..total].to_vec();
     Ok(Some((Frame { header, payload }, total)))
 }
@@ -96,11 +97,18 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let msg = ClientMessage { id: 7, request: Request::ListProcesses };
+        let msg = ClientMessage {
+            id: 7,
+            request: Request::ListProcesses,
+        };
         let mut buf = Vec::new();
         encode_frame(&msg, b"abc", &mut buf).expect("encodes");
-        assert!(decode_frame::<ClientMessage>(&buf[..buf.len() - 1]).expect("ok").is_none());
-        let (frame, used) = decode_frame::<ClientMessage>(&buf).expect("ok").expect("complete");
+        assert!(decode_frame::<ClientMessage>(&buf[..buf.len() - 1])
+            .expect("ok")
+            .is_none());
+        let (frame, used) = decode_frame::<ClientMessage>(&buf)
+            .expect("ok")
+            .expect("complete");
         assert_eq!(used, buf.len());
         assert_eq!(frame.header, msg);
         assert_eq!(frame.payload, b"abc");
@@ -111,11 +119,17 @@ mod tests {
         let mut buf = Vec::new();
         buf.extend_from_slice(&u32::MAX.to_be_bytes());
         buf.extend_from_slice(&0u32.to_be_bytes());
-        assert!(matches!(decode_frame::<ClientMessage>(&buf), Err(FrameError::HeaderTooLarge(_))));
+        assert!(matches!(
+            decode_frame::<ClientMessage>(&buf),
+            Err(FrameError::HeaderTooLarge(_))
+        ));
         let mut buf = Vec::new();
         buf.extend_from_slice(&2u32.to_be_bytes());
         buf.extend_from_slice(&(MAX_PAYLOAD_LEN as u32 + 1).to_be_bytes());
-        assert!(matches!(decode_frame::<ClientMessage>(&buf), Err(FrameError::PayloadTooLarge(_))));
+        assert!(matches!(
+            decode_frame::<ClientMessage>(&buf),
+            Err(FrameError::PayloadTooLarge(_))
+        ));
     }
 
     proptest! {

@@ -7,7 +7,9 @@ use paddock_protocol::*;
 
 fn samples() -> Vec<serde_json::Value> {
     let spawn = SpawnRequest {
-        command: CommandSpec::Argv { argv: vec!["python3".into(), "-c".into(), "print(1)".into()] },
+        command: CommandSpec::Argv {
+            argv: vec!["python3".into(), "-c".into(), "print(1)".into()],
+        },
         env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
         cwd: Some("/home/user".into()),
         user: Some("user".into()),
@@ -18,10 +20,14 @@ fn samples() -> Vec<serde_json::Value> {
         detached: false,
     };
     let requests = vec![
-        Request::Hello { version: PROTOCOL_VERSION },
+        Request::Hello {
+            version: PROTOCOL_VERSION,
+        },
         Request::Spawn(spawn),
         Request::Spawn(SpawnRequest {
-            command: CommandSpec::Shell { script: "echo hi".into() },
+            command: CommandSpec::Shell {
+                script: "echo hi".into(),
+            },
             env: BTreeMap::new(),
             cwd: None,
             user: None,
@@ -34,18 +40,54 @@ fn samples() -> Vec<serde_json::Value> {
         Request::WriteStdin { pid: 2, close: true },
         Request::Signal { pid: 2, signal: 15 },
         Request::KillTree { pid: 2, signal: None },
-        Request::Resize { pid: 2, size: PtySize { rows: 50, cols: 120 } },
+        Request::Resize {
+            pid: 2,
+            size: PtySize { rows: 50, cols: 120 },
+        },
         Request::ListProcesses,
-        Request::Attach { pid: 2, stdout_from: 10, stderr_from: 0 },
+        Request::Attach {
+            pid: 2,
+            stdout_from: 10,
+            stderr_from: 0,
+        },
         Request::Detach { pid: 2 },
-        Request::ReadFile { path: "/etc/hosts".into(), offset: 0, max_len: Some(4096) },
-        Request::WriteFile { path: "/tmp/x".into(), offset: 0, truncate: true, mode: Some(0o600), user: None },
-        Request::ListDir { path: "/home/user".into(), after: None },
-        Request::Stat { path: "/home/user".into() },
-        Request::Mkdir { path: "/home/user/a/b".into(), parents: true, mode: None, user: None },
-        Request::Remove { path: "/tmp/x".into(), recursive: false },
-        Request::Rename { from: "/tmp/a".into(), to: "/tmp/b".into() },
-        Request::ListDir { path: "/home/user".into(), after: Some("b.txt".into()) },
+        Request::ReadFile {
+            path: "/etc/hosts".into(),
+            offset: 0,
+            max_len: Some(4096),
+        },
+        Request::WriteFile {
+            path: "/tmp/x".into(),
+            offset: 0,
+            truncate: true,
+            mode: Some(0o600),
+            user: None,
+        },
+        Request::ListDir {
+            path: "/home/user".into(),
+            after: None,
+        },
+        Request::Stat {
+            path: "/home/user".into(),
+        },
+        Request::Mkdir {
+            path: "/home/user/a/b".into(),
+            parents: true,
+            mode: None,
+            user: None,
+        },
+        Request::Remove {
+            path: "/tmp/x".into(),
+            recursive: false,
+        },
+        Request::Rename {
+            from: "/tmp/a".into(),
+            to: "/tmp/b".into(),
+        },
+        Request::ListDir {
+            path: "/home/user".into(),
+            after: Some("b.txt".into()),
+        },
     ];
     let status = ExitStatus {
         code: Some(0),
@@ -66,36 +108,60 @@ fn samples() -> Vec<serde_json::Value> {
         symlink_target: Some("/etc".into()),
     };
     let replies = vec![
-        Reply::Hello { version: PROTOCOL_VERSION, agent_version: "0.1.0".into() },
+        Reply::Hello {
+            version: PROTOCOL_VERSION,
+            agent_version: "0.1.0".into(),
+        },
         Reply::Spawned { pid: 2 },
         Reply::Done,
         Reply::Processes {
             processes: vec![ProcessInfo {
                 pid: 2,
                 tag: None,
-                command: CommandSpec::Shell { script: "sleep 1".into() },
+                command: CommandSpec::Shell {
+                    script: "sleep 1".into(),
+                },
                 pty: false,
                 started_at_ms: 1_700_000_000_000,
                 exit: Some(status),
             }],
         },
-        Reply::Attached { stdout_from: 0, stderr_from: 5 },
+        Reply::Attached {
+            stdout_from: 0,
+            stderr_from: 5,
+        },
         Reply::FileData { eof: true, size: 12 },
         Reply::Written { bytes: 12 },
-        Reply::Entries { entries: vec![stat.clone()], more: true },
+        Reply::Entries {
+            entries: vec![stat.clone()],
+            more: true,
+        },
         Reply::Stat { stat },
     ];
     let mut out: Vec<serde_json::Value> = Vec::new();
     for (i, request) in requests.into_iter().enumerate() {
-        out.push(serde_json::to_value(ClientMessage { id: i as u64, request }).expect("serializes"));
+        out.push(
+            serde_json::to_value(ClientMessage {
+                id: i as u64,
+                request,
+            })
+            .expect("serializes"),
+        );
     }
     for (i, body) in replies.into_iter().enumerate() {
         out.push(serde_json::to_value(AgentMessage::Reply { id: i as u64, body }).expect("serializes"));
     }
-    let error = AgentError { code: ErrorCode::NotFound, message: "no such file: /x".into() };
+    let error = AgentError {
+        code: ErrorCode::NotFound,
+        message: "no such file: /x".into(),
+    };
     for msg in [
         AgentMessage::Error { id: 9, error },
-        AgentMessage::Output { pid: 2, stream: Stream::Stderr, offset: 42 },
+        AgentMessage::Output {
+            pid: 2,
+            stream: Stream::Stderr,
+            offset: 42,
+        },
         AgentMessage::Exited { pid: 2, status },
     ] {
         out.push(serde_json::to_value(msg).expect("serializes"));
@@ -111,7 +177,10 @@ fn messages_match_golden_file() {
         std::fs::write(path, &rendered).expect("writes golden file");
     }
     let golden = std::fs::read_to_string(path).expect("golden file exists (UPDATE_GOLDEN=1 creates it)");
-    assert_eq!(rendered, golden, "wire format changed: review and regenerate with UPDATE_GOLDEN=1");
+    assert_eq!(
+        rendered, golden,
+        "wire format changed: review and regenerate with UPDATE_GOLDEN=1"
+    );
 }
 
 #[test]

@@ -32,7 +32,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use routing::{lock, read_frames, Answer, Pending, Routes, Subscribe};
+use routing::{cancel_route, lock, read_frames, Answer, Pending, Routes, Subscribe};
 
 /// How long [`AgentClient::connect`] waits for the socket and the handshake.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -315,11 +315,11 @@ impl AgentClient {
         }
     }
 
-    /// Stops following `pid` on this connection (the process keeps running); its events end.
+    /// Stops following `pid` on this connection (the process keeps running); its events end at once
+    /// (output still in flight is dropped), even if their consumer has stopped reading.
     pub async fn detach(&self, pid: u32) -> Result<(), AgentClientError> {
-        self.done("detach", Request::Detach { pid }, &[]).await?;
-        lock(&self.shared.routes).events.remove(&pid);
-        Ok(())
+        cancel_route(&self.shared.routes, pid);
+        self.done("detach", Request::Detach { pid }, &[]).await
     }
 
     /// Writes `data` to the process's stdin (in frames of at most 1 MiB), then closes stdin if

@@ -47,7 +47,10 @@ pub struct SandboxHandle {
 }
 
 /// An isolation backend.
-#[expect(async_fn_in_trait, reason = "backends are used through AnyBackend, never as dyn or across Send bounds")]
+#[expect(
+    async_fn_in_trait,
+    reason = "backends are used through AnyBackend, never as dyn or across Send bounds"
+)]
 pub trait Backend {
     /// What this backend supports.
     fn capabilities(&self) -> Capabilities;

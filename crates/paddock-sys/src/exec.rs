@@ -36,7 +36,9 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
 pub fn exec_fd(fd: BorrowedFd<'_>, argv: &[&str], env: &[&str]) -> io::Error {
     let to_c = |v: &[&str]| -> Result<Vec<CString>, io::Error> {
         v.iter()
-            .map(|s| CString::new(*s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in argument")))
+            .map(|s| {
+                CString::new(*s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in argument"))
+            })
             .collect()
     };
     let (argv, env) = match (to_c(argv), to_c(env)) {

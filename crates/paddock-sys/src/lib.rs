@@ -1,4 +1,7 @@
-#![expect(unsafe_code, reason = "paddock-sys is the one crate that wraps raw syscalls behind safe functions")]
+#![expect(
+    unsafe_code,
+    reason = "paddock-sys is the one crate that wraps raw syscalls behind safe functions"
+)]
 //! The only paddock crate with `unsafe`: thin, safe wrappers over the Linux system calls paddock needs
 //! (namespaces, mounts, pivot_root, seccomp, Landlock, capabilities, PTYs, btrfs ioctls, openat2).
 //!

@@ -33,9 +33,19 @@ pub struct MountAttrs {
 
 impl MountAttrs {
     /// Read-only, nosuid, nodev: the attributes of every host directory shown in a sandbox.
-    pub const READ_ONLY_SYSTEM: Self = Self { readonly: true, nosuid: true, nodev: true, noexec: false };
+    pub const READ_ONLY_SYSTEM: Self = Self {
+        readonly: true,
+        nosuid: true,
+        nodev: true,
+        noexec: false,
+    };
     /// Writable, nosuid, nodev: the attributes of a sandbox's private writable directories.
-    pub const WRITABLE: Self = Self { readonly: false, nosuid: true, nodev: true, noexec: false };
+    pub const WRITABLE: Self = Self {
+        readonly: false,
+        nosuid: true,
+        nodev: true,
+        noexec: false,
+    };
 
     fn bits(self) -> u64 {
         let mut bits = 0u64;
@@ -101,7 +111,12 @@ pub fn set_attrs(target: &Path, attrs: MountAttrs, recursive: bool) -> io::Resul
     }
     let c_target = CString::new(target.as_os_str().as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
-    let attr = MountAttr { attr_set: attrs.bits(), attr_clr: 0, propagation: 0, userns_fd: 0 };
+    let attr = MountAttr {
+        attr_set: attrs.bits(),
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
     let mut flags = libc::AT_NO_AUTOMOUNT | libc::AT_SYMLINK_NOFOLLOW;
     if recursive {
         flags |= libc::AT_RECURSIVE;
@@ -119,14 +134,19 @@ pub fn set_attrs(target: &Path, attrs: MountAttrs, recursive: bool) -> io::Resul
         )
     };
     if r < 0 {
-        return Err(with_path(target, "failed to set mount attributes on", io::Error::last_os_error()));
+        return Err(with_path(
+            target,
+            "failed to set mount attributes on",
+            io::Error::last_os_error(),
+        ));
     }
     Ok(())
 }
 
 /// Mounts a new file system of type `fstype` (tmpfs, proc, devpts, mqueue) at `target`.
 pub fn mount_fs(fstype: &str, target: &Path, attrs: MountAttrs, options: &str) -> io::Result<()> {
-    let data = CString::new(options).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in options"))?;
+    let data =
+        CString::new(options).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in options"))?;
     rustix::mount::mount(fstype, target, fstype, attrs.mount_flags(), Some(data.as_c_str()))
         .map_err(|e| with_path(target, &format!("failed to mount {fstype} at"), e))
 }
@@ -144,7 +164,8 @@ pub fn pivot_into(new_root: &Path) -> io::Result<()> {
 
 /// Lazily unmounts `target` (`umount2(MNT_DETACH)`).
 pub fn unmount_detach(target: &Path) -> io::Result<()> {
-    rustix::mount::unmount(target, UnmountFlags::DETACH).map_err(|e| with_path(target, "failed to unmount", e))
+    rustix::mount::unmount(target, UnmountFlags::DETACH)
+        .map_err(|e| with_path(target, "failed to unmount", e))
 }
 
 /// The `statfs(2)` magic number of the file system holding `path`.

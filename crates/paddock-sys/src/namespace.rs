@@ -26,7 +26,15 @@ pub struct Namespaces {
 
 impl Namespaces {
     /// Every namespace.
-    pub const ALL: Self = Self { user: true, mount: true, pid: true, net: true, ipc: true, uts: true, cgroup: true };
+    pub const ALL: Self = Self {
+        user: true,
+        mount: true,
+        pid: true,
+        net: true,
+        ipc: true,
+        uts: true,
+        cgroup: true,
+    };
 
     fn clone_flags(self) -> libc::c_ulong {
         let mut f = 0;
@@ -63,7 +71,9 @@ pub enum CloneResult {
 /// Whether the calling process has exactly one thread (read from `/proc/self/status`).
 pub fn is_single_threaded() -> io::Result<bool> {
     let status = std::fs::read_to_string("/proc/self/status")?;
-    Ok(status.lines().any(|l| l.strip_prefix("Threads:").is_some_and(|n| n.trim() == "1")))
+    Ok(status
+        .lines()
+        .any(|l| l.strip_prefix("Threads:").is_some_and(|n| n.trim() == "1")))
 }
 
 /// Forks into new namespaces with the `clone(2)` system call, fork-style (no new stack).
@@ -119,11 +129,14 @@ pub struct IdMapping {
 /// and `CAP_SETGID` in the parent namespace (the shim runs as host root).
 pub fn write_id_maps(pid: i32, uids: &[IdMapping], gids: &[IdMapping]) -> io::Result<()> {
     let render = |maps: &[IdMapping]| -> String {
-        maps.iter().map(|m| format!("{} {} {}\n", m.inside, m.outside, m.count)).collect()
+        maps.iter()
+            .map(|m| format!("{} {} {}\n", m.inside, m.outside, m.count))
+            .collect()
     };
     let write = |file: &str, content: String| {
         let path = format!("/proc/{pid}/{file}");
-        std::fs::write(&path, content).map_err(|e| io::Error::new(e.kind(), format!("failed to write {path}: {e}")))
+        std::fs::write(&path, content)
+            .map_err(|e| io::Error::new(e.kind(), format!("failed to write {path}: {e}")))
     };
     write("uid_map", render(uids))?;
     write("gid_map", render(gids))
@@ -134,13 +147,16 @@ pub fn become_namespace_root() -> io::Result<()> {
     let root_u = nix::unistd::Uid::from_raw(0);
     let root_g = nix::unistd::Gid::from_raw(0);
     nix::unistd::setgroups(&[]).map_err(|e| io::Error::other(format!("failed to setgroups: {e}")))?;
-    nix::unistd::setresgid(root_g, root_g, root_g).map_err(|e| io::Error::other(format!("failed to setresgid: {e}")))?;
-    nix::unistd::setresuid(root_u, root_u, root_u).map_err(|e| io::Error::other(format!("failed to setresuid: {e}")))
+    nix::unistd::setresgid(root_g, root_g, root_g)
+        .map_err(|e| io::Error::other(format!("failed to setresgid: {e}")))?;
+    nix::unistd::setresuid(root_u, root_u, root_u)
+        .map_err(|e| io::Error::other(format!("failed to setresuid: {e}")))
 }
 
 /// Sets the hostname of the current UTS namespace.
 pub fn set_hostname(name: &str) -> io::Result<()> {
-    rustix::system::sethostname(name.as_bytes()).map_err(|e| io::Error::other(format!("failed to sethostname: {e}")))
+    rustix::system::sethostname(name.as_bytes())
+        .map_err(|e| io::Error::other(format!("failed to sethostname: {e}")))
 }
 
 /// Asks the kernel to send `SIGKILL` to this process when its parent thread exits.
@@ -151,8 +167,12 @@ pub fn die_with_parent() -> io::Result<()> {
 
 /// Brings the loopback interface of the current network namespace up (`SIOCSIFFLAGS` on `lo`).
 pub fn bring_loopback_up() -> io::Result<()> {
-    let sock = rustix::net::socket(rustix::net::AddressFamily::INET, rustix::net::SocketType::DGRAM, None)
-        .map_err(|e| io::Error::other(format!("failed to open a socket to configure lo: {e}")))?;
+    let sock = rustix::net::socket(
+        rustix::net::AddressFamily::INET,
+        rustix::net::SocketType::DGRAM,
+        None,
+    )
+    .map_err(|e| io::Error::other(format!("failed to open a socket to configure lo: {e}")))?;
     // SAFETY: `ifreq` is plain old data for which all-zero bytes are a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
@@ -162,7 +182,10 @@ pub fn bring_loopback_up() -> io::Result<()> {
     // SAFETY: `sock` is an open socket and `req` a valid `ifreq` naming "lo"; SIOCGIFFLAGS writes only
     // within `req`.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
-        return Err(io::Error::other(format!("failed to read lo flags: {}", io::Error::last_os_error())));
+        return Err(io::Error::other(format!(
+            "failed to read lo flags: {}",
+            io::Error::last_os_error()
+        )));
     }
     // SAFETY: SIOCGIFFLAGS filled the `ifru_flags` member of the union, which is the one read here.
     unsafe {
@@ -170,7 +193,10 @@ pub fn bring_loopback_up() -> io::Result<()> {
     }
     // SAFETY: as above; SIOCSIFFLAGS reads `req`.
     if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
-        return Err(io::Error::other(format!("failed to bring lo up: {}", io::Error::last_os_error())));
+        return Err(io::Error::other(format!(
+            "failed to bring lo up: {}",
+            io::Error::last_os_error()
+        )));
     }
     Ok(())
 }

@@ -46,7 +46,8 @@ impl FromStr for SandboxId {
         let ok = !s.is_empty()
             && s.len() <= Self::MAX_LEN
             && !s.starts_with('-')
-            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if ok {
             Ok(Self(s.to_owned()))
         } else {

@@ -45,7 +45,10 @@ impl TryFrom<f64> for CpuQuota {
 impl FromStr for CpuQuota {
     type Err = CpuQuotaError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let v: f64 = s.trim().parse().map_err(|_| CpuQuotaError { value: s.to_owned() })?;
+        let v: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| CpuQuotaError { value: s.to_owned() })?;
         Self::try_from(v).map_err(|_| CpuQuotaError { value: s.to_owned() })
     }
 }

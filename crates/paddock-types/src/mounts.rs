@@ -42,7 +42,10 @@ impl SandboxPath {
 impl FromStr for SandboxPath {
     type Err = SandboxPathError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = |reason| SandboxPathError { value: s.to_owned(), reason };
+        let err = |reason| SandboxPathError {
+            value: s.to_owned(),
+            reason,
+        };
         if !s.starts_with('/') {
             return Err(err("must be absolute"));
         }
@@ -166,7 +169,11 @@ impl FromStr for MountSpec {
                 });
             }
         }
-        Ok(Self { host: PathBuf::from(host), sandbox, read_only })
+        Ok(Self {
+            host: PathBuf::from(host),
+            sandbox,
+            read_only,
+        })
     }
 }
 
@@ -177,7 +184,10 @@ mod tests {
 
     #[test]
     fn sandbox_paths() {
-        assert_eq!("/home/user//x/".parse::<SandboxPath>().expect("valid").as_str(), "/home/user/x");
+        assert_eq!(
+            "/home/user//x/".parse::<SandboxPath>().expect("valid").as_str(),
+            "/home/user/x"
+        );
         assert_eq!("/".parse::<SandboxPath>().expect("valid").as_str(), "/");
         for bad in ["relative", "/a/../b", "/a/./b", "/..", "/a\0b"] {
             assert!(bad.parse::<SandboxPath>().is_err(), "{bad:?} accepted");
@@ -191,7 +201,17 @@ mod tests {
         assert_eq!(m.sandbox.as_str(), "/data");
         assert!(m.read_only);
         assert!(!"/a:/b".parse::<MountSpec>().expect("valid").read_only);
-        for bad in ["/a", "a:/b", "/a:b", "/a:/b:rx", "/a:/b:ro:x", "/a:/", "/a:/proc/x", ":/b", "/a:/dev"] {
+        for bad in [
+            "/a",
+            "a:/b",
+            "/a:b",
+            "/a:/b:rx",
+            "/a:/b:ro:x",
+            "/a:/",
+            "/a:/proc/x",
+            ":/b",
+            "/a:/dev",
+        ] {
             assert!(bad.parse::<MountSpec>().is_err(), "{bad:?} accepted");
         }
     }

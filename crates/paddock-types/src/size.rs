@@ -42,7 +42,9 @@ impl FromStr for ByteSize {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let err = || SizeError { value: s.to_owned() };
         let t = s.trim();
-        let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
         let (num, unit) = t.split_at(split);
         if num.is_empty() {
             return Err(err());
@@ -64,7 +66,9 @@ impl FromStr for ByteSize {
             let frac: u64 = frac.parse().map_err(|_| err())?;
             let whole = int.checked_mul(1u64 << shift).ok_or_else(err)?;
             let part = (u128::from(frac) << shift) / 10u128.pow(frac_digits);
-            whole.checked_add(u64::try_from(part).map_err(|_| err())?).ok_or_else(err)?
+            whole
+                .checked_add(u64::try_from(part).map_err(|_| err())?)
+                .ok_or_else(err)?
         } else {
             let n: u64 = num.parse().map_err(|_| err())?;
             n.checked_mul(1u64 << shift).ok_or_else(err)?
@@ -121,7 +125,16 @@ mod tests {
         assert_eq!("1GiB".parse::<ByteSize>(), Ok(ByteSize::gib(1)));
         assert_eq!("1.5g".parse::<ByteSize>(), Ok(ByteSize::mib(1536)));
         assert_eq!("4096".parse::<ByteSize>(), Ok(ByteSize::bytes(4096)));
-        for bad in ["", "M", "12X", "1..5G", "-1G", "1.G", "99999999999999999999", "20000000000T"] {
+        for bad in [
+            "",
+            "M",
+            "12X",
+            "1..5G",
+            "-1G",
+            "1.G",
+            "99999999999999999999",
+            "20000000000T",
+        ] {
             assert!(bad.parse::<ByteSize>().is_err(), "{bad:?} accepted");
         }
     }

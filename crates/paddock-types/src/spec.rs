@@ -110,9 +110,10 @@ impl FromStr for EnvVar {
     type Err = EnvVarError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.split_once('=') {
-            Some((k, v)) if !k.is_empty() && !k.contains('\0') && !v.contains('\0') => {
-                Ok(Self { key: k.to_owned(), value: v.to_owned() })
-            }
+            Some((k, v)) if !k.is_empty() && !k.contains('\0') && !v.contains('\0') => Ok(Self {
+                key: k.to_owned(),
+                value: v.to_owned(),
+            }),
             _ => Err(EnvVarError { value: s.to_owned() }),
         }
     }

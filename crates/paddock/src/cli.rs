@@ -23,7 +23,12 @@ pub struct Cli {
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// State directory (storage pool, run state).
-    #[arg(long, global = true, env = "PADDOCK_STATE_DIR", default_value = "/var/lib/paddock")]
+    #[arg(
+        long,
+        global = true,
+        env = "PADDOCK_STATE_DIR",
+        default_value = "/var/lib/paddock"
+    )]
     pub state_dir: PathBuf,
     /// The in-sandbox agent binary (default: `paddock-agent` next to this binary).
     #[arg(long, global = true, env = "PADDOCK_AGENT")]
@@ -100,7 +105,9 @@ pub struct RunArgs {
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let err = || format!("invalid duration {s:?}: use e.g. 10s, 500ms, 2m or 1.5");
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: f64 = num.parse().map_err(|_| err())?;
     let secs = match unit {

@@ -32,9 +32,17 @@ impl Config {
             }
         };
         if !g.state_dir.is_absolute() {
-            anyhow::bail!("--state-dir must be an absolute path, got {}", g.state_dir.display());
+            anyhow::bail!(
+                "--state-dir must be an absolute path, got {}",
+                g.state_dir.display()
+            );
         }
-        Ok(Self { state_dir: g.state_dir.clone(), agent, pool_size: g.pool_size, cgroup_parent: g.cgroup_parent.clone() })
+        Ok(Self {
+            state_dir: g.state_dir.clone(),
+            agent,
+            pool_size: g.pool_size,
+            cgroup_parent: g.cgroup_parent.clone(),
+        })
     }
 
     /// Opens the native backend.

@@ -67,7 +67,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Pool { command: PoolCommand::Destroy } => {
+        Command::Pool {
+            command: PoolCommand::Destroy,
+        } => {
             if let Ok(backend) = config.open_backend(false) {
                 backend.collect_garbage_now()?;
             }
@@ -97,5 +99,8 @@ fn render_chain(e: &anyhow::Error) -> String {
 fn init_tracing(level: Option<&str>) {
     let filter = tracing_subscriber::EnvFilter::try_new(level.unwrap_or("warn"))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

@@ -36,7 +36,11 @@ pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
-    rt.block_on(run_async(config, args))
+    let result = rt.block_on(run_async(config, args));
+    // A read of this process's stdin may still block on a helper thread (a terminal, an open pipe);
+    // dropping the runtime would wait for it forever.
+    rt.shutdown_background();
+    result
 }
 
 fn sandbox_spec(args: &RunArgs) -> SandboxSpec {
@@ -44,7 +48,12 @@ fn sandbox_spec(args: &RunArgs) -> SandboxSpec {
     rand_bytes(&mut bytes);
     SandboxSpec {
         id: SandboxId::from_random(bytes),
-        limits: Limits { memory: Some(args.memory), cpus: args.cpus, pids: Some(args.pids), disk: Some(args.disk) },
+        limits: Limits {
+            memory: Some(args.memory),
+            cpus: args.cpus,
+            pids: Some(args.pids),
+            disk: Some(args.disk),
+        },
         rootfs: match &args.rootfs {
             Some(p) => RootfsSpec::Dir { path: p.clone() },
             None => RootfsSpec::Host,
@@ -74,7 +83,11 @@ fn rand_bytes(out: &mut [u8]) {
 }
 
 fn environment(args: &RunArgs, spec: &SandboxSpec) -> BTreeMap<String, String> {
-    let home = if spec.user.as_str() == "root" { "/root" } else { "/home/user" };
+    let home = if spec.user.as_str() == "root" {
+        "/root"
+    } else {
+        "/home/user"
+    };
     let term = std::env::var("TERM").unwrap_or_else(|_| "xterm-256color".into());
     let mut env = BTreeMap::from([
         ("PATH".to_owned(), DEFAULT_PATH.to_owned()),
@@ -96,7 +109,10 @@ async fn run_async(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
     let spec = sandbox_spec(&args);
     // Signals arriving during creation must still lead to teardown: install handlers first.
     let mut signals = Signals::new()?;
-    let handle = backend.create_sandbox(&spec).await.context("failed to create the sandbox")?;
+    let handle = backend
+        .create_sandbox(&spec)
+        .await
+        .context("failed to create the sandbox")?;
     let outcome = drive(&handle, &args, &spec, &mut signals).await;
     let teardown = backend.destroy_sandbox(handle).await;
     let outcome = outcome?;
@@ -135,10 +151,18 @@ async fn drive(
     spec: &SandboxSpec,
     signals: &mut Signals,
 ) -> anyhow::Result<Outcome> {
-    let client = AgentClient::connect(&handle.agent_socket).await.context("failed to reach the sandbox agent")?;
-    let terminal = if args.tty { Some(TerminalSession::start()?) } else { None };
+    let client = AgentClient::connect(&handle.agent_socket)
+        .await
+        .context("failed to reach the sandbox agent")?;
+    let terminal = if args.tty {
+        Some(TerminalSession::start()?)
+    } else {
+        None
+    };
     let request = SpawnRequest {
-        command: CommandSpec::Argv { argv: args.command.clone() },
+        command: CommandSpec::Argv {
+            argv: args.command.clone(),
+        },
         env: environment(args, spec),
         cwd: args.workdir.as_ref().map(|p| p.to_string()),
         user: Some(args.user.to_string()),
@@ -148,7 +172,10 @@ async fn drive(
         tag: None,
         detached: false,
     };
-    let (pid, events) = client.spawn(request).await.with_context(|| format!("failed to start {:?}", args.command[0]))?;
+    let (pid, events) = client
+        .spawn(request)
+        .await
+        .with_context(|| format!("failed to start {:?}", args.command[0]))?;
     let deadline = args.timeout.map(|t| tokio::time::Instant::now() + t);
     let outcome = pump(&client, pid, events, terminal.as_ref(), deadline, signals).await;
     drop(terminal);
@@ -168,7 +195,9 @@ async fn pump(
     let stdin_pump = forward_stdin(client, pid);
     tokio::pin!(stdin_pump);
     let mut stdin_done = false;
-    let sleep = tokio::time::sleep_until(deadline.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(1 << 40)));
+    let sleep = tokio::time::sleep_until(
+        deadline.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(1 << 40)),
+    );
     tokio::pin!(sleep);
     loop {
         tokio::select! {
@@ -215,6 +244,9 @@ async fn forward_stdin(client: &AgentClient, pid: u32) -> anyhow::Result<()> {
             client.write_stdin(pid, &[], true).await.context("close stdin")?;
             return Ok(());
         }
-        client.write_stdin(pid, &buf[..n], false).await.context("write stdin")?;
+        client
+            .write_stdin(pid, &buf[..n], false)
+            .await
+            .context("write stdin")?;
     }
 }

@@ -26,7 +26,10 @@ impl TerminalSession {
     /// The current size of this terminal (80x24 when stdin is not a terminal).
     pub fn size(&self) -> PtySize {
         match pty::window_size(std::io::stdin().as_fd()) {
-            Ok(w) if w.rows > 0 && w.cols > 0 => PtySize { rows: w.rows, cols: w.cols },
+            Ok(w) if w.rows > 0 && w.cols > 0 => PtySize {
+                rows: w.rows,
+                cols: w.cols,
+            },
             _ => PtySize { rows: 24, cols: 80 },
         }
     }

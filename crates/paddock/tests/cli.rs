@@ -60,7 +60,12 @@ fn stdin_is_piped_through() {
         })
     };
     let mut out = Vec::new();
-    child.stdout.take().expect("stdout").read_to_end(&mut out).expect("read");
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_end(&mut out)
+        .expect("read");
     writer.join().expect("writer");
     assert_eq!(child.wait().expect("wait").code(), Some(0));
     assert_eq!(&out[..3], b"hi\n");
@@ -85,7 +90,10 @@ fn options_shape_the_sandbox() {
     let o = env.sh(&["-e", "A=1", "--env", "B=two words"], "echo $A-$B");
     assert_eq!(stdout(&o), "1-two words\n");
     // Writable places work; the sandbox's storage is private and starts empty.
-    let o = env.sh(&[], "echo data > ~/f && cat ~/f && echo t > /tmp/t && cat /tmp/t && echo s > /dev/shm/s && ls ~");
+    let o = env.sh(
+        &[],
+        "echo data > ~/f && cat ~/f && echo t > /tmp/t && cat /tmp/t && echo s > /dev/shm/s && ls ~",
+    );
     assert_eq!(stdout(&o), "data\nt\nf\n", "{}", stderr(&o));
     let o = env.sh(&[], "ls -A ~ | wc -l");
     assert_eq!(stdout(&o), "0\n");
@@ -115,7 +123,11 @@ fn bad_input_gets_one_line_and_exit_125() {
         let o = env.cmd().args(*args).stdin(Stdio::null()).output().expect("runs");
         assert_eq!(o.status.code(), Some(125), "{args:?}: {}", stderr(&o));
         let err = stderr(&o);
-        assert_eq!(err.trim_end().lines().count(), 1, "{args:?} printed more than one line: {err}");
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?} printed more than one line: {err}"
+        );
         assert!(err.starts_with("paddock: "), "{args:?}: {err}");
         assert!(o.stdout.is_empty(), "{args:?} printed to stdout");
     }
@@ -200,7 +212,11 @@ fn runs_on_a_custom_rootfs() {
     for applet in ["sh", "cat", "id", "ls", "echo"] {
         std::os::unix::fs::symlink("busybox", bin.join(applet)).expect("symlink");
     }
-    std::fs::write(rootfs.path().join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").expect("passwd");
+    std::fs::write(
+        rootfs.path().join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\n",
+    )
+    .expect("passwd");
     std::fs::write(rootfs.path().join("etc/marker"), "custom-rootfs\n").expect("marker");
     let o = env.sh(
         &["--rootfs", rootfs.path().to_str().expect("utf8")],

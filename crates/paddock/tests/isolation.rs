@@ -4,6 +4,7 @@ mod common;
 
 use std::io::Read;
 use std::net::TcpListener;
+use std::os::linux::net::SocketAddrExt;
 use std::process::{Command, Stdio};
 
 use common::*;
@@ -23,9 +24,19 @@ fn cannot_read_a_root_only_host_file() {
     std::fs::write(&name, "TOP-SECRET-CONTENT").expect("plant secret");
     rustix::fs::chmod(name.as_str(), rustix::fs::Mode::from_raw_mode(0o600)).expect("chmod");
     for user in ["user", "root"] {
-        let o = env.sh(&["--user", user], &format!("cat {name}; ls -la /root; cat /proc/1/root{name}"));
-        assert!(!stdout(&o).contains("TOP-SECRET"), "secret leaked to {user}: {}", stdout(&o));
-        assert!(!stdout(&o).contains("paddock-secret"), "/root listing leaked to {user}");
+        let o = env.sh(
+            &["--user", user],
+            &format!("cat {name}; ls -la /root; cat /proc/1/root{name}"),
+        );
+        assert!(
+            !stdout(&o).contains("TOP-SECRET"),
+            "secret leaked to {user}: {}",
+            stdout(&o)
+        );
+        assert!(
+            !stdout(&o).contains("paddock-secret"),
+            "/root listing leaked to {user}"
+        );
     }
     std::fs::remove_file(&name).expect("remove secret");
     env.assert_clean();
@@ -40,7 +51,13 @@ fn cannot_see_the_callers_environment() {
     let o = env
         .cmd()
         .env("PADDOCK_CALLER_SECRET", "caller-secret-value")
-        .args(["run", "--", "/bin/sh", "-c", "env; cat /proc/self/environ; cat /proc/1/environ"])
+        .args([
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "env; cat /proc/self/environ; cat /proc/1/environ",
+        ])
         .stdin(Stdio::null())
         .output()
         .expect("runs");
@@ -48,7 +65,10 @@ fn cannot_see_the_callers_environment() {
     let out = stdout(&o);
     assert!(!out.contains("caller-secret-value"), "caller env leaked: {out}");
     for var in ["PATH=", "HOME=/home/user", "LANG=", "TERM="] {
-        assert!(out.contains(var), "{var} missing from the clean environment: {out}");
+        assert!(
+            out.contains(var),
+            "{var} missing from the clean environment: {out}"
+        );
     }
     // --env adds exactly what it names.
     let o = env.sh(&["--env", "FOO=bar baz"], "echo \"$FOO\"");
@@ -74,10 +94,17 @@ fn cannot_write_any_host_path() {
         );
         let o = env.sh(&["--user", user], &script);
         assert_code(&o, 0);
-        assert!(!stdout(&o).contains("WROTE"), "{user} wrote a host path: {}", stdout(&o));
+        assert!(
+            !stdout(&o).contains("WROTE"),
+            "{user} wrote a host path: {}",
+            stdout(&o)
+        );
     }
     for d in ["/", "/usr", "/usr/bin", "/etc/ssl", "/dev"] {
-        assert!(!std::path::Path::new(d).join(&probe).exists(), "probe appeared in host {d}");
+        assert!(
+            !std::path::Path::new(d).join(&probe).exists(),
+            "probe appeared in host {d}"
+        );
     }
     env.assert_clean();
 }
@@ -124,8 +151,15 @@ print(len([p for p in os.listdir("/proc") if p.isdigit()]))
     let o = py(&env, &["--user", "root"], &code);
     assert!(host.try_wait().expect("wait").is_none(), "host process died");
     let out = stdout(&o);
-    assert!(!out.contains("SIGNALLED") && !out.contains("KILLED") && !out.contains("SEEN"), "{out}");
-    let count: u32 = out.lines().last().and_then(|l| l.trim().parse().ok()).expect("pid count");
+    assert!(
+        !out.contains("SIGNALLED") && !out.contains("KILLED") && !out.contains("SEEN"),
+        "{out}"
+    );
+    let count: u32 = out
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("pid count");
     assert!(count < 10, "sandbox sees {count} processes");
     host.kill().expect("kill host sleep");
     host.wait().expect("reap");
@@ -171,14 +205,22 @@ fn network_is_loopback_only_without_a_default_route() {
         return;
     }
     let env = TestEnv::new();
-    let o = env.sh(&[], "cat /proc/net/route; echo ---; cat /proc/net/dev; echo ---; cat /proc/net/if_inet6 2>/dev/null");
+    let o = env.sh(
+        &[],
+        "cat /proc/net/route; echo ---; cat /proc/net/dev; echo ---; cat /proc/net/if_inet6 2>/dev/null",
+    );
     assert_code(&o, 0);
     let out = stdout(&o);
     let mut parts = out.split("---\n");
     let route = parts.next().expect("route");
     assert_eq!(route.lines().count(), 1, "routes present: {route}");
     let dev = parts.next().expect("dev");
-    let ifaces: Vec<&str> = dev.lines().skip(2).filter_map(|l| l.split(':').next()).map(str::trim).collect();
+    let ifaces: Vec<&str> = dev
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
     assert_eq!(ifaces, vec!["lo"], "interfaces: {dev}");
     // Loopback inside the sandbox works (it is the sandbox's own).
     let o = py(
@@ -197,11 +239,17 @@ fn no_capabilities_seccomp_and_no_new_privs() {
     }
     let env = TestEnv::new();
     for user in ["user", "root"] {
-        let o = env.sh(&["--user", user], "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status");
+        let o = env.sh(
+            &["--user", user],
+            "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status",
+        );
         assert_code(&o, 0);
         let out = stdout(&o);
         for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
-            assert!(out.contains(&format!("{cap}:\t0000000000000000")), "{user} has {cap}: {out}");
+            assert!(
+                out.contains(&format!("{cap}:\t0000000000000000")),
+                "{user} has {cap}: {out}"
+            );
         }
         assert!(out.contains("NoNewPrivs:\t1"), "{out}");
         assert!(out.contains("Seccomp:\t2"), "{out}");
@@ -222,7 +270,11 @@ fn kernel_knobs_are_not_writable() {
          cat /proc/kcore 2>/dev/null | head -c 1 | grep -q . && echo READ kcore; \
          cat /proc/sys/kernel/core_pattern; echo done",
     );
-    assert!(!stdout(&o).contains("WROTE") && !stdout(&o).contains("READ"), "{}", stdout(&o));
+    assert!(
+        !stdout(&o).contains("WROTE") && !stdout(&o).contains("READ"),
+        "{}",
+        stdout(&o)
+    );
     let host = std::fs::read_to_string("/proc/sys/kernel/core_pattern").expect("host core_pattern");
     assert!(!host.contains("/tmp/x"), "host core_pattern changed");
     env.assert_clean();
@@ -241,8 +293,13 @@ fn no_kvm_or_block_devices() {
     );
     assert_code(&o, 0);
     let out = stdout(&o);
-    assert!(!out.contains("KVM") && !out.contains("BLOCK") && !out.contains("MKNOD"), "{out}");
-    for dev in ["null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "shm"] {
+    assert!(
+        !out.contains("KVM") && !out.contains("BLOCK") && !out.contains("MKNOD"),
+        "{out}"
+    );
+    for dev in [
+        "null", "zero", "full", "random", "urandom", "tty", "ptmx", "pts", "shm",
+    ] {
         assert!(out.lines().any(|l| l == dev), "/dev/{dev} missing: {out}");
     }
     env.assert_clean();
@@ -294,7 +351,15 @@ fn sandbox_users_map_to_unprivileged_host_ids() {
     for (user, inside) in [("user", 1000u32), ("root", 0u32)] {
         let mut child = env
             .cmd()
-            .args(["run", "--user", user, "--", "/bin/sh", "-c", "id -u; id -g; exec sleep 30"])
+            .args([
+                "run",
+                "--user",
+                user,
+                "--",
+                "/bin/sh",
+                "-c",
+                "id -u; id -g; exec sleep 30",
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -308,10 +373,18 @@ fn sandbox_users_map_to_unprivileged_host_ids() {
             .processes()
             .iter()
             .any(|(_, c)| c.starts_with("sleep 30"))));
-        let (pid, _) = env.processes().into_iter().find(|(_, c)| c.starts_with("sleep 30")).expect("sleep");
+        let (pid, _) = env
+            .processes()
+            .into_iter()
+            .find(|(_, c)| c.starts_with("sleep 30"))
+            .expect("sleep");
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
         let uid_line = status.lines().find(|l| l.starts_with("Uid:")).expect("uid");
-        let host_uid: u32 = uid_line.split_whitespace().nth(1).and_then(|u| u.parse().ok()).expect("uid");
+        let host_uid: u32 = uid_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|u| u.parse().ok())
+            .expect("uid");
         assert_eq!(host_uid, ID_BASE + inside, "{user} maps to host uid {host_uid}");
         rustix::process::kill_process(
             rustix::process::Pid::from_raw(child.id() as i32).expect("pid"),
@@ -334,12 +407,18 @@ fn mounts_honour_read_only() {
     std::fs::write(dir.path().join("in.txt"), "from host").expect("write");
     rustix::fs::chmod(dir.path(), rustix::fs::Mode::from_raw_mode(0o777)).expect("chmod");
     let ro = format!("{}:/data:ro", dir.path().display());
-    let o = env.sh(&["--mount", &ro], "cat /data/in.txt; touch /data/new 2>/dev/null && echo WROTE; echo");
+    let o = env.sh(
+        &["--mount", &ro],
+        "cat /data/in.txt; touch /data/new 2>/dev/null && echo WROTE; echo",
+    );
     assert_eq!(stdout(&o), "from host\n", "{}", stderr(&o));
     assert!(!dir.path().join("new").exists());
     let rw = format!("{}:/home/user/work", dir.path().display());
     let o = env.sh(&["--mount", &rw], "echo hi > /home/user/work/out.txt && echo ok");
     assert_eq!(stdout(&o), "ok\n", "{}", stderr(&o));
-    assert_eq!(std::fs::read_to_string(dir.path().join("out.txt")).expect("written"), "hi\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out.txt")).expect("written"),
+        "hi\n"
+    );
     env.assert_clean();
 }

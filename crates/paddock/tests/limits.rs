@@ -30,9 +30,15 @@ print(n)
     let o = env.run(&["--pids", "64"], &["python3", "-c", code]);
     assert_code(&o, 0);
     let forked: u32 = stdout(&o).trim().parse().expect("count");
-    assert!(forked > 10 && forked < 64, "forked {forked} processes under --pids 64");
+    assert!(
+        forked > 10 && forked < 64,
+        "forked {forked} processes under --pids 64"
+    );
     // A real shell fork bomb is contained too, and the sandbox still ends at its timeout.
-    let o = env.run(&["--pids", "128", "--timeout", "3s"], &["/bin/bash", "-c", "f() { f | f & }; f; sleep 60"]);
+    let o = env.run(
+        &["--pids", "128", "--timeout", "3s"],
+        &["/bin/bash", "-c", "f() { f | f & }; f; sleep 60"],
+    );
     assert_code(&o, 124);
     // The host still runs sandboxes afterwards.
     assert_code(&env.run(&[], &["true"]), 0);
@@ -45,7 +51,10 @@ fn memory_limit_kills_inside_the_sandbox_only() {
         return;
     }
     let env = TestEnv::new();
-    let o = env.run(&["--memory", "512M"], &["python3", "-c", "b = b'x' * (2 << 30); print('ALLOCATED')"]);
+    let o = env.run(
+        &["--memory", "512M"],
+        &["python3", "-c", "b = b'x' * (2 << 30); print('ALLOCATED')"],
+    );
     assert!(!stdout(&o).contains("ALLOCATED"), "2 GiB allocated under 512M");
     assert_code(&o, 137);
     assert_code(&env.run(&[], &["true"]), 0);
@@ -66,8 +75,15 @@ fn disk_limit_stops_writes() {
     let out = stdout(&o);
     assert!(!out.contains("dd=0"), "3 GiB written under --disk 1G: {out}");
     let err = stderr(&o);
-    assert!(err.contains("quota") || err.contains("space"), "unexpected dd error: {err}");
-    let mib: u64 = out.lines().last().and_then(|l| l.trim().parse().ok()).expect("size");
+    assert!(
+        err.contains("quota") || err.contains("space"),
+        "unexpected dd error: {err}"
+    );
+    let mib: u64 = out
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .expect("size");
     assert!(mib <= 1100, "wrote {mib} MiB under --disk 1G");
     env.assert_clean();
 }
@@ -116,7 +132,7 @@ fn a_gigabyte_of_output_streams_with_bounded_memory() {
         assert!(buf[..n].iter().all(|b| *b == 0), "corrupted output");
         total += n as u64;
         reads += 1;
-        if reads % 64 == 0 {
+        if reads.is_multiple_of(64) {
             if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
                 let rss = status
                     .lines()

@@ -22,7 +22,11 @@ fn start(env: &TestEnv, script: &str) -> Child {
     let mut buf = [0u8; 256];
     while !String::from_utf8_lossy(&seen).contains("READY") {
         let n = out.read(&mut buf).expect("read");
-        assert!(n > 0, "sandbox ended before READY: {}", String::from_utf8_lossy(&seen));
+        assert!(
+            n > 0,
+            "sandbox ended before READY: {}",
+            String::from_utf8_lossy(&seen)
+        );
         seen.extend_from_slice(&buf[..n]);
     }
     child
@@ -42,9 +46,16 @@ fn sigterm_and_sigint_tear_everything_down() {
         return;
     }
     let env = TestEnv::new();
-    for (sig, code) in [(rustix::process::Signal::TERM, 143), (rustix::process::Signal::INT, 130)] {
+    for (sig, code) in [
+        (rustix::process::Signal::TERM, 143),
+        (rustix::process::Signal::INT, 130),
+    ] {
         let mut child = start(&env, DAEMONS);
-        assert!(env.processes().len() >= 5, "daemons not running: {:?}", env.processes());
+        assert!(
+            env.processes().len() >= 5,
+            "daemons not running: {:?}",
+            env.processes()
+        );
         signal(&child, sig);
         assert_eq!(child.wait().expect("wait").code(), Some(code));
         env.assert_clean();
@@ -57,7 +68,10 @@ fn daemonized_processes_do_not_survive_a_normal_exit() {
         return;
     }
     let env = TestEnv::new();
-    let o = env.sh(&[], "setsid sleep 1000 & (setsid sh -c 'sleep 1002 &' &); nohup sleep 1003 >/dev/null 2>&1 & exit 7");
+    let o = env.sh(
+        &[],
+        "setsid sleep 1000 & (setsid sh -c 'sleep 1002 &' &); nohup sleep 1003 >/dev/null 2>&1 & exit 7",
+    );
     assert_code(&o, 7);
     env.assert_clean();
 }

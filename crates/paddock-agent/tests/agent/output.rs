@@ -203,3 +203,26 @@ async fn exit_waits_for_output_but_not_for_background_holders() {
         "exit waited for the background process"
     );
 }
+
+#[tokio::test]
+async fn detach_does_not_wait_for_a_stalled_consumer() {
+    require_root!();
+    let (_agent, client) = TestAgent::start().await;
+    let (pid, events) = client.spawn(shell("cat /dev/zero")).await.expect("spawn");
+    // Nobody reads `events`: the client's reader is soon stuck waiting for room in that queue.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::timeout(Duration::from_secs(10), client.detach(pid))
+        .await
+        .expect("detach completes although the events are not consumed")
+        .expect("detach");
+    let list = client
+        .list_processes()
+        .await
+        .expect("the same client still gets answers");
+    assert!(
+        list.iter().any(|p| p.pid == pid && p.exit.is_none()),
+        "detached process keeps running"
+    );
+    client.kill_tree(pid, None).await.expect("kill");
+    drop(events);
+}

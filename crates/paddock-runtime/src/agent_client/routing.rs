@@ -8,7 +8,7 @@ use paddock_protocol::frame::{decode_prefix, PREFIX_LEN};
 use paddock_protocol::{AgentMessage, Reply};
 use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::unix::OwnedReadHalf;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::{AgentClientError, ProcessEvent, ProcessEvents};
 
@@ -19,8 +19,24 @@ const EVENT_QUEUE: usize = 32;
 #[derive(Debug, Default)]
 pub(super) struct Routes {
     pub(super) pending: HashMap<u64, Pending>,
-    pub(super) events: HashMap<u32, mpsc::Sender<ProcessEvent>>,
+    pub(super) events: HashMap<u32, Route>,
     pub(super) closed: bool,
+}
+
+/// The consumer of one process's events.
+#[derive(Debug)]
+pub(super) struct Route {
+    tx: mpsc::Sender<ProcessEvent>,
+    /// Signalled when the route is cancelled (a detach), to unblock a delivery waiting for room.
+    cancel: Arc<Notify>,
+}
+
+/// Ends the route of `pid`: later events are dropped, and a delivery waiting for the consumer to
+/// make room gives up (so a detach never waits for a consumer that stopped reading).
+pub(super) fn cancel_route(routes: &Mutex<Routes>, pid: u32) {
+    if let Some(route) = lock(routes).events.remove(&pid) {
+        route.cancel.notify_one();
+    }
 }
 
 #[derive(Debug)]
@@ -121,7 +137,11 @@ async fn route(routes: &Mutex<Routes>, message: AgentMessage, payload: Vec<u8>) 
             // Subscribe before the next frame is read: the process's output follows right behind.
             let events = pid.map(|pid| {
                 let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-                lock(routes).events.insert(pid, tx);
+                let route = Route {
+                    tx,
+                    cancel: Arc::new(Notify::new()),
+                };
+                lock(routes).events.insert(pid, route);
                 ProcessEvents { pid, rx }
             });
             if pending
@@ -163,16 +183,24 @@ async fn route(routes: &Mutex<Routes>, message: AgentMessage, payload: Vec<u8>) 
 /// Hands an event to its process's consumer, waiting while that consumer's queue is full. The route
 /// ends after an exit, or when the consumer is gone (the event is then dropped).
 async fn deliver(routes: &Mutex<Routes>, pid: u32, event: ProcessEvent) {
-    let Some(tx) = lock(routes).events.get(&pid).cloned() else {
+    let Some((tx, cancel)) = lock(routes)
+        .events
+        .get(&pid)
+        .map(|r| (r.tx.clone(), r.cancel.clone()))
+    else {
         return;
     };
     let last = matches!(event, ProcessEvent::Exited(_));
-    if tx.send(event).await.is_err() || last {
+    let delivered = tokio::select! {
+        sent = tx.send(event) => sent.is_ok(),
+        () = cancel.notified() => false,
+    };
+    if !delivered || last {
         let mut routes = lock(routes);
         if routes
             .events
             .get(&pid)
-            .is_some_and(|current| current.same_channel(&tx))
+            .is_some_and(|current| current.tx.same_channel(&tx))
         {
             routes.events.remove(&pid);
         }

@@ -55,7 +55,11 @@ pub struct SandboxCgroup {
 }
 
 fn io_err<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(io::Error) -> RuntimeError + 'a {
-    move |source| RuntimeError::Cgroup { what, path: path.to_owned(), source }
+    move |source| RuntimeError::Cgroup {
+        what,
+        path: path.to_owned(),
+        source,
+    }
 }
 
 fn write_file(path: &Path, value: &str) -> Result<(), RuntimeError> {
@@ -67,7 +71,9 @@ impl CgroupKind {
         let root = Path::new(CGROUP_ROOT);
         let magic = paddock_sys::mount::fs_magic(root).map_err(io_err(root, "inspect"))?;
         if magic == paddock_sys::mount::CGROUP2_SUPER_MAGIC {
-            return Ok(Self::V2 { root: root.to_owned() });
+            return Ok(Self::V2 {
+                root: root.to_owned(),
+            });
         }
         let need = |name: &str| -> Result<PathBuf, RuntimeError> {
             let p = root.join(name);
@@ -86,7 +92,12 @@ impl CgroupKind {
             Ok(m) if m == paddock_sys::mount::CGROUP2_SUPER_MAGIC => Some(unified),
             _ => None,
         };
-        Ok(Self::V1 { memory: need("memory")?, pids: need("pids")?, cpu: need("cpu")?, unified })
+        Ok(Self::V1 {
+            memory: need("memory")?,
+            pids: need("pids")?,
+            cpu: need("cpu")?,
+            unified,
+        })
     }
 }
 
@@ -95,12 +106,19 @@ impl CgroupLayout {
     pub fn detect(parent: &str) -> Result<Self, RuntimeError> {
         let valid = !parent.is_empty()
             && parent.len() <= 64
-            && parent.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+            && parent
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
             && !parent.starts_with('.');
         if !valid {
-            return Err(RuntimeError::InvalidSpec(format!("invalid cgroup parent name {parent:?}")));
+            return Err(RuntimeError::InvalidSpec(format!(
+                "invalid cgroup parent name {parent:?}"
+            )));
         }
-        Ok(Self { kind: CgroupKind::detect()?, parent: parent.to_owned() })
+        Ok(Self {
+            kind: CgroupKind::detect()?,
+            parent: parent.to_owned(),
+        })
     }
 
     /// The host's cgroup interface.
@@ -113,7 +131,12 @@ impl CgroupLayout {
         let p = &self.parent;
         match &self.kind {
             CgroupKind::V2 { root } => vec![root.join(p)],
-            CgroupKind::V1 { memory, pids, cpu, unified } => {
+            CgroupKind::V1 {
+                memory,
+                pids,
+                cpu,
+                unified,
+            } => {
                 let mut v = vec![memory.join(p), pids.join(p), cpu.join(p)];
                 if let Some(u) = unified {
                     v.push(u.join(p));
@@ -207,7 +230,10 @@ impl CgroupLayout {
                     write_file(&d.join("pids.max"), &p.to_string())?;
                 }
                 if let Some(c) = limits.cpus {
-                    write_file(&d.join("cpu.max"), &format!("{} {CPU_PERIOD_US}", c.quota_us(CPU_PERIOD_US)))?;
+                    write_file(
+                        &d.join("cpu.max"),
+                        &format!("{} {CPU_PERIOD_US}", c.quota_us(CPU_PERIOD_US)),
+                    )?;
                 }
             }
             CgroupKind::V1 { .. } => {
@@ -225,7 +251,10 @@ impl CgroupLayout {
                 if let Some(c) = limits.cpus {
                     let d = dir(2);
                     write_file(&d.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
-                    write_file(&d.join("cpu.cfs_quota_us"), &c.quota_us(CPU_PERIOD_US).to_string())?;
+                    write_file(
+                        &d.join("cpu.cfs_quota_us"),
+                        &c.quota_us(CPU_PERIOD_US).to_string(),
+                    )?;
                 }
             }
         }

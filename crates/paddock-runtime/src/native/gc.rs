@@ -18,7 +18,9 @@ impl NativeBackend {
         let mut alive = Vec::new();
         if let Ok(rd) = fs::read_dir(&run) {
             for entry in rd.flatten() {
-                let Some(id) = entry.file_name().to_str().map(str::to_owned) else { continue };
+                let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
+                    continue;
+                };
                 match StateLock::try_acquire(&entry.path().join("lock")) {
                     Ok(Some(_lock)) => {
                         tracing::info!(sandbox_id = %id, "reclaiming abandoned sandbox");

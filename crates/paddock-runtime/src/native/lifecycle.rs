@@ -31,20 +31,30 @@ pub(crate) struct NativeSandbox {
 }
 
 fn state_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
-    move |source| RuntimeError::State { what, path: path.to_owned(), source }
+    move |source| RuntimeError::State {
+        what,
+        path: path.to_owned(),
+        source,
+    }
 }
 
 impl NativeBackend {
     fn check_spec(&self, spec: &SandboxSpec) -> Result<(), RuntimeError> {
         if let RootfsSpec::Dir { path } = &spec.rootfs {
             if !path.is_absolute() || !path.is_dir() {
-                return Err(RuntimeError::InvalidSpec(format!("rootfs {} is not a directory", path.display())));
+                return Err(RuntimeError::InvalidSpec(format!(
+                    "rootfs {} is not a directory",
+                    path.display()
+                )));
             }
             check_searchable(path, "rootfs")?;
         }
         for m in &spec.mounts {
             if fs::metadata(&m.host).is_err() {
-                return Err(RuntimeError::InvalidSpec(format!("mount source {} does not exist", m.host.display())));
+                return Err(RuntimeError::InvalidSpec(format!(
+                    "mount source {} does not exist",
+                    m.host.display()
+                )));
             }
             check_searchable(&m.host, "mount source")?;
         }
@@ -57,10 +67,19 @@ impl NativeBackend {
         let id = spec.id.as_str();
         let mut files = vec![
             ("hostname", format!("{id}\n")),
-            ("hosts", format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{id}\n")),
+            (
+                "hosts",
+                format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{id}\n"),
+            ),
         ];
         if let RootfsSpec::Dir { path } = &spec.rootfs {
-            files.push(("passwd", with_user_line(&path.join("etc/passwd"), "user:x:1000:1000:user:/home/user:/bin/sh")));
+            files.push((
+                "passwd",
+                with_user_line(
+                    &path.join("etc/passwd"),
+                    "user:x:1000:1000:user:/home/user:/bin/sh",
+                ),
+            ));
             files.push(("group", with_user_line(&path.join("etc/group"), "user:x:1000:")));
         }
         let owner = (self.config.ids.host_uid(0), self.config.ids.host_gid(0));
@@ -154,7 +173,8 @@ fn with_user_line(source: &Path, line: &str) -> String {
 
 /// Runs `<binary> __setup` with the spec on stdin and parses its one-line answer.
 fn run_shim(binary: &Path, spec: &SetupSpec) -> Result<i32, RuntimeError> {
-    let json = serde_json::to_vec(spec).map_err(|e| RuntimeError::Setup(format!("encode setup spec: {e}")))?;
+    let json =
+        serde_json::to_vec(spec).map_err(|e| RuntimeError::Setup(format!("encode setup spec: {e}")))?;
     let mut child = Command::new(binary)
         .arg("__setup")
         .stdin(Stdio::piped())
@@ -164,14 +184,21 @@ fn run_shim(binary: &Path, spec: &SetupSpec) -> Result<i32, RuntimeError> {
         .spawn()
         .map_err(|e| RuntimeError::Setup(format!("cannot start {} __setup: {e}", binary.display())))?;
     if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(&json).map_err(|e| RuntimeError::Setup(format!("send setup spec: {e}")))?;
+        stdin
+            .write_all(&json)
+            .map_err(|e| RuntimeError::Setup(format!("send setup spec: {e}")))?;
     }
-    let out = child.wait_with_output().map_err(|e| RuntimeError::Setup(format!("wait for setup: {e}")))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| RuntimeError::Setup(format!("wait for setup: {e}")))?;
     let line = String::from_utf8_lossy(&out.stdout);
     match serde_json::from_str::<SetupOutcome>(line.trim()) {
         Ok(SetupOutcome::Pid(pid)) => Ok(pid),
         Ok(SetupOutcome::Error(e)) => Err(RuntimeError::Setup(e)),
-        Err(_) => Err(RuntimeError::Setup(format!("setup exited with {} and no answer", out.status))),
+        Err(_) => Err(RuntimeError::Setup(format!(
+            "setup exited with {} and no answer",
+            out.status
+        ))),
     }
 }
 
@@ -206,7 +233,14 @@ impl Backend for NativeBackend {
         Ok(SandboxHandle {
             id: spec.id.clone(),
             agent_socket: run_dir.join("agent.sock"),
-            inner: NativeSandbox { run_dir, cgroup, init_pid, pidfd, reaped: false, _lock: lock },
+            inner: NativeSandbox {
+                run_dir,
+                cgroup,
+                init_pid,
+                pidfd,
+                reaped: false,
+                _lock: lock,
+            },
         })
     }
 
@@ -219,9 +253,10 @@ impl Backend for NativeBackend {
             // A pidfd becomes readable when the process exits; wait for that on a blocking thread (the
             // init's parent is the thread that started the shim, so this thread's lifetime is irrelevant).
             let fd = tokio::task::spawn_blocking(move || {
-                let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
-                let _ = rustix::event::poll(&mut fds, None);
-                drop(fds);
+                {
+                    let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
+                    let _ = rustix::event::poll(&mut fds, None);
+                }
                 fd
             })
             .await
@@ -257,8 +292,14 @@ impl Backend for NativeBackend {
 
 /// Reaps the init process (our child through `CLONE_PARENT`).
 fn reap(sb: &mut NativeSandbox, block: bool) {
-    let Some(pid) = rustix::process::Pid::from_raw(sb.init_pid) else { return };
-    let opts = if block { rustix::process::WaitOptions::empty() } else { rustix::process::WaitOptions::NOHANG };
+    let Some(pid) = rustix::process::Pid::from_raw(sb.init_pid) else {
+        return;
+    };
+    let opts = if block {
+        rustix::process::WaitOptions::empty()
+    } else {
+        rustix::process::WaitOptions::NOHANG
+    };
     match rustix::process::waitpid(Some(pid), opts) {
         Ok(Some(_)) | Err(_) => sb.reaped = true,
         Ok(None) => {}

@@ -20,8 +20,11 @@ impl StateLock {
     /// Blocks until the lock on `path` (created if missing) is held.
     pub fn acquire(path: &Path) -> Result<Self, RuntimeError> {
         let file = open(path)?;
-        rustix::fs::flock(&file, FlockOperation::LockExclusive)
-            .map_err(|e| RuntimeError::State { what: "lock", path: path.to_owned(), source: e.into() })?;
+        rustix::fs::flock(&file, FlockOperation::LockExclusive).map_err(|e| RuntimeError::State {
+            what: "lock",
+            path: path.to_owned(),
+            source: e.into(),
+        })?;
         Ok(Self { _file: file })
     }
 
@@ -31,7 +34,11 @@ impl StateLock {
         match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => Ok(Some(Self { _file: file })),
             Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
-            Err(e) => Err(RuntimeError::State { what: "lock", path: path.to_owned(), source: e.into() }),
+            Err(e) => Err(RuntimeError::State {
+                what: "lock",
+                path: path.to_owned(),
+                source: e.into(),
+            }),
         }
     }
 }
@@ -43,5 +50,9 @@ fn open(path: &Path) -> Result<File, RuntimeError> {
         .truncate(false)
         .write(true)
         .open(path)
-        .map_err(|source| RuntimeError::State { what: "open lock file", path: path.to_owned(), source })
+        .map_err(|source| RuntimeError::State {
+            what: "open lock file",
+            path: path.to_owned(),
+            source,
+        })
 }

@@ -78,16 +78,28 @@ impl NativeBackend {
         }
         let cgroups = CgroupLayout::detect(&config.cgroup_parent)?;
         for dir in [config.state_dir.clone(), config.state_dir.join("run")] {
-            std::fs::create_dir_all(&dir)
-                .map_err(|source| RuntimeError::State { what: "create", path: dir.clone(), source })?;
+            std::fs::create_dir_all(&dir).map_err(|source| RuntimeError::State {
+                what: "create",
+                path: dir.clone(),
+                source,
+            })?;
         }
         let pool = StoragePool::open(&config.state_dir, config.pool_size, config.ids)?;
-        Ok(Self { config, pool, cgroups })
+        Ok(Self {
+            config,
+            pool,
+            cgroups,
+        })
     }
 
     /// The capabilities of the native backend.
     pub fn capabilities(&self) -> Capabilities {
-        Capabilities { disk_limits: true, cheap_snapshots: true, custom_rootfs: true, host_mounts: true }
+        Capabilities {
+            disk_limits: true,
+            cheap_snapshots: true,
+            custom_rootfs: true,
+            host_mounts: true,
+        }
     }
 
     /// The storage pool.

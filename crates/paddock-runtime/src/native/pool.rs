@@ -62,7 +62,11 @@ const CURATED_ETC: &[&str] = &[
 ];
 
 fn pool_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RuntimeError + 'a {
-    move |source| RuntimeError::Pool { what, path: path.to_owned(), source }
+    move |source| RuntimeError::Pool {
+        what,
+        path: path.to_owned(),
+        source,
+    }
 }
 
 /// An opened storage pool.
@@ -78,14 +82,21 @@ impl StoragePool {
         let root = state_dir.join("pool");
         let marker = root.join(".paddock-pool");
         if btrfs::is_btrfs(&root).unwrap_or(false) && marker.exists() {
-            let pool = Self { root: root.clone(), ids };
+            let pool = Self {
+                root: root.clone(),
+                ids,
+            };
             if pool.template_ready() {
                 return Ok(pool);
             }
         }
         let _guard = StateLock::acquire(&state_dir.join("pool.lock"))?;
         if !btrfs::is_btrfs(&root).unwrap_or(false) {
-            fs::DirBuilder::new().recursive(true).mode(0o700).create(&root).map_err(pool_err("create", &root))?;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&root)
+                .map_err(pool_err("create", &root))?;
             if !btrfs::is_btrfs(&root).map_err(pool_err("inspect", &root))? {
                 mount_image(state_dir, &root, image_size)?;
             }
@@ -94,7 +105,11 @@ impl StoragePool {
             btrfs::enable_quota(&root, true).map_err(pool_err("enable simple quotas on", &root))?;
             for dir in ["templates", "sandboxes", "snapshots"] {
                 let d = root.join(dir);
-                fs::DirBuilder::new().recursive(true).mode(0o700).create(&d).map_err(pool_err("create", &d))?;
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&d)
+                    .map_err(pool_err("create", &d))?;
             }
             // A sandbox's init builds its root as the sandbox's root user (an unprivileged host uid) and
             // must reach its volume: the pool and `sandboxes/` are searchable by the sandbox root group
@@ -103,8 +118,11 @@ impl StoragePool {
                 chown(&d, None, Some(ids.host_gid(0))).map_err(pool_err("chown", &d))?;
                 fs::set_permissions(&d, fs::Permissions::from_mode(0o710)).map_err(pool_err("chmod", &d))?;
             }
-            fs::write(&marker, format!("{{\"layout\":1,\"template\":{TEMPLATE_VERSION}}}\n"))
-                .map_err(pool_err("write", &marker))?;
+            fs::write(
+                &marker,
+                format!("{{\"layout\":1,\"template\":{TEMPLATE_VERSION}}}\n"),
+            )
+            .map_err(pool_err("write", &marker))?;
         }
         let pool = Self { root, ids };
         if !pool.template_ready() {
@@ -157,7 +175,10 @@ impl StoragePool {
         btrfs::snapshot_subvolume(&self.template(), &parent, id.as_str(), false)
             .map_err(pool_err("snapshot the template into", &path))?;
         if let Some(limit) = disk {
-            let limit = btrfs::QgroupLimit { max_exclusive: None, max_referenced: Some(limit.as_u64()) };
+            let limit = btrfs::QgroupLimit {
+                max_exclusive: None,
+                max_referenced: Some(limit.as_u64()),
+            };
             if let Err(e) = btrfs::set_qgroup_limit(&path, limit) {
                 let _ = self.delete_volume(id.as_str());
                 return Err(pool_err("set the disk limit on", &path)(e));
@@ -185,15 +206,22 @@ impl StoragePool {
 
     /// Ids of every sandbox subvolume present.
     pub fn list_volumes(&self) -> Vec<String> {
-        let Ok(rd) = fs::read_dir(self.root.join("sandboxes")) else { return Vec::new() };
-        rd.flatten().filter_map(|e| e.file_name().to_str().map(str::to_owned)).collect()
+        let Ok(rd) = fs::read_dir(self.root.join("sandboxes")) else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect()
     }
 
     /// Unmounts the pool and removes its image and state (refused while sandboxes exist).
     pub fn destroy(state_dir: &Path) -> Result<(), RuntimeError> {
         let root = state_dir.join("pool");
         let sandboxes = root.join("sandboxes");
-        if fs::read_dir(&sandboxes).map(|mut rd| rd.next().is_some()).unwrap_or(false) {
+        if fs::read_dir(&sandboxes)
+            .map(|mut rd| rd.next().is_some())
+            .unwrap_or(false)
+        {
             return Err(RuntimeError::InvalidSpec(format!(
                 "the pool at {} still holds sandboxes; stop them or run `paddock gc` first",
                 root.display()
@@ -219,10 +247,19 @@ fn mount_image(state_dir: &Path, root: &Path, size: ByteSize) -> Result<(), Runt
         let f = File::create(&staging).map_err(pool_err("create", &staging))?;
         f.set_len(size.as_u64()).map_err(pool_err("size", &staging))?;
         drop(f);
-        run_tool(Command::new("mkfs.btrfs").args(["-q", "-f", "-m", "single", "-d", "single"]).arg(&staging))?;
+        run_tool(
+            Command::new("mkfs.btrfs")
+                .args(["-q", "-f", "-m", "single", "-d", "single"])
+                .arg(&staging),
+        )?;
         fs::rename(&staging, &image).map_err(pool_err("rename", &staging))?;
     }
-    run_tool(Command::new("mount").args(["-o", "loop,noatime"]).arg(&image).arg(root))
+    run_tool(
+        Command::new("mount")
+            .args(["-o", "loop,noatime"])
+            .arg(&image)
+            .arg(root),
+    )
 }
 
 /// Runs a system tool (mkfs.btrfs, mount): no crate formats btrfs, and mount(8) sets up the loop
@@ -258,9 +295,15 @@ fn populate_template(dir: &Path, ids: IdRange) -> Result<(), RuntimeError> {
             "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000:user:/home/user:/bin/bash\n\
              nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
         ),
-        ("group", "root:x:0:\ntty:x:5:\nusers:x:100:user\nuser:x:1000:\nnogroup:x:65534:\n"),
+        (
+            "group",
+            "root:x:0:\ntty:x:5:\nusers:x:100:user\nuser:x:1000:\nnogroup:x:65534:\n",
+        ),
         ("resolv.conf", "# paddock: this sandbox has no network access\n"),
-        ("nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n"),
+        (
+            "nsswitch.conf",
+            "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n",
+        ),
     ];
     for (name, content) in files {
         let p = etc.join(name);
@@ -272,12 +315,15 @@ fn populate_template(dir: &Path, ids: IdRange) -> Result<(), RuntimeError> {
     let home = dir.join("home");
     let user_home = home.join("user");
     fs::create_dir_all(&user_home).map_err(pool_err("create", &user_home))?;
-    fs::set_permissions(&user_home, fs::Permissions::from_mode(0o750)).map_err(pool_err("chmod", &user_home))?;
-    chown(&user_home, Some(ids.host_uid(1000)), Some(ids.host_gid(1000))).map_err(pool_err("chown", &user_home))?;
+    fs::set_permissions(&user_home, fs::Permissions::from_mode(0o750))
+        .map_err(pool_err("chmod", &user_home))?;
+    chown(&user_home, Some(ids.host_uid(1000)), Some(ids.host_gid(1000)))
+        .map_err(pool_err("chown", &user_home))?;
     chown(&home, Some(root_owner.0), Some(root_owner.1)).map_err(pool_err("chown", &home))?;
     let root_home = dir.join("root");
     fs::create_dir(&root_home).map_err(pool_err("create", &root_home))?;
-    fs::set_permissions(&root_home, fs::Permissions::from_mode(0o700)).map_err(pool_err("chmod", &root_home))?;
+    fs::set_permissions(&root_home, fs::Permissions::from_mode(0o700))
+        .map_err(pool_err("chmod", &root_home))?;
     chown(&root_home, Some(root_owner.0), Some(root_owner.1)).map_err(pool_err("chown", &root_home))?;
     let tmp = dir.join("tmp");
     fs::create_dir(&tmp).map_err(pool_err("create", &tmp))?;
@@ -296,8 +342,11 @@ fn copy_tree(src: &Path, dst: &Path, owner: (u32, u32)) -> Result<(), RuntimeErr
         symlink(&target, dst).map_err(pool_err("create symlink", dst))?;
     } else if ft.is_dir() {
         fs::create_dir(dst).map_err(pool_err("create", dst))?;
-        fs::set_permissions(dst, fs::Permissions::from_mode(meta.permissions().mode() & 0o7777))
-            .map_err(pool_err("chmod", dst))?;
+        fs::set_permissions(
+            dst,
+            fs::Permissions::from_mode(meta.permissions().mode() & 0o7777),
+        )
+        .map_err(pool_err("chmod", dst))?;
         for entry in fs::read_dir(src).map_err(pool_err("read", src))? {
             let entry = entry.map_err(pool_err("read", src))?;
             copy_tree(&entry.path(), &dst.join(entry.file_name()), owner)?;

@@ -17,7 +17,10 @@ pub struct IdRange {
 impl IdRange {
     /// The default: 65536 ids starting at host uid 1,000,000,000 (far above ordinary users and
     /// systemd's dynamic ranges).
-    pub const DEFAULT: Self = Self { base: 1_000_000_000, count: 65_536 };
+    pub const DEFAULT: Self = Self {
+        base: 1_000_000_000,
+        count: 65_536,
+    };
 
     /// Host uid of sandbox uid `uid`.
     pub fn host_uid(self, uid: u32) -> u32 {

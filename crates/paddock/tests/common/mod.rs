@@ -17,7 +17,11 @@ pub fn paddock_bin() -> PathBuf {
 
 pub fn agent_bin() -> PathBuf {
     let p = paddock_bin().with_file_name("paddock-agent");
-    assert!(p.exists(), "agent binary missing at {}: build the workspace first (`cargo build --workspace`)", p.display());
+    assert!(
+        p.exists(),
+        "agent binary missing at {}: build the workspace first (`cargo build --workspace`)",
+        p.display()
+    );
     p
 }
 
@@ -38,9 +42,20 @@ pub struct TestEnv {
 
 impl TestEnv {
     pub fn new() -> Self {
-        let state_dir = tempfile::Builder::new().prefix("paddock-test-").tempdir_in("/var/tmp").expect("tempdir");
-        let name = state_dir.path().file_name().expect("name").to_string_lossy().into_owned();
-        Self { state_dir, cgroup_parent: name }
+        let state_dir = tempfile::Builder::new()
+            .prefix("paddock-test-")
+            .tempdir_in("/var/tmp")
+            .expect("tempdir");
+        let name = state_dir
+            .path()
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        Self {
+            state_dir,
+            cgroup_parent: name,
+        }
     }
 
     pub fn state(&self) -> &Path {
@@ -75,7 +90,9 @@ impl TestEnv {
     /// cgroups, or processes of the sandbox uid range.
     pub fn assert_clean(&self) {
         let run = self.state().join("run");
-        let leftovers: Vec<_> = std::fs::read_dir(&run).map(|rd| rd.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+        let leftovers: Vec<_> = std::fs::read_dir(&run)
+            .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
         assert!(leftovers.is_empty(), "run dirs left behind: {leftovers:?}");
         let vols: Vec<_> = std::fs::read_dir(self.state().join("pool/sandboxes"))
             .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
@@ -100,7 +117,11 @@ impl TestEnv {
         for h in ["memory", "pids", "cpu", "unified", ""] {
             let dir = Path::new("/sys/fs/cgroup").join(h).join(&self.cgroup_parent);
             if let Ok(rd) = std::fs::read_dir(dir) {
-                ids.extend(rd.flatten().filter(|e| e.path().is_dir()).filter_map(|e| e.file_name().into_string().ok()));
+                ids.extend(
+                    rd.flatten()
+                        .filter(|e| e.path().is_dir())
+                        .filter_map(|e| e.file_name().into_string().ok()),
+                );
             }
         }
         ids
@@ -126,10 +147,16 @@ impl TestEnv {
     pub fn processes(&self) -> Vec<(i32, String)> {
         let marker = format!("/{}/", self.cgroup_parent);
         let mut out = Vec::new();
-        let Ok(rd) = std::fs::read_dir("/proc") else { return out };
+        let Ok(rd) = std::fs::read_dir("/proc") else {
+            return out;
+        };
         for e in rd.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-            let Ok(cg) = std::fs::read_to_string(e.path().join("cgroup")) else { continue };
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let Ok(cg) = std::fs::read_to_string(e.path().join("cgroup")) else {
+                continue;
+            };
             if cg.lines().any(|l| l.contains(&marker)) {
                 let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
                 out.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));

@@ -97,15 +97,15 @@ pub enum SetupOutcome {
 /// switch users, own files it creates for them, and signal processes. Everything else (SYS_ADMIN,
 /// NET_ADMIN, ...) is gone for the sandbox's lifetime.
 const AGENT_CAPS: [u32; 9] = [
-    0,  // CAP_CHOWN
-    1,  // CAP_DAC_OVERRIDE
-    2,  // CAP_DAC_READ_SEARCH
-    3,  // CAP_FOWNER
-    4,  // CAP_FSETID
-    5,  // CAP_KILL
-    6,  // CAP_SETGID
-    7,  // CAP_SETUID
-    8,  // CAP_SETPCAP
+    0, // CAP_CHOWN
+    1, // CAP_DAC_OVERRIDE
+    2, // CAP_DAC_READ_SEARCH
+    3, // CAP_FOWNER
+    4, // CAP_FSETID
+    5, // CAP_KILL
+    6, // CAP_SETGID
+    7, // CAP_SETUID
+    8, // CAP_SETPCAP
 ];
 
 /// Entry point of `paddock __setup`: returns the process exit code.
@@ -145,9 +145,15 @@ fn setup(spec: &SetupSpec) -> Result<i32, String> {
         .append(true)
         .open(&spec.agent_log)
         .map_err(|e| format!("failed to open {}: {e}", spec.agent_log.display()))?;
-    let null = fs::OpenOptions::new().read(true).write(true).open("/dev/null").map_err(|e| format!("/dev/null: {e}"))?;
-    let (go_rx, go_tx) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-    let (err_rx, err_tx) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let null = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| format!("/dev/null: {e}"))?;
+    let (go_rx, go_tx) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let (err_rx, err_tx) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     let top_level = read_top_level(spec)?;
     // Opened while the caller is certainly alive (it is waiting for this shim); the init checks it after
     // arming its parent-death signal, closing the window where the caller dies in between.
@@ -164,7 +170,15 @@ fn setup(spec: &SetupSpec) -> Result<i32, String> {
         CloneResult::Child => {
             drop(go_tx);
             drop(err_rx);
-            let result = init(spec, &top_level, go_rx, caller.as_ref(), &listener, &agent, &log, &null);
+            let inherited = Inherited {
+                go: go_rx,
+                caller: caller.as_ref(),
+                listener: &listener,
+                agent: &agent,
+                log: &log,
+                null: &null,
+            };
+            let result = init(spec, &top_level, inherited);
             // Only reached on failure: report and die.
             let msg = match result {
                 Err(e) => e,
@@ -177,10 +191,18 @@ fn setup(spec: &SetupSpec) -> Result<i32, String> {
         CloneResult::Parent { pid } => {
             drop(go_rx);
             drop(err_tx);
-            let map = [IdMapping { inside: 0, outside: spec.ids.base, count: spec.ids.count }];
+            let map = [IdMapping {
+                inside: 0,
+                outside: spec.ids.base,
+                count: spec.ids.count,
+            }];
             let released = namespace::write_id_maps(pid, &map, &map)
                 .map_err(|e| format!("uid/gid maps: {e}"))
-                .and_then(|()| fs::File::from(go_tx).write_all(b"g").map_err(|e| format!("release init: {e}")));
+                .and_then(|()| {
+                    fs::File::from(go_tx)
+                        .write_all(b"g")
+                        .map_err(|e| format!("release init: {e}"))
+                });
             let mut failure = String::new();
             let _ = fs::File::from(err_rx).read_to_string(&mut failure);
             let outcome = match released {
@@ -199,8 +221,12 @@ fn setup(spec: &SetupSpec) -> Result<i32, String> {
 }
 
 fn open_path(path: &Path) -> Result<OwnedFd, String> {
-    rustix::fs::open(path, rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
-        .map_err(|e| format!("failed to open the agent binary {}: {e}", path.display()))
+    rustix::fs::open(
+        path,
+        rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| format!("failed to open the agent binary {}: {e}", path.display()))
 }
 
 /// Lists the top-level entries of the host's `/` or of the rootfs directory.
@@ -212,7 +238,9 @@ fn read_top_level(spec: &SetupSpec) -> Result<Vec<(String, HostEntry)>, String> 
     let rd = fs::read_dir(&dir).map_err(|e| format!("cannot read root directory {}: {e}", dir.display()))?;
     let mut out = Vec::new();
     for entry in rd.flatten() {
-        let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
         let kind = match entry.file_type() {
             Ok(t) if t.is_symlink() => match fs::read_link(entry.path()) {
                 Ok(to) => HostEntry::Symlink(to.to_string_lossy().into_owned()),
@@ -227,29 +255,48 @@ fn read_top_level(spec: &SetupSpec) -> Result<Vec<(String, HostEntry)>, String> 
     Ok(out)
 }
 
+/// Descriptors the init inherits from the shim.
+struct Inherited<'a> {
+    /// Readable once the shim has written the uid/gid maps.
+    go: OwnedFd,
+    /// A pidfd of the caller, when the sandbox dies with it.
+    caller: Option<&'a OwnedFd>,
+    /// The agent's listening socket.
+    listener: &'a UnixListener,
+    /// The agent executable.
+    agent: &'a OwnedFd,
+    /// The agent's log file.
+    log: &'a fs::File,
+    /// The host's /dev/null.
+    null: &'a fs::File,
+}
+
 /// Phase 2, in the sandbox's init. Returns only on failure.
 fn init(
     spec: &SetupSpec,
     top_level: &[(String, HostEntry)],
-    go: OwnedFd,
-    caller: Option<&OwnedFd>,
-    listener: &UnixListener,
-    agent: &OwnedFd,
-    log: &fs::File,
-    null: &fs::File,
+    fds: Inherited<'_>,
 ) -> Result<std::convert::Infallible, String> {
     let mut byte = [0u8; 1];
-    let n = fs::File::from(go).read(&mut byte).map_err(|e| format!("wait for release: {e}"))?;
+    let n = fs::File::from(fds.go)
+        .read(&mut byte)
+        .map_err(|e| format!("wait for release: {e}"))?;
     if n != 1 {
         return Err("the shim died before releasing the sandbox".into());
     }
     namespace::become_namespace_root().map_err(|e| e.to_string())?;
-    if let Some(caller) = caller {
+    if let Some(caller) = fds.caller {
         namespace::die_with_parent().map_err(|e| e.to_string())?;
         // A pidfd polls readable once its process has exited.
         let mut fds = [rustix::event::PollFd::new(caller, rustix::event::PollFlags::IN)];
-        let ready = rustix::event::poll(&mut fds, Some(&rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 }))
-            .map_err(|e| format!("poll caller: {e}"))?;
+        let ready = rustix::event::poll(
+            &mut fds,
+            Some(&rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            }),
+        )
+        .map_err(|e| format!("poll caller: {e}"))?;
         if ready > 0 {
             return Err("the caller exited during setup".into());
         }
@@ -261,9 +308,13 @@ fn init(
     mounts::execute(&spec.root_mount, &steps).map_err(|e| e.to_string())?;
     paddock_sys::mount::pivot_into(&spec.root_mount).map_err(|e| e.to_string())?;
 
-    paddock_sys::caps::drop_bounding_except(&AGENT_CAPS).map_err(|e| format!("capability bounding set: {e}"))?;
-    let writable: Vec<PathBuf> = plan::writable_paths(spec).into_iter().map(PathBuf::from).collect();
-    paddock_sys::landlock::restrict_writes(&writable, Some(agent.as_fd()))
+    paddock_sys::caps::drop_bounding_except(&AGENT_CAPS)
+        .map_err(|e| format!("capability bounding set: {e}"))?;
+    let writable: Vec<PathBuf> = plan::writable_paths(spec)
+        .into_iter()
+        .map(PathBuf::from)
+        .collect();
+    paddock_sys::landlock::restrict_writes(&writable, Some(fds.agent.as_fd()))
         .map_err(|e| format!("landlock: {e}"))?;
     paddock_sys::caps::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
     let policy = paddock_sys::seccomp::default_policy();
@@ -271,15 +322,21 @@ fn init(
 
     use paddock_sys::exec;
     // Move the agent's descriptor out of the way of the numbers installed below.
-    let agent = rustix::io::fcntl_dupfd_cloexec(agent, 10).map_err(|e| format!("dup agent fd: {e}"))?;
-    exec::install_fd(null.as_fd(), 0).map_err(|e| format!("stdin: {e}"))?;
-    exec::install_fd(null.as_fd(), 1).map_err(|e| format!("stdout: {e}"))?;
-    exec::install_fd(log.as_fd(), 2).map_err(|e| format!("stderr: {e}"))?;
-    exec::install_fd(listener.as_fd(), 3).map_err(|e| format!("listener: {e}"))?;
+    let agent = rustix::io::fcntl_dupfd_cloexec(fds.agent, 10).map_err(|e| format!("dup agent fd: {e}"))?;
+    exec::install_fd(fds.null.as_fd(), 0).map_err(|e| format!("stdin: {e}"))?;
+    exec::install_fd(fds.null.as_fd(), 1).map_err(|e| format!("stdout: {e}"))?;
+    exec::install_fd(fds.log.as_fd(), 2).map_err(|e| format!("stderr: {e}"))?;
+    exec::install_fd(fds.listener.as_fd(), 3).map_err(|e| format!("listener: {e}"))?;
     exec::cloexec_from(4).map_err(|e| format!("close_range: {e}"))?;
     let err = exec::exec_fd(
         agent.as_fd(),
-        &["paddock-agent", "--listen-fd", "3", "--default-user", &spec.default_user],
+        &[
+            "paddock-agent",
+            "--listen-fd",
+            "3",
+            "--default-user",
+            &spec.default_user,
+        ],
         &["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"],
     );
     Err(format!("failed to exec the agent: {err}"))

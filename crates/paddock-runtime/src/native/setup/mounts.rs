@@ -35,9 +35,14 @@ fn ensure_mount_point(source: &Path, target: &Path) -> io::Result<()> {
             .map_err(|e| ctx(e, "cannot create mount point", parent))?;
     }
     if meta.is_dir() {
-        fs::DirBuilder::new().mode(0o755).create(target).map_err(|e| ctx(e, "cannot create mount point", target))
+        fs::DirBuilder::new()
+            .mode(0o755)
+            .create(target)
+            .map_err(|e| ctx(e, "cannot create mount point", target))
     } else {
-        fs::File::create(target).map(drop).map_err(|e| ctx(e, "cannot create mount point", target))
+        fs::File::create(target)
+            .map(drop)
+            .map_err(|e| ctx(e, "cannot create mount point", target))
     }
 }
 
@@ -45,22 +50,46 @@ fn ensure_mount_point(source: &Path, target: &Path) -> io::Result<()> {
 pub fn execute(root: &Path, steps: &[MountStep]) -> io::Result<()> {
     for step in steps {
         match step {
-            MountStep::Tmpfs { target, options, attrs } => {
+            MountStep::Tmpfs {
+                target,
+                options,
+                attrs,
+            } => {
                 mount::mount_fs("tmpfs", &at(root, target), *attrs, options)?;
             }
-            MountStep::Bind { source, target, recursive, attrs } => {
+            MountStep::Bind {
+                source,
+                target,
+                recursive,
+                attrs,
+            } => {
                 let dst = at(root, target);
                 ensure_mount_point(source, &dst)?;
                 mount::bind(source, &dst, *recursive)?;
                 mount::set_attrs(&dst, *attrs, *recursive)?;
             }
             MountStep::Proc { target } => {
-                let attrs = MountAttrs { readonly: false, nosuid: true, nodev: true, noexec: true };
+                let attrs = MountAttrs {
+                    readonly: false,
+                    nosuid: true,
+                    nodev: true,
+                    noexec: true,
+                };
                 mount::mount_fs("proc", &at(root, target), attrs, "")?;
             }
             MountStep::Devpts { target } => {
-                let attrs = MountAttrs { readonly: false, nosuid: true, nodev: false, noexec: true };
-                mount::mount_fs("devpts", &at(root, target), attrs, "newinstance,ptmxmode=0666,mode=0620,gid=5")?;
+                let attrs = MountAttrs {
+                    readonly: false,
+                    nosuid: true,
+                    nodev: false,
+                    noexec: true,
+                };
+                mount::mount_fs(
+                    "devpts",
+                    &at(root, target),
+                    attrs,
+                    "newinstance,ptmxmode=0666,mode=0620,gid=5",
+                )?;
             }
             MountStep::Mkdir { target } => {
                 let dst = at(root, target);
@@ -85,19 +114,37 @@ pub fn execute(root: &Path, steps: &[MountStep]) -> io::Result<()> {
                 let dst = at(root, target);
                 if fs::symlink_metadata(&dst).is_ok() {
                     mount::bind(&dst, &dst, true)?;
-                    mount::set_attrs(&dst, MountAttrs { readonly: true, nosuid: true, nodev: true, noexec: true }, true)?;
+                    mount::set_attrs(
+                        &dst,
+                        MountAttrs {
+                            readonly: true,
+                            nosuid: true,
+                            nodev: true,
+                            noexec: true,
+                        },
+                        true,
+                    )?;
                 }
             }
             MountStep::Mask { target } => {
                 let dst = at(root, target);
                 match fs::symlink_metadata(&dst) {
                     Ok(m) if m.is_dir() => {
-                        let attrs = MountAttrs { readonly: true, nosuid: true, nodev: true, noexec: true };
+                        let attrs = MountAttrs {
+                            readonly: true,
+                            nosuid: true,
+                            nodev: true,
+                            noexec: true,
+                        };
                         mount::mount_fs("tmpfs", &dst, attrs, "size=0,mode=0555")?;
                     }
                     Ok(_) => {
                         let null = root.join("dev/null");
-                        let src = if null.exists() { null } else { PathBuf::from("/dev/null") };
+                        let src = if null.exists() {
+                            null
+                        } else {
+                            PathBuf::from("/dev/null")
+                        };
                         mount::bind(&src, &dst, false)?;
                     }
                     Err(_) => {}

@@ -102,20 +102,42 @@ const MANAGED_TOP_LEVEL: [&str; 7] = ["proc", "dev", "sys", "tmp", "home", "root
 /// Kernel interfaces under /proc made read-only.
 const PROC_READ_ONLY: [&str; 5] = ["sys", "sysrq-trigger", "irq", "bus", "fs"];
 /// Kernel interfaces under /proc hidden entirely.
-const PROC_MASKED: [&str; 8] =
-    ["kcore", "keys", "timer_list", "latency_stats", "sched_debug", "acpi", "scsi", "kallsyms"];
+const PROC_MASKED: [&str; 8] = [
+    "kcore",
+    "keys",
+    "timer_list",
+    "latency_stats",
+    "sched_debug",
+    "acpi",
+    "scsi",
+    "kallsyms",
+];
 /// Host device nodes bound into the sandbox's /dev.
 pub const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 /// Files generated per sandbox that replace a `--rootfs` directory's own.
 pub const GENERATED_ETC: [&str; 5] = ["passwd", "group", "hosts", "hostname", "resolv.conf"];
 
-const ROOT_ATTRS: MountAttrs = MountAttrs { readonly: false, nosuid: true, nodev: true, noexec: false };
-const ROOT_FINAL: MountAttrs = MountAttrs { readonly: true, nosuid: true, nodev: true, noexec: false };
+const ROOT_ATTRS: MountAttrs = MountAttrs {
+    readonly: false,
+    nosuid: true,
+    nodev: true,
+    noexec: false,
+};
+const ROOT_FINAL: MountAttrs = MountAttrs {
+    readonly: true,
+    nosuid: true,
+    nodev: true,
+    noexec: false,
+};
 
 /// Builds the ordered mount steps for `spec`. `top_level` lists the entries of the host's `/` (default
 /// profile) or of the rootfs directory (`--rootfs`).
 pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<MountStep> {
-    let mut steps = vec![MountStep::Tmpfs { target: String::new(), options: "mode=0755,size=1m", attrs: ROOT_ATTRS }];
+    let mut steps = vec![MountStep::Tmpfs {
+        target: String::new(),
+        options: "mode=0755,size=1m",
+        attrs: ROOT_ATTRS,
+    }];
     let volume = &spec.volume;
     match &spec.rootfs {
         RootfsSpec::Host => {
@@ -125,9 +147,10 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
                 }
                 match entry {
                     HostEntry::Dir => push_ro_dir(&mut steps, PathBuf::from("/").join(name), name),
-                    HostEntry::Symlink(to) => {
-                        steps.push(MountStep::Symlink { target: name.clone(), points_to: to.clone() })
-                    }
+                    HostEntry::Symlink(to) => steps.push(MountStep::Symlink {
+                        target: name.clone(),
+                        points_to: to.clone(),
+                    }),
                     HostEntry::Other => {}
                 }
             }
@@ -140,9 +163,10 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
                 }
                 match entry {
                     HostEntry::Dir => push_ro_dir(&mut steps, path.join(name), name),
-                    HostEntry::Symlink(to) => {
-                        steps.push(MountStep::Symlink { target: name.clone(), points_to: to.clone() })
-                    }
+                    HostEntry::Symlink(to) => steps.push(MountStep::Symlink {
+                        target: name.clone(),
+                        points_to: to.clone(),
+                    }),
                     HostEntry::Other => {}
                 }
             }
@@ -159,50 +183,97 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
     push_bind_dir(&mut steps, volume.join("root"), "root", MountAttrs::WRITABLE);
     push_bind_dir(&mut steps, volume.join("tmp"), "tmp", MountAttrs::WRITABLE);
 
-    steps.push(MountStep::Mkdir { target: "proc".into() });
-    steps.push(MountStep::Proc { target: "proc".into() });
+    steps.push(MountStep::Mkdir {
+        target: "proc".into(),
+    });
+    steps.push(MountStep::Proc {
+        target: "proc".into(),
+    });
     for p in PROC_READ_ONLY {
-        steps.push(MountStep::ReadOnly { target: format!("proc/{p}") });
+        steps.push(MountStep::ReadOnly {
+            target: format!("proc/{p}"),
+        });
     }
     for p in PROC_MASKED {
-        steps.push(MountStep::Mask { target: format!("proc/{p}") });
+        steps.push(MountStep::Mask {
+            target: format!("proc/{p}"),
+        });
     }
 
     steps.push(MountStep::Mkdir { target: "dev".into() });
     steps.push(MountStep::Tmpfs {
         target: "dev".into(),
         options: "mode=0755,size=64k",
-        attrs: MountAttrs { readonly: false, nosuid: true, nodev: false, noexec: true },
+        attrs: MountAttrs {
+            readonly: false,
+            nosuid: true,
+            nodev: false,
+            noexec: true,
+        },
     });
     for d in DEVICES {
         steps.push(MountStep::Bind {
             source: PathBuf::from("/dev").join(d),
             target: format!("dev/{d}"),
             recursive: false,
-            attrs: MountAttrs { readonly: false, nosuid: true, nodev: false, noexec: true },
+            attrs: MountAttrs {
+                readonly: false,
+                nosuid: true,
+                nodev: false,
+                noexec: true,
+            },
         });
     }
-    steps.push(MountStep::Mkdir { target: "dev/pts".into() });
-    steps.push(MountStep::Devpts { target: "dev/pts".into() });
-    steps.push(MountStep::Symlink { target: "dev/ptmx".into(), points_to: "pts/ptmx".into() });
-    steps.push(MountStep::Mkdir { target: "dev/shm".into() });
+    steps.push(MountStep::Mkdir {
+        target: "dev/pts".into(),
+    });
+    steps.push(MountStep::Devpts {
+        target: "dev/pts".into(),
+    });
+    steps.push(MountStep::Symlink {
+        target: "dev/ptmx".into(),
+        points_to: "pts/ptmx".into(),
+    });
+    steps.push(MountStep::Mkdir {
+        target: "dev/shm".into(),
+    });
     steps.push(MountStep::Tmpfs {
         target: "dev/shm".into(),
         options: "mode=1777,size=64m",
-        attrs: MountAttrs { readonly: false, nosuid: true, nodev: true, noexec: false },
+        attrs: MountAttrs {
+            readonly: false,
+            nosuid: true,
+            nodev: true,
+            noexec: false,
+        },
     });
-    for (link, to) in
-        [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")]
-    {
-        steps.push(MountStep::Symlink { target: format!("dev/{link}"), points_to: to.into() });
+    for (link, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        steps.push(MountStep::Symlink {
+            target: format!("dev/{link}"),
+            points_to: to.into(),
+        });
     }
     steps.push(MountStep::SetAttrs {
         target: "dev".into(),
-        attrs: MountAttrs { readonly: true, nosuid: true, nodev: false, noexec: true },
+        attrs: MountAttrs {
+            readonly: true,
+            nosuid: true,
+            nodev: false,
+            noexec: true,
+        },
     });
 
     for m in &spec.mounts {
-        let attrs = if m.read_only { MountAttrs::READ_ONLY_SYSTEM } else { MountAttrs::WRITABLE };
+        let attrs = if m.read_only {
+            MountAttrs::READ_ONLY_SYSTEM
+        } else {
+            MountAttrs::WRITABLE
+        };
         steps.push(MountStep::Bind {
             source: m.host.clone(),
             target: m.sandbox.relative().to_owned(),
@@ -210,7 +281,10 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
             attrs,
         });
     }
-    steps.push(MountStep::SetAttrs { target: String::new(), attrs: ROOT_FINAL });
+    steps.push(MountStep::SetAttrs {
+        target: String::new(),
+        attrs: ROOT_FINAL,
+    });
     steps
 }
 
@@ -219,18 +293,40 @@ fn push_ro_dir(steps: &mut Vec<MountStep>, source: PathBuf, target: &str) {
 }
 
 fn push_bind_dir(steps: &mut Vec<MountStep>, source: PathBuf, target: &str, attrs: MountAttrs) {
-    steps.push(MountStep::Mkdir { target: target.to_owned() });
-    steps.push(MountStep::Bind { source, target: target.to_owned(), recursive: true, attrs });
+    steps.push(MountStep::Mkdir {
+        target: target.to_owned(),
+    });
+    steps.push(MountStep::Bind {
+        source,
+        target: target.to_owned(),
+        recursive: true,
+        attrs,
+    });
 }
 
 /// Paths (inside the sandbox) where Landlock allows writes; everything else is read/execute only.
 pub fn writable_paths(spec: &SetupSpec) -> Vec<String> {
-    let mut paths: Vec<String> = vec!["/home".into(), "/root".into(), "/tmp".into(), "/dev/shm".into(), "/dev/pts".into()];
-    paths.extend(["null", "zero", "full", "tty"].iter().map(|d| format!("/dev/{d}")));
+    let mut paths: Vec<String> = vec![
+        "/home".into(),
+        "/root".into(),
+        "/tmp".into(),
+        "/dev/shm".into(),
+        "/dev/pts".into(),
+    ];
+    paths.extend(
+        ["null", "zero", "full", "tty"]
+            .iter()
+            .map(|d| format!("/dev/{d}")),
+    );
     if matches!(spec.rootfs, RootfsSpec::Host) {
         paths.push("/etc".into());
     }
-    paths.extend(spec.mounts.iter().filter(|m| !m.read_only).map(|m| m.sandbox.to_string()));
+    paths.extend(
+        spec.mounts
+            .iter()
+            .filter(|m| !m.read_only)
+            .map(|m| m.sandbox.to_string()),
+    );
     paths
 }
 
@@ -246,9 +342,7 @@ mod tests {
                 MountStep::Bind { target, .. }
                 | MountStep::Tmpfs { target, .. }
                 | MountStep::Proc { target }
-                | MountStep::Devpts { target } => {
-                    Some(target.clone())
-                }
+                | MountStep::Devpts { target } => Some(target.clone()),
                 MountStep::Symlink { target, .. } => Some(target.clone()),
                 _ => None,
             })
@@ -256,11 +350,16 @@ mod tests {
     }
 
     fn host_top_level() -> Vec<(String, HostEntry)> {
-        ["usr", "etc", "root", "home", "var", "srv", "opt", "mnt", "run", "boot", "sys"]
-            .iter()
-            .map(|n| (n.to_string(), HostEntry::Dir))
-            .chain(std::iter::once(("bin".to_string(), HostEntry::Symlink("usr/bin".into()))))
-            .collect()
+        [
+            "usr", "etc", "root", "home", "var", "srv", "opt", "mnt", "run", "boot", "sys",
+        ]
+        .iter()
+        .map(|n| (n.to_string(), HostEntry::Dir))
+        .chain(std::iter::once((
+            "bin".to_string(),
+            HostEntry::Symlink("usr/bin".into()),
+        )))
+        .collect()
     }
 
     #[test]
@@ -272,20 +371,38 @@ mod tests {
             assert!(!t.iter().any(|x| x == hidden), "{hidden} would be visible");
         }
         // /root exists, but as the sandbox's own private directory, never the host's.
-        assert!(steps.iter().all(|s| !matches!(s, MountStep::Bind { source, .. } if source == &PathBuf::from("/root"))));
-        for present in ["usr", "bin", "etc", "home", "tmp", "proc", "dev", "dev/pts", "dev/shm", "dev/null"] {
+        assert!(steps
+            .iter()
+            .all(|s| !matches!(s, MountStep::Bind { source, .. } if source == &PathBuf::from("/root"))));
+        for present in [
+            "usr", "bin", "etc", "home", "tmp", "proc", "dev", "dev/pts", "dev/shm", "dev/null",
+        ] {
             assert!(t.iter().any(|x| x == present), "{present} missing");
         }
         // The host's /etc is never bound: the sandbox's /etc comes from its own volume.
-        assert!(steps.iter().all(|s| !matches!(s, MountStep::Bind { source, .. } if source == &PathBuf::from("/etc"))));
+        assert!(steps
+            .iter()
+            .all(|s| !matches!(s, MountStep::Bind { source, .. } if source == &PathBuf::from("/etc"))));
         // System directories are read-only, nosuid, nodev.
-        let usr = steps.iter().find(|s| matches!(s, MountStep::Bind { target, .. } if target == "usr"));
-        assert!(matches!(usr, Some(MountStep::Bind { attrs, .. }) if attrs.readonly && attrs.nosuid && attrs.nodev));
+        let usr = steps
+            .iter()
+            .find(|s| matches!(s, MountStep::Bind { target, .. } if target == "usr"));
+        assert!(
+            matches!(usr, Some(MountStep::Bind { attrs, .. }) if attrs.readonly && attrs.nosuid && attrs.nodev)
+        );
         // The root ends read-only, and kernel knobs are protected.
-        assert!(matches!(steps.last(), Some(MountStep::SetAttrs { target, attrs }) if target.is_empty() && attrs.readonly));
-        assert!(steps.contains(&MountStep::ReadOnly { target: "proc/sys".into() }));
-        assert!(steps.contains(&MountStep::ReadOnly { target: "proc/sysrq-trigger".into() }));
-        assert!(steps.contains(&MountStep::Mask { target: "proc/kcore".into() }));
+        assert!(
+            matches!(steps.last(), Some(MountStep::SetAttrs { target, attrs }) if target.is_empty() && attrs.readonly)
+        );
+        assert!(steps.contains(&MountStep::ReadOnly {
+            target: "proc/sys".into()
+        }));
+        assert!(steps.contains(&MountStep::ReadOnly {
+            target: "proc/sysrq-trigger".into()
+        }));
+        assert!(steps.contains(&MountStep::Mask {
+            target: "proc/kcore".into()
+        }));
     }
 
     #[test]
@@ -293,6 +410,8 @@ mod tests {
         let spec = SetupSpec::example();
         let w = writable_paths(&spec);
         assert!(w.contains(&"/home".to_string()) && w.contains(&"/tmp".to_string()));
-        assert!(!w.iter().any(|p| p == "/" || p == "/usr" || p == "/proc" || p.starts_with("/proc")));
+        assert!(!w
+            .iter()
+            .any(|p| p == "/" || p == "/usr" || p == "/proc" || p.starts_with("/proc")));
     }
 }
