@@ -69,8 +69,8 @@ fn disk_limit_stops_writes() {
     let env = TestEnv::new();
     let o = env.sh(
         &["--disk", "1G"],
-        "dd if=/dev/zero of=/home/user/big bs=1M count=3072 conv=fsync 2>/tmp/err; echo dd=$?; \
-         tail -n 3 /tmp/err >&2; du -m /home/user/big | cut -f1",
+        "dd if=/dev/zero of=/home/user/big bs=1M count=3072 conv=fsync 2>/dev/shm/err; echo dd=$?; \
+         cat /dev/shm/err >&2; du -m /home/user/big | cut -f1",
     );
     let out = stdout(&o);
     assert!(!out.contains("dd=0"), "3 GiB written under --disk 1G: {out}");
