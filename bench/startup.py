@@ -44,8 +44,9 @@ def pct(xs, p):
 
 def latency(runs, paddock):
     results = {}
-    for workload in (["true"], ["python3", "-c", "pass"]):
-        kinds = {"bare": ["/usr/bin/env"] + workload, "bwrap": BWRAP + workload, "paddock": paddock + workload}
+    # Absolute paths, so every kind runs the same Debian binaries (not a pyenv shim on the host).
+    for workload in (["/usr/bin/true"], ["/usr/bin/python3", "-c", "pass"]):
+        kinds = {"bare": workload, "bwrap": BWRAP + workload, "paddock": paddock + workload}
         samples = {k: [] for k in kinds}
         for k, argv in kinds.items():  # warm-up (page cache, pool, template)
             for _ in range(5):
@@ -53,7 +54,7 @@ def latency(runs, paddock):
         for _ in range(runs):
             for k, argv in kinds.items():
                 samples[k].append(timed(argv))
-        name = " ".join(workload)
+        name = " ".join(workload).replace("/usr/bin/", "")
         results[name] = {k: {"p50_ms": statistics.median(v), "p90_ms": pct(v, 0.9)} for k, v in samples.items()}
         results[name]["ratio_paddock_over_bwrap"] = (
             results[name]["paddock"]["p50_ms"] / results[name]["bwrap"]["p50_ms"])

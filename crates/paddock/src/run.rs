@@ -102,10 +102,14 @@ fn environment(args: &RunArgs, spec: &SandboxSpec) -> BTreeMap<String, String> {
 }
 
 async fn run_async(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
+    let t = std::time::Instant::now();
     let backend = config.open_backend(true)?;
+    tracing::debug!(step = "open backend", us = t.elapsed().as_micros() as u64);
+    let t = std::time::Instant::now();
     if let Err(e) = backend.collect_garbage_now() {
         tracing::warn!(error = %e, "garbage collection failed");
     }
+    tracing::debug!(step = "gc", us = t.elapsed().as_micros() as u64);
     let spec = sandbox_spec(&args);
     // Signals arriving during creation must still lead to teardown: install handlers first.
     let mut signals = Signals::new()?;
@@ -151,9 +155,11 @@ async fn drive(
     spec: &SandboxSpec,
     signals: &mut Signals,
 ) -> anyhow::Result<Outcome> {
+    let t = std::time::Instant::now();
     let client = AgentClient::connect(&handle.agent_socket)
         .await
         .context("failed to reach the sandbox agent")?;
+    tracing::debug!(step = "connect agent", us = t.elapsed().as_micros() as u64);
     let terminal = if args.tty {
         Some(TerminalSession::start()?)
     } else {
@@ -172,12 +178,15 @@ async fn drive(
         tag: None,
         detached: false,
     };
+    let t = std::time::Instant::now();
     let (pid, events) = client
         .spawn(request)
         .await
         .with_context(|| format!("failed to start {:?}", args.command[0]))?;
+    tracing::debug!(step = "spawn", us = t.elapsed().as_micros() as u64);
     let deadline = args.timeout.map(|t| tokio::time::Instant::now() + t);
     let outcome = pump(&client, pid, events, terminal.as_ref(), deadline, signals).await;
+    tracing::debug!(step = "spawn to exit", us = t.elapsed().as_micros() as u64);
     drop(terminal);
     outcome
 }

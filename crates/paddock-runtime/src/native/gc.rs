@@ -5,10 +5,14 @@
 //! subvolumes with no run directory at all (a crash between creation steps).
 
 use std::fs;
+use std::time::Duration;
 
 use super::lock::StateLock;
 use super::NativeBackend;
 use crate::RuntimeError;
+
+/// How old a half-created run directory must be before gc removes it.
+const STAGING_GRACE: Duration = Duration::from_secs(60);
 
 impl NativeBackend {
     /// Reclaims every abandoned sandbox; returns their ids.
@@ -21,6 +25,24 @@ impl NativeBackend {
                 let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
                     continue;
                 };
+                if id.starts_with(".new-") {
+                    // A run directory being created; only a crash leaves one behind for long.
+                    let stale = entry
+                        .metadata()
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age > STAGING_GRACE);
+                    if stale
+                        && StateLock::try_acquire(&entry.path().join("lock"))
+                            .ok()
+                            .flatten()
+                            .is_some()
+                    {
+                        let _ = fs::remove_dir_all(entry.path());
+                    }
+                    continue;
+                }
                 match StateLock::try_acquire(&entry.path().join("lock")) {
                     Ok(Some(_lock)) => {
                         tracing::info!(sandbox_id = %id, "reclaiming abandoned sandbox");

@@ -93,8 +93,6 @@ impl NativeBackend {
     }
 
     fn start(&self, spec: &SandboxSpec, run_dir: &Path, cgroup: &SandboxCgroup) -> Result<i32, RuntimeError> {
-        let volume = self.pool.create_volume(&spec.id, spec.limits.disk)?;
-        self.write_identity(spec, &volume)?;
         let root_mount = run_dir.join("root");
         fs::create_dir(&root_mount).map_err(state_err("create", &root_mount))?;
         let setup = SetupSpec {
@@ -102,7 +100,7 @@ impl NativeBackend {
             ids: self.config.ids,
             cgroup_procs: cgroup.procs_files(),
             root_mount,
-            volume,
+            volume: self.pool.volume_path(spec.id.as_str()),
             rootfs: spec.rootfs.clone(),
             mounts: spec.mounts.clone(),
             agent_binary: self.config.agent_binary.clone(),
@@ -112,17 +110,32 @@ impl NativeBackend {
             die_with_parent: self.config.die_with_parent,
             parent_pid: std::process::id() as i32,
         };
-        run_shim(&self.config.setup_binary, &setup)
+        let t = std::time::Instant::now();
+        // The shim starts, joins the cgroups, clones and maps ids while the volume is snapshotted here
+        // (a btrfs snapshot commits a transaction: about as long as the shim's own start).
+        let shim = Shim::spawn(&self.config.setup_binary, &setup)?;
+        let volume = self
+            .pool
+            .create_volume(&spec.id, spec.limits.disk)
+            .and_then(|volume| self.write_identity(spec, &volume));
+        tracing::debug!(step = "create volume", us = t.elapsed().as_micros() as u64);
+        let pid = shim.finish(volume.is_ok());
+        tracing::debug!(step = "setup shim", us = t.elapsed().as_micros() as u64);
+        volume.and(pid)
     }
 
     fn cleanup(&self, id: &str, cgroup: &SandboxCgroup, run_dir: &Path) -> Result<(), RuntimeError> {
         let mut errors = Vec::new();
+        let t = std::time::Instant::now();
         if let Err(e) = cgroup.kill_all(KILL_DEADLINE).and_then(|()| cgroup.remove()) {
             errors.push(e.to_string());
         }
+        tracing::debug!(step = "remove cgroups", us = t.elapsed().as_micros() as u64);
+        let t = std::time::Instant::now();
         if let Err(e) = self.pool.delete_volume(id) {
             errors.push(e.to_string());
         }
+        tracing::debug!(step = "delete volume", us = t.elapsed().as_micros() as u64);
         if let Err(e) = fs::remove_dir_all(run_dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 errors.push(format!("failed to remove {}: {e}", run_dir.display()));
@@ -171,34 +184,58 @@ fn with_user_line(source: &Path, line: &str) -> String {
     content
 }
 
-/// Runs `<binary> __setup` with the spec on stdin and parses its one-line answer.
-fn run_shim(binary: &Path, spec: &SetupSpec) -> Result<i32, RuntimeError> {
-    let json =
-        serde_json::to_vec(spec).map_err(|e| RuntimeError::Setup(format!("encode setup spec: {e}")))?;
-    let mut child = Command::new(binary)
-        .arg("__setup")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .env_clear()
-        .spawn()
-        .map_err(|e| RuntimeError::Setup(format!("cannot start {} __setup: {e}", binary.display())))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(&json)
-            .map_err(|e| RuntimeError::Setup(format!("send setup spec: {e}")))?;
+/// A running `<binary> __setup`: the spec goes to its stdin as one JSON line, then
+/// [`setup::VOLUME_READY`](super::setup::VOLUME_READY) once the volume exists; it answers with one JSON
+/// line on stdout.
+struct Shim {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+}
+
+impl Shim {
+    fn spawn(binary: &Path, spec: &SetupSpec) -> Result<Self, RuntimeError> {
+        let mut json =
+            serde_json::to_vec(spec).map_err(|e| RuntimeError::Setup(format!("encode setup spec: {e}")))?;
+        json.push(b'\n');
+        let mut child = Command::new(binary)
+            .arg("__setup")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .env_clear()
+            .spawn()
+            .map_err(|e| RuntimeError::Setup(format!("cannot start {} __setup: {e}", binary.display())))?;
+        let mut stdin = child.stdin.take();
+        if let Some(s) = stdin.as_mut() {
+            if let Err(e) = s.write_all(&json) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(RuntimeError::Setup(format!("send setup spec: {e}")));
+            }
+        }
+        Ok(Self { child, stdin })
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| RuntimeError::Setup(format!("wait for setup: {e}")))?;
-    let line = String::from_utf8_lossy(&out.stdout);
-    match serde_json::from_str::<SetupOutcome>(line.trim()) {
-        Ok(SetupOutcome::Pid(pid)) => Ok(pid),
-        Ok(SetupOutcome::Error(e)) => Err(RuntimeError::Setup(e)),
-        Err(_) => Err(RuntimeError::Setup(format!(
-            "setup exited with {} and no answer",
-            out.status
-        ))),
+
+    /// Tells the shim whether the volume is ready (if not, it aborts) and waits for its answer.
+    fn finish(mut self, volume_ready: bool) -> Result<i32, RuntimeError> {
+        if let Some(mut stdin) = self.stdin.take() {
+            if volume_ready {
+                let _ = stdin.write_all(format!("{}\n", super::setup::VOLUME_READY).as_bytes());
+            }
+        }
+        let out = self
+            .child
+            .wait_with_output()
+            .map_err(|e| RuntimeError::Setup(format!("wait for setup: {e}")))?;
+        let line = String::from_utf8_lossy(&out.stdout);
+        match serde_json::from_str::<SetupOutcome>(line.trim()) {
+            Ok(SetupOutcome::Pid(pid)) => Ok(pid),
+            Ok(SetupOutcome::Error(e)) => Err(RuntimeError::Setup(e)),
+            Err(_) => Err(RuntimeError::Setup(format!(
+                "setup exited with {} and no answer",
+                out.status
+            ))),
+        }
     }
 }
 
@@ -211,8 +248,17 @@ impl Backend for NativeBackend {
         self.check_spec(spec)?;
         let id = spec.id.as_str();
         let run_dir = self.run_dir(id);
-        fs::create_dir(&run_dir).map_err(state_err("create", &run_dir))?;
-        let lock = StateLock::acquire(&run_dir.join("lock"))?;
+        // The run directory appears under its real name only with its lock already held, so a
+        // concurrent `gc` never mistakes a sandbox being born for an abandoned one.
+        let staging = run_dir.with_file_name(format!(".new-{id}"));
+        fs::create_dir(&staging).map_err(state_err("create", &staging))?;
+        let lock = StateLock::acquire(&staging.join("lock"))?;
+        if run_dir.exists() {
+            let _ = fs::remove_dir_all(&staging);
+            return Err(RuntimeError::InvalidSpec(format!("sandbox {id} already exists")));
+        }
+        fs::rename(&staging, &run_dir).map_err(state_err("rename", &staging))?;
+        let t = std::time::Instant::now();
         let cgroup = match self.cgroups.create(&spec.id, &spec.limits) {
             Ok(c) => c,
             Err(e) => {
@@ -220,6 +266,7 @@ impl Backend for NativeBackend {
                 return Err(e);
             }
         };
+        tracing::debug!(step = "create cgroups", us = t.elapsed().as_micros() as u64);
         let init_pid = match self.start(spec, &run_dir, &cgroup) {
             Ok(pid) => pid,
             Err(e) => {
@@ -280,7 +327,9 @@ impl Backend for NativeBackend {
                     }
                 }
             }
+            let t = std::time::Instant::now();
             reap(sb, true);
+            tracing::debug!(step = "kill init", us = t.elapsed().as_micros() as u64);
         }
         self.cleanup(handle.id.as_str(), &sb.cgroup, &sb.run_dir)
     }

@@ -77,13 +77,7 @@ impl NativeBackend {
             )));
         }
         let cgroups = CgroupLayout::detect(&config.cgroup_parent)?;
-        for dir in [config.state_dir.clone(), config.state_dir.join("run")] {
-            std::fs::create_dir_all(&dir).map_err(|source| RuntimeError::State {
-                what: "create",
-                path: dir.clone(),
-                source,
-            })?;
-        }
+        prepare_state_dir(&config)?;
         let pool = StoragePool::open(&config.state_dir, config.pool_size, config.ids)?;
         Ok(Self {
             config,
@@ -115,4 +109,35 @@ impl NativeBackend {
     fn run_dir(&self, id: &str) -> PathBuf {
         self.config.state_dir.join("run").join(id)
     }
+}
+
+/// Creates the state directory and `run/`, and makes both searchable by the sandbox root group (mode
+/// 0710): each sandbox's init builds its root under `run/<id>/` as the sandbox's root user, an
+/// unprivileged host uid. Other host users get no access.
+fn prepare_state_dir(config: &NativeConfig) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::PermissionsExt;
+    let state = &config.state_dir;
+    for dir in state.ancestors().skip(1) {
+        let mode = std::fs::metadata(dir)
+            .map(|m| m.permissions().mode())
+            .unwrap_or(0o755);
+        if mode & 0o001 == 0 {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "state directory {} is unusable: {} is not searchable by other users (chmod o+x), and \
+                 sandboxes set themselves up as an unprivileged user",
+                state.display(),
+                dir.display()
+            )));
+        }
+    }
+    for dir in [state.clone(), state.join("run")] {
+        let err = |what: &'static str| {
+            let path = dir.clone();
+            move |source| RuntimeError::State { what, path, source }
+        };
+        std::fs::create_dir_all(&dir).map_err(err("create"))?;
+        std::os::unix::fs::chown(&dir, None, Some(config.ids.host_gid(0))).map_err(err("chown"))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o710)).map_err(err("chmod"))?;
+    }
+    Ok(())
 }

@@ -17,7 +17,7 @@ mod mounts;
 pub mod plan;
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -108,14 +108,19 @@ const AGENT_CAPS: [u32; 9] = [
     8, // CAP_SETPCAP
 ];
 
+/// The line the caller sends once the sandbox's volume exists (it creates the volume while the shim
+/// starts, clones and maps ids, so the two overlap).
+pub const VOLUME_READY: &str = "volume-ready";
+
 /// Entry point of `paddock __setup`: returns the process exit code.
 pub fn run_setup_shim() -> i32 {
-    let mut input = String::new();
-    let outcome = match io::stdin().read_to_string(&mut input) {
+    let mut input = io::stdin().lock();
+    let mut line = String::new();
+    let outcome = match input.read_line(&mut line) {
         Err(e) => SetupOutcome::Error(format!("failed to read the setup spec: {e}")),
-        Ok(_) => match serde_json::from_str::<SetupSpec>(&input) {
+        Ok(_) => match serde_json::from_str::<SetupSpec>(&line) {
             Err(e) => SetupOutcome::Error(format!("malformed setup spec: {e}")),
-            Ok(spec) => match setup(&spec) {
+            Ok(spec) => match setup(&spec, &mut input) {
                 Ok(pid) => SetupOutcome::Pid(pid),
                 Err(e) => SetupOutcome::Error(e),
             },
@@ -131,8 +136,21 @@ pub fn run_setup_shim() -> i32 {
     }
 }
 
+/// Waits for the caller's [`VOLUME_READY`] line; anything else (EOF included) aborts the setup.
+fn wait_for_volume(input: &mut impl BufRead) -> Result<(), String> {
+    let mut line = String::new();
+    input
+        .read_line(&mut line)
+        .map_err(|e| format!("failed to read from the caller: {e}"))?;
+    if line.trim_end() == VOLUME_READY {
+        Ok(())
+    } else {
+        Err("the caller abandoned the setup".into())
+    }
+}
+
 /// Phase 1, in the shim.
-fn setup(spec: &SetupSpec) -> Result<i32, String> {
+fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, String> {
     for procs in &spec.cgroup_procs {
         fs::write(procs, "0").map_err(|e| format!("failed to join cgroup {}: {e}", procs.display()))?;
     }
@@ -198,6 +216,7 @@ fn setup(spec: &SetupSpec) -> Result<i32, String> {
             }];
             let released = namespace::write_id_maps(pid, &map, &map)
                 .map_err(|e| format!("uid/gid maps: {e}"))
+                .and_then(|()| wait_for_volume(input))
                 .and_then(|()| {
                     fs::File::from(go_tx)
                         .write_all(b"g")
