@@ -24,7 +24,10 @@ BWRAP = [
     "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
     "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
     "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin",
-    "--ro-bind", "/etc/ssl", "/etc/ssl", "--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache",
+    # The same curated /etc paddock gives its sandboxes, so both run the same configuration.
+    *[arg for name in ("ssl", "ca-certificates", "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+                       "localtime", "nsswitch.conf", "passwd", "group", "python3", "python3.11", "terminfo")
+      for arg in ("--ro-bind-try", f"/etc/{name}", f"/etc/{name}")],
     "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/home/user", "--chdir", "/home/user",
     "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/home/user",
     "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL", "--",

@@ -102,7 +102,8 @@ impl Assembler {
         // A stand-in placed for `otherwise` moved `then` one instruction away; if that put it out of
         // reach, its own stand-in goes next, and `otherwise`'s is then one instruction away.
         let then = self.within_reach(then);
-        let offset = |target| u8::try_from(self.distance(target)).expect("within_reach keeps targets in reach");
+        let offset =
+            |target| u8::try_from(self.distance(target)).expect("within_reach keeps targets in reach");
         let (jt, jf) = (offset(then), offset(otherwise));
         self.place(code, k, jt, jf)
     }
@@ -127,7 +128,15 @@ impl Assembler {
 
 #[cfg(test)]
 mod tests {
+    use super::super::interpret::{check, run};
     use super::*;
+
+    /// Places `count` instructions that fall through.
+    fn filler(asm: &mut Assembler, count: u32) {
+        for k in 0..count {
+            asm.place(JEQ, k, 0, 0);
+        }
+    }
 
     #[test]
     fn places_code_before_its_continuation() {
@@ -137,7 +146,12 @@ mod tests {
         let test = asm.jump(JEQ, 7, allow, deny);
         let entry = asm.load(0, test);
         let insn = |code, k, jt, jf| sock_filter { code, jt, jf, k };
-        let program = [insn(LD_W_ABS, 0, 0, 0), insn(JEQ, 7, 1, 0), insn(RET, 2, 0, 0), insn(RET, 1, 0, 0)];
+        let program = [
+            insn(LD_W_ABS, 0, 0, 0),
+            insn(JEQ, 7, 1, 0),
+            insn(RET, 2, 0, 0),
+            insn(RET, 1, 0, 0),
+        ];
         assert_eq!(asm.finish(entry), program);
     }
 
@@ -146,9 +160,7 @@ mod tests {
         let mut asm = Assembler::default();
         let far_return = asm.ret(1);
         let far_code = asm.load(16, far_return);
-        for k in 0..300 {
-            asm.place(JEQ, k, 0, 0);
-        }
+        filler(&mut asm, 300);
         assert!(!asm.reaches(far_return) && !asm.reaches(far_code));
         let test = asm.jump(JEQ, 7, far_return, far_code);
         // A copy of the return, then a JA to the load, then the jump.
@@ -159,5 +171,26 @@ mod tests {
             [insn(JEQ, 7, 1, 0), insn(JA, 301, 0, 0), insn(RET, 1, 0, 0)]
         );
         assert_eq!(program[303..], [insn(LD_W_ABS, 16, 0, 0), insn(RET, 1, 0, 0)]);
+    }
+
+    /// `then` is just in reach until the stand-in for `otherwise` is placed, which pushes it out.
+    #[test]
+    fn a_stand_in_can_push_the_other_target_out_of_reach() {
+        let mut asm = Assembler::default();
+        let far_return = asm.ret(1);
+        let far_code = asm.load(16, far_return);
+        filler(&mut asm, 300);
+        let near_return = asm.ret(2);
+        filler(&mut asm, 255);
+        assert!(asm.reaches(near_return) && !asm.reaches(far_code));
+        let test = asm.jump(JEQ, 0, near_return, far_code);
+        let program = asm.finish(test);
+        let insn = |code, k, jt, jf| sock_filter { code, jt, jf, k };
+        assert_eq!(
+            program[..3],
+            [insn(JEQ, 0, 0, 1), insn(RET, 2, 0, 0), insn(JA, 556, 0, 0)]
+        );
+        check(&program).expect("valid program");
+        assert_eq!(run(&program, 0, 0, [0; 6]).action, 2);
     }
 }

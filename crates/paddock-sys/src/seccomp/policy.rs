@@ -76,7 +76,7 @@ pub enum Decision {
 
 pub(super) const EPERM: u32 = libc::EPERM as u32;
 pub(super) const ENOSYS: u32 = libc::ENOSYS as u32;
-const EAFNOSUPPORT: u32 = libc::EAFNOSUPPORT as u32;
+pub(super) const EAFNOSUPPORT: u32 = libc::EAFNOSUPPORT as u32;
 
 /// System call numbers: libc's, plus the x86_64 numbers of calls newer than the libc crate in use.
 #[expect(non_upper_case_globals, reason = "named like libc's SYS_* constants")]
