@@ -89,12 +89,12 @@ mod tests {
     /// Set in the environment of a child test process; its value is the test to run there.
     const CHILD_ENV: &str = "PADDOCK_SYS_CAPS_CHILD";
 
-    /// Runs the `#[ignore]`d test `name` in a fresh process (dropping capabilities is irreversible and
-    /// would otherwise affect the other tests) and asserts that it passed.
+    /// Runs the test `name` again in a fresh process (dropping capabilities is irreversible and would
+    /// otherwise affect the other tests), where `in_child(name)` holds, and asserts that it passed.
     fn run_in_child(name: &str) {
         let exe = std::env::current_exe().expect("test binary path");
         let out = Command::new(exe)
-            .args([name, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, name)
             .output()
             .expect("run child test");
@@ -139,14 +139,18 @@ mod tests {
             eprintln!("SKIPPED: dropping capabilities needs a process that has some (run as root)");
             return;
         }
-        run_in_child("caps::tests::child_drop_all");
+        let name = "caps::tests::drop_all_capabilities_in_child";
+        if in_child(name) {
+            child_drop_all();
+        } else {
+            run_in_child(name);
+        }
     }
 
-    #[test]
-    #[ignore = "runs only in the child process started by drop_all_capabilities_in_child"]
+    /// The body of `drop_all_capabilities_in_child`, run in its child process.
     fn child_drop_all() {
         assert!(
-            in_child("caps::tests::child_drop_all"),
+            in_child("caps::tests::drop_all_capabilities_in_child"),
             "run through drop_all_capabilities_in_child"
         );
         assert_ne!(
@@ -190,14 +194,18 @@ mod tests {
             eprintln!("SKIPPED: dropping bounding capabilities needs CAP_SETPCAP (run as root)");
             return;
         }
-        run_in_child("caps::tests::child_drop_bounding_except");
+        let name = "caps::tests::drop_bounding_except_in_child";
+        if in_child(name) {
+            child_drop_bounding_except();
+        } else {
+            run_in_child(name);
+        }
     }
 
-    #[test]
-    #[ignore = "runs only in the child process started by drop_bounding_except_in_child"]
+    /// The body of `drop_bounding_except_in_child`, run in its child process.
     fn child_drop_bounding_except() {
         assert!(
-            in_child("caps::tests::child_drop_bounding_except"),
+            in_child("caps::tests::drop_bounding_except_in_child"),
             "run through drop_bounding_except_in_child"
         );
         let before = current_effective_caps().expect("capget");
@@ -216,14 +224,18 @@ mod tests {
 
     #[test]
     fn no_new_privs_and_dumpable_in_child() {
-        run_in_child("caps::tests::child_no_new_privs_and_dumpable");
+        let name = "caps::tests::no_new_privs_and_dumpable_in_child";
+        if in_child(name) {
+            child_no_new_privs_and_dumpable();
+        } else {
+            run_in_child(name);
+        }
     }
 
-    #[test]
-    #[ignore = "runs only in the child process started by no_new_privs_and_dumpable_in_child"]
+    /// The body of `no_new_privs_and_dumpable_in_child`, run in its child process.
     fn child_no_new_privs_and_dumpable() {
         assert!(
-            in_child("caps::tests::child_no_new_privs_and_dumpable"),
+            in_child("caps::tests::no_new_privs_and_dumpable_in_child"),
             "run through its parent test"
         );
         set_no_new_privs().expect("set no_new_privs");

@@ -211,6 +211,8 @@ mod tests {
 
     use super::*;
 
+    /// Set in the environment of a child test process; its value is the test to run there.
+    const CHILD_ENV: &str = "PADDOCK_SYS_LANDLOCK_CHILD";
     /// Set in the environment of the child test process: the writable directory.
     const WRITABLE_ENV: &str = "PADDOCK_SYS_LANDLOCK_WRITABLE";
     /// Set in the environment of the child test process: a directory that must stay read-only.
@@ -249,12 +251,17 @@ mod tests {
     /// made (and removed) here, outside the sandbox.
     #[test]
     fn writes_are_confined_in_child() {
+        let name = "landlock::tests::writes_are_confined_in_child";
+        if std::env::var(CHILD_ENV).is_ok_and(|v| v == name) {
+            child_writes_are_confined();
+            return;
+        }
         let writable = tempfile::tempdir().expect("tempdir");
         let readonly = tempfile::tempdir().expect("tempdir");
         let exe = std::env::current_exe().expect("test binary path");
-        let name = "landlock::tests::child_writes_are_confined";
         let out = Command::new(exe)
-            .args([name, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, name)
             .env(WRITABLE_ENV, writable.path())
             .env(READONLY_ENV, readonly.path())
             .output()
@@ -273,8 +280,7 @@ mod tests {
         );
     }
 
-    #[test]
-    #[ignore = "runs only in the child process started by writes_are_confined_in_child"]
+    /// The body of `writes_are_confined_in_child`, run in its child process.
     fn child_writes_are_confined() {
         let writable =
             PathBuf::from(std::env::var_os(WRITABLE_ENV).expect("run through writes_are_confined_in_child"));

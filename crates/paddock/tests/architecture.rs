@@ -1,0 +1,135 @@
+//! The architecture's invariants, checked mechanically (see ARCHITECTURE.md).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
+}
+
+/// Normal (non-dev) dependencies of every workspace crate on other workspace crates and on a few
+/// external crates that matter for the layering.
+fn dependency_table() -> BTreeMap<String, Vec<String>> {
+    let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(workspace_root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata json");
+    let mut table = BTreeMap::new();
+    for pkg in meta["packages"].as_array().expect("packages") {
+        let name = pkg["name"].as_str().expect("name").to_owned();
+        let deps = pkg["dependencies"]
+            .as_array()
+            .expect("deps")
+            .iter()
+            .filter(|d| d["kind"].is_null())
+            .map(|d| d["name"].as_str().expect("dep name").to_owned())
+            .collect();
+        table.insert(name, deps);
+    }
+    table
+}
+
+#[test]
+fn crate_dependencies_follow_the_layering() {
+    let table = dependency_table();
+    let deps = |c: &str| {
+        table
+            .get(c)
+            .unwrap_or_else(|| panic!("crate {c} missing"))
+            .clone()
+    };
+    let forbid = |c: &str, forbidden: &[&str]| {
+        for f in forbidden {
+            assert!(!deps(c).iter().any(|d| d == f), "{c} must not depend on {f}");
+        }
+    };
+    // Domain data and the wire protocol do no I/O and know nothing of the system.
+    forbid(
+        "paddock-types",
+        &["paddock-sys", "paddock-runtime", "tokio", "libc", "rustix", "nix"],
+    );
+    forbid(
+        "paddock-protocol",
+        &["paddock-sys", "paddock-runtime", "tokio", "libc", "rustix", "nix"],
+    );
+    // The agent lives next to untrusted workloads: never the host-side runtime (or later control,
+    // store, api).
+    forbid("paddock-agent", &["paddock-runtime", "paddock-types", "paddock"]);
+    // The system-call crate depends on no paddock crate.
+    forbid(
+        "paddock-sys",
+        &[
+            "paddock-types",
+            "paddock-protocol",
+            "paddock-runtime",
+            "paddock-agent",
+        ],
+    );
+    // Only the binary may use anyhow.
+    for c in table.keys().filter(|c| c.as_str() != "paddock") {
+        forbid(c, &["anyhow"]);
+    }
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read dir").flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn only_paddock_sys_contains_unsafe() {
+    let crates = workspace_root().join("crates");
+    let mut files = Vec::new();
+    rust_files(&crates, &mut files);
+    // Built at run time so this file does not match its own patterns.
+    let word = ["un", "safe"].concat();
+    let patterns = [format!("{word} {{"), format!("{word} fn"), format!("{word} impl")];
+    let mut offenders = Vec::new();
+    for f in files
+        .iter()
+        .filter(|f| !f.starts_with(crates.join("paddock-sys")))
+    {
+        let text = std::fs::read_to_string(f).expect("read source");
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if patterns.iter().any(|p| code.contains(p.as_str())) {
+                offenders.push(format!("{}:{}", f.display(), i + 1));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "unsafe outside paddock-sys: {offenders:?}");
+}
+
+/// `PT_INTERP` absent: the agent binary needs no dynamic loader, so it runs in any root file system.
+#[test]
+fn the_agent_is_statically_linked() {
+    let agent = PathBuf::from(env!("CARGO_BIN_EXE_paddock")).with_file_name("paddock-agent");
+    let elf = std::fs::read(&agent).unwrap_or_else(|e| panic!("read {}: {e}", agent.display()));
+    assert_eq!(&elf[..4], b"\x7fELF");
+    assert_eq!(elf[4], 2, "64-bit ELF expected");
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().expect("8 bytes")) as usize;
+    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
+    let interp = (0..phnum).any(|i| {
+        let ph = phoff + i * phentsize;
+        u32::from_le_bytes(elf[ph..ph + 4].try_into().expect("4 bytes")) == 3
+    });
+    assert!(
+        !interp,
+        "{} has a PT_INTERP header: it is dynamically linked",
+        agent.display()
+    );
+}
