@@ -214,14 +214,15 @@ fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, String> {
                 outside: spec.ids.base,
                 count: spec.ids.count,
             }];
+            // Release the init as soon as its ids are mapped (it builds the parts of its root that do not
+            // need the volume), then again once the caller says the volume exists.
+            let mut go = fs::File::from(go_tx);
             let released = namespace::write_id_maps(pid, &map, &map)
                 .map_err(|e| format!("uid/gid maps: {e}"))
+                .and_then(|()| go.write_all(b"g").map_err(|e| format!("release init: {e}")))
                 .and_then(|()| wait_for_volume(input))
-                .and_then(|()| {
-                    fs::File::from(go_tx)
-                        .write_all(b"g")
-                        .map_err(|e| format!("release init: {e}"))
-                });
+                .and_then(|()| go.write_all(b"v").map_err(|e| format!("release init: {e}")));
+            drop(go);
             let mut failure = String::new();
             let _ = fs::File::from(err_rx).read_to_string(&mut failure);
             let outcome = match released {
@@ -296,10 +297,9 @@ fn init(
     top_level: &[(String, HostEntry)],
     fds: Inherited<'_>,
 ) -> Result<std::convert::Infallible, String> {
+    let mut go = fs::File::from(fds.go);
     let mut byte = [0u8; 1];
-    let n = fs::File::from(fds.go)
-        .read(&mut byte)
-        .map_err(|e| format!("wait for release: {e}"))?;
+    let n = go.read(&mut byte).map_err(|e| format!("wait for release: {e}"))?;
     if n != 1 {
         return Err("the shim died before releasing the sandbox".into());
     }
@@ -324,7 +324,16 @@ fn init(
     namespace::bring_loopback_up().map_err(|e| e.to_string())?;
     paddock_sys::mount::make_private_recursive().map_err(|e| e.to_string())?;
     let steps = plan::plan_mounts(spec, top_level);
-    mounts::execute(&spec.root_mount, &steps).map_err(|e| e.to_string())?;
+    mounts::execute(&spec.root_mount, &steps, || {
+        let mut byte = [0u8; 1];
+        match go.read(&mut byte)? {
+            1 if byte[0] == b'v' => Ok(()),
+            _ => Err(io::Error::other(
+                "the shim abandoned the setup before the volume was ready",
+            )),
+        }
+    })
+    .map_err(|e| e.to_string())?;
     paddock_sys::mount::pivot_into(&spec.root_mount).map_err(|e| e.to_string())?;
 
     paddock_sys::caps::drop_bounding_except(&AGENT_CAPS)

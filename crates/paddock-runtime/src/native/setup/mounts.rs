@@ -46,10 +46,16 @@ fn ensure_mount_point(source: &Path, target: &Path) -> io::Result<()> {
     }
 }
 
-/// Runs every step against the new root at `root`.
-pub fn execute(root: &Path, steps: &[MountStep]) -> io::Result<()> {
+/// Runs every step against the new root at `root`; `wait_for_volume` is called at
+/// [`MountStep::WaitForVolume`].
+pub fn execute(
+    root: &Path,
+    steps: &[MountStep],
+    mut wait_for_volume: impl FnMut() -> io::Result<()>,
+) -> io::Result<()> {
     for step in steps {
         match step {
+            MountStep::WaitForVolume => wait_for_volume()?,
             MountStep::Tmpfs {
                 target,
                 options,

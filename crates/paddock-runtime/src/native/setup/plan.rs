@@ -75,6 +75,8 @@ pub enum MountStep {
         /// Where.
         target: String,
     },
+    /// Block until the caller says the sandbox's volume exists; steps after this one may use it.
+    WaitForVolume,
     /// Set attributes on an existing mount.
     SetAttrs {
         /// Where.
@@ -154,7 +156,6 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
                     HostEntry::Other => {}
                 }
             }
-            push_bind_dir(&mut steps, volume.join("etc"), "etc", MountAttrs::WRITABLE);
         }
         RootfsSpec::Dir { path } => {
             for (name, entry) in top_level {
@@ -171,17 +172,8 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
                 }
             }
             push_ro_dir(&mut steps, path.join("etc"), "etc");
-            for file in GENERATED_ETC {
-                steps.push(MountStep::Overlay {
-                    source: volume.join("etc").join(file),
-                    target: format!("etc/{file}"),
-                });
-            }
         }
     }
-    push_bind_dir(&mut steps, volume.join("home"), "home", MountAttrs::WRITABLE);
-    push_bind_dir(&mut steps, volume.join("root"), "root", MountAttrs::WRITABLE);
-    push_bind_dir(&mut steps, volume.join("tmp"), "tmp", MountAttrs::WRITABLE);
 
     steps.push(MountStep::Mkdir {
         target: "proc".into(),
@@ -267,6 +259,23 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
             noexec: true,
         },
     });
+
+    // Everything above is independent of the sandbox's volume, which the caller may still be creating.
+    steps.push(MountStep::WaitForVolume);
+    match &spec.rootfs {
+        RootfsSpec::Host => push_bind_dir(&mut steps, volume.join("etc"), "etc", MountAttrs::WRITABLE),
+        RootfsSpec::Dir { .. } => {
+            for file in GENERATED_ETC {
+                steps.push(MountStep::Overlay {
+                    source: volume.join("etc").join(file),
+                    target: format!("etc/{file}"),
+                });
+            }
+        }
+    }
+    push_bind_dir(&mut steps, volume.join("home"), "home", MountAttrs::WRITABLE);
+    push_bind_dir(&mut steps, volume.join("root"), "root", MountAttrs::WRITABLE);
+    push_bind_dir(&mut steps, volume.join("tmp"), "tmp", MountAttrs::WRITABLE);
 
     for m in &spec.mounts {
         let attrs = if m.read_only {
@@ -390,6 +399,16 @@ mod tests {
         assert!(
             matches!(usr, Some(MountStep::Bind { attrs, .. }) if attrs.readonly && attrs.nosuid && attrs.nodev)
         );
+        // Nothing reads the volume before the caller says it exists.
+        let wait = steps
+            .iter()
+            .position(|s| *s == MountStep::WaitForVolume)
+            .expect("wait step");
+        let first_volume_use = steps
+            .iter()
+            .position(|s| matches!(s, MountStep::Bind { source, .. } if source.starts_with(&spec.volume)))
+            .expect("volume used");
+        assert!(wait < first_volume_use);
         // The root ends read-only, and kernel knobs are protected.
         assert!(
             matches!(steps.last(), Some(MountStep::SetAttrs { target, attrs }) if target.is_empty() && attrs.readonly)
