@@ -34,9 +34,12 @@ BWRAP = [
 ]
 
 
+ENV = dict(os.environ)
+
+
 def timed(argv):
     t = time.perf_counter()
-    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True, env=ENV)
     return (time.perf_counter() - t) * 1000
 
 
@@ -108,7 +111,7 @@ def idle_memory(n, argv_prefix, ready_check):
         f.write("3\n")
     time.sleep(1)
     before = mem_available_kib()
-    procs = [subprocess.Popen(argv_prefix + ["sleep", "600"], stdin=subprocess.DEVNULL) for _ in range(n)]
+    procs = [subprocess.Popen(argv_prefix + ["sleep", "600"], stdin=subprocess.DEVNULL, env=ENV) for _ in range(n)]
     deadline = time.time() + 60
     while time.time() < deadline and not ready_check(procs):
         time.sleep(0.2)
@@ -130,8 +133,10 @@ def main():
     if os.geteuid() != 0:
         sys.exit("run as root")
     state = tempfile.mkdtemp(prefix="paddock-bench-", dir="/var/tmp")
-    env_prefix = ["env", f"PADDOCK_STATE_DIR={state}", "PADDOCK_CGROUP_PARENT=paddock-bench"]
-    paddock = env_prefix + [PADDOCK, "run", "--"]
+    # Set in the environment of every child (not through env(1), which would add an exec to paddock's
+    # runs only).
+    ENV.update(PADDOCK_STATE_DIR=state, PADDOCK_CGROUP_PARENT="paddock-bench")
+    paddock = [PADDOCK, "run", "--"]
     try:
         report = {"latency": latency(args.runs, paddock)}
 
@@ -144,7 +149,7 @@ def main():
         }
         print(json.dumps(report, indent=2))
     finally:
-        subprocess.run(env_prefix + [PADDOCK, "pool", "destroy"], check=False)
+        subprocess.run([PADDOCK, "pool", "destroy"], check=False, env=ENV, stdout=subprocess.DEVNULL)
         for h in ("memory", "pids", "cpu", "unified"):
             try:
                 os.rmdir(f"/sys/fs/cgroup/{h}/paddock-bench")
