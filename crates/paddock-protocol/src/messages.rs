@@ -407,7 +407,7 @@ pub struct FileStat {
 
 /// A failed request: a stable code and a human-readable message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[error("{code:?}: {message}")]
+#[error("{message}")]
 pub struct AgentError {
     /// Stable machine-readable code.
     pub code: ErrorCode,

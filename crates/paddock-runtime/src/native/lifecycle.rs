@@ -92,7 +92,13 @@ impl NativeBackend {
         Ok(())
     }
 
-    fn start(&self, spec: &SandboxSpec, run_dir: &Path, cgroup: &SandboxCgroup) -> Result<i32, RuntimeError> {
+    fn start(
+        &self,
+        spec: &SandboxSpec,
+        run_dir: &Path,
+        cgroup: &SandboxCgroup,
+        mut shim: Shim,
+    ) -> Result<i32, RuntimeError> {
         let root_mount = run_dir.join("root");
         fs::create_dir(&root_mount).map_err(state_err("create", &root_mount))?;
         let setup = SetupSpec {
@@ -113,7 +119,7 @@ impl NativeBackend {
         let t = std::time::Instant::now();
         // The shim starts, joins the cgroups, clones and maps ids while the volume is snapshotted here
         // (a btrfs snapshot commits a transaction: about as long as the shim's own start).
-        let shim = Shim::spawn(&self.config.setup_binary, &setup)?;
+        shim.send_spec(&setup)?;
         let volume = self
             .pool
             .create_volume(&spec.id, spec.limits.disk)
@@ -190,13 +196,22 @@ fn with_user_line(source: &Path, line: &str) -> String {
 struct Shim {
     child: std::process::Child,
     stdin: Option<std::process::ChildStdin>,
+    finished: bool,
+}
+
+impl Drop for Shim {
+    /// A shim abandoned before [`Shim::finish`] (an error in between) is killed and reaped.
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 impl Shim {
-    fn spawn(binary: &Path, spec: &SetupSpec) -> Result<Self, RuntimeError> {
-        let mut json =
-            serde_json::to_vec(spec).map_err(|e| RuntimeError::Setup(format!("encode setup spec: {e}")))?;
-        json.push(b'\n');
+    /// Starts `<binary> __setup`, which waits for its spec on stdin.
+    fn start(binary: &Path) -> Result<Self, RuntimeError> {
         let mut child = Command::new(binary)
             .arg("__setup")
             .stdin(Stdio::piped())
@@ -205,35 +220,55 @@ impl Shim {
             .env_clear()
             .spawn()
             .map_err(|e| RuntimeError::Setup(format!("cannot start {} __setup: {e}", binary.display())))?;
-        let mut stdin = child.stdin.take();
-        if let Some(s) = stdin.as_mut() {
-            if let Err(e) = s.write_all(&json) {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(RuntimeError::Setup(format!("send setup spec: {e}")));
-            }
-        }
-        Ok(Self { child, stdin })
+        let stdin = child.stdin.take();
+        Ok(Self {
+            child,
+            stdin,
+            finished: false,
+        })
+    }
+
+    /// Sends the setup spec (one JSON line).
+    fn send_spec(&mut self, spec: &SetupSpec) -> Result<(), RuntimeError> {
+        let mut json =
+            serde_json::to_vec(spec).map_err(|e| RuntimeError::Setup(format!("encode setup spec: {e}")))?;
+        json.push(b'\n');
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| RuntimeError::Setup("setup stdin is closed".into()))?;
+        stdin
+            .write_all(&json)
+            .map_err(|e| RuntimeError::Setup(format!("send setup spec: {e}")))
     }
 
     /// Tells the shim whether the volume is ready (if not, it aborts) and waits for its answer.
     fn finish(mut self, volume_ready: bool) -> Result<i32, RuntimeError> {
+        let result = self.answer(volume_ready);
+        self.finished = true;
+        result
+    }
+
+    fn answer(&mut self, volume_ready: bool) -> Result<i32, RuntimeError> {
         if let Some(mut stdin) = self.stdin.take() {
             if volume_ready {
                 let _ = stdin.write_all(format!("{}\n", super::setup::VOLUME_READY).as_bytes());
             }
         }
-        let out = self
+        let mut line = String::new();
+        if let Some(mut stdout) = self.child.stdout.take() {
+            std::io::Read::read_to_string(&mut stdout, &mut line)
+                .map_err(|e| RuntimeError::Setup(format!("read the setup answer: {e}")))?;
+        }
+        let status = self
             .child
-            .wait_with_output()
+            .wait()
             .map_err(|e| RuntimeError::Setup(format!("wait for setup: {e}")))?;
-        let line = String::from_utf8_lossy(&out.stdout);
         match serde_json::from_str::<SetupOutcome>(line.trim()) {
             Ok(SetupOutcome::Pid(pid)) => Ok(pid),
             Ok(SetupOutcome::Error(e)) => Err(RuntimeError::Setup(e)),
             Err(_) => Err(RuntimeError::Setup(format!(
-                "setup exited with {} and no answer",
-                out.status
+                "setup exited with {status} and no answer"
             ))),
         }
     }
@@ -246,6 +281,8 @@ impl Backend for NativeBackend {
 
     async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
         self.check_spec(spec)?;
+        // Start the shim's process first: its exec overlaps the run directory and cgroup creation.
+        let shim = Shim::start(&self.config.setup_binary)?;
         let id = spec.id.as_str();
         let run_dir = self.run_dir(id);
         // The run directory appears under its real name only with its lock already held, so a
@@ -267,7 +304,7 @@ impl Backend for NativeBackend {
             }
         };
         tracing::debug!(step = "create cgroups", us = t.elapsed().as_micros() as u64);
-        let init_pid = match self.start(spec, &run_dir, &cgroup) {
+        let init_pid = match self.start(spec, &run_dir, &cgroup, shim) {
             Ok(pid) => pid,
             Err(e) => {
                 if let Err(cleanup) = self.cleanup(id, &cgroup, &run_dir) {
