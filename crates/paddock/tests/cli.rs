@@ -225,3 +225,66 @@ fn runs_on_a_custom_rootfs() {
     assert_eq!(stdout(&o), "custom-rootfs\n1000\nno-usr\nro\n", "{}", stderr(&o));
     env.assert_clean();
 }
+
+#[test]
+fn tty_window_size_follows_the_terminal() {
+    if !require_root() {
+        return;
+    }
+    let env = TestEnv::new();
+    let (master, slave) =
+        paddock_sys::pty::open_pty(Some(paddock_sys::pty::WinSize { rows: 33, cols: 101 })).expect("pty");
+    let mut cmd = env.cmd();
+    // After the line, wait (bounded by --timeout) until the terminal size changes, then print it.
+    cmd.args([
+        "run",
+        "--tty",
+        "--timeout",
+        "20s",
+        "--",
+        "/bin/sh",
+        "-c",
+        "stty size; read line; while [ \"$(stty size)\" = '33 101' ]; do sleep 0.01; done; stty size",
+    ])
+    .stdin(Stdio::from(slave.try_clone().expect("dup")))
+    .stdout(Stdio::from(slave.try_clone().expect("dup")))
+    .stderr(Stdio::from(slave));
+    let mut child = cmd.spawn().expect("spawn");
+    drop(cmd);
+    let mut term = std::fs::File::from(master);
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("33 101") {
+        let n = term.read(&mut buf).expect("read");
+        assert!(n > 0, "terminal closed early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // The terminal is resized; its owner is told with SIGWINCH (the test is not a session leader with
+    // this terminal, so the kernel does not send it here).
+    paddock_sys::pty::set_window_size(
+        std::os::fd::AsFd::as_fd(&term),
+        paddock_sys::pty::WinSize { rows: 50, cols: 132 },
+    )
+    .expect("resize");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).expect("pid"),
+        rustix::process::Signal::WINCH,
+    )
+    .expect("SIGWINCH");
+    term.write_all(b"\n").expect("write line");
+    while !String::from_utf8_lossy(&seen).contains("50 132") {
+        let n = term.read(&mut buf).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let status = child.wait().expect("wait");
+    let out = String::from_utf8_lossy(&seen).into_owned();
+    assert!(
+        out.contains("50 132"),
+        "window size did not follow the terminal: {out}"
+    );
+    assert_eq!(status.code(), Some(0), "{out}");
+    env.assert_clean();
+}
