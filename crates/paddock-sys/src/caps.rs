@@ -82,35 +82,13 @@ pub fn current_effective_caps() -> io::Result<u64> {
 
 #[cfg(test)]
 mod tests {
-    use std::process::Command;
-
     use super::*;
+    use crate::child_test::{in_child, run_in_child};
 
-    /// Set in the environment of a child test process; its value is the test to run there.
+    /// Set in the environment of a child test process; its value is the test to run there. Dropping
+    /// capabilities is irreversible and would otherwise affect the other tests, so those tests run in a
+    /// fresh process (see [`crate::child_test`]).
     const CHILD_ENV: &str = "PADDOCK_SYS_CAPS_CHILD";
-
-    /// Runs the test `name` again in a fresh process (dropping capabilities is irreversible and would
-    /// otherwise affect the other tests), where `in_child(name)` holds, and asserts that it passed.
-    fn run_in_child(name: &str) {
-        let exe = std::env::current_exe().expect("test binary path");
-        let out = Command::new(exe)
-            .args([name, "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, name)
-            .output()
-            .expect("run child test");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && stdout.contains("1 passed"),
-            "child test {name} failed: {}\n{stdout}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// Whether this process is the child started by `run_in_child` for `name`.
-    fn in_child(name: &str) -> bool {
-        std::env::var(CHILD_ENV).is_ok_and(|v| v == name)
-    }
 
     fn bounding_probe(cap: u32) -> rustix::io::Result<bool> {
         rustix::thread::capability_is_in_bounding_set(CapabilitySet::from_bits_retain(1 << cap))
@@ -140,17 +118,17 @@ mod tests {
             return;
         }
         let name = "caps::tests::drop_all_capabilities_in_child";
-        if in_child(name) {
+        if in_child(CHILD_ENV, name) {
             child_drop_all();
         } else {
-            run_in_child(name);
+            run_in_child(CHILD_ENV, name);
         }
     }
 
     /// The body of `drop_all_capabilities_in_child`, run in its child process.
     fn child_drop_all() {
         assert!(
-            in_child("caps::tests::drop_all_capabilities_in_child"),
+            in_child(CHILD_ENV, "caps::tests::drop_all_capabilities_in_child"),
             "run through drop_all_capabilities_in_child"
         );
         assert_ne!(
@@ -195,17 +173,17 @@ mod tests {
             return;
         }
         let name = "caps::tests::drop_bounding_except_in_child";
-        if in_child(name) {
+        if in_child(CHILD_ENV, name) {
             child_drop_bounding_except();
         } else {
-            run_in_child(name);
+            run_in_child(CHILD_ENV, name);
         }
     }
 
     /// The body of `drop_bounding_except_in_child`, run in its child process.
     fn child_drop_bounding_except() {
         assert!(
-            in_child("caps::tests::drop_bounding_except_in_child"),
+            in_child(CHILD_ENV, "caps::tests::drop_bounding_except_in_child"),
             "run through drop_bounding_except_in_child"
         );
         let before = current_effective_caps().expect("capget");
@@ -225,17 +203,17 @@ mod tests {
     #[test]
     fn no_new_privs_and_dumpable_in_child() {
         let name = "caps::tests::no_new_privs_and_dumpable_in_child";
-        if in_child(name) {
+        if in_child(CHILD_ENV, name) {
             child_no_new_privs_and_dumpable();
         } else {
-            run_in_child(name);
+            run_in_child(CHILD_ENV, name);
         }
     }
 
     /// The body of `no_new_privs_and_dumpable_in_child`, run in its child process.
     fn child_no_new_privs_and_dumpable() {
         assert!(
-            in_child("caps::tests::no_new_privs_and_dumpable_in_child"),
+            in_child(CHILD_ENV, "caps::tests::no_new_privs_and_dumpable_in_child"),
             "run through its parent test"
         );
         set_no_new_privs().expect("set no_new_privs");

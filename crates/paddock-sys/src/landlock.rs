@@ -210,8 +210,10 @@ mod tests {
     use std::process::Command;
 
     use super::*;
+    use crate::child_test::{in_child, run_in_child_with_env};
 
-    /// Set in the environment of a child test process; its value is the test to run there.
+    /// Set in the environment of a child test process; its value is the test to run there (see
+    /// [`crate::child_test`]).
     const CHILD_ENV: &str = "PADDOCK_SYS_LANDLOCK_CHILD";
     /// Set in the environment of the child test process: the writable directory.
     const WRITABLE_ENV: &str = "PADDOCK_SYS_LANDLOCK_WRITABLE";
@@ -252,28 +254,20 @@ mod tests {
     #[test]
     fn writes_are_confined_in_child() {
         let name = "landlock::tests::writes_are_confined_in_child";
-        if std::env::var(CHILD_ENV).is_ok_and(|v| v == name) {
+        if in_child(CHILD_ENV, name) {
             child_writes_are_confined();
             return;
         }
         let writable = tempfile::tempdir().expect("tempdir");
         let readonly = tempfile::tempdir().expect("tempdir");
-        let exe = std::env::current_exe().expect("test binary path");
-        let out = Command::new(exe)
-            .args([name, "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, name)
-            .env(WRITABLE_ENV, writable.path())
-            .env(READONLY_ENV, readonly.path())
-            .output()
-            .expect("run child test");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() && stdout.contains("1 passed"),
-            "child failed: {}\n{stdout}\n{stderr}",
-            out.status
+        run_in_child_with_env(
+            CHILD_ENV,
+            name,
+            &[
+                (WRITABLE_ENV, writable.path().as_os_str()),
+                (READONLY_ENV, readonly.path().as_os_str()),
+            ],
         );
-        eprint!("{stderr}");
         assert!(
             !readonly.path().join("x").exists(),
             "the read-only directory was written"

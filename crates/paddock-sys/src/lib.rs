@@ -11,6 +11,8 @@
 
 pub mod btrfs;
 pub mod caps;
+#[cfg(test)]
+mod child_test;
 pub mod exec;
 pub mod fs_in_root;
 pub mod landlock;

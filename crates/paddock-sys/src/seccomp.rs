@@ -141,48 +141,29 @@ mod tests {
 
     use super::samples::*;
     use super::*;
+    use crate::child_test::{in_child, run_in_child};
 
-    /// Set in the environment of a child test process; its value is the test to run there.
+    /// Set in the environment of a child test process; its value is the test to run there. Seccomp
+    /// filters are irreversible, so those tests run in a fresh process (see [`crate::child_test`]).
     const CHILD_ENV: &str = "PADDOCK_SYS_SECCOMP_CHILD";
-
-    /// Runs the test `name` again in a fresh process (seccomp filters are irreversible), where
-    /// `in_child(name)` holds, and asserts that it passed.
-    fn run_child_test(name: &str) {
-        let exe = std::env::current_exe().expect("test binary path");
-        let out = Command::new(exe)
-            .args([name, "--exact", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, name)
-            .output()
-            .expect("run child test");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let passed = out.status.success() && stdout.contains("1 passed");
-        assert!(passed, "child failed: {}\n{stdout}\n{stderr}", out.status);
-        eprint!("{stderr}");
-    }
-
-    /// Whether this process is the child started by `run_child_test` for `name`.
-    fn in_child(name: &str) -> bool {
-        std::env::var(CHILD_ENV).is_ok_and(|v| v == name)
-    }
 
     #[test]
     fn installed_policy_in_child() {
         let name = "seccomp::tests::installed_policy_in_child";
-        if in_child(name) {
+        if in_child(CHILD_ENV, name) {
             child_installed_policy();
         } else {
-            run_child_test(name);
+            run_in_child(CHILD_ENV, name);
         }
     }
 
     #[test]
     fn installed_large_policy_in_child() {
         let name = "seccomp::tests::installed_large_policy_in_child";
-        if in_child(name) {
+        if in_child(CHILD_ENV, name) {
             child_installed_large_policy();
         } else {
-            run_child_test(name);
+            run_in_child(CHILD_ENV, name);
         }
     }
 

@@ -449,6 +449,16 @@ mod tests {
         rustix::process::geteuid().is_root()
     }
 
+    /// Stdin, stdout and stderr all on `null` (an open `/dev/null`), and no terminal.
+    fn null_stdio(null: &std::fs::File) -> ChildStdio<'_> {
+        ChildStdio {
+            stdin: null.as_fd(),
+            stdout: null.as_fd(),
+            stderr: null.as_fd(),
+            terminal: None,
+        }
+    }
+
     #[test]
     fn exec_failure_is_reported_not_exited() {
         if !is_root() {
@@ -456,12 +466,7 @@ mod tests {
             return;
         }
         let null = std::fs::File::open("/dev/null").expect("/dev/null");
-        let stdio = ChildStdio {
-            stdin: null.as_fd(),
-            stdout: null.as_fd(),
-            stderr: null.as_fd(),
-            terminal: None,
-        };
+        let stdio = null_stdio(&null);
         let spec = ChildSpec::new(
             &["/nonexistent/prog"],
             &["prog"],
@@ -482,12 +487,7 @@ mod tests {
             return;
         }
         let null = std::fs::File::open("/dev/null").expect("/dev/null");
-        let stdio = ChildStdio {
-            stdin: null.as_fd(),
-            stdout: null.as_fd(),
-            stderr: null.as_fd(),
-            terminal: None,
-        };
+        let stdio = null_stdio(&null);
         let spec = ChildSpec::new(
             &["/nonexistent/sh", "/bin/sh"],
             &["sh", "-c", "exit 7"],
