@@ -204,8 +204,36 @@ fn status_of(status: &RestrictionStatus) -> LandlockStatus {
     }
 }
 
+/// The Landlock ABI version the running kernel offers, or `None` when Landlock is not available
+/// (not built in, or disabled at boot). One `landlock_create_ruleset(NULL, 0, VERSION)` call.
+pub fn kernel_abi() -> Option<u32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with the VERSION flag the kernel reads no attribute struct (NULL with size 0 is the
+    // documented form) and only returns the ABI number; no memory is written.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(r).ok().filter(|v| *v > 0)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn kernel_abi_matches_what_the_landlock_crate_sees() {
+        use landlock::{CompatLevel, Compatible};
+        let crate_sees = landlock::Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(landlock::AccessFs::from_all(landlock::ABI::V1))
+            .and_then(|r| r.create())
+            .is_ok();
+        assert_eq!(super::kernel_abi().is_some(), crate_sees);
+    }
+
     use std::fs;
     use std::process::Command;
 

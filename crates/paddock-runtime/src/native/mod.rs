@@ -77,6 +77,12 @@ impl NativeBackend {
             )));
         }
         let cgroups = CgroupLayout::detect(&config.cgroup_parent)?;
+        if paddock_sys::landlock::kernel_abi().is_none() {
+            tracing::warn!(
+                "this kernel has no Landlock: sandboxes run without its write restrictions (namespaces, \
+                 read-only mounts, seccomp and dropped capabilities still apply)"
+            );
+        }
         prepare_state_dir(&config)?;
         let pool = StoragePool::open(&config.state_dir, config.pool_size, config.ids)?;
         Ok(Self {

@@ -342,8 +342,14 @@ fn init(
         .into_iter()
         .map(PathBuf::from)
         .collect();
-    paddock_sys::landlock::restrict_writes(&writable, Some(fds.agent.as_fd()))
+    let landlock = paddock_sys::landlock::restrict_writes(&writable, Some(fds.agent.as_fd()))
         .map_err(|e| format!("landlock: {e}"))?;
+    // The caller warned already when the kernel has no Landlock; a kernel that has it must enforce.
+    if paddock_sys::landlock::kernel_abi().is_some()
+        && landlock == paddock_sys::landlock::LandlockStatus::NotEnforced
+    {
+        return Err("landlock: the kernel offers Landlock but did not enforce the ruleset".into());
+    }
     paddock_sys::caps::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
     let policy = paddock_sys::seccomp::default_policy();
     paddock_sys::seccomp::install(&policy).map_err(|e| format!("seccomp: {e}"))?;
