@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use paddock_protocol::{CommandSpec, ExitStatus, SpawnRequest, Stream};
@@ -204,10 +203,13 @@ async fn pump(
     let stdin_pump = forward_stdin(client, pid);
     tokio::pin!(stdin_pump);
     let mut stdin_done = false;
-    let sleep = tokio::time::sleep_until(
-        deadline.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(1 << 40)),
-    );
-    tokio::pin!(sleep);
+    let timeout = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(timeout);
     loop {
         tokio::select! {
             event = events.recv() => match event {
@@ -230,7 +232,7 @@ async fn pump(
                     tracing::debug!(error = %e, "stdin forwarding ended");
                 }
             }
-            _ = &mut sleep, if deadline.is_some() => return Ok(Outcome::TimedOut),
+            _ = &mut timeout => return Ok(Outcome::TimedOut),
             _ = signals.int.recv() => return Ok(Outcome::Interrupted(libc::SIGINT)),
             _ = signals.term.recv() => return Ok(Outcome::Interrupted(libc::SIGTERM)),
             _ = signals.hup.recv() => return Ok(Outcome::Interrupted(libc::SIGHUP)),

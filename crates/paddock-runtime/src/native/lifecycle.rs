@@ -347,7 +347,7 @@ impl Backend for NativeBackend {
             .map_err(|e| RuntimeError::Agent(format!("watch init: {e}")))?;
             sb.pidfd = Some(fd);
         }
-        reap(sb, true);
+        reap(sb);
         Ok(())
     }
 
@@ -365,7 +365,7 @@ impl Backend for NativeBackend {
                 }
             }
             let t = std::time::Instant::now();
-            reap(sb, true);
+            reap(sb);
             tracing::debug!(step = "kill init", us = t.elapsed().as_micros() as u64);
         }
         self.cleanup(handle.id.as_str(), &sb.cgroup, &sb.run_dir)
@@ -377,17 +377,11 @@ impl Backend for NativeBackend {
 }
 
 /// Reaps the init process (our child through `CLONE_PARENT`).
-fn reap(sb: &mut NativeSandbox, block: bool) {
+fn reap(sb: &mut NativeSandbox) {
     let Some(pid) = rustix::process::Pid::from_raw(sb.init_pid) else {
         return;
     };
-    let opts = if block {
-        rustix::process::WaitOptions::empty()
-    } else {
-        rustix::process::WaitOptions::NOHANG
-    };
-    match rustix::process::waitpid(Some(pid), opts) {
-        Ok(Some(_)) | Err(_) => sb.reaped = true,
-        Ok(None) => {}
-    }
+    // Blocks until the init has exited; an error (ECHILD) means it was reaped already.
+    let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+    sb.reaped = true;
 }
