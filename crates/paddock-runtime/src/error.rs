@@ -9,6 +9,9 @@ pub enum RuntimeError {
     /// The host lacks something paddock needs for the isolation it promises.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// paddock's own configuration (state directory, cgroup parent) is unusable.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
     /// The request itself is invalid for this host (a missing mount source, a bad rootfs).
     #[error("invalid sandbox spec: {0}")]
     InvalidSpec(String),

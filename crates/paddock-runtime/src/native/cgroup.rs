@@ -111,7 +111,7 @@ impl CgroupLayout {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
             && !parent.starts_with('.');
         if !valid {
-            return Err(RuntimeError::InvalidSpec(format!(
+            return Err(RuntimeError::InvalidConfig(format!(
                 "invalid cgroup parent name {parent:?}"
             )));
         }

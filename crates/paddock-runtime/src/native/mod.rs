@@ -128,11 +128,22 @@ fn prepare_state_dir(config: &NativeConfig) -> Result<(), RuntimeError> {
             .map(|m| m.permissions().mode())
             .unwrap_or(0o755);
         if mode & 0o001 == 0 {
-            return Err(RuntimeError::InvalidSpec(format!(
+            return Err(RuntimeError::InvalidConfig(format!(
                 "state directory {} is unusable: {} is not searchable by other users (chmod o+x), and \
                  sandboxes set themselves up as an unprivileged user",
                 state.display(),
                 dir.display()
+            )));
+        }
+    }
+    // The state directory's permissions are paddock's to set, so it must be paddock's: new, empty, or
+    // marked by an earlier start. Never re-permission a directory such as /tmp or a home directory.
+    let marker = state.join(".paddock-state");
+    if let Ok(mut entries) = std::fs::read_dir(state) {
+        if entries.next().is_some() && !marker.exists() {
+            return Err(RuntimeError::InvalidConfig(format!(
+                "state directory {} is not empty and was not created by paddock; choose a new or empty directory",
+                state.display()
             )));
         }
     }
@@ -144,6 +155,13 @@ fn prepare_state_dir(config: &NativeConfig) -> Result<(), RuntimeError> {
         std::fs::create_dir_all(&dir).map_err(err("create"))?;
         std::os::unix::fs::chown(&dir, None, Some(config.ids.host_gid(0))).map_err(err("chown"))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o710)).map_err(err("chmod"))?;
+    }
+    if !marker.exists() {
+        std::fs::write(&marker, "paddock state directory\n").map_err(|source| RuntimeError::State {
+            what: "write",
+            path: marker.clone(),
+            source,
+        })?;
     }
     Ok(())
 }

@@ -222,7 +222,7 @@ impl StoragePool {
             .map(|mut rd| rd.next().is_some())
             .unwrap_or(false)
         {
-            return Err(RuntimeError::InvalidSpec(format!(
+            return Err(RuntimeError::InvalidConfig(format!(
                 "the pool at {} still holds sandboxes; stop them or run `paddock gc` first",
                 root.display()
             )));
