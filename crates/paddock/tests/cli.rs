@@ -288,3 +288,36 @@ fn tty_window_size_follows_the_terminal() {
     assert_eq!(status.code(), Some(0), "{out}");
     env.assert_clean();
 }
+
+#[test]
+fn a_foreign_state_directory_is_refused_untouched() {
+    if !require_root() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let foreign = tempfile::tempdir().expect("tempdir");
+    std::fs::write(foreign.path().join("notes.txt"), "someone else's").expect("write");
+    std::fs::set_permissions(foreign.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let env = TestEnv::new();
+    let o = env
+        .cmd()
+        .env("PADDOCK_STATE_DIR", foreign.path())
+        .args(["run", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert_eq!(stderr(&o).trim_end().lines().count(), 1, "{}", stderr(&o));
+    let mode = std::fs::metadata(foreign.path())
+        .expect("stat")
+        .permissions()
+        .mode()
+        & 0o7777;
+    assert_eq!(mode, 0o755, "paddock changed a directory it does not own");
+    let names: Vec<_> = std::fs::read_dir(foreign.path())
+        .expect("read")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("notes.txt")]);
+}
