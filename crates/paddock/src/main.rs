@@ -70,8 +70,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pool {
             command: PoolCommand::Destroy,
         } => {
-            if let Ok(backend) = config.open_backend(false) {
-                backend.collect_garbage_now()?;
+            // Reclaim abandoned sandboxes first; opening the backend would create a pool where none is.
+            if config.state_dir.join("pool").exists() {
+                if let Ok(backend) = config.open_backend(false) {
+                    backend.collect_garbage_now()?;
+                }
             }
             paddock_runtime::native::StoragePool::destroy(&config.state_dir)?;
             println!("pool under {} removed", config.state_dir.display());
