@@ -121,11 +121,6 @@ impl CgroupLayout {
         })
     }
 
-    /// The host's cgroup interface.
-    pub fn kind(&self) -> &CgroupKind {
-        &self.kind
-    }
-
     /// The parent directories paddock creates its cgroups in.
     fn parents(&self) -> Vec<PathBuf> {
         let p = &self.parent;
@@ -281,11 +276,6 @@ impl SandboxCgroup {
         pids
     }
 
-    /// Whether any of the cgroup directories still exists.
-    pub fn exists(&self) -> bool {
-        self.dirs.iter().any(|d| d.exists())
-    }
-
     /// Kills every process in the sandbox and waits (up to `deadline`) until none is left.
     pub fn kill_all(&self, deadline: Duration) -> Result<(), RuntimeError> {
         let start = Instant::now();
@@ -338,14 +328,5 @@ impl SandboxCgroup {
             }
         }
         first_err.map_or(Ok(()), Err)
-    }
-
-    /// Memory the sandbox currently uses, bytes (for reports and tests).
-    pub fn memory_usage(&self) -> Option<u64> {
-        self.dirs.iter().find_map(|d| {
-            ["memory.current", "memory.usage_in_bytes"]
-                .iter()
-                .find_map(|f| fs::read_to_string(d.join(f)).ok()?.trim().parse().ok())
-        })
     }
 }
