@@ -164,18 +164,14 @@ impl NativeBackend {
 /// The sandbox's init mounts host paths as an unprivileged host uid, so every directory above them must
 /// be searchable by others (mode o+x). Says so up front instead of failing inside the setup.
 fn check_searchable(path: &Path, what: &str) -> Result<(), RuntimeError> {
-    use std::os::unix::fs::PermissionsExt;
-    for dir in path.ancestors().skip(1) {
-        let mode = fs::metadata(dir).map(|m| m.permissions().mode()).unwrap_or(0);
-        if mode & 0o001 == 0 {
-            return Err(RuntimeError::InvalidSpec(format!(
-                "{what} {} is not reachable by sandboxes: {} is not searchable by other users (chmod o+x)",
-                path.display(),
-                dir.display()
-            )));
-        }
+    match super::unsearchable_ancestor(path) {
+        None => Ok(()),
+        Some(dir) => Err(RuntimeError::InvalidSpec(format!(
+            "{what} {} is not reachable by sandboxes: {} is not searchable by other users (chmod o+x)",
+            path.display(),
+            dir.display()
+        ))),
     }
-    Ok(())
 }
 
 fn with_user_line(source: &Path, line: &str) -> String {

@@ -18,7 +18,7 @@ mod pool;
 pub mod setup;
 mod users;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub use cgroup::{CgroupKind, CgroupLayout};
 pub(crate) use lifecycle::NativeSandbox;
@@ -102,16 +102,6 @@ impl NativeBackend {
         }
     }
 
-    /// The storage pool.
-    pub fn pool(&self) -> &StoragePool {
-        &self.pool
-    }
-
-    /// The cgroup layout in use.
-    pub fn cgroups(&self) -> &CgroupLayout {
-        &self.cgroups
-    }
-
     fn run_dir(&self, id: &str) -> PathBuf {
         self.config.state_dir.join("run").join(id)
     }
@@ -123,18 +113,13 @@ impl NativeBackend {
 fn prepare_state_dir(config: &NativeConfig) -> Result<(), RuntimeError> {
     use std::os::unix::fs::PermissionsExt;
     let state = &config.state_dir;
-    for dir in state.ancestors().skip(1) {
-        let mode = std::fs::metadata(dir)
-            .map(|m| m.permissions().mode())
-            .unwrap_or(0o755);
-        if mode & 0o001 == 0 {
-            return Err(RuntimeError::InvalidConfig(format!(
-                "state directory {} is unusable: {} is not searchable by other users (chmod o+x), and \
-                 sandboxes set themselves up as an unprivileged user",
-                state.display(),
-                dir.display()
-            )));
-        }
+    if let Some(dir) = unsearchable_ancestor(state) {
+        return Err(RuntimeError::InvalidConfig(format!(
+            "state directory {} is unusable: {} is not searchable by other users (chmod o+x), and \
+             sandboxes set themselves up as an unprivileged user",
+            state.display(),
+            dir.display()
+        )));
     }
     // The state directory's permissions are paddock's to set, so it must be paddock's: new, empty, or
     // marked by an earlier start. Never re-permission a directory such as /tmp or a home directory.
@@ -164,4 +149,14 @@ fn prepare_state_dir(config: &NativeConfig) -> Result<(), RuntimeError> {
         })?;
     }
     Ok(())
+}
+
+/// The first existing directory above `path` that other users cannot search (mode without o+x), if
+/// any. Sandboxes set themselves up as an unprivileged host uid, which must traverse every one of
+/// them; directories that do not exist yet are created searchable, so they do not count.
+pub(super) fn unsearchable_ancestor(path: &Path) -> Option<&Path> {
+    use std::os::unix::fs::PermissionsExt;
+    path.ancestors()
+        .skip(1)
+        .find(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 == 0))
 }
