@@ -14,3 +14,5 @@ pub use limits::{CpuQuota, Limits};
 pub use mounts::{MountSpec, MountSpecError, SandboxPath, SandboxPathError};
 pub use size::{ByteSize, SizeError};
 pub use spec::{EnvVar, EnvVarError, RootfsSpec, SandboxSpec, UserSpec, UserSpecError};
+
+pub mod api;

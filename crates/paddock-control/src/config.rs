@@ -1,0 +1,61 @@
+//! What the service is configured with (built by the binary from its one typed config).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use paddock_types::{Limits, RootfsSpec};
+
+/// The service's configuration.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Limits a sandbox gets for every limit its request leaves out.
+    pub default_limits: Limits,
+    /// The most a single sandbox may ask for (`None` fields: no cap).
+    pub max_limits: Limits,
+    /// Timeout of a sandbox whose request names none.
+    pub default_timeout: Duration,
+    /// The longest timeout a request (or an extension) may set.
+    pub max_timeout: Duration,
+    /// Templates by name; `default` must exist.
+    pub templates: BTreeMap<String, TemplateConfig>,
+    /// How often the reaper looks for expired and dead sandboxes.
+    pub reaper_interval: Duration,
+    /// How long ended sandboxes stay listed (`state=all`) before their rows are purged.
+    pub history_retention: Duration,
+}
+
+/// A template: a root file system and how many sandboxes of it to keep warm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateConfig {
+    /// Its root file system.
+    pub rootfs: RootfsSpec,
+    /// Sandboxes kept pre-started, so creation is a claim.
+    pub warm_pool_size: u32,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        let mut templates = BTreeMap::new();
+        templates.insert(
+            "default".to_owned(),
+            TemplateConfig {
+                rootfs: RootfsSpec::Host,
+                warm_pool_size: 0,
+            },
+        );
+        Self {
+            default_limits: Limits::default(),
+            max_limits: Limits {
+                memory: None,
+                cpus: None,
+                pids: None,
+                disk: None,
+            },
+            default_timeout: Duration::from_secs(300),
+            max_timeout: Duration::from_secs(24 * 3600),
+            templates,
+            reaper_interval: Duration::from_secs(1),
+            history_retention: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}

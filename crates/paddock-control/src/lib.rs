@@ -1,0 +1,27 @@
+//! `SandboxService`: the one API every front-end calls (REST now; E2B and MCP later), so the same
+//! checks, quotas and audit rows apply whichever door a request came through.
+//!
+//! It owns: authentication (API keys → [`Principal`]), tenant isolation (another tenant's sandbox
+//! is indistinguishable from a missing one), quotas, the sandbox lifecycle (create, claim from a warm
+//! pool, timeouts and the reaper, kill, recovery after a restart), processes (exec, streams, stdin,
+//! signals, re-attach), files, the hash-chained audit log and the metrics.
+//!
+//! It does not: speak HTTP (`paddock-api`), run SQL (`paddock-store`), or set up sandboxes
+//! (`paddock-runtime`).
+
+mod admin;
+mod config;
+mod error;
+mod exec;
+mod files;
+mod principal;
+mod sandboxes;
+mod service;
+mod streams;
+
+pub use config::{ServiceConfig, TemplateConfig};
+pub use error::ServiceError;
+pub use files::WriteFileOptions;
+pub use principal::Principal;
+pub use service::SandboxService;
+pub use streams::{ByteStream, ExecStream, FileDownload, WatchStream};

@@ -1,0 +1,12 @@
+//! Who is calling.
+
+/// The authenticated caller of an operation: a tenant, through one of its API keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The tenant acted for; it sees only its own sandboxes.
+    pub tenant: String,
+    /// The key used (recorded in every audit row).
+    pub key_id: String,
+    /// Admin keys manage keys and tenants, read every tenant's audit rows and the metrics.
+    pub admin: bool,
+}

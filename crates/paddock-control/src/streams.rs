@@ -1,0 +1,108 @@
+//! What streaming operations hand to a front-end: process events, file bytes, directory events.
+
+use std::pin::Pin;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use paddock_types::api::{ExecEvent, ExecResult, WatchEvent};
+use tokio::sync::mpsc;
+
+/// A stream of bytes (file contents, tar archives, request bodies).
+pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
+
+/// The events of one process, in order: `Started`, output, then `Exit` (or `Error`). Dropping the
+/// stream of a foreground process before its exit kills the process tree.
+#[derive(Debug)]
+pub struct ExecStream {
+    pub(crate) pid: u32,
+    pub(crate) rx: Option<mpsc::Receiver<ExecEvent>>,
+    pub(crate) started_sent: bool,
+}
+
+impl ExecStream {
+    /// The process's pid inside the sandbox.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether this is a background process (no events follow; read them with `attach_process`).
+    pub fn is_background(&self) -> bool {
+        self.rx.is_none()
+    }
+
+    /// The next event; `None` after the last one.
+    pub async fn recv(&mut self) -> Option<ExecEvent> {
+        if !self.started_sent {
+            self.started_sent = true;
+            return Some(ExecEvent::Started { pid: self.pid });
+        }
+        self.rx.as_mut()?.recv().await
+    }
+
+    /// Waits for the end and collects the output (each stream capped at `max_bytes`; the rest is
+    /// dropped).
+    pub async fn collect(mut self, max_bytes: usize) -> ExecResult {
+        let pid = self.pid;
+        if self.is_background() {
+            return ExecResult {
+                pid,
+                stdout: None,
+                stderr: None,
+                exit: None,
+            };
+        }
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        let mut exit = None;
+        while let Some(event) = self.recv().await {
+            let (buf, data) = match &event {
+                ExecEvent::Stdout(d) | ExecEvent::Pty(d) => (&mut stdout, d),
+                ExecEvent::Stderr(d) => (&mut stderr, d),
+                ExecEvent::Exit(info) => {
+                    exit = Some(*info);
+                    continue;
+                }
+                ExecEvent::Started { .. } | ExecEvent::Error { .. } => continue,
+            };
+            let bytes = crate::exec::stream_bytes(data);
+            let room = max_bytes.saturating_sub(buf.len());
+            buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        }
+        ExecResult {
+            pid,
+            stdout: Some(String::from_utf8_lossy(&stdout).into_owned()),
+            stderr: Some(String::from_utf8_lossy(&stderr).into_owned()),
+            exit,
+        }
+    }
+}
+
+/// A file being downloaded.
+pub struct FileDownload {
+    /// Its size when the download started.
+    pub size: u64,
+    /// Its bytes.
+    pub stream: ByteStream,
+}
+
+impl std::fmt::Debug for FileDownload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileDownload")
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Events of a watched directory; ends with a `WatchEventKind::Ended` event when the directory goes
+/// away, or when the sandbox ends.
+#[derive(Debug)]
+pub struct WatchStream {
+    pub(crate) rx: mpsc::Receiver<WatchEvent>,
+}
+
+impl WatchStream {
+    /// The next event.
+    pub async fn recv(&mut self) -> Option<WatchEvent> {
+        self.rx.recv().await
+    }
+}

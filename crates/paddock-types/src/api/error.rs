@@ -1,0 +1,133 @@
+//! The one error shape of the API.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Stable machine-readable error codes. Clients branch on these, never on messages; a code is never
+/// renamed or reused for another meaning (COMPATIBILITY.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// No API key, or an unknown, malformed or revoked one (401).
+    Unauthorized,
+    /// The key is valid but may not do this (admin-only operations) (403).
+    Forbidden,
+    /// The request is malformed or a field is invalid; `field` names it (400).
+    InvalidRequest,
+    /// No such sandbox for this tenant (404; also for other tenants' sandboxes).
+    SandboxNotFound,
+    /// The sandbox exists but is no longer running (409).
+    SandboxNotRunning,
+    /// No such process in the sandbox (404).
+    ProcessNotFound,
+    /// No such file or directory in the sandbox (404).
+    FileNotFound,
+    /// No such API key (404).
+    KeyNotFound,
+    /// The target already exists (409).
+    AlreadyExists,
+    /// The sandbox's own permissions forbid the operation (403).
+    PermissionDenied,
+    /// A path component is not a directory (400).
+    NotADirectory,
+    /// The path is a directory where a file was expected (400).
+    IsADirectory,
+    /// A non-recursive remove of a non-empty directory (409).
+    DirectoryNotEmpty,
+    /// The path is not acceptable (not absolute, NUL bytes, escapes the root) (400).
+    InvalidPath,
+    /// The tenant's quota (sandboxes, memory, cpu) does not allow this (429).
+    QuotaExceeded,
+    /// The sandbox's disk limit is reached (507).
+    NoSpace,
+    /// The body is larger than this endpoint accepts (413).
+    PayloadTooLarge,
+    /// This server or backend cannot do that (501).
+    Unsupported,
+    /// The sandbox's agent did not answer in time (504).
+    Timeout,
+    /// The server is shutting down or overloaded (503).
+    Unavailable,
+    /// Something failed inside paddock; details are in the server log, never in the response (500).
+    Internal,
+}
+
+impl ErrorCode {
+    /// The code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unauthorized => "unauthorized",
+            Self::Forbidden => "forbidden",
+            Self::InvalidRequest => "invalid_request",
+            Self::SandboxNotFound => "sandbox_not_found",
+            Self::SandboxNotRunning => "sandbox_not_running",
+            Self::ProcessNotFound => "process_not_found",
+            Self::FileNotFound => "file_not_found",
+            Self::KeyNotFound => "key_not_found",
+            Self::AlreadyExists => "already_exists",
+            Self::PermissionDenied => "permission_denied",
+            Self::NotADirectory => "not_a_directory",
+            Self::IsADirectory => "is_a_directory",
+            Self::DirectoryNotEmpty => "directory_not_empty",
+            Self::InvalidPath => "invalid_path",
+            Self::QuotaExceeded => "quota_exceeded",
+            Self::NoSpace => "no_space",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::Unsupported => "unsupported",
+            Self::Timeout => "timeout",
+            Self::Unavailable => "unavailable",
+            Self::Internal => "internal",
+        }
+    }
+
+    /// The HTTP status this code is answered with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            Self::Unauthorized => 401,
+            Self::Forbidden | Self::PermissionDenied => 403,
+            Self::InvalidRequest | Self::NotADirectory | Self::IsADirectory | Self::InvalidPath => 400,
+            Self::SandboxNotFound | Self::ProcessNotFound | Self::FileNotFound | Self::KeyNotFound => 404,
+            Self::SandboxNotRunning | Self::AlreadyExists | Self::DirectoryNotEmpty => 409,
+            Self::QuotaExceeded => 429,
+            Self::NoSpace => 507,
+            Self::PayloadTooLarge => 413,
+            Self::Unsupported => 501,
+            Self::Timeout => 504,
+            Self::Unavailable => 503,
+            Self::Internal => 500,
+        }
+    }
+}
+
+/// Every error response: `{"code": "...", "message": "..."}`, plus the offending field for
+/// validation errors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ApiErrorBody {
+    /// Stable machine-readable code.
+    pub code: ErrorCode,
+    /// Human-readable explanation (may change between versions).
+    pub message: String,
+    /// The request field that is invalid (`invalid_request` only), e.g. `limits.memory`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn as_str_matches_serde() {
+        for code in [
+            ErrorCode::Unauthorized,
+            ErrorCode::SandboxNotFound,
+            ErrorCode::QuotaExceeded,
+            ErrorCode::InvalidRequest,
+            ErrorCode::Internal,
+            ErrorCode::DirectoryNotEmpty,
+        ] {
+            let json = serde_json::to_string(&code).expect("serializes");
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! The control plane's wire model: the JSON bodies of the REST API (`paddock-api`), which the service
+//! (`paddock-control`) takes and returns and the CLI client (`paddock sandbox ...`) sends and reads.
+//!
+//! These types are a contract: `/openapi.json` is generated from them and frozen by a golden test, and
+//! COMPATIBILITY.md says how they may evolve (fields are only ever added, optional, with defaults).
+//! Requests refuse unknown fields so a typo is an error, not a silently ignored option.
+
+mod audit;
+mod error;
+mod exec;
+mod files;
+mod keys;
+mod lists;
+mod sandboxes;
+
+pub use audit::{AuditQuery, AuditRecord, AuditVerification, BrokenAuditRow};
+pub use error::{ApiErrorBody, ErrorCode};
+pub use exec::{
+    AttachQuery, ExecEvent, ExecRequest, ExecResult, ExitInfo, KillRequest, ProcessCommand, ProcessInfo,
+    PtySizeBody, SignalRequest, StreamData,
+};
+pub use files::{
+    FileEntry, FileKindBody, FileList, MkdirRequest, RenameRequest, WatchEvent, WatchEventKind, WrittenFile,
+};
+pub use keys::{CreateKeyRequest, CreatedKey, KeyInfo, TenantInfo, TenantQuotaBody, TenantUsageBody};
+pub use lists::{AuditPage, KeyList, ProcessList, TemplateInfo, TemplateList, TenantList};
+pub use sandboxes::{
+    CreateSandboxRequest, LimitsRequest, ListSandboxesQuery, SandboxInfo, SandboxList, SandboxStateBody,
+    SandboxUsageBody, SetTimeoutRequest,
+};

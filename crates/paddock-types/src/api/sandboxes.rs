@@ -1,0 +1,168 @@
+//! Sandbox lifecycle bodies.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::{ByteSize, CpuQuota};
+
+/// `POST /v1/sandboxes`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandboxRequest {
+    /// Template (root file system profile) to start from; `default` (the host's curated /usr and /etc)
+    /// when absent. Templates are configured on the server; `GET /v1/templates` lists them.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// Resource limits; absent fields take the server's defaults.
+    #[serde(default)]
+    pub limits: LimitsRequest,
+    /// Environment added to every process of the sandbox.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Default working directory of processes (absolute path inside the sandbox).
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// Default user of processes (`user` when absent).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Free-form labels to find the sandbox again (`GET /v1/sandboxes?label=k=v`).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Seconds until the sandbox is killed (the server's default when absent; at most the server's
+    /// maximum). Extend with `POST /v1/sandboxes/{id}/timeout`.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+}
+
+/// Requested limits; every field optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsRequest {
+    /// Memory limit: bytes as a number, or a string such as `512M`, `2G`.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, example = "512M")]
+    pub memory: Option<ByteSize>,
+    /// CPUs (fractions allowed), e.g. `1.5`.
+    #[serde(default)]
+    #[schema(value_type = Option<f64>, example = 1.5)]
+    pub cpus: Option<CpuQuota>,
+    /// Processes and threads alive at once.
+    #[serde(default)]
+    pub pids: Option<u32>,
+    /// Disk space the sandbox may write.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, example = "10G")]
+    pub disk: Option<ByteSize>,
+}
+
+/// Lifecycle state of a sandbox as the API reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxStateBody {
+    /// Being created.
+    Creating,
+    /// Running; processes and files are available.
+    Running,
+    /// Killed on request.
+    Stopped,
+    /// Killed by the reaper when its timeout passed.
+    Expired,
+    /// Its creation failed, or it died on its own (see `end_reason`).
+    Failed,
+}
+
+/// A sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxInfo {
+    /// Its id (also its hostname).
+    pub id: String,
+    /// The tenant that owns it.
+    pub tenant: String,
+    /// Lifecycle state.
+    pub state: SandboxStateBody,
+    /// The template it was created from.
+    pub template: String,
+    /// Effective limits (`null` = unlimited).
+    #[schema(value_type = LimitsRequest)]
+    pub limits: crate::Limits,
+    /// Names of the environment variables set on the sandbox (values are never echoed).
+    pub env_keys: Vec<String>,
+    /// Default working directory.
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// Default user.
+    pub user: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Creation time (RFC 3339).
+    pub created_at: String,
+    /// When the reaper kills it (RFC 3339); `null` = never.
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    /// When it ended (RFC 3339).
+    #[serde(default)]
+    pub ended_at: Option<String>,
+    /// Why it ended (`killed`, `expired`, `agent_lost`, `create_failed: ...`).
+    #[serde(default)]
+    pub end_reason: Option<String>,
+}
+
+/// `GET /v1/sandboxes` query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListSandboxesQuery {
+    /// Only sandboxes in this state; `all` for every state. Default: `running`.
+    #[serde(default)]
+    pub state: Option<String>,
+    /// Only sandboxes carrying this label, as `key=value` (repeatable as comma-separated list).
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Page size (1-1000, default 100).
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// The `next_cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// A page of sandboxes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxList {
+    /// The sandboxes, oldest first.
+    pub sandboxes: Vec<SandboxInfo>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// `POST /v1/sandboxes/{id}/timeout`: the sandbox now expires `timeout_secs` from now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetTimeoutRequest {
+    /// Seconds from now (at most the server's maximum).
+    pub timeout_secs: u64,
+}
+
+/// `GET /v1/sandboxes/{id}/usage`: what the sandbox uses right now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct SandboxUsageBody {
+    /// CPU time consumed by all its processes so far, in microseconds.
+    pub cpu_time_us: u64,
+    /// Memory in use (bytes).
+    pub memory_bytes: u64,
+    /// Highest memory use seen (bytes).
+    pub memory_peak_bytes: u64,
+    /// Memory limit (bytes), if any.
+    #[serde(default)]
+    pub memory_limit_bytes: Option<u64>,
+    /// Processes and threads alive.
+    pub pids: u64,
+    /// Bytes written to its storage.
+    pub disk_bytes: u64,
+    /// Disk limit (bytes), if any.
+    #[serde(default)]
+    pub disk_limit_bytes: Option<u64>,
+}
