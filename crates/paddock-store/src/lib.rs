@@ -1,0 +1,46 @@
+//! The control plane's embedded state: one SQLite database (WAL) holding tenants and their quotas, API
+//! keys, sandbox records and the append-only, hash-chained audit log.
+//!
+//! This crate is the only place in paddock that speaks SQL: its API is everything the control plane gets,
+//! and no `rusqlite` type appears in it. Every call is synchronous and short; async callers wrap it in
+//! `spawn_blocking` or `block_in_place`. Times are `i64` unix milliseconds supplied by the caller.
+//!
+//! What it guarantees:
+//! - the schema is created and upgraded by embedded, forward-only migrations; a database from a newer
+//!   paddock is refused rather than misread;
+//! - quota checks and the insert (or warm claim) they guard are one `BEGIN IMMEDIATE` transaction, so
+//!   concurrent creations, even from several processes, can never overshoot a quota;
+//! - API key secrets are never stored, only their SHA-256, compared in constant time;
+//! - audit rows are only ever appended (SQL triggers refuse UPDATE and DELETE), each carrying the hash of
+//!   its predecessor, and [`Store::verify_audit`] finds the first altered, inserted or removed row (all
+//!   but the removal of the newest rows, which only a copy of the latest hash kept elsewhere can show);
+//! - [`Store::transaction`] writes a state change and its audit row atomically.
+//!
+//! What it does not do: no HTTP, no sandbox lifecycle (it records states, it does not start or stop
+//! anything), no interpretation of a sandbox's spec (stored as the caller's JSON), no clock of its own,
+//! and no authorization decisions beyond "this key text is valid".
+
+mod audit;
+mod audit_hash;
+mod error;
+mod keys;
+mod list;
+mod migrate;
+mod open;
+mod quota;
+mod sandboxes;
+mod tenants;
+mod transition;
+mod verify;
+
+pub use audit::{AuditFilter, AuditRecord, NewAuditEntry};
+pub use audit_hash::{audit_hash, AuditFields, GENESIS_HASH};
+pub use error::{DbError, StoreError};
+pub use keys::ApiKeyRecord;
+pub use list::SandboxFilter;
+pub use migrate::SCHEMA_VERSION;
+pub use open::{Store, StoreTx};
+pub use quota::Claim;
+pub use sandboxes::{NewSandbox, SandboxRecord, SandboxState, UnknownSandboxState};
+pub use tenants::{TenantQuota, TenantRecord, TenantUsage};
+pub use verify::{AuditVerification, BrokenRow};

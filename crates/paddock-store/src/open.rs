@@ -1,0 +1,195 @@
+//! Opening the database: file creation, connection settings, migrations; the `Store` handle itself and
+//! its transactions.
+
+use std::fmt;
+use std::fs::OpenOptions;
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use crate::error::DbError;
+use crate::migrate;
+use crate::StoreError;
+
+/// How long a statement waits for another connection's write lock before failing with "database is
+/// locked". Writes are short, so this only runs out when something is badly wrong.
+const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
+
+/// A handle on the control plane's database.
+///
+/// One SQLite connection behind a mutex: every call is short, and SQLite serializes writers anyway.
+/// Several `Store`s (in one process or several) may open the same file: every read-modify-write runs in
+/// a `BEGIN IMMEDIATE` transaction, so their checks (quotas, the audit chain) stay race-free.
+pub struct Store {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (creating it with mode 0600 if missing) the database at `path` and brings its schema up to
+    /// date. A database written by a newer paddock (unknown schema version) is refused.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        create_private_file(path)?;
+        let conn = Connection::open(path).map_err(|e| StoreError::Open {
+            path: path.to_owned(),
+            source: DbError(e),
+        })?;
+        configure(&conn, path, true)?;
+        let mut store = Store {
+            conn: Mutex::new(conn),
+            path: path.to_owned(),
+        };
+        migrate::migrate(store.conn.get_mut().unwrap_or_else(PoisonError::into_inner), path)?;
+        Ok(store)
+    }
+
+    /// Opens the database at `path` for reading only: nothing is created or migrated, and a schema
+    /// version other than the one this binary knows is refused. For audits and offline inspection.
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        let flags =
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| StoreError::Open {
+            path: path.to_owned(),
+            source: DbError(e),
+        })?;
+        configure(&conn, path, false)?;
+        migrate::check_current(&conn, path)?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+            path: path.to_owned(),
+        })
+    }
+
+    /// A fresh private in-memory database, fully migrated. For tests.
+    pub fn open_in_memory() -> Result<Store, StoreError> {
+        let path = PathBuf::from(":memory:");
+        let conn = Connection::open_in_memory().map_err(|e| StoreError::Open {
+            path: path.clone(),
+            source: DbError(e),
+        })?;
+        configure(&conn, &path, false)?;
+        let mut store = Store {
+            conn: Mutex::new(conn),
+            path,
+        };
+        migrate::migrate(
+            store.conn.get_mut().unwrap_or_else(PoisonError::into_inner),
+            &store.path,
+        )?;
+        Ok(store)
+    }
+
+    /// The schema version this database is at (always [`crate::SCHEMA_VERSION`] once opened).
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        migrate::read_version(&self.conn(), &self.path)
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction, committed if `f` returns `Ok` and rolled back
+    /// otherwise. This is how a state change and its audit row are written together.
+    pub fn transaction<T, E>(&self, f: impl FnOnce(&StoreTx<'_>) -> Result<T, E>) -> Result<T, E>
+    where
+        E: From<StoreError>,
+    {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(StoreError::begin("run a caller's transaction"))?;
+        let store_tx = StoreTx { tx };
+        let value = f(&store_tx)?;
+        store_tx
+            .tx
+            .commit()
+            .map_err(StoreError::commit("run a caller's transaction"))?;
+        Ok(value)
+    }
+
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction: the store's own multi-statement writes.
+    pub(crate) fn write<T>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(StoreError::begin(what))?;
+        let value = f(&tx)?;
+        tx.commit().map_err(StoreError::commit(what))?;
+        Ok(value)
+    }
+
+    /// The connection. A panic while it was held cannot leave a transaction open (rusqlite rolls back
+    /// on drop, which runs during unwinding), so a poisoned lock is safe to reuse.
+    pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// An open `BEGIN IMMEDIATE` transaction handed to the closure of [`Store::transaction`]. Its methods are
+/// the store's write operations (and the reads they need), all committed or rolled back together.
+pub struct StoreTx<'conn> {
+    pub(crate) tx: rusqlite::Transaction<'conn>,
+}
+
+impl fmt::Debug for StoreTx<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreTx").finish_non_exhaustive()
+    }
+}
+
+/// Creates `path` with mode 0600 unless it exists. SQLite gives its `-wal` and `-shm` files the
+/// database file's permissions, so they are private too.
+fn create_private_file(path: &Path) -> Result<(), StoreError> {
+    match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(StoreError::CreateFile {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn configure(conn: &Connection, path: &Path, writable_file: bool) -> Result<(), StoreError> {
+    let fail = |setting: &'static str| {
+        move |e| StoreError::Configure {
+            path: path.to_owned(),
+            setting,
+            source: DbError(e),
+        }
+    };
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(fail("busy_timeout"))?;
+    if writable_file {
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+            .map_err(fail("journal_mode"))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::WalRefused {
+                path: path.to_owned(),
+                mode,
+            });
+        }
+        conn.execute_batch("PRAGMA synchronous = NORMAL")
+            .map_err(fail("synchronous"))?;
+    }
+    conn.execute_batch("PRAGMA foreign_keys = ON")
+        .map_err(fail("foreign_keys"))?;
+    Ok(())
+}

@@ -1,0 +1,149 @@
+//! Opening databases: migrations, refusal of unknown schema versions, read-only opens, file mode.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+
+use paddock_store::{Store, StoreError, SCHEMA_VERSION};
+use support::TempDb;
+
+#[test]
+fn fresh_database_gets_the_latest_schema() {
+    let db = TempDb::new();
+    let store = db.open();
+    assert_eq!(store.schema_version().expect("read version"), SCHEMA_VERSION);
+    let applied: Vec<i64> = {
+        let raw = db.raw();
+        let mut stmt = raw
+            .prepare("SELECT version FROM schema_migrations ORDER BY version")
+            .expect("prepare");
+        stmt.query_map([], |row| row.get(0))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    };
+    assert_eq!(applied, (1..=SCHEMA_VERSION).collect::<Vec<_>>());
+}
+
+#[test]
+fn reopening_is_a_no_op() {
+    let db = TempDb::new();
+    let store = db.open();
+    store.ensure_tenant("acme", 5).expect("tenant");
+    drop(store);
+    let applied_at: i64 = db
+        .raw()
+        .query_row(
+            "SELECT applied_at_ms FROM schema_migrations WHERE version = 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("applied_at");
+
+    let store = db.open();
+    assert_eq!(store.schema_version().expect("read version"), SCHEMA_VERSION);
+    assert!(
+        store.get_tenant("acme").expect("get").is_some(),
+        "data survives a reopen"
+    );
+    let (rows, applied_again): (i64, i64) = db
+        .raw()
+        .query_row(
+            "SELECT COUNT(*), MAX(applied_at_ms) FROM schema_migrations WHERE version = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("count");
+    assert_eq!(
+        (rows, applied_again),
+        (1, applied_at),
+        "migration 1 was not re-applied"
+    );
+}
+
+#[test]
+fn concurrent_first_opens_migrate_once() {
+    let db = TempDb::new();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| db.open());
+        }
+    });
+    let rows: i64 = db
+        .raw()
+        .query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(rows, SCHEMA_VERSION);
+}
+
+#[test]
+fn database_from_a_newer_paddock_is_refused() {
+    let db = TempDb::new();
+    drop(db.open());
+    db.raw()
+        .execute(
+            "INSERT INTO schema_migrations (version, applied_at_ms) VALUES (?1, 0)",
+            [SCHEMA_VERSION + 1],
+        )
+        .expect("fake a future migration");
+
+    let err = Store::open(&db.path).expect_err("a newer schema must be refused");
+    assert!(
+        matches!(err, StoreError::SchemaTooNew { found, latest, .. } if found == SCHEMA_VERSION + 1 && latest == SCHEMA_VERSION),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("newer"), "{err}");
+
+    let err = Store::open_read_only(&db.path).expect_err("read-only too");
+    assert!(matches!(err, StoreError::SchemaTooNew { .. }), "{err:?}");
+}
+
+#[test]
+fn read_only_open_refuses_an_uninitialised_database_and_changes_nothing() {
+    let db = TempDb::new();
+    std::fs::write(&db.path, b"").expect("create empty file");
+    let err = Store::open_read_only(&db.path).expect_err("no schema yet");
+    assert!(
+        matches!(err, StoreError::SchemaOutdated { found: 0, .. }),
+        "{err:?}"
+    );
+    let tables: i64 = db
+        .raw()
+        .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(tables, 0, "a read-only open must not create anything");
+}
+
+#[test]
+fn read_only_store_reads_but_cannot_write() {
+    let db = TempDb::new();
+    let store = db.open();
+    store.ensure_tenant("acme", 1).expect("tenant");
+    drop(store);
+
+    let ro = Store::open_read_only(&db.path).expect("open read-only");
+    assert!(ro.get_tenant("acme").expect("read").is_some());
+    let err = ro.ensure_tenant("other", 2).expect_err("writes fail");
+    assert!(matches!(err, StoreError::Write { .. }), "{err:?}");
+}
+
+#[test]
+fn missing_directory_is_a_create_file_error() {
+    let db = TempDb::new();
+    let err = Store::open(&db.dir.path().join("nope/state.db")).expect_err("no such directory");
+    assert!(matches!(err, StoreError::CreateFile { .. }), "{err:?}");
+}
+
+#[test]
+fn database_files_are_private() {
+    let db = TempDb::new();
+    let store = db.open();
+    store
+        .ensure_tenant("acme", 1)
+        .expect("write something so the WAL exists");
+    let mode = |path: &std::path::Path| std::fs::metadata(path).expect("stat").permissions().mode() & 0o777;
+    assert_eq!(mode(&db.path), 0o600, "database file");
+    let wal = db.path.with_extension("db-wal");
+    assert!(wal.exists(), "WAL mode is on");
+    assert_eq!(mode(&wal), 0o600, "WAL file");
+}
