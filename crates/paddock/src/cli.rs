@@ -6,6 +6,14 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use paddock_types::{ByteSize, CpuQuota, EnvVar, MountSpec, SandboxPath, UserSpec};
 
+mod client;
+mod server;
+
+pub use client::{
+    AuditArgs, AuditCommand, CpArgs, CreateArgs, ExecArgs, LogsArgs, LsArgs, SandboxCommand, ShellArgs,
+};
+pub use server::{parse_human_duration, ConfigCommand, KeysCommand, ServeArgs};
+
 /// paddock: a self-hosted execution sandbox for AI agents.
 #[derive(Debug, Parser)]
 #[command(name = "paddock", version, about, propagate_version = true)]
@@ -19,26 +27,26 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Options every command takes.
+/// Options every command takes. Those without a value here take the server configuration file's (for
+/// `serve`, `config show`, `keys` and `audit verify`), then the built-in defaults.
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
-    /// State directory (storage pool, run state).
-    #[arg(
-        long,
-        global = true,
-        env = "PADDOCK_STATE_DIR",
-        default_value = "/var/lib/paddock"
-    )]
-    pub state_dir: PathBuf,
+    /// State directory (storage pool, run state, the server's database) [default: /var/lib/paddock].
+    #[arg(long, global = true, env = "PADDOCK_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
     /// The in-sandbox agent binary (default: `paddock-agent` next to this binary).
     #[arg(long, global = true, env = "PADDOCK_AGENT")]
     pub agent: Option<PathBuf>,
-    /// Parent cgroup (in every hierarchy) that sandboxes are created under.
-    #[arg(long, global = true, env = "PADDOCK_CGROUP_PARENT", default_value = "paddock")]
-    pub cgroup_parent: String,
-    /// Size of the storage pool image, when the state directory is not on btrfs.
-    #[arg(long, global = true, env = "PADDOCK_POOL_SIZE", default_value = "64G")]
-    pub pool_size: ByteSize,
+    /// Parent cgroup (in every hierarchy) that sandboxes are created under [default: paddock].
+    #[arg(long, global = true, env = "PADDOCK_CGROUP_PARENT")]
+    pub cgroup_parent: Option<String>,
+    /// Size of the storage pool image, when the state directory is not on btrfs [default: 64G].
+    #[arg(long, global = true, env = "PADDOCK_POOL_SIZE")]
+    pub pool_size: Option<ByteSize>,
+    /// The server's configuration file (TOML), read by `serve`, `config show`, `keys`, `audit verify`
+    /// and, for the admin key, the client commands; `paddock run` does not read it.
+    #[arg(long, global = true, env = "PADDOCK_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -52,6 +60,25 @@ pub enum Command {
         #[command(subcommand)]
         command: PoolCommand,
     },
+    /// Run the control plane: the HTTP API on --listen (root; one server per state directory).
+    Serve(ServeArgs),
+    /// Inspect the server configuration.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Manage API keys, on the server host, directly in the server's database.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+    /// Sandboxes of a paddock server (PADDOCK_URL, PADDOCK_API_KEY).
+    Sandbox {
+        #[command(subcommand)]
+        command: SandboxCommand,
+    },
+    /// Read (through the API) or verify (on the server host) the audit log.
+    Audit(AuditArgs),
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,4 +1,5 @@
-//! The resolved configuration of one invocation (flags, then `PADDOCK_*` environment, then defaults).
+//! The resolved configuration of `run`, `gc` and `pool destroy` (flags, then `PADDOCK_*` environment,
+//! then defaults). The server's configuration, which adds a file, is in `serve_config.rs`.
 
 use std::path::PathBuf;
 
@@ -7,6 +8,19 @@ use paddock_runtime::native::{IdRange, NativeBackend, NativeConfig};
 use paddock_types::ByteSize;
 
 use crate::cli::GlobalArgs;
+
+/// Default state directory.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/paddock";
+/// Default parent cgroup.
+pub const DEFAULT_CGROUP_PARENT: &str = "paddock";
+/// Default size of the pool image.
+pub const DEFAULT_POOL_SIZE: ByteSize = ByteSize::gib(64);
+
+/// `paddock-agent` next to this binary.
+pub fn default_agent() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot locate the paddock binary")?;
+    Ok(exe.with_file_name("paddock-agent"))
+}
 
 /// Configuration shared by the commands.
 #[derive(Debug, Clone)]
@@ -22,26 +36,30 @@ pub struct Config {
 }
 
 impl Config {
-    /// Resolves the configuration from the parsed global flags.
+    /// Resolves the configuration from the parsed global flags (and their `PADDOCK_*` variables).
     pub fn resolve(g: &GlobalArgs) -> anyhow::Result<Self> {
+        let state_dir = g
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
         let agent = match &g.agent {
             Some(p) => p.clone(),
-            None => {
-                let exe = std::env::current_exe().context("cannot locate the paddock binary")?;
-                exe.with_file_name("paddock-agent")
-            }
+            None => default_agent()?,
         };
-        if !g.state_dir.is_absolute() {
+        if !state_dir.is_absolute() {
             anyhow::bail!(
                 "--state-dir must be an absolute path, got {}",
-                g.state_dir.display()
+                state_dir.display()
             );
         }
         Ok(Self {
-            state_dir: g.state_dir.clone(),
+            state_dir,
             agent,
-            pool_size: g.pool_size,
-            cgroup_parent: g.cgroup_parent.clone(),
+            pool_size: g.pool_size.unwrap_or(DEFAULT_POOL_SIZE),
+            cgroup_parent: g
+                .cgroup_parent
+                .clone()
+                .unwrap_or_else(|| DEFAULT_CGROUP_PARENT.to_owned()),
         })
     }
 

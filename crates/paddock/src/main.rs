@@ -1,20 +1,61 @@
-//! The `paddock` binary: the command line, and the hidden `__setup` entry point of the setup shim.
+//! The `paddock` binary: the command line (`run`, `gc`, `pool`, the control plane `serve`, its client
+//! commands `sandbox` and `audit`, and `keys`), and the hidden `__setup` entry point of the setup shim.
 //!
-//! Errors are rendered here, once, as a single line: `paddock: <message>: <cause>: ...`.
+//! Errors are rendered here, once, as a single line: `paddock: <message>: <cause>: ...`; an API error
+//! reads `paddock: <message> (<code>)`.
 
+mod audit;
 mod cli;
+mod client;
 mod config;
+mod keys;
 mod run;
+mod serve;
+mod serve_config;
 mod tty;
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{Cli, Command, PoolCommand};
+use cli::{AuditCommand, Cli, Command, ConfigCommand, PoolCommand, ServeArgs};
+use serve_config::ServeConfig;
 
 /// Exit code for errors of paddock itself (bad input, sandbox creation failure), as `docker run` does.
 pub const EXIT_PADDOCK_ERROR: u8 = 125;
+/// Exit code of the client commands when the server refused or failed the request (or could not be
+/// reached).
+pub const EXIT_REQUEST_FAILED: u8 = 1;
+
+/// Bad input caught before anything was asked of a server: exits 125 whatever the command.
+#[derive(Debug)]
+pub struct UsageError(String);
+
+impl UsageError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// The exit status for a failed command: 125 for bad input and for paddock's own failures, 1 for a
+/// client command whose request failed.
+fn exit_status_of(e: &anyhow::Error, client_command: bool) -> u8 {
+    if e.chain().any(|c| c.is::<UsageError>()) || !client_command {
+        EXIT_PADDOCK_ERROR
+    } else {
+        EXIT_REQUEST_FAILED
+    }
+}
 
 fn main() -> ExitCode {
     // The setup shim must stay single-threaded and must not initialize anything else first.
@@ -41,17 +82,55 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_PADDOCK_ERROR);
         }
     };
-    init_tracing(cli.log.as_deref());
+    // `serve` sets up logging once its configuration (which has a log level) is loaded.
+    if !matches!(cli.command, Command::Serve(_)) {
+        init_tracing(cli.log.as_deref());
+    }
+    let client_command = matches!(
+        cli.command,
+        Command::Sandbox { .. } | Command::Audit(_) | Command::Keys { .. }
+    );
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("paddock: {}", render_chain(&e));
-            ExitCode::from(EXIT_PADDOCK_ERROR)
+            ExitCode::from(exit_status_of(&e, client_command))
         }
     }
 }
 
+/// The process environment, read once, for the configuration layers.
+fn environment() -> BTreeMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| k.starts_with("PADDOCK_"))
+        .collect()
+}
+
+/// The server configuration, for the commands that use the server's state directory.
+fn serve_config(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ServeConfig> {
+    ServeConfig::load(&cli.global, cli.log.as_deref(), args, &environment())
+}
+
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    match &cli.command {
+        Command::Serve(args) => {
+            let config = serve_config(&cli, args)?;
+            init_tracing(Some(&config.log));
+            return serve::serve(&config);
+        }
+        Command::Config {
+            command: ConfigCommand::Show(args),
+        } => {
+            let config = serve_config(&cli, args)?;
+            print!("{}", config.to_toml()?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::Keys { .. } | Command::Sandbox { .. } | Command::Audit(_) => {
+            return dispatch_client(cli);
+        }
+        Command::Run(_) | Command::Gc | Command::Pool { .. } => {}
+    }
     let config = config::Config::resolve(&cli.global)?;
     match cli.command {
         Command::Run(args) => run::run(&config, args),
@@ -80,11 +159,48 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("pool under {} removed", config.state_dir.display());
             Ok(ExitCode::SUCCESS)
         }
+        Command::Serve(_)
+        | Command::Config { .. }
+        | Command::Keys { .. }
+        | Command::Sandbox { .. }
+        | Command::Audit(_) => {
+            unreachable!("dispatched above")
+        }
+    }
+}
+
+/// The commands that work with a server: through its API (`sandbox`, `audit`) or its database on this
+/// host (`keys`, `audit verify`).
+fn dispatch_client(cli: Cli) -> anyhow::Result<ExitCode> {
+    let config = serve_config(&cli, &ServeArgs::default());
+    match cli.command {
+        Command::Keys { command } => keys::keys(&config?, command),
+        Command::Audit(args) => match args.command {
+            Some(AuditCommand::Verify { json }) => audit::verify(&config?.database_path(), json),
+            None => audit::list(
+                client::ApiClient::from_environment(&client_state_dir(&cli.global, config))?,
+                args,
+            ),
+        },
+        Command::Sandbox { command } => client::sandbox(&client_state_dir(&cli.global, config), command),
+        _ => unreachable!("only client commands come here"),
+    }
+}
+
+/// Where a client looks for the admin key: the server's state directory if its configuration loads,
+/// the global flag's (or the default) otherwise. A client does not need the configuration to be valid.
+fn client_state_dir(global: &cli::GlobalArgs, config: anyhow::Result<ServeConfig>) -> std::path::PathBuf {
+    match config {
+        Ok(c) => c.state_dir,
+        Err(_) => global
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| config::DEFAULT_STATE_DIR.into()),
     }
 }
 
 /// `a: b: c` from an error and its sources, skipping sources already contained in their parent's text.
-fn render_chain(e: &anyhow::Error) -> String {
+pub fn render_chain(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain() {
         let s = cause.to_string();
@@ -104,6 +220,7 @@ fn init_tracing(level: Option<&str>) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }

@@ -1,0 +1,241 @@
+//! Syntax of the HTTP client commands: `paddock sandbox ...` and `paddock audit ...`.
+
+use std::time::Duration;
+
+use clap::{ArgGroup, Args, Subcommand};
+use paddock_types::{ByteSize, CpuQuota, EnvVar};
+
+use super::server::parse_human_duration;
+
+#[derive(Debug, Subcommand)]
+pub enum SandboxCommand {
+    /// Create a sandbox; prints its id.
+    Create(CreateArgs),
+    /// List sandboxes (running ones by default).
+    #[command(alias = "list")]
+    Ls(LsArgs),
+    /// Show one sandbox.
+    Get {
+        /// Sandbox id.
+        id: String,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Kill sandboxes and remove everything of them.
+    #[command(alias = "kill")]
+    Rm {
+        /// Sandbox ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Make a sandbox expire DURATION from now.
+    Timeout {
+        /// Sandbox id.
+        id: String,
+        /// e.g. 10m, 2h.
+        #[arg(value_parser = parse_human_duration)]
+        duration: Duration,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command in a sandbox; exits with its exit code (128+N for signal N, 124 on --timeout).
+    Exec(ExecArgs),
+    /// An interactive shell in a sandbox, on this terminal.
+    Shell(ShellArgs),
+    /// Copy a file or directory into or out of a sandbox: `cp SRC ID:/path` or `cp ID:/path DST`.
+    Cp(CpArgs),
+    /// Print a process's output (kept by the sandbox), optionally following it.
+    Logs(LogsArgs),
+}
+
+/// `paddock sandbox create`.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Template to start from (`GET /v1/templates`) [default: default].
+    #[arg(long)]
+    pub template: Option<String>,
+    /// Memory limit (e.g. 512M).
+    #[arg(long)]
+    pub memory: Option<ByteSize>,
+    /// CPU quota (e.g. 1.5).
+    #[arg(long)]
+    pub cpus: Option<CpuQuota>,
+    /// Process and thread limit.
+    #[arg(long)]
+    pub pids: Option<u32>,
+    /// Disk limit (e.g. 10G).
+    #[arg(long)]
+    pub disk: Option<ByteSize>,
+    /// Environment variable of every process (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "K=V")]
+    pub env: Vec<EnvVar>,
+    /// Default working directory.
+    #[arg(long, short = 'w')]
+    pub workdir: Option<String>,
+    /// Default user.
+    #[arg(long, short = 'u')]
+    pub user: Option<String>,
+    /// Label (repeatable).
+    #[arg(long = "label", short = 'l', value_name = "K=V", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Kill the sandbox after this long (e.g. 10m) [default: the server's].
+    #[arg(long, value_parser = parse_human_duration)]
+    pub timeout: Option<Duration>,
+    /// Print the API's JSON instead of the id.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `paddock sandbox ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Only sandboxes in this state (creating, running, stopped, expired, failed), or `all`.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// Only sandboxes with this label (repeatable: all must match).
+    #[arg(long = "label", short = 'l', value_name = "K=V", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Print the API's JSON (every page merged into one list).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `paddock sandbox exec`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("what").required(true).args(["shell", "command"])))]
+pub struct ExecArgs {
+    /// Sandbox id.
+    pub id: String,
+    /// Environment variable (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "K=V")]
+    pub env: Vec<EnvVar>,
+    /// Working directory.
+    #[arg(long, short = 'w')]
+    pub cwd: Option<String>,
+    /// User to run as.
+    #[arg(long, short = 'u')]
+    pub user: Option<String>,
+    /// Kill the process tree after this long and exit 124 (e.g. 30s).
+    #[arg(long, value_parser = parse_human_duration)]
+    pub timeout: Option<Duration>,
+    /// Run on a pseudo-terminal (sized like this terminal).
+    #[arg(long, short = 't')]
+    pub tty: bool,
+    /// Forward this process's stdin (over a WebSocket); with --tty, this terminal in raw mode.
+    #[arg(long, short = 'i')]
+    pub interactive: bool,
+    /// Start in the background and print its pid (read its output with `sandbox logs`).
+    #[arg(long, short = 'd', conflicts_with_all = ["interactive", "tty"])]
+    pub background: bool,
+    /// A tag shown in the process list.
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// Print the API's JSON (the exec result) instead of streaming the output.
+    #[arg(long, conflicts_with = "interactive")]
+    pub json: bool,
+    /// A shell command line, run with /bin/sh -c.
+    #[arg(long)]
+    pub shell: Option<String>,
+    /// The program and its arguments.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// `paddock sandbox shell`.
+#[derive(Debug, Args)]
+pub struct ShellArgs {
+    /// Sandbox id.
+    pub id: String,
+    /// The command to run instead of the sandbox user's shell (e.g. bash).
+    #[arg(long)]
+    pub cmd: Option<String>,
+    /// Working directory.
+    #[arg(long, short = 'w')]
+    pub cwd: Option<String>,
+    /// User to run as.
+    #[arg(long, short = 'u')]
+    pub user: Option<String>,
+}
+
+/// `paddock sandbox cp`.
+#[derive(Debug, Args)]
+pub struct CpArgs {
+    /// Source: a local path, `-` (stdin, files only) or `ID:/path`.
+    pub src: String,
+    /// Destination: a local path, `-` (stdout, files only) or `ID:/path`.
+    pub dst: String,
+}
+
+/// `paddock sandbox logs`.
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Sandbox id.
+    pub id: String,
+    /// Process id inside the sandbox (as `exec -d` printed).
+    pub pid: u32,
+    /// Keep printing until the process exits.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// First stdout byte to print.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub stdout_from: u64,
+    /// First stderr byte to print.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub stderr_from: u64,
+}
+
+/// `paddock audit`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct AuditArgs {
+    #[command(subcommand)]
+    pub command: Option<AuditCommand>,
+    /// Only rows about this sandbox.
+    #[arg(long)]
+    pub sandbox: Option<String>,
+    /// Only this action (`process.exit`), or a family ending in `.` (`process.`).
+    #[arg(long)]
+    pub action: Option<String>,
+    /// Only rows at or after this time (RFC 3339, e.g. 2025-01-31T12:00:00Z).
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// At most this many rows.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: Option<u64>,
+    /// Print the API's JSON (every page merged into one).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Check the audit log's hash chain, on the server host (reads the database directly).
+    Verify {
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `k=v` (the key must not be empty).
+pub fn parse_label(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("invalid label {s:?}: use KEY=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels() {
+        assert_eq!(parse_label("a=b=c"), Ok(("a".into(), "b=c".into())));
+        assert_eq!(parse_label("a="), Ok(("a".into(), String::new())));
+        assert!(parse_label("=b").is_err());
+        assert!(parse_label("ab").is_err());
+    }
+}

@@ -1,0 +1,180 @@
+//! `paddock keys ...`: API keys managed on the server host, directly in the server's database (SQLite's
+//! write-ahead log lets this run beside a live server). Each change appends its audit row.
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use paddock_store::{ApiKeyRecord, NewAuditEntry, Store};
+use paddock_types::api::{CreatedKey, ErrorCode, KeyInfo, KeyList};
+
+use crate::cli::KeysCommand;
+use crate::client::{print_json, ApiFailure, Table};
+use crate::serve_config::ServeConfig;
+
+/// Runs a `keys` subcommand against the database of the configured state directory.
+pub fn keys(config: &ServeConfig, command: KeysCommand) -> anyhow::Result<ExitCode> {
+    let path = config.database_path();
+    if !path.exists() {
+        anyhow::bail!(
+            "no paddock database at {} (has `paddock serve` run with this state directory?)",
+            path.display()
+        );
+    }
+    let store =
+        Store::open(&path).with_context(|| format!("failed to open the database {}", path.display()))?;
+    match command {
+        KeysCommand::Create {
+            tenant,
+            name,
+            admin,
+            json,
+        } => create(&store, &tenant, name.as_deref(), admin, json),
+        KeysCommand::List { tenant, json } => list(&store, tenant.as_deref(), json),
+        KeysCommand::Revoke { id } => revoke(&store, &id),
+    }
+}
+
+fn create(
+    store: &Store,
+    tenant: &str,
+    name: Option<&str>,
+    admin: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    if tenant.is_empty() {
+        return Err(crate::UsageError::new("--tenant must not be empty").into());
+    }
+    let now = now_ms();
+    let (record, key) = store
+        .create_api_key(tenant, name.unwrap_or(""), admin, now)
+        .context("failed to create the key")?;
+    audit(store, "key.create", tenant, &record, now)?;
+    let created = CreatedKey {
+        id: record.id.clone(),
+        tenant: record.tenant.clone(),
+        key,
+        admin,
+    };
+    if json {
+        print_json(&created)?;
+    } else {
+        println!("{}", created.key);
+        eprintln!(
+            "paddock: {}key {} for tenant {} created; it is shown only this once",
+            if admin { "admin " } else { "" },
+            created.id,
+            created.tenant
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(store: &Store, tenant: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    let records = store.list_api_keys(tenant).context("failed to list the keys")?;
+    let list = KeyList {
+        keys: records.iter().map(key_info).collect(),
+    };
+    if json {
+        print_json(&list)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut table = Table::new(["ID", "TENANT", "NAME", "ADMIN", "CREATED", "REVOKED", "LAST USED"]);
+    for k in &list.keys {
+        table.row([
+            k.id.clone(),
+            k.tenant.clone(),
+            k.name.clone().unwrap_or_default(),
+            if k.admin { "yes" } else { "no" }.to_owned(),
+            k.created_at.clone(),
+            k.revoked_at.clone().unwrap_or_else(|| "-".into()),
+            k.last_used_at.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    table.print();
+    Ok(ExitCode::SUCCESS)
+}
+
+fn revoke(store: &Store, id: &str) -> anyhow::Result<ExitCode> {
+    let records = store.list_api_keys(None).context("failed to list the keys")?;
+    let Some(record) = records.iter().find(|k| k.id == id) else {
+        return Err(ApiFailure::new(ErrorCode::KeyNotFound.as_str(), format!("key {id} not found")).into());
+    };
+    if record.is_revoked() {
+        return Err(ApiFailure::new(
+            ErrorCode::KeyNotFound.as_str(),
+            format!("key {id} is already revoked"),
+        )
+        .into());
+    }
+    if record.admin
+        && store
+            .count_admin_keys()
+            .context("failed to count the admin keys")?
+            <= 1
+    {
+        return Err(ApiFailure::new(
+            ErrorCode::Forbidden.as_str(),
+            format!("key {id} is the last active admin key; create another admin key first"),
+        )
+        .into());
+    }
+    let now = now_ms();
+    if !store
+        .revoke_api_key(id, now)
+        .context("failed to revoke the key")?
+    {
+        return Err(ApiFailure::new(
+            ErrorCode::KeyNotFound.as_str(),
+            format!("key {id} is already revoked"),
+        )
+        .into());
+    }
+    audit(store, "key.revoke", &record.tenant, record, now)?;
+    println!("revoked {id}");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn audit(store: &Store, action: &str, tenant: &str, record: &ApiKeyRecord, now: i64) -> anyhow::Result<()> {
+    store
+        .append_audit(&NewAuditEntry {
+            ts_ms: now,
+            tenant: Some(tenant.to_owned()),
+            key_id: None,
+            action: action.to_owned(),
+            sandbox_id: None,
+            outcome: "ok".to_owned(),
+            detail: serde_json::json!({
+                "key_id": record.id,
+                "admin": record.admin,
+                "via": "cli",
+            }),
+        })
+        .context("failed to write the audit row")?;
+    Ok(())
+}
+
+fn key_info(r: &ApiKeyRecord) -> KeyInfo {
+    KeyInfo {
+        id: r.id.clone(),
+        tenant: r.tenant.clone(),
+        name: (!r.name.is_empty()).then(|| r.name.clone()),
+        admin: r.admin,
+        created_at: rfc3339(r.created_at_ms),
+        revoked_at: r.revoked_at_ms.map(rfc3339),
+        last_used_at: r.last_used_at_ms.map(rfc3339),
+    }
+}
+
+/// Unix milliseconds as RFC 3339 (UTC, seconds).
+pub fn rfc3339(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

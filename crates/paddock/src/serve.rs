@@ -1,0 +1,258 @@
+//! `paddock serve`: the control plane. One server per state directory (an exclusive `flock` on
+//! `<state>/serve.lock`), the store and the native backend opened once, the service started (it re-adopts
+//! the sandboxes a previous server left running), the first admin key written to `<state>/admin.key`,
+//! then the HTTP API until SIGTERM or SIGINT. Sandboxes outlive the server: the next start re-adopts them.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use paddock_control::SandboxService;
+use paddock_runtime::AnyBackend;
+use paddock_store::Store;
+use tokio::signal::unix::{signal, SignalKind};
+
+use crate::serve_config::ServeConfig;
+
+/// How long open streams (exec output, WebSockets) get to finish after a shutdown signal.
+const STREAM_GRACE: Duration = Duration::from_secs(5);
+
+/// Runs the server until SIGTERM/SIGINT.
+pub fn serve(config: &ServeConfig) -> anyhow::Result<ExitCode> {
+    if !rustix::process::geteuid().is_root() {
+        anyhow::bail!(
+            "paddock serve must run as root (it maps sandbox users to an unprivileged uid range, manages \
+             cgroups and the storage pool)"
+        );
+    }
+    let _lock = lock_state_dir(&config.state_dir)?;
+    raise_fd_limit();
+    let store = Store::open(&config.database_path())
+        .with_context(|| format!("failed to open the database {}", config.database_path().display()))?;
+    let backend = config.runtime_config().open_backend(false)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("paddock-serve")
+        .build()
+        .context("failed to start the async runtime")?;
+    let result = rt.block_on(serve_async(config, AnyBackend::Native(backend), store));
+    // Blocking tasks (store calls, reads of streams) must not hold the exit up.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+async fn serve_async(config: &ServeConfig, backend: AnyBackend, store: Store) -> anyhow::Result<()> {
+    // Installed before anything slow, so that a signal during startup still shuts down cleanly.
+    let mut term = signal(SignalKind::terminate()).context("failed to install a signal handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("failed to install a signal handler")?;
+    let service = SandboxService::start(config.service_config(), backend, store)
+        .await
+        .context("failed to start the sandbox service")?;
+    match serve_http(config, &service, &mut term, &mut int).await {
+        Ok(()) => {
+            service.shutdown().await;
+            tracing::info!("stopped; sandboxes keep running and are re-adopted on the next start");
+            Ok(())
+        }
+        Err(e) => {
+            service.shutdown().await;
+            Err(e)
+        }
+    }
+}
+
+async fn serve_http(
+    config: &ServeConfig,
+    service: &SandboxService,
+    term: &mut tokio::signal::unix::Signal,
+    int: &mut tokio::signal::unix::Signal,
+) -> anyhow::Result<()> {
+    if let Some(key) = service
+        .bootstrap_admin_key()
+        .await
+        .context("failed to create the first admin key")?
+    {
+        let path = config.admin_key_path();
+        write_secret(&path, &key.key)?;
+        eprintln!("paddock: admin API key written to {}", path.display());
+    }
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("failed to listen on {}", config.listen))?;
+    let addr = listener
+        .local_addr()
+        .context("failed to read the bound address")?;
+    let app = paddock_api::router(service.clone());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async {
+        let _ = stop_rx.await;
+    });
+    let mut server = tokio::spawn(async move { server.await });
+    eprintln!("paddock: listening on http://{addr}");
+    tracing::info!(%addr, "listening");
+    let signal_name = tokio::select! {
+        result = &mut server => {
+            // The listener failed on its own.
+            return match result {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(anyhow::Error::new(e).context("the HTTP server failed")),
+                Err(e) => Err(anyhow::Error::new(e).context("the HTTP server task failed")),
+            };
+        }
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    tracing::info!(signal = signal_name, "shutting down: no new connections");
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(STREAM_GRACE, &mut server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the HTTP server failed while shutting down"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "the HTTP server task failed while shutting down"),
+        Err(_) => {
+            tracing::warn!(
+                grace_secs = STREAM_GRACE.as_secs(),
+                "streams still open after the grace period; closing them"
+            );
+            server.abort();
+        }
+    }
+    Ok(())
+}
+
+/// Takes the exclusive lock that makes this the only server on the state directory; held until the
+/// returned file is dropped (or the process dies).
+fn lock_state_dir(state: &Path) -> anyhow::Result<File> {
+    use rustix::fs::{flock, FlockOperation};
+    std::fs::create_dir_all(state)
+        .with_context(|| format!("failed to create the state directory {}", state.display()))?;
+    // The backend only takes over (and re-permissions) a directory that is new, empty or marked as
+    // paddock's; the lock file must not make a new directory look foreign, so mark it first.
+    let marker = state.join(".paddock-state");
+    if !marker.exists() {
+        let mut entries = std::fs::read_dir(state)
+            .with_context(|| format!("failed to read the state directory {}", state.display()))?;
+        if entries.next().is_some() {
+            anyhow::bail!(
+                "state directory {} is not empty and was not created by paddock; choose a new or empty directory",
+                state.display()
+            );
+        }
+        std::fs::write(&marker, "paddock state directory\n")
+            .with_context(|| format!("failed to write {}", marker.display()))?;
+    }
+    let path = state.join("serve.lock");
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("failed to open {}", path.display()))?;
+    match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            let holder = std::fs::read_to_string(&path).unwrap_or_default();
+            let holder = holder.trim();
+            let by = if holder.is_empty() {
+                String::new()
+            } else {
+                format!(" (pid {holder})")
+            };
+            anyhow::bail!(
+                "another paddock serve{by} is already running on state directory {}",
+                state.display()
+            );
+        }
+        Err(e) => {
+            return Err(std::io::Error::from(e)).with_context(|| format!("failed to lock {}", path.display()))
+        }
+    }
+    file.set_len(0)
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .with_context(|| format!("failed to write {}", path.display()))?;
+    Ok(file)
+}
+
+/// Raises the soft limit on open files to the hard limit: every live sandbox holds a few descriptors
+/// (its agent connection, its lock, pidfds), and a server may run a thousand of them.
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        return;
+    }
+    let raised = rustix::process::Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    if let Err(e) = setrlimit(Resource::Nofile, raised) {
+        tracing::warn!(error = %e, "failed to raise the open-file limit");
+    }
+}
+
+/// Writes a secret to `path`, mode 0600, replacing any previous file atomically (a temporary file in
+/// the same directory, then a rename), so the file is never readable by others, not even briefly.
+fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension("key.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let write = || -> std::io::Result<()> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(secret.as_bytes())?;
+        f.write_all(b"\n")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::Error::new(e).context(format!("failed to write the admin key to {}", path.display()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_is_private_and_replaced() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("admin.key");
+        std::fs::write(&path, "old\n").expect("write");
+        write_secret(&path, "pdk_new").expect("writes");
+        assert_eq!(std::fs::read_to_string(&path).expect("read"), "pdk_new\n");
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(!dir.path().join("admin.key.tmp").exists());
+    }
+
+    #[test]
+    fn second_lock_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = dir.path().join("state");
+        let held = lock_state_dir(&state).expect("first lock");
+        let e = lock_state_dir(&state).expect_err("second lock refused");
+        let msg = e.to_string();
+        assert!(msg.contains("already running"), "{msg}");
+        assert!(msg.contains(&std::process::id().to_string()), "{msg}");
+        drop(held);
+        lock_state_dir(&state).expect("lock again once released");
+    }
+
+    #[test]
+    fn foreign_state_dir_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("something"), "x").expect("write");
+        let e = lock_state_dir(dir.path()).expect_err("refused");
+        assert!(e.to_string().contains("not created by paddock"), "{e}");
+        assert!(!dir.path().join("serve.lock").exists());
+    }
+}

@@ -1,0 +1,610 @@
+//! The server's one typed configuration, loaded once: built-in defaults, then the TOML file
+//! (`--config` / `PADDOCK_CONFIG`), then `PADDOCK_*` variables, then flags. It is validated here, at
+//! startup, and handed explicitly to what needs it (the service, the backend, the listener).
+//!
+//! ```toml
+//! listen = "127.0.0.1:7420"
+//! state_dir = "/var/lib/paddock"
+//! default_timeout = "5m"
+//! max_timeout = "24h"
+//!
+//! [default_limits]
+//! memory = "1G"
+//! pids = 1024
+//!
+//! [max_limits]
+//! memory = "16G"
+//! cpus = 8.0
+//!
+//! [templates.default]
+//! rootfs = "host"
+//! warm_pool = 2
+//!
+//! [templates.debian]
+//! rootfs = "/srv/rootfs/debian"
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use paddock_control::{ServiceConfig, TemplateConfig};
+use paddock_types::{ByteSize, CpuQuota, Limits, RootfsSpec};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::cli::{GlobalArgs, ServeArgs};
+use crate::config::{Config, DEFAULT_CGROUP_PARENT, DEFAULT_POOL_SIZE, DEFAULT_STATE_DIR};
+
+/// The name of the template that always exists.
+pub const DEFAULT_TEMPLATE: &str = "default";
+const DEFAULT_LISTEN: &str = "127.0.0.1:7420";
+const DEFAULT_LOG: &str = "info";
+
+/// The resolved, validated server configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServeConfig {
+    /// Address of the HTTP API.
+    pub listen: SocketAddr,
+    /// State directory (pool, run state, `paddock.db`, `admin.key`, `serve.lock`).
+    pub state_dir: PathBuf,
+    /// The in-sandbox agent binary.
+    pub agent: PathBuf,
+    /// Pool image size (when the state directory is not on btrfs).
+    pub pool_size: ByteSize,
+    /// Parent cgroup of the sandboxes.
+    pub cgroup_parent: String,
+    /// Log filter (`tracing` env-filter syntax).
+    pub log: String,
+    /// Limits a sandbox gets for those its request leaves out.
+    pub default_limits: Limits,
+    /// The most a sandbox may ask for (`None`: no cap).
+    pub max_limits: Limits,
+    /// Timeout of a sandbox whose request names none.
+    pub default_timeout: Duration,
+    /// The longest timeout a sandbox may have.
+    pub max_timeout: Duration,
+    /// How often the reaper runs.
+    pub reaper_interval: Duration,
+    /// How long ended sandboxes stay listed.
+    pub history_retention: Duration,
+    /// Templates by name; `default` is always present.
+    pub templates: BTreeMap<String, Template>,
+}
+
+/// A template: its root file system and its warm pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    /// The root file system.
+    pub rootfs: RootfsSpec,
+    /// Sandboxes kept pre-started.
+    pub warm_pool: u32,
+}
+
+impl ServeConfig {
+    /// Loads the configuration: the file named by `global.config` (flag or `PADDOCK_CONFIG`), then the
+    /// variables in `env`, then the flags. `global` and `log` carry their own variables already (clap
+    /// reads them), and count as flags.
+    pub fn load(
+        global: &GlobalArgs,
+        log: Option<&str>,
+        args: &ServeArgs,
+        env: &BTreeMap<String, String>,
+    ) -> anyhow::Result<Self> {
+        let file = match &global.config {
+            Some(path) => read_file(path)?,
+            None => Layer::default(),
+        };
+        let layer = file
+            .overlay(env_layer(env)?)
+            .overlay(flag_layer(global, log, args));
+        layer.resolve()
+    }
+
+    /// The configuration as a TOML file that loads back to the same configuration.
+    pub fn to_toml(&self) -> anyhow::Result<String> {
+        let layer = Layer {
+            listen: Some(self.listen),
+            state_dir: Some(self.state_dir.clone()),
+            agent: Some(self.agent.clone()),
+            pool_size: Some(Size(self.pool_size)),
+            cgroup_parent: Some(self.cgroup_parent.clone()),
+            log: Some(self.log.clone()),
+            default_timeout: Some(Human(self.default_timeout)),
+            max_timeout: Some(Human(self.max_timeout)),
+            reaper_interval: Some(Human(self.reaper_interval)),
+            history_retention: Some(Human(self.history_retention)),
+            default_limits: LimitsLayer::from(&self.default_limits),
+            max_limits: LimitsLayer::from(&self.max_limits),
+            templates: self
+                .templates
+                .iter()
+                .map(|(name, t)| {
+                    let layer = TemplateLayer {
+                        rootfs: Some(Rootfs(t.rootfs.clone())),
+                        warm_pool: Some(t.warm_pool),
+                    };
+                    (name.clone(), layer)
+                })
+                .collect(),
+        };
+        toml::to_string_pretty(&layer).context("failed to render the configuration as TOML")
+    }
+
+    /// What the sandbox service is configured with.
+    pub fn service_config(&self) -> ServiceConfig {
+        ServiceConfig {
+            default_limits: self.default_limits.clone(),
+            max_limits: self.max_limits.clone(),
+            default_timeout: self.default_timeout,
+            max_timeout: self.max_timeout,
+            templates: self
+                .templates
+                .iter()
+                .map(|(name, t)| {
+                    let config = TemplateConfig {
+                        rootfs: t.rootfs.clone(),
+                        warm_pool_size: t.warm_pool,
+                    };
+                    (name.clone(), config)
+                })
+                .collect(),
+            reaper_interval: self.reaper_interval,
+            history_retention: self.history_retention,
+        }
+    }
+
+    /// The backend's part (state directory, agent, pool, cgroups).
+    pub fn runtime_config(&self) -> Config {
+        Config {
+            state_dir: self.state_dir.clone(),
+            agent: self.agent.clone(),
+            pool_size: self.pool_size,
+            cgroup_parent: self.cgroup_parent.clone(),
+        }
+    }
+
+    /// The server's database.
+    pub fn database_path(&self) -> PathBuf {
+        self.state_dir.join("paddock.db")
+    }
+
+    /// Where the first admin key is written.
+    pub fn admin_key_path(&self) -> PathBuf {
+        self.state_dir.join("admin.key")
+    }
+}
+
+/// One layer of settings: the file's, the environment's or the flags'. Unset fields defer to the
+/// layer below. This is also the file's format, so unknown keys are refused.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Layer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    listen: Option<SocketAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    state_dir: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    agent: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pool_size: Option<Size>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cgroup_parent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    log: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    default_timeout: Option<Human>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_timeout: Option<Human>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reaper_interval: Option<Human>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    history_retention: Option<Human>,
+    #[serde(default)]
+    default_limits: LimitsLayer,
+    #[serde(default)]
+    max_limits: LimitsLayer,
+    #[serde(default)]
+    templates: BTreeMap<String, TemplateLayer>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsLayer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    memory: Option<Size>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cpus: Option<CpuQuota>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pids: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    disk: Option<Size>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TemplateLayer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    rootfs: Option<Rootfs>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    warm_pool: Option<u32>,
+}
+
+impl LimitsLayer {
+    fn overlay(self, top: Self) -> Self {
+        Self {
+            memory: top.memory.or(self.memory),
+            cpus: top.cpus.or(self.cpus),
+            pids: top.pids.or(self.pids),
+            disk: top.disk.or(self.disk),
+        }
+    }
+
+    fn into_limits(self, base: Limits) -> Limits {
+        Limits {
+            memory: self.memory.map(|s| s.0).or(base.memory),
+            cpus: self.cpus.or(base.cpus),
+            pids: self.pids.or(base.pids),
+            disk: self.disk.map(|s| s.0).or(base.disk),
+        }
+    }
+}
+
+impl From<&Limits> for LimitsLayer {
+    fn from(l: &Limits) -> Self {
+        Self {
+            memory: l.memory.map(Size),
+            cpus: l.cpus,
+            pids: l.pids,
+            disk: l.disk.map(Size),
+        }
+    }
+}
+
+impl Layer {
+    /// `top`'s settings where it has them, this layer's otherwise.
+    fn overlay(self, top: Layer) -> Layer {
+        let mut templates = self.templates;
+        for (name, t) in top.templates {
+            let below = templates.remove(&name).unwrap_or_default();
+            let merged = TemplateLayer {
+                rootfs: t.rootfs.or(below.rootfs),
+                warm_pool: t.warm_pool.or(below.warm_pool),
+            };
+            templates.insert(name, merged);
+        }
+        Layer {
+            listen: top.listen.or(self.listen),
+            state_dir: top.state_dir.or(self.state_dir),
+            agent: top.agent.or(self.agent),
+            pool_size: top.pool_size.or(self.pool_size),
+            cgroup_parent: top.cgroup_parent.or(self.cgroup_parent),
+            log: top.log.or(self.log),
+            default_timeout: top.default_timeout.or(self.default_timeout),
+            max_timeout: top.max_timeout.or(self.max_timeout),
+            reaper_interval: top.reaper_interval.or(self.reaper_interval),
+            history_retention: top.history_retention.or(self.history_retention),
+            default_limits: self.default_limits.overlay(top.default_limits),
+            max_limits: self.max_limits.overlay(top.max_limits),
+            templates,
+        }
+    }
+
+    /// Fills in the defaults and validates.
+    fn resolve(self) -> anyhow::Result<ServeConfig> {
+        let listen = match self.listen {
+            Some(a) => a,
+            None => DEFAULT_LISTEN
+                .parse()
+                .context("invalid built-in listen address")?,
+        };
+        let state_dir = self.state_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR));
+        if !state_dir.is_absolute() {
+            anyhow::bail!("state_dir must be an absolute path, got {}", state_dir.display());
+        }
+        let agent = match self.agent {
+            Some(a) => a,
+            None => crate::config::default_agent()?,
+        };
+        let log = self.log.unwrap_or_else(|| DEFAULT_LOG.to_owned());
+        if tracing_subscriber::EnvFilter::try_new(&log).is_err() {
+            anyhow::bail!("log: invalid log filter {log:?} (use e.g. info or paddock=debug,warn)");
+        }
+        let cgroup_parent = self
+            .cgroup_parent
+            .unwrap_or_else(|| DEFAULT_CGROUP_PARENT.to_owned());
+        let default_limits = self.default_limits.into_limits(Limits::default());
+        let max_limits = self.max_limits.into_limits(Limits {
+            memory: None,
+            cpus: None,
+            pids: None,
+            disk: None,
+        });
+        check_limits(&default_limits, &max_limits)?;
+        let default_timeout = self.default_timeout.map_or(Duration::from_secs(300), |h| h.0);
+        let max_timeout = self.max_timeout.map_or(Duration::from_secs(24 * 3600), |h| h.0);
+        if default_timeout > max_timeout {
+            anyhow::bail!(
+                "default_timeout ({}) exceeds max_timeout ({})",
+                humantime::format_duration(default_timeout),
+                humantime::format_duration(max_timeout)
+            );
+        }
+        let mut templates = BTreeMap::new();
+        for (name, t) in self.templates {
+            if !valid_template_name(&name) {
+                anyhow::bail!(
+                    "templates.{name}: invalid template name (use 1-64 letters, digits, '.', '_' or '-')"
+                );
+            }
+            let template = Template {
+                rootfs: t.rootfs.map_or(RootfsSpec::Host, |r| r.0),
+                warm_pool: t.warm_pool.unwrap_or(0),
+            };
+            templates.insert(name, template);
+        }
+        templates.entry(DEFAULT_TEMPLATE.to_owned()).or_insert(Template {
+            rootfs: RootfsSpec::Host,
+            warm_pool: 0,
+        });
+        Ok(ServeConfig {
+            listen,
+            state_dir,
+            agent,
+            pool_size: self.pool_size.map_or(DEFAULT_POOL_SIZE, |s| s.0),
+            cgroup_parent,
+            log,
+            default_limits,
+            max_limits,
+            default_timeout,
+            max_timeout,
+            reaper_interval: self.reaper_interval.map_or(Duration::from_secs(1), |h| h.0),
+            history_retention: self
+                .history_retention
+                .map_or(Duration::from_secs(7 * 24 * 3600), |h| h.0),
+            templates,
+        })
+    }
+}
+
+fn check_limits(default: &Limits, max: &Limits) -> anyhow::Result<()> {
+    fn check<T: PartialOrd + fmt::Display>(
+        name: &str,
+        default: Option<T>,
+        max: Option<T>,
+    ) -> anyhow::Result<()> {
+        match (default, max) {
+            (Some(d), Some(m)) if d > m => {
+                anyhow::bail!("default_limits.{name} ({d}) exceeds max_limits.{name} ({m})")
+            }
+            (None, Some(m)) => anyhow::bail!(
+                "default_limits.{name} must be set when max_limits.{name} is ({m}): a sandbox asking for \
+                 nothing would otherwise be unlimited"
+            ),
+            _ => Ok(()),
+        }
+    }
+    check("memory", default.memory, max.memory)?;
+    check("cpus", default.cpus, max.cpus)?;
+    check("pids", default.pids, max.pids)?;
+    check("disk", default.disk, max.disk)
+}
+
+fn valid_template_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Reads and parses the configuration file; errors name the file, the key and the line.
+fn read_file(path: &Path) -> anyhow::Result<Layer> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    parse_file(&text).map_err(|e| anyhow::anyhow!("invalid config file {}: {e}", path.display()))
+}
+
+/// Parses the text of a configuration file. The error is one line: `line N: key.path: what`.
+fn parse_file(text: &str) -> Result<Layer, String> {
+    let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
+    let deserializer = toml::de::Deserializer::parse(text).map_err(|e| {
+        let at = e
+            .span()
+            .map(|s| format!("line {}: ", line_of(s.start)))
+            .unwrap_or_default();
+        format!("{at}{}", e.message())
+    })?;
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let at = inner
+            .span()
+            .map(|s| format!("line {}: ", line_of(s.start)))
+            .unwrap_or_default();
+        let key = if path == "." {
+            String::new()
+        } else {
+            format!("{path}: ")
+        };
+        format!("{at}{key}{}", inner.message().trim_end())
+    })
+}
+
+/// The variables `serve` reads beyond those of the global flags (which clap reads itself). An empty
+/// variable counts as unset.
+fn env_layer(env: &BTreeMap<String, String>) -> anyhow::Result<Layer> {
+    fn get<T>(
+        env: &BTreeMap<String, String>,
+        name: &str,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> anyhow::Result<Option<T>> {
+        match env.get(name).map(|v| v.trim()) {
+            None | Some("") => Ok(None),
+            Some(v) => parse(v)
+                .map(Some)
+                .map_err(|e| anyhow::anyhow!("invalid {name}: {e}")),
+        }
+    }
+    let size = |s: &str| s.parse::<ByteSize>().map(Size).map_err(|e| e.to_string());
+    let cpus = |s: &str| s.parse::<CpuQuota>().map_err(|e| e.to_string());
+    let count = |s: &str| {
+        s.parse::<u32>()
+            .map_err(|_| format!("{s:?} is not a whole number"))
+    };
+    let duration = |s: &str| crate::cli::parse_human_duration(s).map(Human);
+    let limits = |prefix: &str| -> anyhow::Result<LimitsLayer> {
+        Ok(LimitsLayer {
+            memory: get(env, &format!("PADDOCK_{prefix}_MEMORY"), size)?,
+            cpus: get(env, &format!("PADDOCK_{prefix}_CPUS"), cpus)?,
+            pids: get(env, &format!("PADDOCK_{prefix}_PIDS"), count)?,
+            disk: get(env, &format!("PADDOCK_{prefix}_DISK"), size)?,
+        })
+    };
+    let mut templates = BTreeMap::new();
+    if let Some(n) = get(env, "PADDOCK_WARM_POOL", count)? {
+        templates.insert(
+            DEFAULT_TEMPLATE.to_owned(),
+            TemplateLayer {
+                rootfs: None,
+                warm_pool: Some(n),
+            },
+        );
+    }
+    Ok(Layer {
+        listen: get(env, "PADDOCK_LISTEN", |s| {
+            s.parse::<SocketAddr>()
+                .map_err(|_| format!("{s:?} is not an address such as 127.0.0.1:7420"))
+        })?,
+        default_timeout: get(env, "PADDOCK_DEFAULT_TIMEOUT", duration)?,
+        max_timeout: get(env, "PADDOCK_MAX_TIMEOUT", duration)?,
+        reaper_interval: get(env, "PADDOCK_REAPER_INTERVAL", duration)?,
+        history_retention: get(env, "PADDOCK_HISTORY_RETENTION", duration)?,
+        default_limits: limits("DEFAULT")?,
+        max_limits: limits("MAX")?,
+        templates,
+        ..Layer::default()
+    })
+}
+
+fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer {
+    let mut templates = BTreeMap::new();
+    if let Some(n) = args.warm_pool {
+        templates.insert(
+            DEFAULT_TEMPLATE.to_owned(),
+            TemplateLayer {
+                rootfs: None,
+                warm_pool: Some(n),
+            },
+        );
+    }
+    Layer {
+        listen: args.listen,
+        state_dir: global.state_dir.clone(),
+        agent: global.agent.clone(),
+        pool_size: global.pool_size.map(Size),
+        cgroup_parent: global.cgroup_parent.clone(),
+        log: log.map(str::to_owned),
+        default_timeout: args.default_timeout.map(Human),
+        max_timeout: args.max_timeout.map(Human),
+        reaper_interval: args.reaper_interval.map(Human),
+        history_retention: args.history_retention.map(Human),
+        default_limits: LimitsLayer {
+            memory: args.default_memory.map(Size),
+            cpus: args.default_cpus,
+            pids: args.default_pids,
+            disk: args.default_disk.map(Size),
+        },
+        max_limits: LimitsLayer {
+            memory: args.max_memory.map(Size),
+            cpus: args.max_cpus,
+            pids: args.max_pids,
+            disk: args.max_disk.map(Size),
+        },
+        templates,
+    }
+}
+
+/// A size written as `512M` in the file (a number of bytes is accepted too).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Size(ByteSize);
+
+impl Serialize for Size {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Size {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        ByteSize::deserialize(d).map(Size)
+    }
+}
+
+/// A duration written as humantime does (`5m`, `24h`, `7days`); a number means seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Human(Duration);
+
+impl Serialize for Human {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(self.0).to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Human {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Human;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration such as \"30s\", \"5m\" or \"24h\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Human, E> {
+                crate::cli::parse_human_duration(v).map(Human).map_err(E::custom)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Human, E> {
+                match u64::try_from(v) {
+                    Ok(secs) if secs > 0 => Ok(Human(Duration::from_secs(secs))),
+                    _ => Err(E::custom(format!("invalid duration {v}: must be positive"))),
+                }
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Human, E> {
+                self.visit_i64(i64::try_from(v).unwrap_or(i64::MAX))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+/// A template's root file system: `"host"` or an absolute directory.
+#[derive(Debug, Clone, PartialEq)]
+struct Rootfs(RootfsSpec);
+
+impl Serialize for Rootfs {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            RootfsSpec::Host => s.serialize_str("host"),
+            RootfsSpec::Dir { path } => s.serialize_str(&path.to_string_lossy()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Rootfs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "host" {
+            return Ok(Rootfs(RootfsSpec::Host));
+        }
+        let path = PathBuf::from(&text);
+        if !path.is_absolute() {
+            return Err(serde::de::Error::custom(format!(
+                "invalid rootfs {text:?}: use \"host\" or an absolute directory"
+            )));
+        }
+        Ok(Rootfs(RootfsSpec::Dir { path }))
+    }
+}
+
+#[cfg(test)]
+mod tests;

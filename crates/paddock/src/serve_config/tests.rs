@@ -1,0 +1,241 @@
+//! Layering (defaults < file < environment < flags), validation and the TOML round trip.
+
+use std::io::Write;
+
+use super::*;
+
+fn global(config: Option<&Path>) -> GlobalArgs {
+    GlobalArgs {
+        state_dir: None,
+        agent: Some(PathBuf::from("/opt/paddock/paddock-agent")),
+        cgroup_parent: None,
+        pool_size: None,
+        config: config.map(Path::to_path_buf),
+    }
+}
+
+fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn file(text: &str) -> tempfile::NamedTempFile {
+    let mut f = tempfile::NamedTempFile::new().expect("temp file");
+    f.write_all(text.as_bytes()).expect("write");
+    f
+}
+
+fn load(config: Option<&Path>, env_pairs: &[(&str, &str)], args: &ServeArgs) -> anyhow::Result<ServeConfig> {
+    ServeConfig::load(&global(config), None, args, &env(env_pairs))
+}
+
+#[test]
+fn defaults() {
+    let c = load(None, &[], &ServeArgs::default()).expect("loads");
+    assert_eq!(c.listen, "127.0.0.1:7420".parse().expect("addr"));
+    assert_eq!(c.state_dir, PathBuf::from("/var/lib/paddock"));
+    assert_eq!(c.default_limits, Limits::default());
+    assert_eq!(c.max_limits.memory, None);
+    assert_eq!(c.default_timeout, Duration::from_secs(300));
+    assert_eq!(c.max_timeout, Duration::from_secs(86400));
+    assert_eq!(c.log, "info");
+    assert_eq!(
+        c.templates.get("default"),
+        Some(&Template {
+            rootfs: RootfsSpec::Host,
+            warm_pool: 0
+        })
+    );
+}
+
+#[test]
+fn file_then_env_then_flags() {
+    let f = file(
+        r#"
+        listen = "0.0.0.0:8000"
+        state_dir = "/srv/paddock"
+        default_timeout = "10m"
+        [default_limits]
+        memory = "2G"
+        pids = 100
+        "#,
+    );
+    let path = Some(f.path());
+    let c = load(path, &[], &ServeArgs::default()).expect("file only");
+    assert_eq!(c.default_limits.memory, Some(ByteSize::gib(2)));
+    assert_eq!(c.default_limits.pids, Some(100));
+    assert_eq!(
+        c.default_limits.disk,
+        Some(ByteSize::gib(10)),
+        "unset keys keep their defaults"
+    );
+    assert_eq!(c.listen.port(), 8000);
+    assert_eq!(c.state_dir, PathBuf::from("/srv/paddock"));
+    assert_eq!(c.default_timeout, Duration::from_secs(600));
+
+    let vars = [
+        ("PADDOCK_DEFAULT_MEMORY", "3G"),
+        ("PADDOCK_LISTEN", "127.0.0.1:9000"),
+    ];
+    let c = load(path, &vars, &ServeArgs::default()).expect("file + env");
+    assert_eq!(c.default_limits.memory, Some(ByteSize::gib(3)));
+    assert_eq!(c.default_limits.pids, Some(100));
+    assert_eq!(c.listen.port(), 9000);
+
+    let args = ServeArgs {
+        default_memory: Some(ByteSize::gib(4)),
+        ..ServeArgs::default()
+    };
+    let c = load(path, &vars, &args).expect("file + env + flags");
+    assert_eq!(c.default_limits.memory, Some(ByteSize::gib(4)));
+    assert_eq!(c.listen.port(), 9000);
+
+    // The global flags (clap has already merged their variables into them) beat the file.
+    let mut g = global(path);
+    g.state_dir = Some(PathBuf::from("/flag/state"));
+    let c = ServeConfig::load(&g, Some("debug"), &ServeArgs::default(), &env(&[])).expect("loads");
+    assert_eq!(c.state_dir, PathBuf::from("/flag/state"));
+    assert_eq!(c.log, "debug");
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let f = file("listen = \"127.0.0.1:1\"\nlisten_addr = \"x\"\n");
+    let e = load(Some(f.path()), &[], &ServeArgs::default()).expect_err("refused");
+    let msg = format!("{e:#}");
+    assert!(msg.contains("listen_addr"), "{msg}");
+    assert!(msg.contains("line 2"), "{msg}");
+    assert!(!msg.contains('\n'), "one line: {msg}");
+
+    let f = file("[default_limits]\nmemroy = \"1G\"\n");
+    let msg = format!(
+        "{:#}",
+        load(Some(f.path()), &[], &ServeArgs::default()).expect_err("refused")
+    );
+    assert!(msg.contains("memroy"), "{msg}");
+    assert!(msg.contains("default_limits"), "{msg}");
+
+    let f = file("[templates.py]\nrootfs = \"relative/dir\"\n");
+    let msg = format!(
+        "{:#}",
+        load(Some(f.path()), &[], &ServeArgs::default()).expect_err("refused")
+    );
+    assert!(msg.contains("templates.py.rootfs"), "{msg}");
+
+    let f = file("[default_limits]\nmemory = \"lots\"\n");
+    let msg = format!(
+        "{:#}",
+        load(Some(f.path()), &[], &ServeArgs::default()).expect_err("refused")
+    );
+    assert!(msg.contains("default_limits.memory"), "{msg}");
+}
+
+#[test]
+fn bad_environment_is_named() {
+    let e = load(None, &[("PADDOCK_MAX_CPUS", "many")], &ServeArgs::default()).expect_err("refused");
+    assert!(format!("{e:#}").contains("PADDOCK_MAX_CPUS"), "{e:#}");
+    let e = load(
+        None,
+        &[("PADDOCK_DEFAULT_TIMEOUT", "soon")],
+        &ServeArgs::default(),
+    )
+    .expect_err("refused");
+    assert!(format!("{e:#}").contains("PADDOCK_DEFAULT_TIMEOUT"), "{e:#}");
+    // Empty means unset.
+    load(None, &[("PADDOCK_LISTEN", "")], &ServeArgs::default()).expect("empty is unset");
+}
+
+#[test]
+fn validation() {
+    let args = ServeArgs {
+        default_memory: Some(ByteSize::gib(8)),
+        max_memory: Some(ByteSize::gib(4)),
+        ..ServeArgs::default()
+    };
+    let e = load(None, &[], &args).expect_err("default above max");
+    assert!(format!("{e}").contains("max_limits.memory"), "{e}");
+
+    let args = ServeArgs {
+        max_cpus: Some("2".parse().expect("cpus")),
+        ..ServeArgs::default()
+    };
+    let e = load(None, &[], &args).expect_err("max without default");
+    assert!(format!("{e}").contains("default_limits.cpus"), "{e}");
+
+    let args = ServeArgs {
+        default_timeout: Some(Duration::from_secs(7200)),
+        max_timeout: Some(Duration::from_secs(3600)),
+        ..ServeArgs::default()
+    };
+    assert!(load(None, &[], &args).is_err());
+
+    let f = file("[templates.\"bad name\"]\n");
+    let e = load(Some(f.path()), &[], &ServeArgs::default()).expect_err("bad template name");
+    assert!(format!("{e}").contains("templates.bad name"), "{e}");
+
+    let e = ServeConfig::load(&global(None), Some("[[["), &ServeArgs::default(), &env(&[]))
+        .expect_err("bad log filter");
+    assert!(format!("{e}").starts_with("log:"), "{e}");
+}
+
+#[test]
+fn templates_and_warm_pool() {
+    let f = file(
+        r#"
+        [templates.default]
+        warm_pool = 2
+        [templates.debian]
+        rootfs = "/srv/rootfs/debian"
+        "#,
+    );
+    let c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    assert_eq!(c.templates["default"].warm_pool, 2);
+    assert_eq!(
+        c.templates["debian"].rootfs,
+        RootfsSpec::Dir {
+            path: PathBuf::from("/srv/rootfs/debian")
+        }
+    );
+    let c = load(
+        Some(f.path()),
+        &[("PADDOCK_WARM_POOL", "5")],
+        &ServeArgs::default(),
+    )
+    .expect("loads");
+    assert_eq!(c.templates["default"].warm_pool, 5);
+    let args = ServeArgs {
+        warm_pool: Some(7),
+        ..ServeArgs::default()
+    };
+    let c = load(Some(f.path()), &[("PADDOCK_WARM_POOL", "5")], &args).expect("loads");
+    assert_eq!(c.templates["default"].warm_pool, 7);
+    assert_eq!(c.templates["default"].rootfs, RootfsSpec::Host);
+    let service = c.service_config();
+    assert_eq!(service.templates["debian"].warm_pool_size, 0);
+}
+
+#[test]
+fn shown_toml_loads_back_to_the_same_configuration() {
+    let f = file(
+        r#"
+        history_retention = "2days"
+        [default_limits]
+        cpus = 1.5
+        [max_limits]
+        cpus = 4
+        disk = "20G"
+        [templates.debian]
+        rootfs = "/srv/rootfs/debian"
+        warm_pool = 1
+        "#,
+    );
+    let c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    let shown = c.to_toml().expect("renders");
+    assert!(shown.contains("disk = \"20G\""), "{shown}");
+    assert!(shown.contains("max_timeout = \"1day\""), "{shown}");
+    let again = file(&shown);
+    let c2 = load(Some(again.path()), &[], &ServeArgs::default()).expect("reloads");
+    assert_eq!(c, c2, "{shown}");
+}
