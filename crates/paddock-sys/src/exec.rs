@@ -1,4 +1,5 @@
-//! The last steps of the setup shim: arranging file descriptors and exec'ing by file descriptor.
+//! The last steps before an exec: arranging file descriptors, resetting the signal state a program
+//! would otherwise inherit, and exec'ing by file descriptor.
 
 use std::ffi::CString;
 use std::io;
@@ -28,6 +29,43 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(())
+}
+
+/// Resets every catchable signal to its default action. `execve` resets caught signals but keeps
+/// ignored ones, such as the `SIGPIPE` the Rust runtime ignores (or a `SIGCHLD`/`SIGHUP` a server may
+/// ignore), which would otherwise stay ignored in the program. Meant for right before an exec: it uses
+/// the raw `rt_sigaction` system call, because the C library refuses to touch the two signals it
+/// reserves (32 and 33), which an ignoring parent passes on just the same. Async-signal-safe, so it
+/// may run between `fork` and `exec`.
+pub fn reset_signal_dispositions() {
+    // The kernel's `struct sigaction` on x86_64 and aarch64: handler, flags, restorer, mask. All zero
+    // is SIG_DFL with no flags and an empty mask.
+    let default_action = [0u64; 4];
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: the kernel reads one `struct sigaction` (32 bytes, the size of `default_action`)
+        // from a live buffer and writes nothing (old action NULL); SIG_DFL installs no handler code.
+        // The last argument is the kernel's sigset size (8 bytes for 64 signals).
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                default_action.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            )
+        };
+    }
+}
+
+/// Unblocks every signal of the calling thread (`exec` keeps the signal mask, so a program would
+/// start with whatever its parent blocked). Async-signal-safe.
+pub fn unblock_all_signals() -> io::Result<()> {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
+    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
     Ok(())
 }
 
@@ -62,4 +100,53 @@ pub fn exec_fd(fd: BorrowedFd<'_>, argv: &[&str], env: &[&str]) -> io::Error {
         );
     }
     io::Error::last_os_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+
+    use super::*;
+    use crate::child_test::{in_child, run_in_child};
+
+    const CHILD_ENV: &str = "PADDOCK_SYS_EXEC_CHILD";
+
+    /// A signal-set field (`SigIgn:`, `SigBlk:`) of this thread's `/proc` status.
+    fn status_mask(field: &str) -> u64 {
+        let status = std::fs::read_to_string("/proc/thread-self/status").expect("status");
+        let hex = status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))
+            .expect("field present")
+            .trim();
+        u64::from_str_radix(hex, 16).expect("hex mask")
+    }
+
+    fn bit(signal: i32) -> u64 {
+        1 << (signal - 1)
+    }
+
+    #[test]
+    fn signal_state_is_reset_in_child() {
+        let name = "exec::tests::signal_state_is_reset_in_child";
+        if !in_child(CHILD_ENV, name) {
+            run_in_child(CHILD_ENV, name);
+            return;
+        }
+        // SAFETY: SIG_IGN installs no handler code; this is a test process of its own.
+        unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
+        let mut blocked = SigSet::empty();
+        blocked.add(Signal::SIGTERM);
+        pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None).expect("block");
+        // The Rust runtime ignores SIGPIPE.
+        assert_ne!(status_mask("SigIgn:") & bit(libc::SIGPIPE), 0);
+        assert_ne!(status_mask("SigIgn:") & bit(libc::SIGHUP), 0);
+        assert_ne!(status_mask("SigBlk:") & bit(libc::SIGTERM), 0);
+
+        reset_signal_dispositions();
+        unblock_all_signals().expect("unblock");
+
+        assert_eq!(status_mask("SigIgn:"), 0, "no signal stays ignored");
+        assert_eq!(status_mask("SigBlk:"), 0, "no signal stays blocked");
+    }
 }

@@ -316,7 +316,7 @@ fn run_child(
     };
     let errno_of = |e: io::Error| e.raw_os_error().unwrap_or(libc::EIO);
 
-    reset_signal_dispositions();
+    crate::exec::reset_signal_dispositions();
     if let Err(e) = rustix::process::setsid() {
         fail(SpawnStage::Setsid, e.raw_os_error());
     }
@@ -358,7 +358,7 @@ fn run_child(
         fail(SpawnStage::Chdir, chdir_errno);
     }
     // Exec keeps the signal mask; the program starts with nothing blocked.
-    let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    let _ = crate::exec::unblock_all_signals();
     let mut exec_errno = libc::ENOENT;
     let mut saw_eacces = false;
     for program in &spec.programs {
@@ -377,19 +377,6 @@ fn run_child(
         exec_errno = libc::EACCES;
     }
     fail(SpawnStage::Exec, exec_errno)
-}
-
-/// Resets every catchable signal to its default action (exec resets caught signals, but ignored ones,
-/// such as the SIGPIPE the Rust runtime ignores, would stay ignored in the program).
-fn reset_signal_dispositions() {
-    for signal in 1..=64 {
-        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
-            continue;
-        }
-        // SAFETY: setting SIG_DFL installs no handler code; numbers the C library reserves for itself
-        // fail with EINVAL, which is ignored.
-        unsafe { libc::signal(signal, libc::SIG_DFL) };
-    }
 }
 
 /// Moves the three stdio descriptors to 0, 1, 2 (via temporary high copies, so a source that is
