@@ -3,6 +3,7 @@
 //! `Rc` with `RefCell`s, and no borrow is ever held across an `.await`.
 
 use std::cell::{Cell, RefCell};
+use std::path::PathBuf;
 use std::rc::Rc;
 
 use paddock_protocol::{AgentError, ErrorCode};
@@ -12,24 +13,31 @@ use crate::error_code::agent_error;
 use crate::lookup_user::{lookup_user, User};
 use crate::process::kill_tree::kill_tree;
 use crate::process::table::{Process, ProcessTable};
+use crate::watch::Watcher;
 
 /// Everything the connections share.
 #[derive(Debug)]
 pub(crate) struct Agent {
     /// The directory file operations (and the user database) are confined to.
     pub(crate) root: Root,
+    /// Its path from the agent's own root directory (`/` in a sandbox), canonical.
+    pub(crate) root_path: PathBuf,
     default_user: String,
     /// Processes started through the agent.
     pub(crate) processes: RefCell<ProcessTable>,
+    /// Directory watches.
+    pub(crate) watcher: Watcher,
     next_conn: Cell<u64>,
 }
 
 impl Agent {
-    pub(crate) fn new(root: Root, default_user: String) -> Self {
+    pub(crate) fn new(root: Root, root_path: PathBuf, default_user: String) -> Self {
         Self {
             root,
+            root_path,
             default_user,
             processes: RefCell::new(ProcessTable::default()),
+            watcher: Watcher::default(),
             next_conn: Cell::new(1),
         }
     }
@@ -72,12 +80,13 @@ impl Agent {
         }
     }
 
-    /// Forgets connection `conn`: stops forwarding output to it.
+    /// Forgets connection `conn`: stops forwarding output to it and ends its watches.
     pub(crate) fn disconnect(&self, conn: u64) {
         let processes = self.processes.borrow().all();
         for process in processes {
             process.unsubscribe(conn);
         }
+        self.watcher.disconnect(conn);
     }
 
     /// Kills every running process tree (shutdown).

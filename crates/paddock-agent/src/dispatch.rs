@@ -1,5 +1,5 @@
 //! Answering requests once the handshake is done: process requests here, file requests in
-//! `files/`.
+//! `files/`, watches in `watch/`.
 
 use std::rc::Rc;
 
@@ -20,6 +20,7 @@ use crate::process::attach::{add_cursors, start_forwarding};
 use crate::process::kill_tree::kill_tree;
 use crate::process::spawn::spawn_process;
 use crate::process::stdin::StdinWrite;
+use crate::watch::{start_watch, unwatch};
 
 /// Handles request `id` from the connection behind `out`; fails only when the connection is gone.
 pub(crate) async fn handle_request(
@@ -71,6 +72,7 @@ pub(crate) async fn handle_request(
             Ok(())
         }
         Request::WriteStdin { pid, close } => queue_stdin(agent, out, id, pid, close, payload).await,
+        Request::Watch { path, recursive } => start_watch(agent, out, id, &path, recursive).await,
         other => {
             out.answer(id, answer(agent, out.conn_id(), other, &payload))
                 .await
@@ -217,9 +219,12 @@ fn answer(agent: &Agent, conn: u64, request: Request, payload: &[u8]) -> Answer 
         } => mkdir(agent, &path, parents, mode, user.as_deref()),
         Request::Remove { path, recursive } => remove(agent, &path, recursive),
         Request::Rename { from, to } => rename(agent, &from, &to),
-        Request::Hello { .. } | Request::Spawn(_) | Request::Attach { .. } | Request::WriteStdin { .. } => {
-            Err(agent_error(ErrorCode::BadRequest, "request handled elsewhere"))
-        }
+        Request::Unwatch { watch_id } => unwatch(agent, conn, watch_id),
+        Request::Hello { .. }
+        | Request::Spawn(_)
+        | Request::Attach { .. }
+        | Request::WriteStdin { .. }
+        | Request::Watch { .. } => Err(agent_error(ErrorCode::BadRequest, "request handled elsewhere")),
     }
 }
 

@@ -83,27 +83,29 @@ pub fn run_agent(config: AgentConfig) -> Result<(), AgentRunError> {
     if !pid1 {
         become_child_subreaper().map_err(AgentRunError::Subreaper)?;
     }
-    let root = Root::open(&config.root).map_err(|source| AgentRunError::OpenRoot {
+    let open_error = |source| AgentRunError::OpenRoot {
         path: config.root.clone(),
         source,
-    })?;
+    };
+    let root = Root::open(&config.root).map_err(open_error)?;
+    let root_path = std::fs::canonicalize(&config.root).map_err(open_error)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
         .map_err(AgentRunError::Runtime)?;
     let local = tokio::task::LocalSet::new();
-    local.block_on(&runtime, serve(config, root, pid1))
+    local.block_on(&runtime, serve(config, root, root_path, pid1))
 }
 
-async fn serve(config: AgentConfig, root: Root, pid1: bool) -> Result<(), AgentRunError> {
+async fn serve(config: AgentConfig, root: Root, root_path: PathBuf, pid1: bool) -> Result<(), AgentRunError> {
     let handler = |signal: &'static str| move |source| AgentRunError::Signal { signal, source };
     // SIGCHLD first: no child may exit before the reaper can hear about it.
     let sigchld = signal(SignalKind::child()).map_err(handler("SIGCHLD"))?;
     let mut sigterm = signal(SignalKind::terminate()).map_err(handler("SIGTERM"))?;
     let mut sigint = signal(SignalKind::interrupt()).map_err(handler("SIGINT"))?;
     let listener = listen(&config.listen)?;
-    let agent = Rc::new(Agent::new(root, config.default_user));
+    let agent = Rc::new(Agent::new(root, root_path, config.default_user));
     tokio::task::spawn_local(reap_children(agent.clone(), sigchld));
     tracing::info!(pid1, root = %config.root.display(), "agent ready");
     loop {

@@ -154,6 +154,21 @@ pub enum Request {
         /// New path.
         to: String,
     },
+    /// Watch a directory for changes. Reply: [`Reply::Watching`]; this connection then receives
+    /// [`AgentMessage::FsEvents`] for it, and [`AgentMessage::WatchEnded`] if the directory goes
+    /// away. A watch ends with [`Request::Unwatch`] or when its connection closes.
+    Watch {
+        /// Directory inside the sandbox (symlinks and `..` resolve inside the sandbox root).
+        path: String,
+        /// Also watch every subdirectory, including ones created later.
+        #[serde(default)]
+        recursive: bool,
+    },
+    /// Stop a watch of this connection; no event of it follows the reply. Reply: [`Reply::Done`].
+    Unwatch {
+        /// The watch.
+        watch_id: u32,
+    },
 }
 
 /// How to start a process.
@@ -290,6 +305,66 @@ pub enum AgentMessage {
         /// How.
         status: ExitStatus,
     },
+    /// Changes seen by a watch, oldest first. Consecutive identical events are merged.
+    FsEvents {
+        /// The watch.
+        watch_id: u32,
+        /// What changed.
+        events: Vec<FsEvent>,
+    },
+    /// A watch ended on its own (its directory went away); sent after its last events.
+    WatchEnded {
+        /// The watch.
+        watch_id: u32,
+        /// Why.
+        reason: WatchEndReason,
+    },
+}
+
+/// One change in a watched directory tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsEvent {
+    /// Absolute path inside the sandbox of the entry that changed (for `overflow`, the watched
+    /// directory).
+    pub path: String,
+    /// What happened.
+    pub kind: FsEventKind,
+    /// The entry is a directory.
+    #[serde(default)]
+    pub is_dir: bool,
+}
+
+/// What happened to an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FsEventKind {
+    /// Created (or, in a recursive watch, found in a directory that just appeared).
+    Create,
+    /// Its contents were written.
+    Modify,
+    /// Deleted.
+    Remove,
+    /// Renamed away from this path.
+    RenameFrom,
+    /// Renamed to this path.
+    RenameTo,
+    /// Metadata changed (permissions, owner, timestamps, link count).
+    Attrib,
+    /// Events were lost (the consumer or the kernel queue fell behind, or a watch limit was hit):
+    /// rescan the watched tree.
+    Overflow,
+}
+
+/// Why a watch ended without an [`Request::Unwatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WatchEndReason {
+    /// The watched directory was deleted.
+    Deleted,
+    /// The watched directory was renamed or moved away.
+    Moved,
+    /// The file system holding it was unmounted.
+    Unmounted,
 }
 
 /// Successful answers.
@@ -347,6 +422,11 @@ pub enum Reply {
     Stat {
         /// Its metadata.
         stat: FileStat,
+    },
+    /// A watch started.
+    Watching {
+        /// Its id, unique within the agent; events carry it.
+        watch_id: u32,
     },
 }
 
@@ -449,6 +529,8 @@ pub enum ErrorCode {
     ExecFailed,
     /// The disk or quota is full.
     NoSpace,
+    /// A limit on the number of something (watched directories) was reached.
+    LimitExceeded,
     /// Any other failure.
     Io,
 }

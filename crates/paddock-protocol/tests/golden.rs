@@ -88,6 +88,11 @@ fn samples() -> Vec<serde_json::Value> {
             path: "/home/user".into(),
             after: Some("b.txt".into()),
         },
+        Request::Watch {
+            path: "/home/user".into(),
+            recursive: true,
+        },
+        Request::Unwatch { watch_id: 3 },
     ];
     let status = ExitStatus {
         code: Some(0),
@@ -137,6 +142,7 @@ fn samples() -> Vec<serde_json::Value> {
             more: true,
         },
         Reply::Stat { stat },
+        Reply::Watching { watch_id: 3 },
     ];
     let mut out: Vec<serde_json::Value> = Vec::new();
     for (i, request) in requests.into_iter().enumerate() {
@@ -163,6 +169,44 @@ fn samples() -> Vec<serde_json::Value> {
             offset: 42,
         },
         AgentMessage::Exited { pid: 2, status },
+        AgentMessage::FsEvents {
+            watch_id: 3,
+            events: [
+                FsEventKind::Create,
+                FsEventKind::Modify,
+                FsEventKind::Remove,
+                FsEventKind::RenameFrom,
+                FsEventKind::RenameTo,
+                FsEventKind::Attrib,
+                FsEventKind::Overflow,
+            ]
+            .into_iter()
+            .map(|kind| FsEvent {
+                path: "/home/user/src".into(),
+                kind,
+                is_dir: kind == FsEventKind::Overflow,
+            })
+            .collect(),
+        },
+        AgentMessage::WatchEnded {
+            watch_id: 3,
+            reason: WatchEndReason::Deleted,
+        },
+        AgentMessage::WatchEnded {
+            watch_id: 4,
+            reason: WatchEndReason::Moved,
+        },
+        AgentMessage::WatchEnded {
+            watch_id: 5,
+            reason: WatchEndReason::Unmounted,
+        },
+        AgentMessage::Error {
+            id: 10,
+            error: AgentError {
+                code: ErrorCode::LimitExceeded,
+                message: "too many watched directories".into(),
+            },
+        },
     ] {
         out.push(serde_json::to_value(msg).expect("serializes"));
     }

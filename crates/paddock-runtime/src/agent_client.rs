@@ -7,7 +7,9 @@
 //! reading that process's output: memory stays bounded end to end. The flip side: while one
 //! process's events are not consumed, *no* frame of this connection is read, replies included, so
 //! consume events concurrently with other calls on the same client (or use a second client).
-//! Dropping a [`ProcessEvents`] discards that pid's later events.
+//! Dropping a [`ProcessEvents`] discards that pid's later events. Directory watches work the same
+//! way: [`AgentClient::watch`] returns the [`WatchEvents`] of the watch, and dropping them ends the
+//! watch (best effort: an `unwatch` is sent in the background).
 //!
 //! The client is cheap to clone (all clones share the connection); the reader task stops when the
 //! last clone is dropped.
@@ -23,8 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use paddock_protocol::{
-    encode_frame, AgentError, ClientMessage, ErrorCode, ExitStatus, FileStat, ProcessInfo, PtySize, Reply,
-    Request, SpawnRequest, Stream, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
+    encode_frame, AgentError, ClientMessage, ErrorCode, ExitStatus, FileStat, FsEvent, ProcessInfo, PtySize,
+    Reply, Request, SpawnRequest, Stream, WatchEndReason, MAX_PAYLOAD_LEN, PROTOCOL_VERSION,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::OwnedWriteHalf;
@@ -32,7 +34,9 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use routing::{cancel_route, lock, read_frames, Answer, Pending, Routes, Subscribe};
+use routing::{
+    cancel_route, cancel_watch, lock, read_frames, watch_events, Answer, Pending, Routes, Subscribe,
+};
 
 /// How long [`AgentClient::connect`] waits for the socket and the handshake.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -126,6 +130,60 @@ impl ProcessEvents {
     /// The next event.
     pub async fn recv(&mut self) -> Option<ProcessEvent> {
         self.rx.recv().await
+    }
+}
+
+/// Something a directory watch reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchUpdate {
+    /// Changes, oldest first.
+    Events(Vec<FsEvent>),
+    /// The watch ended on its own (its directory went away); nothing follows.
+    Ended(WatchEndReason),
+}
+
+/// The updates of one directory watch, in order. `recv` returns `None` after
+/// [`WatchUpdate::Ended`], after an unwatch, or when the connection closes. Dropping it ends the watch
+/// on the agent (best effort, in the background).
+#[derive(Debug)]
+pub struct WatchEvents {
+    watch_id: u32,
+    rx: mpsc::Receiver<WatchUpdate>,
+    client: std::sync::Weak<Shared>,
+}
+
+impl WatchEvents {
+    /// The watch these updates belong to.
+    pub fn watch_id(&self) -> u32 {
+        self.watch_id
+    }
+
+    /// The next update.
+    pub async fn recv(&mut self) -> Option<WatchUpdate> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for WatchEvents {
+    fn drop(&mut self) {
+        let Some(shared) = self.client.upgrade() else {
+            return;
+        };
+        // No route left: the watch ended, was unwatched, or the connection closed.
+        if !cancel_watch(&shared.routes, self.watch_id) {
+            return;
+        }
+        // Sending needs the runtime; without one (a drop outside it) the watch ends with the
+        // connection instead.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let client = AgentClient { shared };
+            let watch_id = self.watch_id;
+            runtime.spawn(async move {
+                if let Err(err) = client.done("unwatch", Request::Unwatch { watch_id }, &[]).await {
+                    tracing::debug!(watch_id, error = %err, "unwatch on drop failed");
+                }
+            });
+        }
     }
 }
 
@@ -253,6 +311,12 @@ impl AgentClient {
             Err(AgentClientError::Timeout { .. }) => Err(connect_error(timed_out())),
             Err(err) => Err(err),
         }
+    }
+
+    /// Whether the connection has ended (the agent exited or the socket broke): every call fails
+    /// with [`AgentClientError::Closed`] from then on, so a cached client should be replaced.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.shared.routes).closed
     }
 
     /// Starts a process. Unless `request.detached`, the returned events carry its output and exit;
@@ -515,6 +579,33 @@ impl AgentClient {
             &[],
         )
         .await
+    }
+
+    /// Watches directory `path` (and with `recursive` every directory below it, including new
+    /// ones) for changes; returns the watch id and its updates. The agent batches events (about every
+    /// 50 ms) and, when this side does not keep up, replaces what it could not queue with one
+    /// `overflow` event rather than buffering without bound.
+    pub async fn watch(&self, path: &str, recursive: bool) -> Result<(u32, WatchEvents), AgentClientError> {
+        let request = Request::Watch {
+            path: path.to_owned(),
+            recursive,
+        };
+        let answer = self
+            .call("watch", request, &[], Subscribe::Watch, Some(REQUEST_TIMEOUT))
+            .await?;
+        match answer.body {
+            Reply::Watching { watch_id } => Ok((
+                watch_id,
+                watch_events(watch_id, answer.watch, Arc::downgrade(&self.shared)),
+            )),
+            other => Err(unexpected("watch", &other)),
+        }
+    }
+
+    /// Ends watch `watch_id`; its updates end at once (events in flight are dropped).
+    pub async fn unwatch(&self, watch_id: u32) -> Result<(), AgentClientError> {
+        cancel_watch(&self.shared.routes, watch_id);
+        self.done("unwatch", Request::Unwatch { watch_id }, &[]).await
     }
 
     async fn reply(

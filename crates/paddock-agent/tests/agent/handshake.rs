@@ -144,3 +144,23 @@ async fn a_malformed_frame_closes_only_its_connection() {
         .expect("other connections still work");
     assert_eq!(collect(&mut events).await.stdout_str(), "still-alive\n");
 }
+
+#[tokio::test]
+async fn a_client_notices_its_connection_closing() {
+    require_root!();
+    let (agent, client) = TestAgent::start().await;
+    assert!(!client.is_closed());
+    drop(agent);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !client.is_closed() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the client never saw the agent go"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(matches!(
+        client.list_processes().await,
+        Err(paddock_runtime::agent_client::AgentClientError::Closed)
+    ));
+}

@@ -8,3 +8,4 @@ mod files;
 mod handshake;
 mod output;
 mod processes;
+mod watch;

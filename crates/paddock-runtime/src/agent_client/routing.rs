@@ -1,5 +1,6 @@
 //! The reader side of an agent connection: one task reads every frame and routes it, replies to
-//! the request waiting for them (by id), output and exits to the events channel of their pid.
+//! the request waiting for them (by id), output and exits to the events channel of their pid, file
+//! system events to the channel of their watch.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -10,25 +11,37 @@ use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::unix::OwnedReadHalf;
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use super::{AgentClientError, ProcessEvent, ProcessEvents};
+use super::{AgentClientError, ProcessEvent, ProcessEvents, WatchEvents, WatchUpdate};
 
-/// Events buffered per process before the connection's reader waits for the consumer.
+/// Events buffered per process (or watch) before the connection's reader waits for the consumer.
 const EVENT_QUEUE: usize = 32;
 
 /// Where incoming frames go.
 #[derive(Debug, Default)]
 pub(super) struct Routes {
     pub(super) pending: HashMap<u64, Pending>,
-    pub(super) events: HashMap<u32, Route>,
+    pub(super) events: HashMap<u32, Route<ProcessEvent>>,
+    pub(super) watches: HashMap<u32, Route<WatchUpdate>>,
     pub(super) closed: bool,
 }
 
-/// The consumer of one process's events.
+/// The consumer of one process's (or watch's) events.
 #[derive(Debug)]
-pub(super) struct Route {
-    tx: mpsc::Sender<ProcessEvent>,
+pub(super) struct Route<T> {
+    tx: mpsc::Sender<T>,
     /// Signalled when the route is cancelled (a detach), to unblock a delivery waiting for room.
     cancel: Arc<Notify>,
+}
+
+impl<T> Route<T> {
+    fn new() -> (Self, mpsc::Receiver<T>) {
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let route = Self {
+            tx,
+            cancel: Arc::new(Notify::new()),
+        };
+        (route, rx)
+    }
 }
 
 /// Ends the route of `pid`: later events are dropped, and a delivery waiting for the consumer to
@@ -37,6 +50,12 @@ pub(super) fn cancel_route(routes: &Mutex<Routes>, pid: u32) {
     if let Some(route) = lock(routes).events.remove(&pid) {
         route.cancel.notify_one();
     }
+}
+
+/// Ends the route of watch `watch_id`, like [`cancel_route`]; false if it had none.
+pub(super) fn cancel_watch(routes: &Mutex<Routes>, watch_id: u32) -> bool {
+    let route = lock(routes).watches.remove(&watch_id);
+    route.map(|r| r.cancel.notify_one()).is_some()
 }
 
 #[derive(Debug)]
@@ -53,6 +72,8 @@ pub(super) enum Subscribe {
     Spawn,
     /// Attach to this pid.
     Attach(u32),
+    /// The watch id comes with the `Watching` reply.
+    Watch,
 }
 
 #[derive(Debug)]
@@ -60,6 +81,7 @@ pub(super) struct Answer {
     pub(super) body: Reply,
     pub(super) payload: Vec<u8>,
     pub(super) events: Option<ProcessEvents>,
+    pub(super) watch: Option<mpsc::Receiver<WatchUpdate>>,
 }
 
 pub(super) fn lock(routes: &Mutex<Routes>) -> MutexGuard<'_, Routes> {
@@ -78,12 +100,13 @@ pub(super) async fn read_frames(read: OwnedReadHalf, routes: Arc<Mutex<Routes>>)
         }
     };
     tracing::debug!(error = %end, "agent connection ended");
-    let (pending, _events) = {
+    let (pending, _events, _watches) = {
         let mut routes = lock(&routes);
         routes.closed = true;
         (
             std::mem::take(&mut routes.pending),
             std::mem::take(&mut routes.events),
+            std::mem::take(&mut routes.watches),
         )
     };
     for (_, waiter) in pending {
@@ -134,15 +157,21 @@ async fn route(routes: &Mutex<Routes>, message: AgentMessage, payload: Vec<u8>) 
                 (Subscribe::Attach(pid), Reply::Attached { .. }) => Some(pid),
                 _ => None,
             };
-            // Subscribe before the next frame is read: the process's output follows right behind.
+            let watch_id = match (pending.subscribe, &body) {
+                (Subscribe::Watch, Reply::Watching { watch_id }) => Some(*watch_id),
+                _ => None,
+            };
+            // Subscribe before the next frame is read: the process's output (or the watch's events)
+            // follows right behind.
             let events = pid.map(|pid| {
-                let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-                let route = Route {
-                    tx,
-                    cancel: Arc::new(Notify::new()),
-                };
+                let (route, rx) = Route::new();
                 lock(routes).events.insert(pid, route);
                 ProcessEvents { pid, rx }
+            });
+            let watch = watch_id.map(|watch_id| {
+                let (route, rx) = Route::new();
+                lock(routes).watches.insert(watch_id, route);
+                rx
             });
             if pending
                 .tx
@@ -150,12 +179,17 @@ async fn route(routes: &Mutex<Routes>, message: AgentMessage, payload: Vec<u8>) 
                     body,
                     payload,
                     events,
+                    watch,
                 }))
                 .is_err()
             {
                 // The caller gave up (timeout or cancellation): nobody will read these events.
+                let mut routes = lock(routes);
                 if let Some(pid) = pid {
-                    lock(routes).events.remove(&pid);
+                    routes.events.remove(&pid);
+                }
+                if let Some(watch_id) = watch_id {
+                    routes.watches.remove(&watch_id);
                 }
             }
         }
@@ -165,44 +199,68 @@ async fn route(routes: &Mutex<Routes>, message: AgentMessage, payload: Vec<u8>) 
             }
         }
         AgentMessage::Output { pid, stream, offset } => {
-            deliver(
-                routes,
-                pid,
-                ProcessEvent::Output {
-                    stream,
-                    offset,
-                    data: payload,
-                },
-            )
-            .await;
+            let event = ProcessEvent::Output {
+                stream,
+                offset,
+                data: payload,
+            };
+            deliver(routes, select_process, pid, event, false).await;
         }
-        AgentMessage::Exited { pid, status } => deliver(routes, pid, ProcessEvent::Exited(status)).await,
+        AgentMessage::Exited { pid, status } => {
+            deliver(routes, select_process, pid, ProcessEvent::Exited(status), true).await;
+        }
+        AgentMessage::FsEvents { watch_id, events } => {
+            deliver(routes, select_watch, watch_id, WatchUpdate::Events(events), false).await;
+        }
+        AgentMessage::WatchEnded { watch_id, reason } => {
+            deliver(routes, select_watch, watch_id, WatchUpdate::Ended(reason), true).await;
+        }
     }
 }
 
-/// Hands an event to its process's consumer, waiting while that consumer's queue is full. The route
-/// ends after an exit, or when the consumer is gone (the event is then dropped).
-async fn deliver(routes: &Mutex<Routes>, pid: u32, event: ProcessEvent) {
-    let Some((tx, cancel)) = lock(routes)
-        .events
-        .get(&pid)
+fn select_process(routes: &mut Routes) -> &mut HashMap<u32, Route<ProcessEvent>> {
+    &mut routes.events
+}
+
+fn select_watch(routes: &mut Routes) -> &mut HashMap<u32, Route<WatchUpdate>> {
+    &mut routes.watches
+}
+
+/// Hands an event to the consumer of `key` (a pid or a watch id) in the routes `select` picks,
+/// waiting while that consumer's queue is full. The route ends after its `last` event, or when the
+/// consumer is gone (the event is then dropped).
+async fn deliver<T>(
+    routes: &Mutex<Routes>,
+    select: fn(&mut Routes) -> &mut HashMap<u32, Route<T>>,
+    key: u32,
+    event: T,
+    last: bool,
+) {
+    let Some((tx, cancel)) = select(&mut lock(routes))
+        .get(&key)
         .map(|r| (r.tx.clone(), r.cancel.clone()))
     else {
         return;
     };
-    let last = matches!(event, ProcessEvent::Exited(_));
     let delivered = tokio::select! {
         sent = tx.send(event) => sent.is_ok(),
         () = cancel.notified() => false,
     };
     if !delivered || last {
         let mut routes = lock(routes);
-        if routes
-            .events
-            .get(&pid)
-            .is_some_and(|current| current.tx.same_channel(&tx))
-        {
-            routes.events.remove(&pid);
+        let map = select(&mut routes);
+        if map.get(&key).is_some_and(|current| current.tx.same_channel(&tx)) {
+            map.remove(&key);
         }
     }
+}
+
+/// Builds the events handle of a watch the agent confirmed.
+pub(super) fn watch_events(
+    watch_id: u32,
+    rx: Option<mpsc::Receiver<WatchUpdate>>,
+    client: std::sync::Weak<super::Shared>,
+) -> WatchEvents {
+    let rx = rx.unwrap_or_else(|| mpsc::channel(1).1);
+    WatchEvents { watch_id, rx, client }
 }
