@@ -8,29 +8,42 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use paddock_types::{RootfsSpec, SandboxSpec};
+use paddock_types::{Limits, RootfsSpec, SandboxId, SandboxSpec};
 
+use super::adopt::InitRecord;
 use super::cgroup::SandboxCgroup;
 use super::lock::StateLock;
 use super::setup::{SetupOutcome, SetupSpec};
 use super::NativeBackend;
-use crate::{Backend, Capabilities, RuntimeError, SandboxHandle};
+use crate::{Adoption, Backend, Capabilities, RuntimeError, SandboxHandle, SandboxUsage};
 
 /// How long teardown waits for killed processes to disappear.
-const KILL_DEADLINE: Duration = Duration::from_secs(10);
+pub(super) const KILL_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Backend-private state of a live native sandbox.
 #[derive(Debug)]
 pub(crate) struct NativeSandbox {
-    run_dir: PathBuf,
-    cgroup: SandboxCgroup,
-    init_pid: i32,
-    pidfd: Option<OwnedFd>,
-    reaped: bool,
-    _lock: StateLock,
+    pub(super) run_dir: PathBuf,
+    pub(super) cgroup: SandboxCgroup,
+    pub(super) init_pid: i32,
+    pub(super) pidfd: Option<OwnedFd>,
+    /// The init is this process's child (it created the sandbox) and can be waited for; an adopted
+    /// sandbox's init is not, and its exit is seen on its pidfd instead.
+    pub(super) child: bool,
+    pub(super) reaped: bool,
+    pub(super) _lock: StateLock,
 }
 
-fn state_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
+impl NativeSandbox {
+    pub(crate) fn init_pid(&self) -> i32 {
+        self.init_pid
+    }
+}
+
+pub(super) fn state_err<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
     move |source| RuntimeError::State {
         what,
         path: path.to_owned(),
@@ -130,7 +143,12 @@ impl NativeBackend {
         volume.and(pid)
     }
 
-    fn cleanup(&self, id: &str, cgroup: &SandboxCgroup, run_dir: &Path) -> Result<(), RuntimeError> {
+    pub(super) fn cleanup(
+        &self,
+        id: &str,
+        cgroup: &SandboxCgroup,
+        run_dir: &Path,
+    ) -> Result<(), RuntimeError> {
         let mut errors = Vec::new();
         let t = std::time::Instant::now();
         if let Err(e) = cgroup.kill_all(KILL_DEADLINE).and_then(|()| cgroup.remove()) {
@@ -300,7 +318,10 @@ impl Backend for NativeBackend {
             }
         };
         tracing::debug!(step = "create cgroups", us = t.elapsed().as_micros() as u64);
-        let init_pid = match self.start(spec, &run_dir, &cgroup, shim) {
+        let started = self
+            .start(spec, &run_dir, &cgroup, shim)
+            .and_then(|pid| InitRecord::of(pid).and_then(|r| r.write(&run_dir)).map(|()| pid));
+        let init_pid = match started {
             Ok(pid) => pid,
             Err(e) => {
                 if let Err(cleanup) = self.cleanup(id, &cgroup, &run_dir) {
@@ -318,6 +339,7 @@ impl Backend for NativeBackend {
                 cgroup,
                 init_pid,
                 pidfd,
+                child: true,
                 reaped: false,
                 _lock: lock,
             },
@@ -333,10 +355,7 @@ impl Backend for NativeBackend {
             // A pidfd becomes readable when the process exits; wait for that on a blocking thread (the
             // init's parent is the thread that started the shim, so this thread's lifetime is irrelevant).
             let fd = tokio::task::spawn_blocking(move || {
-                {
-                    let mut fds = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::IN)];
-                    let _ = rustix::event::poll(&mut fds, None);
-                }
+                wait_exit(&fd, None);
                 fd
             })
             .await
@@ -370,14 +389,49 @@ impl Backend for NativeBackend {
     async fn collect_garbage(&self) -> Result<Vec<String>, RuntimeError> {
         self.collect_garbage_now()
     }
+
+    async fn adopt_sandbox(&self, id: &SandboxId) -> Result<Adoption, RuntimeError> {
+        self.adopt(id).await
+    }
+
+    async fn sandbox_usage(&self, handle: &SandboxHandle) -> Result<SandboxUsage, RuntimeError> {
+        self.usage(handle)
+    }
+
+    async fn update_limits(&self, handle: &SandboxHandle, limits: &Limits) -> Result<(), RuntimeError> {
+        self.set_limits(handle, limits)
+    }
+
+    async fn reclaim_sandbox(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
+        self.reclaim_unowned(id)
+    }
 }
 
-/// Reaps the init process (our child through `CLONE_PARENT`).
+/// Waits until the init has exited: our child (through `CLONE_PARENT`) is reaped with `waitpid`; an
+/// adopted init, someone else's child, is watched through its pidfd (for at most [`KILL_DEADLINE`];
+/// teardown then still waits for the cgroups to empty).
 fn reap(sb: &mut NativeSandbox) {
-    let Some(pid) = rustix::process::Pid::from_raw(sb.init_pid) else {
-        return;
-    };
-    // Blocks until the init has exited; an error (ECHILD) means it was reaped already.
-    let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+    if sb.child {
+        if let Some(pid) = rustix::process::Pid::from_raw(sb.init_pid) {
+            // Blocks until the init has exited; an error (ECHILD) means it was reaped already.
+            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+        }
+    } else if let Some(fd) = &sb.pidfd {
+        if wait_exit(fd, Some(KILL_DEADLINE)) {
+            super::adopt::reap_if_child(fd);
+        }
+    }
     sb.reaped = true;
+}
+
+/// Waits (at most `timeout`, or forever) until the process of `pidfd` has exited; returns whether it
+/// has.
+pub(super) fn wait_exit(pidfd: &OwnedFd, timeout: Option<Duration>) -> bool {
+    let timeout = timeout.map(|t| rustix::event::Timespec {
+        tv_sec: t.as_secs() as i64,
+        tv_nsec: i64::from(t.subsec_nanos()),
+    });
+    let mut fds = [rustix::event::PollFd::new(pidfd, rustix::event::PollFlags::IN)];
+    // A pidfd polls readable once its process has exited.
+    matches!(rustix::event::poll(&mut fds, timeout.as_ref()), Ok(n) if n > 0)
 }

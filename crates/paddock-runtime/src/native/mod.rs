@@ -5,16 +5,19 @@
 //! ```text
 //! <state>/pool.img, <state>/pool/      the storage pool (see pool.rs)
 //! <state>/run/<id>/lock                flock held by the process that owns the sandbox
+//! <state>/run/<id>/init.pid            the init's host pid and start time (for adoption, adopt.rs)
 //! <state>/run/<id>/agent.sock          the agent's socket
 //! <state>/run/<id>/agent.log           the agent's stderr
 //! <state>/run/<id>/root/               mount point of the sandbox root (inside its mount ns only)
 //! ```
 
+mod adopt;
 mod cgroup;
 mod gc;
 mod lifecycle;
 mod lock;
 mod pool;
+mod resources;
 pub mod setup;
 mod users;
 
@@ -22,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 pub use cgroup::{CgroupKind, CgroupLayout};
 pub(crate) use lifecycle::NativeSandbox;
-pub use pool::StoragePool;
+pub use pool::{StoragePool, VolumeUsage};
 pub use users::IdRange;
 
 use paddock_types::ByteSize;

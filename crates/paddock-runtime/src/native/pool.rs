@@ -74,6 +74,18 @@ fn pool_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
 pub struct StoragePool {
     root: PathBuf,
     ids: IdRange,
+    /// The pool file system's UUID, naming its `/sys/fs/btrfs/<uuid>/` (quota group usage).
+    fs_uuid: String,
+}
+
+/// How much a sandbox's subvolume holds, and its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumeUsage {
+    /// Bytes the sandbox wrote that still exist (its simple-quota group's count, as of the file
+    /// system's last transaction commit).
+    pub bytes: u64,
+    /// Its disk limit.
+    pub limit: Option<u64>,
 }
 
 impl StoragePool {
@@ -83,6 +95,7 @@ impl StoragePool {
         let marker = root.join(".paddock-pool");
         if btrfs::is_btrfs(&root).unwrap_or(false) && marker.exists() {
             let pool = Self {
+                fs_uuid: fs_uuid(&root)?,
                 root: root.clone(),
                 ids,
             };
@@ -124,7 +137,11 @@ impl StoragePool {
             )
             .map_err(pool_err("write", &marker))?;
         }
-        let pool = Self { root, ids };
+        let pool = Self {
+            fs_uuid: fs_uuid(&root)?,
+            root,
+            ids,
+        };
         if !pool.template_ready() {
             pool.build_template()?;
         }
@@ -174,17 +191,36 @@ impl StoragePool {
         let path = self.volume_path(id.as_str());
         btrfs::snapshot_subvolume(&self.template(), &parent, id.as_str(), false)
             .map_err(pool_err("snapshot the template into", &path))?;
-        if let Some(limit) = disk {
-            let limit = btrfs::QgroupLimit {
-                max_exclusive: None,
-                max_referenced: Some(limit.as_u64()),
-            };
-            if let Err(e) = btrfs::set_qgroup_limit(&path, limit) {
+        if disk.is_some() {
+            if let Err(e) = self.set_disk_limit(id.as_str(), disk) {
                 let _ = self.delete_volume(id.as_str());
-                return Err(pool_err("set the disk limit on", &path)(e));
+                return Err(e);
             }
         }
         Ok(path)
+    }
+
+    /// Sets (or with `None` removes) the disk limit of sandbox `id`'s subvolume: its quota group's
+    /// referenced-bytes limit. A limit below what the sandbox holds already refuses its next writes.
+    pub fn set_disk_limit(&self, id: &str, disk: Option<ByteSize>) -> Result<(), RuntimeError> {
+        let path = self.volume_path(id);
+        let limit = btrfs::QgroupLimit {
+            max_exclusive: None,
+            max_referenced: disk.map(ByteSize::as_u64),
+        };
+        btrfs::set_qgroup_limit(&path, limit).map_err(pool_err("set the disk limit on", &path))
+    }
+
+    /// What sandbox `id`'s subvolume holds and its limit.
+    pub fn volume_usage(&self, id: &str) -> Result<VolumeUsage, RuntimeError> {
+        let path = self.volume_path(id);
+        let subvolume = btrfs::subvolume_id(&path).map_err(pool_err("inspect", &path))?;
+        let usage = btrfs::qgroup_usage(&self.fs_uuid, subvolume)
+            .map_err(pool_err("read the quota group of", &path))?;
+        Ok(VolumeUsage {
+            bytes: usage.referenced,
+            limit: usage.max_referenced,
+        })
     }
 
     /// Deletes sandbox `id`'s subvolume and its qgroup. A missing subvolume is not an error.
@@ -237,6 +273,10 @@ impl StoragePool {
         }
         Ok(())
     }
+}
+
+fn fs_uuid(root: &Path) -> Result<String, RuntimeError> {
+    btrfs::filesystem_uuid(root).map_err(pool_err("identify the file system of", root))
 }
 
 /// Creates (if needed) and loop-mounts the pool image at `root`.

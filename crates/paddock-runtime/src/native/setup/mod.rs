@@ -11,7 +11,15 @@
 //!    sibling (`CLONE_PARENT`), write its uid/gid maps, release it, wait for its exec or its error.
 //! 2. init (in the namespaces): become the namespace's root (an unprivileged host uid), hostname,
 //!    loopback, build the root (see [`plan`]), `pivot_root`, drop the capability bounding set to what
-//!    the agent needs, Landlock, `no_new_privs`, seccomp, exec the agent from its file descriptor.
+//!    the agent needs, Landlock, `no_new_privs`, seccomp, reset what the caller's process state would
+//!    otherwise pass on (open-file limit, signal dispositions and mask), exec the agent from its file
+//!    descriptor.
+//!
+//! What a sandbox never inherits from its caller (a server may have raised or changed it): the
+//! open-file limit is reset to soft [`NOFILE_SOFT`] / hard at most [`NOFILE_HARD`] (systemd's defaults
+//! for services: `select(2)`-safe by default, raisable by programs that need more); every signal
+//! disposition is reset to its default (a Rust caller ignores `SIGPIPE`, and `exec` keeps ignored
+//! signals); no signal is blocked.
 
 mod mounts;
 pub mod plan;
@@ -107,6 +115,11 @@ const AGENT_CAPS: [u32; 9] = [
     7, // CAP_SETUID
     8, // CAP_SETPCAP
 ];
+
+/// Soft `RLIMIT_NOFILE` of every sandbox's agent and workloads.
+pub const NOFILE_SOFT: u64 = 1024;
+/// Highest hard `RLIMIT_NOFILE` a sandbox gets (lower if the caller's own is lower).
+pub const NOFILE_HARD: u64 = 524_288;
 
 /// The line the caller sends once the sandbox's volume exists (it creates the volume while the shim
 /// starts, clones and maps ids, so the two overlap).
@@ -350,6 +363,7 @@ fn init(
     {
         return Err("landlock: the kernel offers Landlock but did not enforce the ruleset".into());
     }
+    limit_open_files().map_err(|e| format!("open file limit: {e}"))?;
     paddock_sys::caps::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
     let policy = paddock_sys::seccomp::default_policy();
     paddock_sys::seccomp::install(&policy).map_err(|e| format!("seccomp: {e}"))?;
@@ -362,6 +376,8 @@ fn init(
     exec::install_fd(fds.log.as_fd(), 2).map_err(|e| format!("stderr: {e}"))?;
     exec::install_fd(fds.listener.as_fd(), 3).map_err(|e| format!("listener: {e}"))?;
     exec::cloexec_from(4).map_err(|e| format!("close_range: {e}"))?;
+    exec::reset_signal_dispositions();
+    exec::unblock_all_signals().map_err(|e| format!("signal mask: {e}"))?;
     let err = exec::exec_fd(
         agent.as_fd(),
         &[
@@ -374,4 +390,39 @@ fn init(
         &["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"],
     );
     Err(format!("failed to exec the agent: {err}"))
+}
+
+/// Sets `RLIMIT_NOFILE` to [`NOFILE_SOFT`] / [`NOFILE_HARD`] (each capped by the current hard limit:
+/// lowering needs no privilege, raising would).
+fn limit_open_files() -> io::Result<()> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let (soft, hard) = nofile_limits(getrlimit(Resource::Nofile).maximum);
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(soft),
+            maximum: Some(hard),
+        },
+    )?;
+    Ok(())
+}
+
+/// The (soft, hard) open-file limits for a sandbox whose caller's hard limit is `caller_hard`
+/// (`None`: unlimited).
+fn nofile_limits(caller_hard: Option<u64>) -> (u64, u64) {
+    let hard = caller_hard.map_or(NOFILE_HARD, |h| h.min(NOFILE_HARD));
+    (NOFILE_SOFT.min(hard), hard)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_file_limits_are_reset_not_inherited() {
+        assert_eq!(nofile_limits(Some(1 << 20)), (1024, 524_288));
+        assert_eq!(nofile_limits(None), (1024, 524_288));
+        assert_eq!(nofile_limits(Some(4096)), (1024, 4096));
+        assert_eq!(nofile_limits(Some(512)), (512, 512));
+    }
 }

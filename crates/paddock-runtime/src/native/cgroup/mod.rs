@@ -2,7 +2,11 @@
 //!
 //! Every sandbox gets one cgroup per hierarchy, named after its id under a `paddock` parent. The setup
 //! shim joins them before creating the sandbox's namespaces, so every process of the sandbox, however
-//! it daemonizes, stays inside and is killed with it.
+//! it daemonizes, stays inside and is killed with it. Limits are written at creation and may change
+//! while the sandbox runs (`limits.rs`); usage counters are read from the same cgroups (`usage.rs`).
+
+mod limits;
+mod usage;
 
 use std::fs;
 use std::io;
@@ -14,7 +18,6 @@ use paddock_types::{Limits, SandboxId};
 use crate::RuntimeError;
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
-const CPU_PERIOD_US: u64 = 100_000;
 
 /// The cgroups paddock manages: the host's cgroup interface and the name of the parent cgroup its
 /// sandboxes live under (`paddock` by default; separate instances or test runs use their own).
@@ -46,12 +49,17 @@ pub enum CgroupKind {
     },
 }
 
-/// The cgroups of one sandbox.
+/// The cgroups of one sandbox. On pure v2 the memory, pids and cpu directories are one and the same.
 #[derive(Debug, Clone)]
 pub struct SandboxCgroup {
-    dirs: Vec<PathBuf>,
-    /// A v2 cgroup whose `cgroup.kill` ends every process.
-    kill_dir: Option<PathBuf>,
+    /// Pure cgroup v2.
+    v2: bool,
+    memory: PathBuf,
+    pids: PathBuf,
+    cpu: PathBuf,
+    /// A cgroup2 directory (the sandbox's cgroup on v2, its controller-less one on hybrid v1): it has
+    /// `cgroup.kill` and the `cpu.stat` CPU time counters.
+    unified: Option<PathBuf>,
 }
 
 fn io_err<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(io::Error) -> RuntimeError + 'a {
@@ -143,13 +151,31 @@ impl CgroupLayout {
 
     /// The cgroups of sandbox `id` (whether or not they exist).
     pub fn sandbox(&self, id: &str) -> SandboxCgroup {
-        let dirs: Vec<PathBuf> = self.parents().into_iter().map(|p| p.join(id)).collect();
-        let kill_dir = match &self.kind {
-            CgroupKind::V2 { root } => Some(root.join(&self.parent).join(id)),
-            CgroupKind::V1 { unified: Some(u), .. } => Some(u.join(&self.parent).join(id)),
-            CgroupKind::V1 { unified: None, .. } => None,
-        };
-        SandboxCgroup { dirs, kill_dir }
+        let p = &self.parent;
+        match &self.kind {
+            CgroupKind::V2 { root } => {
+                let dir = root.join(p).join(id);
+                SandboxCgroup {
+                    v2: true,
+                    memory: dir.clone(),
+                    pids: dir.clone(),
+                    cpu: dir.clone(),
+                    unified: Some(dir),
+                }
+            }
+            CgroupKind::V1 {
+                memory,
+                pids,
+                cpu,
+                unified,
+            } => SandboxCgroup {
+                v2: false,
+                memory: memory.join(p).join(id),
+                pids: pids.join(p).join(id),
+                cpu: cpu.join(p).join(id),
+                unified: unified.as_ref().map(|u| u.join(p).join(id)),
+            },
+        }
     }
 
     /// Ids of every sandbox cgroup that exists (for garbage collection).
@@ -199,68 +225,42 @@ impl CgroupLayout {
     pub fn create(&self, id: &SandboxId, limits: &Limits) -> Result<SandboxCgroup, RuntimeError> {
         self.ensure_parents()?;
         let cg = self.sandbox(id.as_str());
-        for dir in &cg.dirs {
+        for dir in cg.dirs() {
             fs::create_dir(dir).map_err(io_err(dir, "create"))?;
         }
-        let applied = self.apply_limits(&cg, limits);
+        let applied = cg.set_limits(limits);
         if applied.is_err() {
             let _ = cg.remove();
         }
         applied.map(|()| cg)
     }
-
-    fn apply_limits(&self, cg: &SandboxCgroup, limits: &Limits) -> Result<(), RuntimeError> {
-        let dir = |i: usize| cg.dirs[i].clone();
-        match &self.kind {
-            CgroupKind::V2 { .. } => {
-                let d = dir(0);
-                if let Some(m) = limits.memory {
-                    write_file(&d.join("memory.max"), &m.as_u64().to_string())?;
-                    let swap = d.join("memory.swap.max");
-                    if swap.exists() {
-                        write_file(&swap, "0")?;
-                    }
-                }
-                if let Some(p) = limits.pids {
-                    write_file(&d.join("pids.max"), &p.to_string())?;
-                }
-                if let Some(c) = limits.cpus {
-                    write_file(
-                        &d.join("cpu.max"),
-                        &format!("{} {CPU_PERIOD_US}", c.quota_us(CPU_PERIOD_US)),
-                    )?;
-                }
-            }
-            CgroupKind::V1 { .. } => {
-                if let Some(m) = limits.memory {
-                    let d = dir(0);
-                    write_file(&d.join("memory.limit_in_bytes"), &m.as_u64().to_string())?;
-                    let memsw = d.join("memory.memsw.limit_in_bytes");
-                    if memsw.exists() {
-                        write_file(&memsw, &m.as_u64().to_string())?;
-                    }
-                }
-                if let Some(p) = limits.pids {
-                    write_file(&dir(1).join("pids.max"), &p.to_string())?;
-                }
-                if let Some(c) = limits.cpus {
-                    let d = dir(2);
-                    write_file(&d.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
-                    write_file(
-                        &d.join("cpu.cfs_quota_us"),
-                        &c.quota_us(CPU_PERIOD_US).to_string(),
-                    )?;
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 impl SandboxCgroup {
+    /// Every directory of the sandbox's cgroups, once each.
+    fn dirs(&self) -> Vec<&Path> {
+        if self.v2 {
+            return vec![&self.memory];
+        }
+        let mut dirs = vec![self.memory.as_path(), &self.pids, &self.cpu];
+        dirs.extend(self.unified.as_deref());
+        dirs
+    }
+
+    /// Whether any of the sandbox's cgroup directories exists.
+    pub fn exists(&self) -> bool {
+        self.dirs().iter().any(|d| d.exists())
+    }
+
     /// The `cgroup.procs` files a process writes its pid into to join every hierarchy.
     pub fn procs_files(&self) -> Vec<PathBuf> {
-        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+        self.dirs().iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    /// Whether process `pid` is in the sandbox's (memory) cgroup.
+    pub fn contains(&self, pid: i32) -> bool {
+        fs::read_to_string(self.memory.join("cgroup.procs"))
+            .is_ok_and(|s| s.lines().any(|l| l.trim().parse() == Ok(pid)))
     }
 
     /// Pids of every process in the sandbox's cgroups.
@@ -279,7 +279,7 @@ impl SandboxCgroup {
     /// Kills every process in the sandbox and waits (up to `deadline`) until none is left.
     pub fn kill_all(&self, deadline: Duration) -> Result<(), RuntimeError> {
         let start = Instant::now();
-        if let Some(k) = &self.kill_dir {
+        if let Some(k) = &self.unified {
             let kill = k.join("cgroup.kill");
             if kill.exists() {
                 let _ = fs::write(&kill, "1");
@@ -309,7 +309,7 @@ impl SandboxCgroup {
     /// Removes the cgroup directories (they must be empty of processes). Missing ones are fine.
     pub fn remove(&self) -> Result<(), RuntimeError> {
         let mut first_err = None;
-        for dir in &self.dirs {
+        for dir in self.dirs() {
             // A cgroup whose last process just exited can report EBUSY for a moment.
             let mut tries = 0;
             loop {
