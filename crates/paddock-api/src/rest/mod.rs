@@ -1,0 +1,9 @@
+//! The REST API's handlers, one module per area. Each handler authenticates, extracts and makes one
+//! call into `SandboxService`; none holds a business rule.
+
+pub(crate) mod admin;
+pub(crate) mod files;
+pub(crate) mod meta;
+pub(crate) mod processes;
+pub(crate) mod sandboxes;
+pub(crate) mod ws;

@@ -1,0 +1,344 @@
+//! The route table, the router built from it and the OpenAPI document generated from it.
+//!
+//! There is one table ([`route_table`]): each entry is a handler whose `#[utoipa::path]` attribute
+//! gives its method and path, and `utoipa_axum` registers it in the router and in the document at
+//! once, so a route cannot be served undocumented or documented unserved (a test checks both ways).
+
+use std::sync::OnceLock;
+
+use axum::extract::FromRef;
+use axum::http::{Method, Uri};
+use axum::Router;
+use paddock_control::SandboxService;
+use paddock_types::api::{ApiErrorBody, ErrorCode, ExecEvent, WatchEvent};
+use tower_http::catch_panic::CatchPanicLayer;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::rest::{admin, files, meta, processes, sandboxes, ws};
+use crate::{observe, ApiError};
+
+/// The API's router: every route of the table, JSON answers for unknown endpoints (404) and methods
+/// (405), panics turned into `500 internal`, and every request traced and counted with the service.
+/// Serve it with `axum::serve`, or drive it in tests with `tower::ServiceExt::oneshot`.
+pub fn router(service: SandboxService) -> Router {
+    let (routes, _) = route_table::<SandboxService>().split_for_parts();
+    observe::observed(finish(routes), service.clone()).with_state(service)
+}
+
+/// The OpenAPI 3.1 document of [`router`] (served at `/openapi.json`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    route_table::<SandboxService>().into_openapi()
+}
+
+/// The document as served: pretty JSON, built once.
+pub(crate) fn openapi_text() -> String {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| {
+        openapi().to_pretty_json().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "failed to serialize the OpenAPI document");
+            "{}".to_owned()
+        })
+    })
+    .clone()
+}
+
+/// Every route. Generic over the router state so tests can route requests without a live service
+/// (handlers only ask the state for the service after authentication succeeded).
+fn route_table<S>() -> OpenApiRouter<S>
+where
+    S: Clone + Send + Sync + 'static,
+    SandboxService: FromRef<S>,
+{
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(meta::healthz))
+        .routes(routes!(meta::metrics))
+        .routes(routes!(meta::openapi_json))
+        .routes(routes!(meta::list_templates))
+        .routes(routes!(sandboxes::create_sandbox))
+        .routes(routes!(sandboxes::list_sandboxes))
+        .routes(routes!(sandboxes::get_sandbox))
+        .routes(routes!(sandboxes::kill_sandbox))
+        .routes(routes!(sandboxes::set_timeout))
+        .routes(routes!(sandboxes::sandbox_usage))
+        .routes(routes!(processes::exec))
+        .routes(routes!(ws::exec_ws))
+        .routes(routes!(processes::list_processes))
+        .routes(routes!(processes::process_output))
+        .routes(routes!(processes::write_stdin))
+        .routes(routes!(processes::signal_process))
+        .routes(routes!(processes::kill_process))
+        .routes(routes!(processes::resize_pty))
+        .routes(routes!(ws::pty_ws))
+        .routes(routes!(files::read_file))
+        .routes(routes!(files::write_file))
+        .routes(routes!(files::remove_file))
+        .routes(routes!(files::list_dir))
+        .routes(routes!(files::stat_file))
+        .routes(routes!(files::make_dir))
+        .routes(routes!(files::rename_file))
+        .routes(routes!(files::download_tar))
+        .routes(routes!(files::upload_tar))
+        .routes(routes!(files::watch_dir))
+        .routes(routes!(admin::query_audit))
+        .routes(routes!(admin::verify_audit))
+        .routes(routes!(admin::create_key))
+        .routes(routes!(admin::list_keys))
+        .routes(routes!(admin::revoke_key))
+        .routes(routes!(admin::list_tenants))
+        .routes(routes!(admin::get_tenant))
+        .routes(routes!(admin::set_tenant_quota))
+}
+
+/// What every router gets besides its routes: the JSON fallbacks and the panic guard.
+pub(crate) fn finish<S: Clone + Send + Sync + 'static>(routes: Router<S>) -> Router<S> {
+    routes
+        .fallback(no_such_endpoint)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(CatchPanicLayer::custom(crate::error::panic_response))
+}
+
+async fn no_such_endpoint(method: Method, uri: Uri) -> ApiError {
+    ApiError::no_such_endpoint(method.as_str(), uri.path())
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), uri.path())
+}
+
+/// The document's frame; the paths and their schemas come from the route table.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "paddock",
+        version = "v1",
+        description = "The paddock control plane: disposable Linux sandboxes for AI agents. Every \
+            endpoint but `/healthz` needs an API key, as `Authorization: Bearer <key>` or `X-API-Key: \
+            <key>`. Every error is an `ApiErrorBody` whose `code` is stable.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0"),
+    ),
+    modifiers(&SecuritySchemes),
+    security(("bearer" = []), ("api_key" = [])),
+    tags(
+        (name = "meta", description = "Health, metrics and this document"),
+        (name = "sandboxes", description = "Sandbox lifecycle"),
+        (name = "processes", description = "Running and talking to processes"),
+        (name = "files", description = "Files inside a sandbox"),
+        (name = "admin", description = "Audit log, API keys and tenants"),
+    ),
+    components(
+        schemas(ApiErrorBody, ErrorCode, ExecEvent, WatchEvent, ws::WsClientMessage),
+        responses(ApiError),
+    )
+)]
+struct ApiDoc;
+
+/// Adds the two ways of presenting a key.
+struct SecuritySchemes;
+
+impl utoipa::Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        components.add_security_scheme(
+            "api_key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-API-Key"))),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use axum::body::Body;
+    use axum::http::{Request, StatusCode};
+    use http_body_util::BodyExt as _;
+    use tower::ServiceExt as _;
+
+    use super::*;
+
+    /// A router state without a service: enough to route and to refuse unauthenticated requests.
+    #[derive(Debug, Clone)]
+    struct NoService;
+
+    impl FromRef<NoService> for SandboxService {
+        fn from_ref(_: &NoService) -> Self {
+            panic!("an unauthenticated request reached the service");
+        }
+    }
+
+    fn app() -> Router {
+        let (routes, _) = route_table::<NoService>().split_for_parts();
+        finish(routes).with_state(NoService)
+    }
+
+    /// The API as specified: (method, path template).
+    const EXPECTED: &[(&str, &str)] = &[
+        ("GET", "/healthz"),
+        ("GET", "/metrics"),
+        ("GET", "/openapi.json"),
+        ("GET", "/v1/templates"),
+        ("POST", "/v1/sandboxes"),
+        ("GET", "/v1/sandboxes"),
+        ("GET", "/v1/sandboxes/{id}"),
+        ("DELETE", "/v1/sandboxes/{id}"),
+        ("POST", "/v1/sandboxes/{id}/timeout"),
+        ("GET", "/v1/sandboxes/{id}/usage"),
+        ("POST", "/v1/sandboxes/{id}/exec"),
+        ("GET", "/v1/sandboxes/{id}/exec/ws"),
+        ("GET", "/v1/sandboxes/{id}/processes"),
+        ("GET", "/v1/sandboxes/{id}/processes/{pid}/output"),
+        ("POST", "/v1/sandboxes/{id}/processes/{pid}/stdin"),
+        ("POST", "/v1/sandboxes/{id}/processes/{pid}/signal"),
+        ("POST", "/v1/sandboxes/{id}/processes/{pid}/kill"),
+        ("POST", "/v1/sandboxes/{id}/processes/{pid}/resize"),
+        ("GET", "/v1/sandboxes/{id}/pty"),
+        ("GET", "/v1/sandboxes/{id}/files"),
+        ("PUT", "/v1/sandboxes/{id}/files"),
+        ("DELETE", "/v1/sandboxes/{id}/files"),
+        ("GET", "/v1/sandboxes/{id}/files/list"),
+        ("GET", "/v1/sandboxes/{id}/files/stat"),
+        ("POST", "/v1/sandboxes/{id}/files/mkdir"),
+        ("POST", "/v1/sandboxes/{id}/files/rename"),
+        ("GET", "/v1/sandboxes/{id}/files/tar"),
+        ("PUT", "/v1/sandboxes/{id}/files/tar"),
+        ("GET", "/v1/sandboxes/{id}/files/watch"),
+        ("GET", "/v1/audit"),
+        ("GET", "/v1/audit/verify"),
+        ("POST", "/v1/keys"),
+        ("GET", "/v1/keys"),
+        ("DELETE", "/v1/keys/{key_id}"),
+        ("GET", "/v1/tenants"),
+        ("GET", "/v1/tenants/{name}"),
+        ("PUT", "/v1/tenants/{name}/quota"),
+    ];
+
+    const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];
+
+    fn documented() -> BTreeSet<(String, String)> {
+        let doc = serde_json::to_value(openapi()).expect("document serializes");
+        let paths = doc["paths"].as_object().expect("paths");
+        let mut routes = BTreeSet::new();
+        for (path, item) in paths {
+            for method in item.as_object().expect("path item").keys() {
+                let method = method.to_ascii_uppercase();
+                if METHODS.contains(&method.as_str()) {
+                    routes.insert((method, path.clone()));
+                }
+            }
+        }
+        routes
+    }
+
+    fn concrete(template: &str) -> String {
+        template
+            .replace("{id}", "sb-1")
+            .replace("{pid}", "42")
+            .replace("{key_id}", "key-1")
+            .replace("{name}", "acme")
+    }
+
+    async fn call(app: &Router, method: &str, path: &str) -> (StatusCode, serde_json::Value) {
+        let response = app
+            .clone()
+            .oneshot(
+                Request::builder()
+                    .method(method)
+                    .uri(path)
+                    .body(Body::empty())
+                    .expect("request"),
+            )
+            .await
+            .expect("infallible");
+        let status = response.status();
+        let bytes = response.into_body().collect().await.expect("body").to_bytes();
+        let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+        (status, json)
+    }
+
+    #[test]
+    fn the_document_lists_exactly_the_specified_routes() {
+        let expected: BTreeSet<(String, String)> = EXPECTED
+            .iter()
+            .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
+            .collect();
+        assert_eq!(expected.len(), EXPECTED.len(), "duplicates in EXPECTED");
+        let documented = documented();
+        let missing: Vec<_> = expected.difference(&documented).collect();
+        let extra: Vec<_> = documented.difference(&expected).collect();
+        assert!(missing.is_empty(), "specified but not documented: {missing:?}");
+        assert!(extra.is_empty(), "documented but not specified: {extra:?}");
+    }
+
+    #[tokio::test]
+    async fn every_documented_route_is_served_and_no_other_method() {
+        let app = app();
+        let documented = documented();
+        let paths: BTreeSet<&String> = documented.iter().map(|(_, p)| p).collect();
+        for path in paths {
+            let uri = concrete(path);
+            for method in METHODS {
+                let (status, body) = call(&app, method, &uri).await;
+                if documented.contains(&(method.to_owned(), path.clone())) {
+                    if path == "/healthz" {
+                        assert_eq!(status, StatusCode::OK);
+                        assert_eq!(body, serde_json::json!({"status": "ok"}));
+                    } else {
+                        assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}: {body}");
+                        assert_eq!(body["code"], "unauthorized");
+                    }
+                } else {
+                    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}: {body}");
+                    assert_eq!(body["code"], "invalid_request");
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_endpoints_answer_json() {
+        let app = app();
+        let (status, body) = call(&app, "GET", "/v2/sandboxes?x=1").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(
+            body,
+            serde_json::json!({"code": "invalid_request", "message": "no such endpoint: GET /v2/sandboxes"})
+        );
+        let (status, body) = call(&app, "POST", "/healthz").await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(body["message"], "method not allowed: POST /healthz");
+        let (status, _) = call(&app, "GET", "/v1/sandboxes/a/b/c/d").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn the_document_is_openapi_3_1_with_key_security() {
+        let doc = serde_json::to_value(openapi()).expect("document serializes");
+        assert!(doc["openapi"].as_str().expect("version").starts_with("3.1"));
+        let schemes = &doc["components"]["securitySchemes"];
+        assert_eq!(schemes["bearer"]["scheme"], "bearer");
+        assert_eq!(schemes["api_key"]["name"], "X-API-Key");
+        assert_eq!(
+            doc["paths"]["/healthz"]["get"]["security"],
+            serde_json::json!([{}])
+        );
+        for (_, path) in documented() {
+            for (method, op) in doc["paths"][&path].as_object().expect("item") {
+                assert!(
+                    op["operationId"].is_string(),
+                    "{method} {path} has no operation id"
+                );
+                assert!(
+                    op["tags"].as_array().is_some_and(|t| !t.is_empty()),
+                    "{method} {path} untagged"
+                );
+            }
+        }
+    }
+}
