@@ -2,58 +2,226 @@
 
 use std::time::Duration;
 
+use paddock_store::{ApiKeyRecord, AuditFilter, TenantQuota, TenantRecord};
 use paddock_types::api::{
-    AuditPage, AuditQuery, AuditVerification, CreateKeyRequest, CreatedKey, ErrorCode, KeyList, TenantInfo,
-    TenantList, TenantQuotaBody,
+    AuditPage, AuditQuery, AuditRecord, AuditVerification, BrokenAuditRow, CreateKeyRequest, CreatedKey,
+    ErrorCode, KeyInfo, KeyList, TenantInfo, TenantList, TenantQuotaBody, TenantUsageBody,
 };
+use paddock_types::{ByteSize, CpuQuota};
 
+use crate::service::{lock, now_ms, parse_rfc3339, rfc3339, AuditEntry};
 use crate::{Principal, SandboxService, ServiceError};
 
-fn pending() -> ServiceError {
-    ServiceError::new(ErrorCode::Unsupported, "not implemented yet")
+/// The tenant the first admin key belongs to.
+pub const ADMIN_TENANT: &str = "admin";
+const MAX_TENANT_LEN: usize = 64;
+
+fn forbidden(what: &str) -> ServiceError {
+    ServiceError::new(ErrorCode::Forbidden, format!("{what} needs an admin key"))
+}
+
+fn require_admin(p: &Principal, what: &str) -> Result<(), ServiceError> {
+    if p.admin {
+        Ok(())
+    } else {
+        Err(forbidden(what))
+    }
+}
+
+/// Tenant names: 1-64 of `[a-z0-9_-]`, starting with a letter or digit.
+pub(crate) fn check_tenant(field: &str, name: &str) -> Result<(), ServiceError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_TENANT_LEN
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(ServiceError::invalid(
+            field,
+            format!(
+                "{name:?} is not a tenant name: use 1-{MAX_TENANT_LEN} characters of a-z, 0-9, '-' and '_'"
+            ),
+        ))
+    }
+}
+
+fn key_info(k: ApiKeyRecord) -> KeyInfo {
+    KeyInfo {
+        id: k.id,
+        tenant: k.tenant,
+        name: Some(k.name).filter(|n| !n.is_empty()),
+        admin: k.admin,
+        created_at: rfc3339(k.created_at_ms),
+        revoked_at: k.revoked_at_ms.map(rfc3339),
+        last_used_at: k.last_used_at_ms.map(rfc3339),
+    }
+}
+
+fn quota_body(q: &TenantQuota) -> TenantQuotaBody {
+    TenantQuotaBody {
+        max_sandboxes: q.max_sandboxes,
+        max_memory: q.max_memory_bytes.map(ByteSize::bytes),
+        max_cpus: q
+            .max_cpu_millis
+            .and_then(|m| CpuQuota::try_from(f64::from(m) / 1000.0).ok()),
+    }
 }
 
 impl SandboxService {
     /// Resolves an API key (the bare key, as sent in `Authorization: Bearer <key>` or `X-API-Key`).
     /// Failures are audited and answered `unauthorized`.
     pub async fn authenticate(&self, key: &str) -> Result<Principal, ServiceError> {
-        let _ = key;
-        Err(pending())
+        let text = key.to_owned();
+        let record = self
+            .db("check an API key", move |s| s.authenticate(&text, now_ms()))
+            .await?;
+        match record {
+            Some(k) => Ok(Principal {
+                tenant: k.tenant,
+                key_id: k.id,
+                admin: k.admin,
+            }),
+            None => {
+                // The key id part (never the secret) helps tell a revoked key from garbage.
+                let key_id = key
+                    .strip_prefix("pdk_")
+                    .and_then(|rest| rest.split('_').next())
+                    .filter(|id| id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+                    .map(str::to_owned);
+                let entry = AuditEntry::system("auth.failed", None, None)
+                    .outcome("unauthorized")
+                    .detail(serde_json::json!({ "key_id": key_id }));
+                self.audit(entry).await?;
+                Err(ServiceError::new(
+                    ErrorCode::Unauthorized,
+                    "invalid or revoked API key",
+                ))
+            }
+        }
     }
 
     /// Creates the first admin key if no active admin key exists (first start); `None` otherwise.
     pub async fn bootstrap_admin_key(&self) -> Result<Option<CreatedKey>, ServiceError> {
-        Err(pending())
+        let created = self
+            .db("create the first admin key", |s| {
+                if s.count_admin_keys()? > 0 {
+                    return Ok(None);
+                }
+                s.create_api_key(ADMIN_TENANT, "bootstrap admin", true, now_ms())
+                    .map(Some)
+            })
+            .await?;
+        let Some((record, key)) = created else {
+            return Ok(None);
+        };
+        self.audit(
+            AuditEntry::system("key.create", Some(record.tenant.clone()), None)
+                .detail(serde_json::json!({ "key_id": record.id, "admin": true, "via": "bootstrap" })),
+        )
+        .await?;
+        Ok(Some(CreatedKey {
+            id: record.id,
+            tenant: record.tenant,
+            key,
+            admin: true,
+        }))
     }
 
     /// Creates an API key (admin).
     pub async fn create_key(&self, p: &Principal, req: CreateKeyRequest) -> Result<CreatedKey, ServiceError> {
-        let _ = (p, req);
-        Err(pending())
+        require_admin(p, "creating keys")?;
+        check_tenant("tenant", &req.tenant)?;
+        let name = req.name.clone().unwrap_or_default();
+        if name.len() > 256 {
+            return Err(ServiceError::invalid("name", "at most 256 bytes"));
+        }
+        let (tenant, admin) = (req.tenant.clone(), req.admin);
+        let (record, key) = self
+            .db("create an API key", move |s| {
+                s.create_api_key(&tenant, &name, admin, now_ms())
+            })
+            .await?;
+        self.audit(
+            AuditEntry::ok(p, "key.create", None).detail(
+                serde_json::json!({ "key_id": record.id, "for_tenant": record.tenant, "admin": admin }),
+            ),
+        )
+        .await?;
+        Ok(CreatedKey {
+            id: record.id,
+            tenant: record.tenant,
+            key,
+            admin,
+        })
     }
 
     /// Lists keys: every key for an admin, the tenant's own keys otherwise.
     pub async fn list_keys(&self, p: &Principal) -> Result<KeyList, ServiceError> {
-        let _ = p;
-        Err(pending())
+        let tenant = (!p.admin).then(|| p.tenant.clone());
+        let keys = self
+            .db("list API keys", move |s| s.list_api_keys(tenant.as_deref()))
+            .await?;
+        Ok(KeyList {
+            keys: keys.into_iter().map(key_info).collect(),
+        })
     }
 
     /// Revokes a key (admin).
     pub async fn revoke_key(&self, p: &Principal, key_id: &str) -> Result<(), ServiceError> {
-        let _ = (p, key_id);
-        Err(pending())
+        require_admin(p, "revoking keys")?;
+        let id = key_id.to_owned();
+        let revoked = self
+            .db("revoke an API key", move |s| s.revoke_api_key(&id, now_ms()))
+            .await?;
+        if !revoked {
+            return Err(ServiceError::new(
+                ErrorCode::KeyNotFound,
+                format!("no active key {key_id}"),
+            ));
+        }
+        self.audit(AuditEntry::ok(p, "key.revoke", None).detail(serde_json::json!({ "key_id": key_id })))
+            .await
+    }
+
+    async fn tenant_info(&self, record: TenantRecord) -> Result<TenantInfo, ServiceError> {
+        let name = record.name.clone();
+        let usage = self
+            .db("read a tenant's usage", move |s| s.tenant_usage(&name))
+            .await?;
+        Ok(TenantInfo {
+            name: record.name,
+            quota: quota_body(&record.quota),
+            usage: TenantUsageBody {
+                sandboxes: usage.sandboxes,
+                memory_bytes: usage.memory_bytes,
+                cpus: usage.cpu_millis as f64 / 1000.0,
+            },
+        })
     }
 
     /// Every tenant (admin).
     pub async fn list_tenants(&self, p: &Principal) -> Result<TenantList, ServiceError> {
-        let _ = p;
-        Err(pending())
+        require_admin(p, "listing tenants")?;
+        let records = self.db("list tenants", |s| s.list_tenants()).await?;
+        let mut tenants = Vec::with_capacity(records.len());
+        for r in records {
+            tenants.push(self.tenant_info(r).await?);
+        }
+        Ok(TenantList { tenants })
     }
 
     /// One tenant (admin, or the tenant itself).
     pub async fn get_tenant(&self, p: &Principal, name: &str) -> Result<TenantInfo, ServiceError> {
-        let _ = (p, name);
-        Err(pending())
+        let not_found = || ServiceError::new(ErrorCode::InvalidRequest, format!("no tenant {name:?}"));
+        if !p.admin && p.tenant != name {
+            return Err(forbidden("reading another tenant"));
+        }
+        let n = name.to_owned();
+        let record = self.db("read a tenant", move |s| s.get_tenant(&n)).await?;
+        self.tenant_info(record.ok_or_else(not_found)?).await
     }
 
     /// Sets a tenant's quota (admin); creates the tenant if new.
@@ -63,31 +231,135 @@ impl SandboxService {
         name: &str,
         quota: TenantQuotaBody,
     ) -> Result<TenantInfo, ServiceError> {
-        let _ = (p, name, quota);
-        Err(pending())
+        require_admin(p, "setting quotas")?;
+        check_tenant("name", name)?;
+        let q = TenantQuota {
+            max_sandboxes: quota.max_sandboxes,
+            max_memory_bytes: quota.max_memory.map(u64::from),
+            max_cpu_millis: quota.max_cpus.map(|c| c.millicpus()),
+        };
+        let n = name.to_owned();
+        let record = self
+            .db("set a tenant's quota", move |s| {
+                s.set_tenant_quota(&n, &q, now_ms())
+            })
+            .await?;
+        self.audit(AuditEntry::ok(p, "tenant.quota", None).detail(serde_json::json!({
+            "for_tenant": name,
+            "max_sandboxes": q.max_sandboxes,
+            "max_memory_bytes": q.max_memory_bytes,
+            "max_cpu_millis": q.max_cpu_millis,
+        })))
+        .await?;
+        self.tenant_info(record).await
     }
 
     /// Audit rows (the caller's tenant only, unless admin).
     pub async fn query_audit(&self, p: &Principal, q: AuditQuery) -> Result<AuditPage, ServiceError> {
-        let _ = (p, q);
-        Err(pending())
+        let tenant = match (&q.tenant, p.admin) {
+            (Some(t), true) => Some(t.clone()),
+            (None, true) => None,
+            (Some(t), false) if *t != p.tenant => {
+                return Err(forbidden("reading another tenant's audit log"))
+            }
+            (_, false) => Some(p.tenant.clone()),
+        };
+        let limit = q.limit.unwrap_or(100);
+        if !(1..=1000).contains(&limit) {
+            return Err(ServiceError::invalid("limit", "limit must be between 1 and 1000"));
+        }
+        let filter = AuditFilter {
+            tenant,
+            sandbox_id: q.sandbox.clone(),
+            action: q.action.clone(),
+            since_ms: q
+                .since
+                .as_deref()
+                .map(|t| parse_rfc3339("since", t))
+                .transpose()?,
+            until_ms: q
+                .until
+                .as_deref()
+                .map(|t| parse_rfc3339("until", t))
+                .transpose()?,
+            after_seq: q.after_seq,
+            limit: limit + 1,
+        };
+        let mut rows = self
+            .db("read the audit log", move |s| s.query_audit(&filter))
+            .await?;
+        let next_after_seq = if rows.len() > limit as usize {
+            rows.truncate(limit as usize);
+            rows.last().map(|r| r.seq)
+        } else {
+            None
+        };
+        Ok(AuditPage {
+            records: rows
+                .into_iter()
+                .map(|r| AuditRecord {
+                    seq: r.seq,
+                    time: rfc3339(r.ts_ms),
+                    tenant: r.tenant,
+                    key_id: r.key_id,
+                    action: r.action,
+                    sandbox_id: r.sandbox_id,
+                    outcome: r.outcome,
+                    detail: r.detail,
+                    prev_hash: r.prev_hash,
+                    hash: r.hash,
+                })
+                .collect(),
+            next_after_seq,
+        })
     }
 
     /// Checks the audit chain (admin).
     pub async fn verify_audit(&self, p: &Principal) -> Result<AuditVerification, ServiceError> {
-        let _ = p;
-        Err(pending())
+        require_admin(p, "verifying the audit log")?;
+        let v = self.db("verify the audit log", |s| s.verify_audit()).await?;
+        Ok(AuditVerification {
+            ok: v.is_intact(),
+            rows_checked: v.rows_checked,
+            first_broken: v.first_broken.map(|b| BrokenAuditRow {
+                seq: b.seq,
+                reason: b.reason,
+            }),
+        })
     }
 
     /// The Prometheus text exposition (admin).
     pub fn render_metrics(&self, p: &Principal) -> Result<String, ServiceError> {
-        let _ = p;
-        Err(pending())
+        require_admin(p, "reading metrics")?;
+        let (mut warm, mut running) = (0i64, 0i64);
+        for sb in lock(&self.inner.live).values() {
+            if sb.is_warm() {
+                warm += 1;
+            } else {
+                running += 1;
+            }
+        }
+        let metrics = &self.inner.metrics;
+        metrics.set_sandboxes("warm", warm);
+        metrics.set_sandboxes("running", running);
+        for (name, t) in &self.inner.config.templates {
+            if t.warm_pool_size > 0 {
+                metrics.set_pool_size(name, self.warm_count(name) as i64);
+            }
+        }
+        metrics
+            .render()
+            .map_err(|e| ServiceError::internal("render metrics", &e))
     }
 
     /// Counts one HTTP request in the metrics (called by the front-end's middleware); `route` is the
     /// route template (`/v1/sandboxes/{id}`), never the concrete path.
     pub fn record_request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
-        let _ = (method, route, status, elapsed);
+        self.inner.metrics.observe_request(method, route, status, elapsed);
+    }
+
+    /// Counts one error response by code (called by the front-end for every error it answers).
+    pub fn record_error(&self, code: ErrorCode) {
+        self.inner.metrics.count_error(code.as_str());
     }
 }

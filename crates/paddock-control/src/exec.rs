@@ -1,15 +1,31 @@
 //! Processes: exec, re-attach, stdin, signals, PTY size.
+//!
+//! Every process started through the API is followed by a monitor task on the sandbox's shared
+//! agent connection: it forwards events to the API caller (foreground), counts bytes, and writes the
+//! `process.exit` audit row whether or not anybody is still listening. A foreground caller that goes
+//! away (its stream dropped) gets its process tree killed.
+
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
+use paddock_protocol::{CommandSpec, ExitStatus, PtySize, SpawnRequest, Stream};
+use paddock_runtime::agent_client::{AgentClient, AgentClientError, ProcessEvent, ProcessEvents};
 use paddock_types::api::{
-    AttachQuery, ErrorCode, ExecRequest, KillRequest, ProcessList, PtySizeBody, SignalRequest, StreamData,
+    AttachQuery, ErrorCode, ExecEvent, ExecRequest, ExitInfo, KillRequest, ProcessCommand, ProcessInfo,
+    ProcessList, PtySizeBody, SignalRequest, StreamData,
 };
+use tokio::sync::mpsc;
 
+use crate::live::LiveSandbox;
+use crate::service::{rfc3339, AuditEntry};
+use crate::signals::parse_signal;
 use crate::{ExecStream, Principal, SandboxService, ServiceError};
 
-fn pending() -> ServiceError {
-    ServiceError::new(ErrorCode::Unsupported, "not implemented yet")
-}
+/// Events buffered between a process's monitor and its API stream.
+const STREAM_QUEUE: usize = 64;
+const MAX_ARGV: usize = 4096;
+const MAX_TAG_LEN: usize = 256;
 
 /// The bytes of a [`StreamData`] (decoding `data_b64` when that is how they came).
 pub fn stream_bytes(data: &StreamData) -> Vec<u8> {
@@ -23,16 +39,342 @@ pub fn stream_bytes(data: &StreamData) -> Vec<u8> {
     }
 }
 
+/// Output bytes as a [`StreamData`]: text when valid UTF-8, base64 otherwise.
+pub(crate) fn stream_data(offset: u64, data: &[u8]) -> StreamData {
+    use base64::Engine as _;
+    match std::str::from_utf8(data) {
+        Ok(text) => StreamData {
+            offset,
+            data: Some(text.to_owned()),
+            data_b64: None,
+        },
+        Err(_) => StreamData {
+            offset,
+            data: None,
+            data_b64: Some(base64::engine::general_purpose::STANDARD.encode(data)),
+        },
+    }
+}
+
+pub(crate) fn output_event(stream: Stream, offset: u64, data: &[u8]) -> ExecEvent {
+    let d = stream_data(offset, data);
+    match stream {
+        Stream::Stdout => ExecEvent::Stdout(d),
+        Stream::Stderr => ExecEvent::Stderr(d),
+        Stream::Pty => ExecEvent::Pty(d),
+    }
+}
+
+pub(crate) fn exit_info(s: &ExitStatus) -> ExitInfo {
+    ExitInfo {
+        exit_code: s.shell_code(),
+        signal: s.signal,
+        timed_out: s.timed_out,
+        duration_ms: s.duration_ms,
+        cpu_time_us: s.cpu_time_us,
+        max_rss_kib: s.max_rss_kib,
+    }
+}
+
+/// Maps an agent error on a process operation to the API's codes.
+pub(crate) fn process_error(what: &'static str, pid: u32, e: AgentClientError) -> ServiceError {
+    use paddock_protocol::ErrorCode as A;
+    match &e {
+        AgentClientError::Agent(err) => match err.code {
+            A::ProcessNotFound => {
+                ServiceError::new(ErrorCode::ProcessNotFound, format!("process {pid} not found"))
+            }
+            A::ProcessExited => {
+                ServiceError::new(ErrorCode::ProcessNotFound, format!("process {pid} has exited"))
+            }
+            A::UnknownUser => ServiceError::invalid("user", err.message.clone()),
+            A::NotFound | A::NotADirectory => ServiceError::invalid("cwd", err.message.clone()),
+            A::ExecFailed => ServiceError::invalid("argv", err.message.clone()),
+            A::BadRequest | A::InvalidPath => {
+                ServiceError::new(ErrorCode::InvalidRequest, err.message.clone())
+            }
+            A::PermissionDenied => ServiceError::new(ErrorCode::PermissionDenied, err.message.clone()),
+            _ => ServiceError::internal(what, &e),
+        },
+        AgentClientError::Timeout { .. } => ServiceError::new(
+            ErrorCode::Timeout,
+            format!("the sandbox did not answer in time ({what})"),
+        ),
+        AgentClientError::Closed => ServiceError::new(ErrorCode::SandboxNotRunning, "the sandbox has ended"),
+        _ => ServiceError::internal(what, &e),
+    }
+}
+
+fn pty_size(size: PtySizeBody) -> Result<PtySize, ServiceError> {
+    if size.rows == 0 || size.cols == 0 {
+        return Err(ServiceError::invalid("pty", "rows and cols must be at least 1"));
+    }
+    Ok(PtySize {
+        rows: size.rows,
+        cols: size.cols,
+    })
+}
+
+fn command_of(req: &ExecRequest) -> Result<CommandSpec, ServiceError> {
+    match (&req.argv, &req.shell) {
+        (Some(argv), None) => {
+            if argv.is_empty() || argv[0].is_empty() {
+                return Err(ServiceError::invalid("argv", "argv must name a program"));
+            }
+            if argv.len() > MAX_ARGV {
+                return Err(ServiceError::invalid(
+                    "argv",
+                    format!("at most {MAX_ARGV} arguments"),
+                ));
+            }
+            if argv.iter().any(|a| a.contains('\0')) {
+                return Err(ServiceError::invalid(
+                    "argv",
+                    "arguments cannot contain NUL bytes",
+                ));
+            }
+            Ok(CommandSpec::Argv { argv: argv.clone() })
+        }
+        (None, Some(script)) => {
+            if script.contains('\0') {
+                return Err(ServiceError::invalid(
+                    "shell",
+                    "the command cannot contain NUL bytes",
+                ));
+            }
+            Ok(CommandSpec::Shell {
+                script: script.clone(),
+            })
+        }
+        (Some(_), Some(_)) => Err(ServiceError::invalid(
+            "argv",
+            "give either argv or shell, not both",
+        )),
+        (None, None) => Err(ServiceError::invalid("argv", "give argv or shell")),
+    }
+}
+
+fn command_body(c: &CommandSpec) -> ProcessCommand {
+    match c {
+        CommandSpec::Argv { argv } => ProcessCommand::Argv { argv: argv.clone() },
+        CommandSpec::Shell { script } => ProcessCommand::Shell {
+            script: script.clone(),
+        },
+    }
+}
+
+fn command_audit(c: &CommandSpec) -> serde_json::Value {
+    match c {
+        CommandSpec::Argv { argv } => serde_json::json!({ "argv": argv }),
+        CommandSpec::Shell { script } => serde_json::json!({ "shell": script }),
+    }
+}
+
 impl SandboxService {
     /// Starts a process. Foreground: the stream carries its output and exit. Background: it keeps
     /// running on its own; read it later with [`SandboxService::attach_process`].
+    #[tracing::instrument(skip_all, fields(sandbox_id = %id))]
     pub async fn exec(&self, p: &Principal, id: &str, req: ExecRequest) -> Result<ExecStream, ServiceError> {
-        let _ = (p, id, req);
-        Err(pending())
+        let started = Instant::now();
+        let command = command_of(&req)?;
+        crate::sandboxes::check_env("env", &req.env)?;
+        if let Some(cwd) = &req.cwd {
+            cwd.parse::<paddock_types::SandboxPath>()
+                .map_err(|e| ServiceError::invalid("cwd", e.to_string()))?;
+        }
+        if req.tag.as_ref().is_some_and(|t| t.len() > MAX_TAG_LEN) {
+            return Err(ServiceError::invalid(
+                "tag",
+                format!("at most {MAX_TAG_LEN} bytes"),
+            ));
+        }
+        let pty = req.pty.map(pty_size).transpose()?;
+        let sb = self.owned_live(p, id).await?;
+        let spec = sb.spec();
+        let mut env = spec.env.clone();
+        env.extend(req.env.clone());
+        let user = req.user.clone().unwrap_or_else(|| spec.user.clone());
+        let cwd = req.cwd.clone().or(spec.workdir.clone());
+        let wants_stdin = req.stdin.is_some() || req.stdin_open;
+        let spawn = SpawnRequest {
+            command: command.clone(),
+            env,
+            cwd: cwd.clone(),
+            user: Some(user.clone()),
+            stdin: wants_stdin,
+            pty,
+            timeout_ms: req.timeout_ms,
+            tag: req.tag.clone(),
+            detached: false,
+        };
+        let (pid, events) = sb
+            .client
+            .spawn(spawn)
+            .await
+            .map_err(|e| process_error("start a process", 0, e))?;
+        self.inner.metrics.observe_exec_start(started.elapsed());
+        let mut detail = command_audit(&command);
+        detail["pid"] = pid.into();
+        detail["cwd"] = cwd.clone().into();
+        detail["user"] = user.into();
+        detail["background"] = req.background.into();
+        detail["pty"] = pty.is_some().into();
+        if let Err(e) = self
+            .audit(AuditEntry::ok(p, "process.start", Some(id)).detail(detail))
+            .await
+        {
+            // Nothing runs unrecorded.
+            let _ = sb.client.kill_tree(pid, None).await;
+            return Err(e);
+        }
+        let (tx, rx) = if req.background {
+            (None, None)
+        } else {
+            let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+            (Some(tx), Some(rx))
+        };
+        tokio::spawn(
+            self.clone()
+                .monitor(sb.clone(), p.clone(), pid, events, tx, !req.background, started),
+        );
+        if let Some(data) = req.stdin {
+            sb.add_bytes_in(pid, data.len() as u64);
+            sb.client
+                .write_stdin(pid, data.as_bytes(), !req.stdin_open)
+                .await
+                .map_err(|e| process_error("write stdin", pid, e))?;
+        }
+        Ok(ExecStream {
+            pid,
+            rx,
+            started_sent: false,
+        })
+    }
+
+    /// Follows one process to its end: forwards its events, then records its exit.
+    #[expect(clippy::too_many_arguments, reason = "one task's whole context, passed once")]
+    async fn monitor(
+        self,
+        sb: Arc<LiveSandbox>,
+        p: Principal,
+        pid: u32,
+        mut events: ProcessEvents,
+        mut tx: Option<mpsc::Sender<ExecEvent>>,
+        foreground: bool,
+        started: Instant,
+    ) {
+        let mut bytes_out = 0u64;
+        let exit = loop {
+            let event = match &tx {
+                Some(sender) => tokio::select! {
+                    event = events.recv() => event,
+                    () = sender.closed() => {
+                        tx = None;
+                        if foreground {
+                            let _ = sb.client.kill_tree(pid, None).await;
+                        }
+                        continue;
+                    }
+                },
+                None => events.recv().await,
+            };
+            match event {
+                Some(ProcessEvent::Output { stream, offset, data }) => {
+                    bytes_out += data.len() as u64;
+                    if let Some(sender) = &tx {
+                        if sender.send(output_event(stream, offset, &data)).await.is_err() {
+                            tx = None;
+                            if foreground {
+                                let _ = sb.client.kill_tree(pid, None).await;
+                            }
+                        }
+                    }
+                }
+                Some(ProcessEvent::Exited(status)) => break Some(status),
+                None => break None,
+            }
+        };
+        let counters = sb.take_counters(pid);
+        let (outcome, detail) = match &exit {
+            Some(status) => {
+                let info = exit_info(status);
+                if let Some(sender) = &tx {
+                    let _ = sender.send(ExecEvent::Exit(info)).await;
+                }
+                self.inner.metrics.observe_exec(started.elapsed());
+                (
+                    "ok",
+                    serde_json::json!({
+                        "pid": pid,
+                        "exit_code": info.exit_code,
+                        "signal": info.signal,
+                        "timed_out": info.timed_out,
+                        "duration_ms": info.duration_ms,
+                        "cpu_time_us": info.cpu_time_us,
+                        "max_rss_kib": info.max_rss_kib,
+                        "bytes_in": counters.bytes_in,
+                        "bytes_out": bytes_out,
+                    }),
+                )
+            }
+            None => {
+                if let Some(sender) = &tx {
+                    let _ = sender
+                        .send(ExecEvent::Error {
+                            code: ErrorCode::SandboxNotRunning,
+                            message: "the sandbox ended before the process did".into(),
+                        })
+                        .await;
+                }
+                (
+                    "lost",
+                    serde_json::json!({
+                        "pid": pid,
+                        "duration_ms": started.elapsed().as_millis() as u64,
+                        "bytes_in": counters.bytes_in,
+                        "bytes_out": bytes_out,
+                    }),
+                )
+            }
+        };
+        let entry = AuditEntry::ok(&p, "process.exit", Some(&sb.id))
+            .outcome(outcome)
+            .detail(detail);
+        if let Err(e) = self.audit(entry).await {
+            tracing::error!(sandbox_id = %sb.id, pid, error = %e, "cannot record a process exit");
+        }
+    }
+
+    /// After a restart: follow the processes that kept running, so their exits are recorded.
+    pub(crate) async fn follow_running_processes(&self, sb: &Arc<LiveSandbox>) {
+        let Some(tenant) = sb.tenant() else {
+            return;
+        };
+        let Ok(processes) = sb.client.list_processes().await else {
+            return;
+        };
+        let p = Principal {
+            tenant,
+            key_id: String::new(),
+            admin: false,
+        };
+        for proc in processes.into_iter().filter(|proc| proc.exit.is_none()) {
+            if let Ok((_, events)) = sb.client.attach(proc.pid, u64::MAX, u64::MAX).await {
+                tokio::spawn(self.clone().monitor(
+                    sb.clone(),
+                    p.clone(),
+                    proc.pid,
+                    events,
+                    None,
+                    false,
+                    Instant::now(),
+                ));
+            }
+        }
     }
 
     /// Re-attaches to a process (running or finished): replays its output from the offsets, then
-    /// follows it (when `follow` is not false).
+    /// follows it (unless `follow` is false: then the stream ends with what is buffered now).
     pub async fn attach_process(
         &self,
         p: &Principal,
@@ -40,8 +382,57 @@ impl SandboxService {
         pid: u32,
         q: AttachQuery,
     ) -> Result<ExecStream, ServiceError> {
-        let _ = (p, id, pid, q);
-        Err(pending())
+        let sb = self.owned_live(p, id).await?;
+        // A connection of its own: replaying a large buffer must not stall the sandbox's shared one.
+        let socket = {
+            let guard = sb.handle.lock().await;
+            guard.as_ref().map(|h| h.agent_socket.clone()).ok_or_else(|| {
+                ServiceError::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
+            })?
+        };
+        let client = AgentClient::connect(&socket)
+            .await
+            .map_err(|e| process_error("connect to the agent", pid, e))?;
+        let (_, mut events) = client
+            .attach(pid, q.stdout_from, q.stderr_from)
+            .await
+            .map_err(|e| process_error("attach to a process", pid, e))?;
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        let follow = q.follow.unwrap_or(true);
+        self.audit(
+            AuditEntry::ok(p, "process.attach", Some(id))
+                .detail(serde_json::json!({ "pid": pid, "follow": follow })),
+        )
+        .await?;
+        tokio::spawn(async move {
+            if !follow {
+                forward_buffered(&client, pid, &mut events, &tx).await;
+                let _ = client.detach(pid).await;
+                return;
+            }
+            loop {
+                tokio::select! {
+                    event = events.recv() => match event {
+                        Some(ProcessEvent::Output { stream, offset, data }) => {
+                            if tx.send(output_event(stream, offset, &data)).await.is_err() {
+                                break;
+                            }
+                        }
+                        Some(ProcessEvent::Exited(status)) => {
+                            let _ = tx.send(ExecEvent::Exit(exit_info(&status))).await;
+                            break;
+                        }
+                        None => break,
+                    },
+                    () = tx.closed() => break,
+                }
+            }
+        });
+        Ok(ExecStream {
+            pid,
+            rx: Some(rx),
+            started_sent: false,
+        })
     }
 
     /// Writes to a process's stdin (which must have been kept open); `close` closes it afterwards.
@@ -53,8 +444,12 @@ impl SandboxService {
         data: Bytes,
         close: bool,
     ) -> Result<(), ServiceError> {
-        let _ = (p, id, pid, data, close);
-        Err(pending())
+        let sb = self.owned_live(p, id).await?;
+        sb.add_bytes_in(pid, data.len() as u64);
+        sb.client
+            .write_stdin(pid, &data, close)
+            .await
+            .map_err(|e| process_error("write stdin", pid, e))
     }
 
     /// Sends a signal to one process.
@@ -65,8 +460,17 @@ impl SandboxService {
         pid: u32,
         req: SignalRequest,
     ) -> Result<(), ServiceError> {
-        let _ = (p, id, pid, req);
-        Err(pending())
+        let signal = parse_signal("signal", &req.signal)?;
+        let sb = self.owned_live(p, id).await?;
+        sb.client
+            .signal(pid, signal)
+            .await
+            .map_err(|e| process_error("signal a process", pid, e))?;
+        self.audit(
+            AuditEntry::ok(p, "process.signal", Some(id))
+                .detail(serde_json::json!({ "pid": pid, "signal": signal })),
+        )
+        .await
     }
 
     /// Signals a process and all its descendants (default SIGKILL).
@@ -77,8 +481,21 @@ impl SandboxService {
         pid: u32,
         req: KillRequest,
     ) -> Result<(), ServiceError> {
-        let _ = (p, id, pid, req);
-        Err(pending())
+        let signal = req
+            .signal
+            .as_ref()
+            .map(|s| parse_signal("signal", s))
+            .transpose()?;
+        let sb = self.owned_live(p, id).await?;
+        sb.client
+            .kill_tree(pid, signal)
+            .await
+            .map_err(|e| process_error("kill a process tree", pid, e))?;
+        self.audit(
+            AuditEntry::ok(p, "process.kill", Some(id))
+                .detail(serde_json::json!({ "pid": pid, "signal": signal.unwrap_or(9) })),
+        )
+        .await
     }
 
     /// Resizes a PTY process's terminal.
@@ -89,13 +506,74 @@ impl SandboxService {
         pid: u32,
         size: PtySizeBody,
     ) -> Result<(), ServiceError> {
-        let _ = (p, id, pid, size);
-        Err(pending())
+        let size = pty_size(size)?;
+        let sb = self.owned_live(p, id).await?;
+        sb.client
+            .resize(pid, size)
+            .await
+            .map_err(|e| process_error("resize a terminal", pid, e))
     }
 
     /// The sandbox's processes started through the API (running, and finished ones still remembered).
     pub async fn list_processes(&self, p: &Principal, id: &str) -> Result<ProcessList, ServiceError> {
-        let _ = (p, id);
-        Err(pending())
+        let sb = self.owned_live(p, id).await?;
+        let processes = sb
+            .client
+            .list_processes()
+            .await
+            .map_err(|e| process_error("list processes", 0, e))?;
+        Ok(ProcessList {
+            processes: processes
+                .into_iter()
+                .map(|proc| ProcessInfo {
+                    pid: proc.pid,
+                    tag: proc.tag,
+                    command: command_body(&proc.command),
+                    pty: proc.pty,
+                    started_at: rfc3339(proc.started_at_ms as i64),
+                    running: proc.exit.is_none(),
+                    exit: proc.exit.as_ref().map(exit_info),
+                })
+                .collect(),
+        })
+    }
+}
+
+/// Forwards what the agent replays for an attach, and nothing after: a `list_processes` sent after
+/// the attach is answered after every replayed frame (one ordered connection), so once its reply is
+/// in, the replay is complete.
+async fn forward_buffered(
+    client: &AgentClient,
+    pid: u32,
+    events: &mut ProcessEvents,
+    tx: &mpsc::Sender<ExecEvent>,
+) {
+    let marker = client.list_processes();
+    tokio::pin!(marker);
+    let mut marker_done = false;
+    loop {
+        tokio::select! {
+            biased;
+            event = events.recv() => match event {
+                Some(ProcessEvent::Output { stream, offset, data }) => {
+                    if tx.send(output_event(stream, offset, &data)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(ProcessEvent::Exited(status)) => {
+                    let _ = tx.send(ExecEvent::Exit(exit_info(&status))).await;
+                    return;
+                }
+                None => return,
+            },
+            _ = &mut marker, if !marker_done => {
+                marker_done = true;
+            }
+            () = std::future::ready(()), if marker_done => {
+                // The marker's reply is in and every earlier event has been taken (biased order).
+                let _ = pid;
+                return;
+            }
+        }
     }
 }

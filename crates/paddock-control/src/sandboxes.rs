@@ -1,31 +1,321 @@
-//! Sandbox lifecycle operations.
+//! Sandbox lifecycle operations: create (claim or boot), get, list, timeout, kill, usage.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use paddock_runtime::Backend;
+use paddock_store::{Claim, NewSandbox, SandboxFilter, SandboxRecord, SandboxState};
 use paddock_types::api::{
-    CreateSandboxRequest, ErrorCode, ListSandboxesQuery, SandboxInfo, SandboxList, SandboxUsageBody,
-    SetTimeoutRequest, TemplateList,
+    CreateSandboxRequest, ErrorCode, LimitsRequest, ListSandboxesQuery, SandboxInfo, SandboxList,
+    SandboxStateBody, SandboxUsageBody, SetTimeoutRequest, TemplateInfo, TemplateList,
 };
+use paddock_types::{EnvVar, Limits, SandboxPath, UserSpec};
 
+use crate::lifecycle::{new_sandbox_id, row_with_time, runtime_error};
+use crate::live::{LiveSandbox, Ownership, StoredSpec};
+use crate::service::{lock, now_ms, rfc3339, AuditEntry};
 use crate::{Principal, SandboxService, ServiceError};
 
-fn pending() -> ServiceError {
-    ServiceError::new(ErrorCode::Unsupported, "not implemented yet")
+/// The template every server has.
+pub(crate) const DEFAULT_TEMPLATE: &str = "default";
+const MAX_LABELS: usize = 64;
+const MAX_LABEL_LEN: usize = 256;
+const MAX_ENV: usize = 1024;
+
+/// A validated create request.
+struct CreatePlan {
+    spec: StoredSpec,
+    labels: BTreeMap<String, String>,
+    timeout_ms: i64,
+    memory_bytes: u64,
+    cpu_millis: u32,
 }
 
 impl SandboxService {
     /// Creates a sandbox (a claim from the template's warm pool when one is ready).
+    #[tracing::instrument(skip_all, fields(tenant = %p.tenant))]
     pub async fn create_sandbox(
         &self,
         p: &Principal,
         req: CreateSandboxRequest,
     ) -> Result<SandboxInfo, ServiceError> {
-        let _ = (p, req);
-        Err(pending())
+        let started = Instant::now();
+        let plan = self.plan_create(req)?;
+        let warm = self.inner.config.templates[&plan.spec.template].warm_pool_size > 0;
+        if warm {
+            if let Some(info) = self.claim_warm(p, &plan).await? {
+                self.inner.metrics.observe_create("pool", started.elapsed());
+                return Ok(info);
+            }
+        }
+        let info = self.create_cold(p, plan).await?;
+        self.inner.metrics.observe_create("boot", started.elapsed());
+        Ok(info)
+    }
+
+    fn plan_create(&self, req: CreateSandboxRequest) -> Result<CreatePlan, ServiceError> {
+        let config = &self.inner.config;
+        let template = req.template.unwrap_or_else(|| DEFAULT_TEMPLATE.to_owned());
+        if !config.templates.contains_key(&template) {
+            return Err(ServiceError::invalid(
+                "template",
+                format!(
+                    "no template {template:?}; this server has: {}",
+                    config.templates.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+        let limits = merge_limits(&config.default_limits, &req.limits);
+        check_cap("limits.memory", limits.memory, config.max_limits.memory)?;
+        check_cap("limits.disk", limits.disk, config.max_limits.disk)?;
+        check_cap("limits.cpus", limits.cpus, config.max_limits.cpus)?;
+        check_cap("limits.pids", limits.pids, config.max_limits.pids)?;
+        if limits.pids == Some(0) {
+            return Err(ServiceError::invalid("limits.pids", "pids must be at least 1"));
+        }
+        let user = match req.user {
+            Some(u) => u
+                .parse::<UserSpec>()
+                .map_err(|e| ServiceError::invalid("user", e.to_string()))?
+                .to_string(),
+            None => UserSpec::default_user().to_string(),
+        };
+        if let Some(dir) = &req.workdir {
+            dir.parse::<SandboxPath>()
+                .map_err(|e| ServiceError::invalid("workdir", e.to_string()))?;
+        }
+        check_env("env", &req.env)?;
+        if req.labels.len() > MAX_LABELS {
+            return Err(ServiceError::invalid(
+                "labels",
+                format!("at most {MAX_LABELS} labels"),
+            ));
+        }
+        for (k, v) in &req.labels {
+            if k.is_empty() || k.len() > MAX_LABEL_LEN || v.len() > MAX_LABEL_LEN || k.contains(['=', ',']) {
+                return Err(ServiceError::invalid(
+                    format!("labels.{k}"),
+                    format!("label keys are 1-{MAX_LABEL_LEN} characters without '=' or ',', values at most {MAX_LABEL_LEN}"),
+                ));
+            }
+        }
+        let timeout = match req.timeout_secs {
+            Some(0) => {
+                return Err(ServiceError::invalid(
+                    "timeout_secs",
+                    "timeout_secs must be at least 1",
+                ))
+            }
+            Some(s) => std::time::Duration::from_secs(s),
+            None => config.default_timeout,
+        };
+        if timeout > config.max_timeout {
+            return Err(ServiceError::invalid(
+                "timeout_secs",
+                format!("at most {} seconds", config.max_timeout.as_secs()),
+            ));
+        }
+        let memory_bytes = limits.memory.map_or(0, u64::from);
+        let cpu_millis = limits.cpus.map_or_else(host_millicpus, |c| c.millicpus());
+        Ok(CreatePlan {
+            spec: StoredSpec {
+                template,
+                limits,
+                env: req.env,
+                workdir: req.workdir,
+                user,
+            },
+            labels: req.labels,
+            timeout_ms: timeout.as_millis() as i64,
+            memory_bytes,
+            cpu_millis,
+        })
+    }
+
+    /// Claims a warm sandbox for `p`'s tenant; `None` when the pool is empty.
+    async fn claim_warm(
+        &self,
+        p: &Principal,
+        plan: &CreatePlan,
+    ) -> Result<Option<SandboxInfo>, ServiceError> {
+        let now = now_ms();
+        let claim = Claim {
+            memory_bytes: plan.memory_bytes,
+            cpu_millis: plan.cpu_millis,
+            labels: plan.labels.clone(),
+            spec_json: encode_spec(&plan.spec)?,
+            expires_at_ms: Some(now + plan.timeout_ms),
+            now_ms: now,
+        };
+        let (template, tenant) = (plan.spec.template.clone(), p.tenant.clone());
+        let entry = AuditEntry::ok(p, "sandbox.create", None)
+            .detail(serde_json::json!({ "template": template, "source": "pool" }))
+            .into_row();
+        let claimed = self
+            .db("claim a warm sandbox", move |s| {
+                s.transaction(|tx| {
+                    let Some(record) = tx.claim_warm_sandbox(&template, &tenant, &claim)? else {
+                        return Ok(None);
+                    };
+                    let mut row = row_with_time(entry);
+                    row.sandbox_id = Some(record.id.clone());
+                    tx.append_audit(&row)?;
+                    Ok::<_, paddock_store::StoreError>(Some(record))
+                })
+            })
+            .await?;
+        self.inner.pool_wakeup.notify_waiters();
+        let Some(record) = claimed else {
+            return Ok(None);
+        };
+        let Some(sb) = self.live_sandbox(&record.id) else {
+            // Recorded as warm but not held here (cannot normally happen): end it, boot instead.
+            self.end_sandbox(
+                &record.id,
+                SandboxState::Failed,
+                "warm sandbox missing",
+                None,
+                "sandbox.lost",
+            )
+            .await?;
+            return Ok(None);
+        };
+        if sb.spec().limits != plan.spec.limits {
+            let result = {
+                let guard = sb.handle.lock().await;
+                match guard.as_ref() {
+                    Some(handle) => self.inner.backend.update_limits(handle, &plan.spec.limits).await,
+                    None => Ok(()),
+                }
+            };
+            if let Err(e) = result {
+                let error = runtime_error("apply limits to a claimed sandbox", e);
+                self.end_sandbox(
+                    &record.id,
+                    SandboxState::Failed,
+                    "applying limits failed",
+                    Some(p),
+                    "sandbox.lost",
+                )
+                .await?;
+                return Err(error);
+            }
+        }
+        *lock(&sb.owner) = Ownership {
+            tenant: Some(p.tenant.clone()),
+            spec: plan.spec.clone(),
+        };
+        Ok(Some(info_from_record(&record)))
+    }
+
+    /// Boots a new sandbox for `p`'s tenant.
+    async fn create_cold(&self, p: &Principal, plan: CreatePlan) -> Result<SandboxInfo, ServiceError> {
+        let id = new_sandbox_id();
+        let now = now_ms();
+        let new = NewSandbox {
+            id: id.to_string(),
+            tenant: Some(p.tenant.clone()),
+            state: SandboxState::Creating,
+            profile: plan.spec.template.clone(),
+            spec_json: encode_spec(&plan.spec)?,
+            labels: plan.labels.clone(),
+            memory_bytes: plan.memory_bytes,
+            cpu_millis: plan.cpu_millis,
+            created_at_ms: now,
+            expires_at_ms: Some(now + plan.timeout_ms),
+        };
+        self.db("record a new sandbox", move |s| s.insert_sandbox_checked(&new))
+            .await?;
+        let (handle, client) = match self.boot(&id, &plan.spec).await {
+            Ok(booted) => booted,
+            Err(e) => {
+                let reason = format!("create_failed: {}", e.message);
+                self.end_sandbox(
+                    id.as_str(),
+                    SandboxState::Failed,
+                    &reason,
+                    Some(p),
+                    "sandbox.create",
+                )
+                .await?;
+                return Err(e);
+            }
+        };
+        let owner = Ownership {
+            tenant: Some(p.tenant.clone()),
+            spec: plan.spec.clone(),
+        };
+        let sb = Arc::new(LiveSandbox::new(id.to_string(), client, handle, owner));
+        lock(&self.inner.live).insert(id.to_string(), sb);
+        let entry = AuditEntry::ok(p, "sandbox.create", Some(id.as_str()))
+            .detail(serde_json::json!({ "template": plan.spec.template, "source": "boot" }))
+            .into_row();
+        let sid = id.to_string();
+        let record = self
+            .db("record a started sandbox", move |s| {
+                s.transaction(|tx| {
+                    if tx.transition_sandbox(
+                        &sid,
+                        &[SandboxState::Creating],
+                        SandboxState::Running,
+                        now_ms(),
+                        None,
+                    )? {
+                        tx.append_audit(&row_with_time(entry))?;
+                    }
+                    Ok::<_, paddock_store::StoreError>(())
+                })?;
+                s.get_sandbox(&sid)
+            })
+            .await?;
+        match record {
+            Some(r) if r.state == SandboxState::Running => Ok(info_from_record(&r)),
+            _ => {
+                self.end_sandbox(
+                    id.as_str(),
+                    SandboxState::Failed,
+                    "recording failed",
+                    Some(p),
+                    "sandbox.lost",
+                )
+                .await?;
+                Err(ServiceError::new(
+                    ErrorCode::Internal,
+                    "the sandbox could not be recorded",
+                ))
+            }
+        }
+    }
+
+    /// The record of sandbox `id` if `p`'s tenant owns it.
+    pub(crate) async fn owned_record(&self, p: &Principal, id: &str) -> Result<SandboxRecord, ServiceError> {
+        let sid = id.to_owned();
+        let record = self.db("read a sandbox", move |s| s.get_sandbox(&sid)).await?;
+        match record {
+            Some(r) if r.tenant.as_deref() == Some(p.tenant.as_str()) => Ok(r),
+            _ => Err(ServiceError::sandbox_not_found(id)),
+        }
+    }
+
+    /// The live sandbox `id` if `p`'s tenant owns it (without a store read on the hot path).
+    pub(crate) async fn owned_live(&self, p: &Principal, id: &str) -> Result<Arc<LiveSandbox>, ServiceError> {
+        if let Some(sb) = self.live_sandbox(id) {
+            if sb.tenant().as_deref() == Some(p.tenant.as_str()) {
+                return Ok(sb);
+            }
+            return Err(ServiceError::sandbox_not_found(id));
+        }
+        let record = self.owned_record(p, id).await?;
+        Err(ServiceError::new(
+            ErrorCode::SandboxNotRunning,
+            format!("sandbox {id} is {}", record.state.as_str()),
+        ))
     }
 
     /// One sandbox of the caller's tenant.
     pub async fn get_sandbox(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
-        let _ = (p, id);
-        Err(pending())
+        Ok(info_from_record(&self.owned_record(p, id).await?))
     }
 
     /// The caller's sandboxes, filtered and paginated.
@@ -34,8 +324,63 @@ impl SandboxService {
         p: &Principal,
         q: ListSandboxesQuery,
     ) -> Result<SandboxList, ServiceError> {
-        let _ = (p, q);
-        Err(pending())
+        let states = match q.state.as_deref() {
+            None | Some("running") => vec![SandboxState::Creating, SandboxState::Running],
+            Some("all") => vec![
+                SandboxState::Creating,
+                SandboxState::Running,
+                SandboxState::Stopped,
+                SandboxState::Expired,
+                SandboxState::Failed,
+            ],
+            Some(s) => match s {
+                "creating" => vec![SandboxState::Creating],
+                "stopped" => vec![SandboxState::Stopped],
+                "expired" => vec![SandboxState::Expired],
+                "failed" => vec![SandboxState::Failed],
+                other => {
+                    return Err(ServiceError::invalid(
+                        "state",
+                        format!(
+                            "unknown state {other:?}: use running, creating, stopped, expired, failed or all"
+                        ),
+                    ))
+                }
+            },
+        };
+        let mut labels = BTreeMap::new();
+        if let Some(spec) = &q.label {
+            for pair in spec.split(',').filter(|s| !s.is_empty()) {
+                let (k, v) = pair
+                    .split_once('=')
+                    .ok_or_else(|| ServiceError::invalid("label", format!("{pair:?} is not key=value")))?;
+                labels.insert(k.to_owned(), v.to_owned());
+            }
+        }
+        let limit = q.limit.unwrap_or(100);
+        if !(1..=1000).contains(&limit) {
+            return Err(ServiceError::invalid("limit", "limit must be between 1 and 1000"));
+        }
+        let filter = SandboxFilter {
+            tenant: Some(p.tenant.clone()),
+            states,
+            labels,
+            after_id: q.cursor.clone(),
+            limit: limit + 1,
+        };
+        let mut records = self
+            .db("list sandboxes", move |s| s.list_sandboxes(&filter))
+            .await?;
+        let next_cursor = if records.len() > limit as usize {
+            records.truncate(limit as usize);
+            records.last().map(|r| r.id.clone())
+        } else {
+            None
+        };
+        Ok(SandboxList {
+            sandboxes: records.iter().map(info_from_record).collect(),
+            next_cursor,
+        })
     }
 
     /// Sets the sandbox to expire `timeout_secs` from now.
@@ -45,24 +390,170 @@ impl SandboxService {
         id: &str,
         req: SetTimeoutRequest,
     ) -> Result<SandboxInfo, ServiceError> {
-        let _ = (p, id, req);
-        Err(pending())
+        let max = self.inner.config.max_timeout;
+        if req.timeout_secs == 0 || req.timeout_secs > max.as_secs() {
+            return Err(ServiceError::invalid(
+                "timeout_secs",
+                format!("timeout_secs must be between 1 and {}", max.as_secs()),
+            ));
+        }
+        self.owned_live(p, id).await?;
+        let expires = now_ms() + (req.timeout_secs as i64) * 1000;
+        let entry = AuditEntry::ok(p, "sandbox.timeout", Some(id))
+            .detail(serde_json::json!({ "timeout_secs": req.timeout_secs }))
+            .into_row();
+        let sid = id.to_owned();
+        let record = self
+            .db("set a sandbox's timeout", move |s| {
+                s.transaction(|tx| {
+                    if tx.set_sandbox_expiry(&sid, Some(expires))? {
+                        tx.append_audit(&row_with_time(entry))?;
+                    }
+                    Ok::<_, paddock_store::StoreError>(())
+                })?;
+                s.get_sandbox(&sid)
+            })
+            .await?;
+        record
+            .map(|r| info_from_record(&r))
+            .ok_or_else(|| ServiceError::sandbox_not_found(id))
     }
 
     /// Kills the sandbox and removes everything of it.
+    #[tracing::instrument(skip_all, fields(sandbox_id = %id))]
     pub async fn kill_sandbox(&self, p: &Principal, id: &str) -> Result<(), ServiceError> {
-        let _ = (p, id);
-        Err(pending())
+        let record = self.owned_record(p, id).await?;
+        if !record.state.is_live() {
+            return Err(ServiceError::new(
+                ErrorCode::SandboxNotRunning,
+                format!("sandbox {id} is already {}", record.state.as_str()),
+            ));
+        }
+        self.end_sandbox(id, SandboxState::Stopped, "killed", Some(p), "sandbox.kill")
+            .await?;
+        Ok(())
     }
 
     /// What the sandbox uses now.
     pub async fn sandbox_usage(&self, p: &Principal, id: &str) -> Result<SandboxUsageBody, ServiceError> {
-        let _ = (p, id);
-        Err(pending())
+        let sb = self.owned_live(p, id).await?;
+        let limits = sb.spec().limits;
+        let guard = sb.handle.lock().await;
+        let handle = guard.as_ref().ok_or_else(|| {
+            ServiceError::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
+        })?;
+        let usage = self
+            .inner
+            .backend
+            .sandbox_usage(handle)
+            .await
+            .map_err(|e| runtime_error("read a sandbox's usage", e))?;
+        Ok(SandboxUsageBody {
+            cpu_time_us: usage.cpu_time_us,
+            memory_bytes: usage.memory_bytes,
+            memory_peak_bytes: usage.memory_peak_bytes,
+            memory_limit_bytes: limits.memory.map(u64::from),
+            pids: usage.pids,
+            disk_bytes: usage.disk_bytes,
+            disk_limit_bytes: usage.disk_limit_bytes.or(limits.disk.map(u64::from)),
+        })
     }
 
     /// The templates sandboxes can be created from.
     pub fn templates(&self) -> TemplateList {
-        TemplateList { templates: vec![] }
+        TemplateList {
+            templates: self
+                .inner
+                .config
+                .templates
+                .iter()
+                .map(|(name, t)| TemplateInfo {
+                    name: name.clone(),
+                    warm_pool_size: t.warm_pool_size,
+                })
+                .collect(),
+        }
+    }
+}
+
+fn merge_limits(defaults: &Limits, req: &LimitsRequest) -> Limits {
+    Limits {
+        memory: req.memory.or(defaults.memory),
+        cpus: req.cpus.or(defaults.cpus),
+        pids: req.pids.or(defaults.pids),
+        disk: req.disk.or(defaults.disk),
+    }
+}
+
+fn check_cap<T: PartialOrd + std::fmt::Display + Copy>(
+    field: &str,
+    value: Option<T>,
+    cap: Option<T>,
+) -> Result<(), ServiceError> {
+    match (value, cap) {
+        (Some(v), Some(c)) if v > c => Err(ServiceError::invalid(
+            field,
+            format!("{v} is above this server's maximum of {c}"),
+        )),
+        (None, Some(c)) => Err(ServiceError::invalid(
+            field,
+            format!("this server requires a limit of at most {c}"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn check_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), ServiceError> {
+    if env.len() > MAX_ENV {
+        return Err(ServiceError::invalid(
+            field,
+            format!("at most {MAX_ENV} variables"),
+        ));
+    }
+    for (k, v) in env {
+        format!("{k}={v}")
+            .parse::<EnvVar>()
+            .map_err(|e| ServiceError::invalid(format!("{field}.{k}"), e.to_string()))?;
+    }
+    Ok(())
+}
+
+fn host_millicpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32) * 1000
+}
+
+fn encode_spec(spec: &StoredSpec) -> Result<String, ServiceError> {
+    serde_json::to_string(spec).map_err(|e| ServiceError::internal("encode a sandbox spec", &e))
+}
+
+pub(crate) fn state_body(state: SandboxState) -> SandboxStateBody {
+    match state {
+        SandboxState::Warm | SandboxState::Creating => SandboxStateBody::Creating,
+        SandboxState::Running => SandboxStateBody::Running,
+        SandboxState::Stopped => SandboxStateBody::Stopped,
+        SandboxState::Expired => SandboxStateBody::Expired,
+        SandboxState::Failed => SandboxStateBody::Failed,
+    }
+}
+
+pub(crate) fn info_from_record(r: &SandboxRecord) -> SandboxInfo {
+    let spec: Option<StoredSpec> = serde_json::from_str(&r.spec_json).ok();
+    SandboxInfo {
+        id: r.id.clone(),
+        tenant: r.tenant.clone().unwrap_or_default(),
+        state: state_body(r.state),
+        template: r.profile.clone(),
+        limits: spec.as_ref().map(|s| s.limits.clone()).unwrap_or_default(),
+        env_keys: spec
+            .as_ref()
+            .map(|s| s.env.keys().cloned().collect())
+            .unwrap_or_default(),
+        workdir: spec.as_ref().and_then(|s| s.workdir.clone()),
+        user: spec.map(|s| s.user).unwrap_or_default(),
+        labels: r.labels.clone(),
+        created_at: rfc3339(r.claimed_at_ms.unwrap_or(r.created_at_ms)),
+        expires_at: r.expires_at_ms.map(rfc3339),
+        ended_at: r.ended_at_ms.map(rfc3339),
+        end_reason: r.end_reason.clone(),
     }
 }

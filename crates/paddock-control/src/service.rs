@@ -1,10 +1,18 @@
-//! The service object, its startup (recovery, warm pools, reaper) and shutdown.
+//! The service object: shared state, store access, audit rows, startup and shutdown.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use paddock_runtime::AnyBackend;
+use paddock_store::{NewAuditEntry, Store, StoreError};
+use paddock_types::api::ErrorCode;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
-use crate::{ServiceConfig, ServiceError};
+use crate::live::LiveSandbox;
+use crate::metrics::Metrics;
+use crate::{Principal, ServiceConfig, ServiceError};
 
 /// The control plane's service. Cheap to clone (all clones share one state).
 #[derive(Debug, Clone)]
@@ -16,20 +24,199 @@ pub struct SandboxService {
 pub(crate) struct Inner {
     pub(crate) config: ServiceConfig,
     pub(crate) backend: Arc<AnyBackend>,
+    pub(crate) store: Arc<Store>,
+    /// Sandboxes with a live agent connection, warm ones included.
+    pub(crate) live: Mutex<HashMap<String, Arc<LiveSandbox>>>,
+    pub(crate) metrics: Metrics,
+    /// Wakes the warm-pool fillers (a claim happened).
+    pub(crate) pool_wakeup: Notify,
+    pub(crate) stop: CancellationToken,
+    pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl SandboxService {
-    /// Starts the service: re-adopts live sandboxes recorded in the store, reclaims dead ones, fills
-    /// the warm pools and starts the reaper. Call from a multi-threaded tokio runtime.
-    pub async fn start(config: ServiceConfig, backend: AnyBackend) -> Result<Self, ServiceError> {
-        Ok(Self {
+    /// Starts the service: re-adopts live sandboxes recorded in the store, reclaims dead ones, starts
+    /// the warm-pool fillers and the reaper. Call from a multi-threaded tokio runtime.
+    pub async fn start(
+        config: ServiceConfig,
+        backend: AnyBackend,
+        store: Store,
+    ) -> Result<Self, ServiceError> {
+        if !config.templates.contains_key(crate::sandboxes::DEFAULT_TEMPLATE) {
+            return Err(ServiceError::invalid(
+                "templates",
+                "the `default` template must be configured",
+            ));
+        }
+        let service = Self {
             inner: Arc::new(Inner {
                 config,
                 backend: Arc::new(backend),
+                store: Arc::new(store),
+                live: Mutex::new(HashMap::new()),
+                metrics: Metrics::new(),
+                pool_wakeup: Notify::new(),
+                stop: CancellationToken::new(),
+                tasks: Mutex::new(Vec::new()),
             }),
-        })
+        };
+        service.recover().await?;
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(service.clone().run_reaper()));
+        for (name, template) in &service.inner.config.templates {
+            if template.warm_pool_size > 0 {
+                tasks.push(tokio::spawn(service.clone().run_pool_filler(name.clone())));
+            }
+        }
+        *lock(&service.inner.tasks) = tasks;
+        Ok(service)
     }
 
     /// Stops the background tasks. Sandboxes keep running; the next start re-adopts them.
-    pub async fn shutdown(&self) {}
+    pub async fn shutdown(&self) {
+        self.inner.stop.cancel();
+        let tasks = std::mem::take(&mut *lock(&self.inner.tasks));
+        for task in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+
+    /// Runs a store operation on a blocking thread.
+    pub(crate) async fn db<T, F>(&self, what: &'static str, f: F) -> Result<T, ServiceError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = self.inner.store.clone();
+        match tokio::task::spawn_blocking(move || f(&store)).await {
+            Ok(result) => result.map_err(|e| store_error(what, e)),
+            Err(join) => Err(ServiceError::internal(what, &join)),
+        }
+    }
+
+    /// Appends an audit row. An operation whose row cannot be written fails: nothing happens
+    /// unrecorded.
+    pub(crate) async fn audit(&self, entry: AuditEntry<'_>) -> Result<(), ServiceError> {
+        let row = entry.into_row();
+        self.db("write the audit log", move |s| s.append_audit(&row).map(|_| ()))
+            .await
+    }
+
+    pub(crate) fn live_sandbox(&self, id: &str) -> Option<Arc<LiveSandbox>> {
+        lock(&self.inner.live).get(id).cloned()
+    }
+}
+
+/// One audit row being written: who, what, on which sandbox, how it ended, and details.
+#[derive(Debug)]
+pub(crate) struct AuditEntry<'a> {
+    pub(crate) principal: Option<&'a Principal>,
+    pub(crate) tenant: Option<String>,
+    pub(crate) action: &'static str,
+    pub(crate) sandbox: Option<&'a str>,
+    pub(crate) outcome: String,
+    pub(crate) detail: serde_json::Value,
+}
+
+impl<'a> AuditEntry<'a> {
+    /// A successful action by `p`.
+    pub(crate) fn ok(p: &'a Principal, action: &'static str, sandbox: Option<&'a str>) -> Self {
+        Self {
+            principal: Some(p),
+            tenant: None,
+            action,
+            sandbox,
+            outcome: "ok".into(),
+            detail: serde_json::Value::Object(Default::default()),
+        }
+    }
+
+    /// An action taken by paddock itself (reaper, recovery, pools) for `tenant`.
+    pub(crate) fn system(action: &'static str, tenant: Option<String>, sandbox: Option<&'a str>) -> Self {
+        Self {
+            principal: None,
+            tenant,
+            action,
+            sandbox,
+            outcome: "ok".into(),
+            detail: serde_json::Value::Object(Default::default()),
+        }
+    }
+
+    pub(crate) fn outcome(mut self, outcome: impl Into<String>) -> Self {
+        self.outcome = outcome.into();
+        self
+    }
+
+    pub(crate) fn detail(mut self, detail: serde_json::Value) -> Self {
+        self.detail = detail;
+        self
+    }
+
+    pub(crate) fn into_row(self) -> NewAuditEntry {
+        NewAuditEntry {
+            ts_ms: now_ms(),
+            tenant: self.tenant.or_else(|| self.principal.map(|p| p.tenant.clone())),
+            key_id: self.principal.map(|p| p.key_id.clone()),
+            action: self.action.to_owned(),
+            sandbox_id: self.sandbox.map(str::to_owned),
+            outcome: self.outcome,
+            detail: self.detail,
+        }
+    }
+}
+
+pub(crate) fn store_error(what: &'static str, e: StoreError) -> ServiceError {
+    match e {
+        StoreError::QuotaExceeded {
+            what: kind,
+            limit,
+            requested_total,
+            ..
+        } => {
+            let (limit, total) = match kind {
+                "memory" => (
+                    paddock_types::ByteSize::bytes(limit).to_string(),
+                    paddock_types::ByteSize::bytes(requested_total).to_string(),
+                ),
+                "cpu" => (
+                    format!("{} cpus", limit as f64 / 1000.0),
+                    format!("{} cpus", requested_total as f64 / 1000.0),
+                ),
+                _ => (limit.to_string(), requested_total.to_string()),
+            };
+            ServiceError::new(
+                ErrorCode::QuotaExceeded,
+                format!("tenant quota exceeded: {kind} limit is {limit}, this request would make it {total}"),
+            )
+        }
+        other => ServiceError::internal(what, &other),
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section only edits maps; a panic inside one leaves them consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Unix milliseconds as RFC 3339 (UTC, millisecond precision).
+pub(crate) fn rfc3339(ms: i64) -> String {
+    let t = UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// RFC 3339 to unix milliseconds.
+pub(crate) fn parse_rfc3339(field: &str, text: &str) -> Result<i64, ServiceError> {
+    humantime::parse_rfc3339_weak(text)
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+        .ok_or_else(|| ServiceError::invalid(field, format!("{text:?} is not an RFC 3339 time")))
 }

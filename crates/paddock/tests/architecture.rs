@@ -61,7 +61,33 @@ fn crate_dependencies_follow_the_layering() {
     );
     // The agent lives next to untrusted workloads: never the host-side runtime (or later control,
     // store, api).
-    forbid("paddock-agent", &["paddock-runtime", "paddock-types", "paddock"]);
+    forbid(
+        "paddock-agent",
+        &[
+            "paddock-runtime",
+            "paddock-types",
+            "paddock-store",
+            "paddock-control",
+            "paddock-api",
+            "paddock",
+        ],
+    );
+    // SQL lives in the store alone; HTTP in the api crate and the binary alone.
+    for c in table.keys() {
+        if c != "paddock-store" {
+            forbid(c, &["rusqlite"]);
+        }
+        if c != "paddock-api" && c != "paddock" {
+            forbid(c, &["axum", "hyper", "tower-http"]);
+        }
+    }
+    // The store records states; it does not run sandboxes or know the service.
+    forbid(
+        "paddock-store",
+        &["paddock-runtime", "paddock-control", "paddock-api", "tokio"],
+    );
+    // The service is below every front-end.
+    forbid("paddock-control", &["paddock-api"]);
     // The system-call crate depends on no paddock crate.
     forbid(
         "paddock-sys",
@@ -111,6 +137,34 @@ fn only_paddock_sys_contains_unsafe() {
         }
     }
     assert!(offenders.is_empty(), "unsafe outside paddock-sys: {offenders:?}");
+}
+
+#[test]
+fn no_sql_outside_the_store() {
+    let crates = workspace_root().join("crates");
+    let mut files = Vec::new();
+    rust_files(&crates, &mut files);
+    // Built at run time so this file does not match its own patterns.
+    let patterns = [
+        ["SELECT ", "* FROM"].concat(),
+        ["INSERT ", "INTO"].concat(),
+        ["CREATE ", "TABLE"].concat(),
+        ["DELETE ", "FROM"].concat(),
+        ["rusqlite", "::"].concat(),
+    ];
+    let mut offenders = Vec::new();
+    for f in files
+        .iter()
+        .filter(|f| !f.starts_with(crates.join("paddock-store")))
+    {
+        let text = std::fs::read_to_string(f).expect("read source");
+        for (i, line) in text.lines().enumerate() {
+            if patterns.iter().any(|p| line.contains(p.as_str())) {
+                offenders.push(format!("{}:{}", f.display(), i + 1));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "SQL outside paddock-store: {offenders:?}");
 }
 
 /// `PT_INTERP` absent: the agent binary needs no dynamic loader, so it runs in any root file system.

@@ -98,7 +98,14 @@ impl TestEnv {
             .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
             .unwrap_or_default();
         assert!(vols.is_empty(), "subvolumes left behind: {vols:?}");
-        let procs = self.processes();
+        // A killed sandbox whose init is not our child (re-adopted after a server restart) stays a
+        // zombie until its parent (the host's init) reaps it: give that a deadline.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut procs = self.processes();
+        while !procs.is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            procs = self.processes();
+        }
         assert!(procs.is_empty(), "processes left behind: {procs:?}");
         let cgroups = self.cgroup_ids();
         assert!(cgroups.is_empty(), "cgroups left behind: {cgroups:?}");

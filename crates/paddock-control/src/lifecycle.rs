@@ -1,0 +1,406 @@
+//! How sandboxes come and go: booting one on the backend, ending one (state change + audit row,
+//! then teardown), recovery after a restart, the reaper, and the warm-pool fillers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use paddock_runtime::agent_client::AgentClient;
+use paddock_runtime::{Adoption, Backend, RuntimeError, SandboxHandle};
+
+use paddock_store::{NewSandbox, SandboxState, StoreError};
+use paddock_types::api::ErrorCode;
+use paddock_types::{SandboxId, SandboxSpec, UserSpec};
+
+use crate::live::{LiveSandbox, Ownership, StoredSpec};
+use crate::service::{lock, now_ms, AuditEntry};
+use crate::{Principal, SandboxService, ServiceError};
+
+/// States a sandbox can be ended from.
+const LIVE_STATES: [SandboxState; 3] = [SandboxState::Warm, SandboxState::Creating, SandboxState::Running];
+
+pub(crate) fn runtime_error(what: &'static str, e: RuntimeError) -> ServiceError {
+    match e {
+        RuntimeError::InvalidSpec(message) => ServiceError::new(ErrorCode::InvalidRequest, message),
+        RuntimeError::Unsupported(message) => ServiceError::new(ErrorCode::Unsupported, message),
+        other => ServiceError::internal(what, &other),
+    }
+}
+
+pub(crate) fn new_sandbox_id() -> SandboxId {
+    SandboxId::from_random(rand::random())
+}
+
+impl SandboxService {
+    /// Creates the sandbox on the backend and connects to its agent.
+    pub(crate) async fn boot(
+        &self,
+        id: &SandboxId,
+        spec: &StoredSpec,
+    ) -> Result<(SandboxHandle, AgentClient), ServiceError> {
+        let template =
+            self.inner.config.templates.get(&spec.template).ok_or_else(|| {
+                ServiceError::invalid("template", format!("no template {:?}", spec.template))
+            })?;
+        let user: UserSpec = spec
+            .user
+            .parse()
+            .map_err(|e: paddock_types::UserSpecError| ServiceError::invalid("user", e.to_string()))?;
+        let sandbox_spec = SandboxSpec {
+            id: id.clone(),
+            limits: spec.limits.clone(),
+            rootfs: template.rootfs.clone(),
+            mounts: Vec::new(),
+            workdir: None,
+            user,
+            env: Vec::new(),
+        };
+        let backend = self.inner.backend.clone();
+        let runtime = tokio::runtime::Handle::current();
+        // The native backend's create does blocking work (the setup shim, btrfs ioctls): keep it off
+        // the async workers.
+        let handle = tokio::task::spawn_blocking(move || {
+            runtime.block_on(async move { backend.create_sandbox(&sandbox_spec).await })
+        })
+        .await
+        .map_err(|e| ServiceError::internal("create a sandbox", &e))?
+        .map_err(|e| runtime_error("create a sandbox", e))?;
+        match AgentClient::connect(&handle.agent_socket).await {
+            Ok(client) => Ok((handle, client)),
+            Err(e) => {
+                let error = ServiceError::internal("connect to a new sandbox's agent", &e);
+                self.destroy_handle(handle).await;
+                Err(error)
+            }
+        }
+    }
+
+    /// Tears a sandbox down on the backend (logging, not returning, a failure: the state is already
+    /// recorded and gc reclaims leftovers).
+    pub(crate) async fn destroy_handle(&self, handle: SandboxHandle) {
+        let backend = self.inner.backend.clone();
+        let runtime = tokio::runtime::Handle::current();
+        let id = handle.id.to_string();
+        let result = tokio::task::spawn_blocking(move || {
+            runtime.block_on(async move { backend.destroy_sandbox(handle).await })
+        })
+        .await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(sandbox_id = %id, error = %e, "teardown incomplete; gc will finish it")
+            }
+            Err(e) => tracing::error!(sandbox_id = %id, error = %e, "teardown task failed"),
+        }
+    }
+
+    /// Ends a sandbox: records the new state and its audit row in one transaction, then tears it
+    /// down. Returns false when it was not live (already ended, or unknown).
+    pub(crate) async fn end_sandbox(
+        &self,
+        id: &str,
+        to: SandboxState,
+        reason: &str,
+        principal: Option<&Principal>,
+        action: &'static str,
+    ) -> Result<bool, ServiceError> {
+        let live = self.live_sandbox(id);
+        let tenant = live.as_ref().and_then(|sb| sb.tenant());
+        let entry = AuditEntry {
+            principal,
+            tenant: tenant.or_else(|| principal.map(|p| p.tenant.clone())),
+            action,
+            sandbox: Some(id),
+            outcome: "ok".into(),
+            detail: serde_json::json!({ "reason": reason, "state": to.as_str() }),
+        }
+        .into_row();
+        let (sid, reason_owned) = (id.to_owned(), reason.to_owned());
+        let changed = self
+            .db("record a sandbox's end", move |s| {
+                s.transaction(|tx| {
+                    let changed =
+                        tx.transition_sandbox(&sid, &LIVE_STATES, to, now_ms(), Some(&reason_owned))?;
+                    if changed {
+                        tx.append_audit(&row_with_time(entry))?;
+                    }
+                    Ok::<_, StoreError>(changed)
+                })
+            })
+            .await?;
+        let removed = lock(&self.inner.live).remove(id);
+        if let Some(sb) = removed {
+            let handle = sb.handle.lock().await.take();
+            if let Some(handle) = handle {
+                self.destroy_handle(handle).await;
+            }
+        }
+        if changed {
+            self.inner.metrics.sandbox_ended(to.as_str());
+        }
+        Ok(changed)
+    }
+
+    /// Re-adopts the sandboxes the store says are live, reclaims the rest, then collects garbage.
+    pub(crate) async fn recover(&self) -> Result<(), ServiceError> {
+        let records = self.db("list live sandboxes", |s| s.live_sandboxes()).await?;
+        let (mut adopted, mut lost) = (0usize, 0usize);
+        for record in records {
+            let Ok(id) = record.id.parse::<SandboxId>() else {
+                continue;
+            };
+            let backend = self.inner.backend.clone();
+            let runtime = tokio::runtime::Handle::current();
+            let adopt_id = id.clone();
+            let adoption = tokio::task::spawn_blocking(move || {
+                runtime.block_on(async move { backend.adopt_sandbox(&adopt_id).await })
+            })
+            .await
+            .map_err(|e| ServiceError::internal("adopt a sandbox", &e))?;
+            let spec: Option<StoredSpec> = serde_json::from_str(&record.spec_json).ok();
+            match (adoption, spec) {
+                (Ok(Adoption::Alive(handle)), Some(spec)) if record.state != SandboxState::Creating => {
+                    match AgentClient::connect(&handle.agent_socket).await {
+                        Ok(client) => {
+                            let owner = Ownership {
+                                tenant: record.tenant.clone(),
+                                spec,
+                            };
+                            let sb = Arc::new(LiveSandbox::new(record.id.clone(), client, handle, owner));
+                            lock(&self.inner.live).insert(record.id.clone(), sb.clone());
+                            self.follow_running_processes(&sb).await;
+                            self.audit(AuditEntry::system(
+                                "sandbox.adopt",
+                                record.tenant.clone(),
+                                Some(&record.id),
+                            ))
+                            .await?;
+                            adopted += 1;
+                        }
+                        Err(e) => {
+                            tracing::warn!(sandbox_id = %record.id, error = %e, "agent unreachable after restart");
+                            self.destroy_handle(handle).await;
+                            self.mark_lost(
+                                &record.id,
+                                record.tenant.clone(),
+                                "agent unreachable after restart",
+                            )
+                            .await?;
+                            lost += 1;
+                        }
+                    }
+                }
+                (Ok(Adoption::Alive(handle)), _) => {
+                    self.destroy_handle(handle).await;
+                    self.mark_lost(&record.id, record.tenant.clone(), "its creation was interrupted")
+                        .await?;
+                    lost += 1;
+                }
+                (Ok(Adoption::Busy), _) => {
+                    tracing::warn!(sandbox_id = %record.id, "sandbox is held by another process; leaving it alone");
+                }
+                (Ok(Adoption::Dead | Adoption::Missing), _) => {
+                    self.mark_lost(
+                        &record.id,
+                        record.tenant.clone(),
+                        "it was gone when the server restarted",
+                    )
+                    .await?;
+                    lost += 1;
+                }
+                (Err(e), _) => {
+                    tracing::warn!(sandbox_id = %record.id, error = %e, "cannot adopt sandbox");
+                    self.mark_lost(&record.id, record.tenant.clone(), "it could not be re-adopted")
+                        .await?;
+                    lost += 1;
+                }
+            }
+        }
+        let backend = self.inner.backend.clone();
+        let runtime = tokio::runtime::Handle::current();
+        let reclaimed = tokio::task::spawn_blocking(move || {
+            runtime.block_on(async move { backend.collect_garbage().await })
+        })
+        .await
+        .map_err(|e| ServiceError::internal("collect garbage", &e))?
+        .map_err(|e| runtime_error("collect garbage", e))?;
+        tracing::info!(adopted, lost, reclaimed = reclaimed.len(), "recovery done");
+        Ok(())
+    }
+
+    async fn mark_lost(&self, id: &str, tenant: Option<String>, reason: &str) -> Result<(), ServiceError> {
+        let entry = AuditEntry::system("sandbox.lost", tenant, Some(id))
+            .outcome("lost")
+            .detail(serde_json::json!({ "reason": reason }))
+            .into_row();
+        let (sid, reason) = (id.to_owned(), reason.to_owned());
+        self.db("record a lost sandbox", move |s| {
+            s.transaction(|tx| {
+                if tx.transition_sandbox(&sid, &LIVE_STATES, SandboxState::Failed, now_ms(), Some(&reason))? {
+                    tx.append_audit(&row_with_time(entry))?;
+                }
+                Ok::<_, StoreError>(())
+            })
+        })
+        .await
+    }
+
+    /// Kills expired sandboxes and ends those whose agent died, until the service stops.
+    pub(crate) async fn run_reaper(self) {
+        let mut tick = tokio::time::interval(self.inner.config.reaper_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_purge = std::time::Instant::now();
+        loop {
+            tokio::select! {
+                () = self.inner.stop.cancelled() => break,
+                _ = tick.tick() => {}
+            }
+            let now = now_ms();
+            match self
+                .db("list expired sandboxes", move |s| s.expired_sandboxes(now))
+                .await
+            {
+                Ok(expired) => {
+                    for record in expired {
+                        if let Err(e) = self
+                            .end_sandbox(
+                                &record.id,
+                                SandboxState::Expired,
+                                "expired",
+                                None,
+                                "sandbox.expire",
+                            )
+                            .await
+                        {
+                            tracing::warn!(sandbox_id = %record.id, error = %e, "reaping failed");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "reaper cannot read the store"),
+            }
+            let dead: Vec<String> = lock(&self.inner.live)
+                .values()
+                .filter(|sb| sb.client.is_closed())
+                .map(|sb| sb.id.clone())
+                .collect();
+            for id in dead {
+                tracing::warn!(sandbox_id = %id, "sandbox agent is gone");
+                if let Err(e) = self
+                    .end_sandbox(&id, SandboxState::Failed, "agent_lost", None, "sandbox.lost")
+                    .await
+                {
+                    tracing::warn!(sandbox_id = %id, error = %e, "ending a dead sandbox failed");
+                }
+            }
+            if last_purge.elapsed() > Duration::from_secs(3600) {
+                last_purge = std::time::Instant::now();
+                let before = now_ms() - self.inner.config.history_retention.as_millis() as i64;
+                if let Err(e) = self
+                    .db("purge history", move |s| s.purge_ended_sandboxes(before))
+                    .await
+                {
+                    tracing::warn!(error = %e, "purging ended sandboxes failed");
+                }
+            }
+        }
+    }
+
+    /// Keeps `template`'s warm pool at its configured size until the service stops.
+    pub(crate) async fn run_pool_filler(self, template: String) {
+        let target = self.inner.config.templates[&template].warm_pool_size as usize;
+        self.inner.metrics.set_pool_target(&template, target as i64);
+        loop {
+            if self.inner.stop.is_cancelled() {
+                break;
+            }
+            let have = self.warm_count(&template);
+            self.inner.metrics.set_pool_size(&template, have as i64);
+            if have < target {
+                if let Err(e) = self.create_warm(&template).await {
+                    tracing::warn!(template = %template, error = %e, "warm pool refill failed");
+                    tokio::select! {
+                        () = self.inner.stop.cancelled() => break,
+                        () = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    }
+                }
+                continue;
+            }
+            tokio::select! {
+                () = self.inner.stop.cancelled() => break,
+                () = self.inner.pool_wakeup.notified() => {}
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    pub(crate) fn warm_count(&self, template: &str) -> usize {
+        lock(&self.inner.live)
+            .values()
+            .filter(|sb| sb.is_warm() && sb.spec().template == template)
+            .count()
+    }
+
+    async fn create_warm(&self, template: &str) -> Result<(), ServiceError> {
+        let id = new_sandbox_id();
+        let spec = StoredSpec {
+            template: template.to_owned(),
+            limits: self.inner.config.default_limits.clone(),
+            env: Default::default(),
+            workdir: None,
+            user: UserSpec::default_user().to_string(),
+        };
+        let new = NewSandbox {
+            id: id.to_string(),
+            tenant: None,
+            state: SandboxState::Creating,
+            profile: template.to_owned(),
+            spec_json: serde_json::to_string(&spec)
+                .map_err(|e| ServiceError::internal("encode a spec", &e))?,
+            labels: Default::default(),
+            memory_bytes: 0,
+            cpu_millis: 0,
+            created_at_ms: now_ms(),
+            expires_at_ms: None,
+        };
+        self.db("record a warm sandbox", move |s| s.insert_sandbox(&new))
+            .await?;
+        let (handle, client) = match self.boot(&id, &spec).await {
+            Ok(booted) => booted,
+            Err(e) => {
+                self.mark_lost(id.as_str(), None, "warm pool boot failed").await?;
+                return Err(e);
+            }
+        };
+        let owner = Ownership { tenant: None, spec };
+        let sb = Arc::new(LiveSandbox::new(id.to_string(), client, handle, owner));
+        lock(&self.inner.live).insert(id.to_string(), sb);
+        let sid = id.to_string();
+        let ready = self
+            .db("record a warm sandbox", move |s| {
+                s.transition_sandbox(
+                    &sid,
+                    &[SandboxState::Creating],
+                    SandboxState::Warm,
+                    now_ms(),
+                    None,
+                )
+            })
+            .await;
+        if !matches!(ready, Ok(true)) {
+            self.end_sandbox(
+                id.as_str(),
+                SandboxState::Failed,
+                "warm pool boot failed",
+                None,
+                "sandbox.lost",
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Audit rows written inside a caller's transaction get their time when written.
+pub(crate) fn row_with_time(mut row: paddock_store::NewAuditEntry) -> paddock_store::NewAuditEntry {
+    row.ts_ms = now_ms();
+    row
+}

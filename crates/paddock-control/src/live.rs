@@ -1,0 +1,81 @@
+//! A sandbox the service holds: its backend handle, its agent connection, who owns it and the
+//! defaults its processes get.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use paddock_runtime::agent_client::AgentClient;
+use paddock_runtime::SandboxHandle;
+use paddock_types::Limits;
+use serde::{Deserialize, Serialize};
+
+use crate::service::lock;
+
+/// What the store keeps of a sandbox's request (`spec_json`), enough to rebuild a [`LiveSandbox`]
+/// after a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct StoredSpec {
+    pub(crate) template: String,
+    pub(crate) limits: Limits,
+    #[serde(default)]
+    pub(crate) env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(crate) workdir: Option<String>,
+    pub(crate) user: String,
+}
+
+/// Who owns a live sandbox and how its processes start.
+#[derive(Debug, Clone)]
+pub(crate) struct Ownership {
+    /// `None` while it waits in a warm pool.
+    pub(crate) tenant: Option<String>,
+    pub(crate) spec: StoredSpec,
+}
+
+/// Bytes written to a process's stdin so far (for its exit audit row).
+#[derive(Debug, Default)]
+pub(crate) struct ProcessCounters {
+    pub(crate) bytes_in: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct LiveSandbox {
+    pub(crate) id: String,
+    pub(crate) client: AgentClient,
+    /// Taken when the sandbox is destroyed.
+    pub(crate) handle: tokio::sync::Mutex<Option<SandboxHandle>>,
+    pub(crate) owner: Mutex<Ownership>,
+    pub(crate) processes: Mutex<HashMap<u32, ProcessCounters>>,
+}
+
+impl LiveSandbox {
+    pub(crate) fn new(id: String, client: AgentClient, handle: SandboxHandle, owner: Ownership) -> Self {
+        Self {
+            id,
+            client,
+            handle: tokio::sync::Mutex::new(Some(handle)),
+            owner: Mutex::new(owner),
+            processes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn tenant(&self) -> Option<String> {
+        lock(&self.owner).tenant.clone()
+    }
+
+    pub(crate) fn spec(&self) -> StoredSpec {
+        lock(&self.owner).spec.clone()
+    }
+
+    pub(crate) fn is_warm(&self) -> bool {
+        lock(&self.owner).tenant.is_none()
+    }
+
+    pub(crate) fn add_bytes_in(&self, pid: u32, n: u64) {
+        lock(&self.processes).entry(pid).or_default().bytes_in += n;
+    }
+
+    pub(crate) fn take_counters(&self, pid: u32) -> ProcessCounters {
+        lock(&self.processes).remove(&pid).unwrap_or_default()
+    }
+}

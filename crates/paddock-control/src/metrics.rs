@@ -1,0 +1,206 @@
+//! Prometheus metrics of the service (text exposition via `prometheus-client`).
+
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabel {
+    source: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TemplateLabel {
+    template: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    route: String,
+    status: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabel {
+    code: String,
+}
+
+/// Every metric the service exports.
+pub(crate) struct Metrics {
+    registry: Registry,
+    sandboxes: Family<StateLabel, Gauge>,
+    ended: Family<StateLabel, Counter>,
+    create_seconds: Family<SourceLabel, Histogram>,
+    exec_start_seconds: Histogram,
+    exec_seconds: Histogram,
+    pool_size: Family<TemplateLabel, Gauge>,
+    pool_target: Family<TemplateLabel, Gauge>,
+    requests: Family<RequestLabels, Counter>,
+    request_seconds: Family<RequestLabels, Histogram>,
+    errors: Family<CodeLabel, Counter>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn latency_buckets() -> impl Iterator<Item = f64> {
+    // 250 µs .. ~65 s, doubling.
+    prometheus_client::metrics::histogram::exponential_buckets(0.00025, 2.0, 19)
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        let mut registry = Registry::with_prefix("paddock");
+        let sandboxes = Family::<StateLabel, Gauge>::default();
+        registry.register(
+            "sandboxes",
+            "Sandboxes held by this server, by state",
+            sandboxes.clone(),
+        );
+        let ended = Family::<StateLabel, Counter>::default();
+        registry.register(
+            "sandboxes_ended",
+            "Sandboxes ended, by final state",
+            ended.clone(),
+        );
+        let create_seconds =
+            Family::<SourceLabel, Histogram>::new_with_constructor(|| Histogram::new(latency_buckets()));
+        registry.register(
+            "sandbox_create_seconds",
+            "Time to create a sandbox (source=pool: a warm claim, boot: a fresh start)",
+            create_seconds.clone(),
+        );
+        let exec_start_seconds = Histogram::new(latency_buckets());
+        registry.register(
+            "exec_start_seconds",
+            "Time from an exec request to the process running",
+            exec_start_seconds.clone(),
+        );
+        let exec_seconds = Histogram::new(latency_buckets());
+        registry.register(
+            "exec_seconds",
+            "Time from an exec request to the process's exit",
+            exec_seconds.clone(),
+        );
+        let pool_size = Family::<TemplateLabel, Gauge>::default();
+        registry.register(
+            "warm_pool_size",
+            "Warm sandboxes ready, by template",
+            pool_size.clone(),
+        );
+        let pool_target = Family::<TemplateLabel, Gauge>::default();
+        registry.register(
+            "warm_pool_target",
+            "Configured warm pool size, by template",
+            pool_target.clone(),
+        );
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests, by route and status",
+            requests.clone(),
+        );
+        let request_seconds =
+            Family::<RequestLabels, Histogram>::new_with_constructor(|| Histogram::new(latency_buckets()));
+        registry.register(
+            "http_request_seconds",
+            "HTTP request latency until the response head (streams excluded)",
+            request_seconds.clone(),
+        );
+        let errors = Family::<CodeLabel, Counter>::default();
+        registry.register("api_errors", "Error responses, by error code", errors.clone());
+        Self {
+            registry,
+            sandboxes,
+            ended,
+            create_seconds,
+            exec_start_seconds,
+            exec_seconds,
+            pool_size,
+            pool_target,
+            requests,
+            request_seconds,
+            errors,
+        }
+    }
+
+    pub(crate) fn observe_create(&self, source: &str, elapsed: Duration) {
+        self.create_seconds
+            .get_or_create(&SourceLabel {
+                source: source.into(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub(crate) fn observe_exec_start(&self, elapsed: Duration) {
+        self.exec_start_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    pub(crate) fn observe_exec(&self, elapsed: Duration) {
+        self.exec_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    pub(crate) fn sandbox_ended(&self, state: &str) {
+        self.ended
+            .get_or_create(&StateLabel { state: state.into() })
+            .inc();
+    }
+
+    pub(crate) fn set_pool_size(&self, template: &str, n: i64) {
+        self.pool_size
+            .get_or_create(&TemplateLabel {
+                template: template.into(),
+            })
+            .set(n);
+    }
+
+    pub(crate) fn set_pool_target(&self, template: &str, n: i64) {
+        self.pool_target
+            .get_or_create(&TemplateLabel {
+                template: template.into(),
+            })
+            .set(n);
+    }
+
+    pub(crate) fn set_sandboxes(&self, state: &str, n: i64) {
+        self.sandboxes
+            .get_or_create(&StateLabel { state: state.into() })
+            .set(n);
+    }
+
+    pub(crate) fn observe_request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        let labels = RequestLabels {
+            method: method.into(),
+            route: route.into(),
+            status: status.to_string(),
+        };
+        self.requests.get_or_create(&labels).inc();
+        self.request_seconds
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub(crate) fn count_error(&self, code: &str) {
+        self.errors.get_or_create(&CodeLabel { code: code.into() }).inc();
+    }
+
+    pub(crate) fn render(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
