@@ -87,6 +87,16 @@ async fn serve_http(
         .local_addr()
         .context("failed to read the bound address")?;
     let app = paddock_api::router(service.clone());
+    // Streams are written as many small chunks (one per exec event); without TCP_NODELAY, Nagle
+    // holds each one back until the previous is acknowledged, and delayed ACKs make that 40 ms.
+    let listener = {
+        use axum::serve::ListenerExt as _;
+        listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY not set");
+            }
+        })
+    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = axum::serve(listener, app).with_graceful_shutdown(async {
         let _ = stop_rx.await;
