@@ -208,8 +208,10 @@ def main():
     if os.geteuid() != 0:
         sys.exit("bench/api.py needs root")
     results = {}
-    server = Server(warm_pool=args.burst + 10)
+    server = Server(warm_pool=args.burst + 10) if args.burst else None
     try:
+        if server is None:
+            raise StopIteration
         server.wait_pool(args.burst + 10)
         # Warm-up: one create and a few execs (page cache, connection).
         sb = server.json("POST", "/v1/sandboxes", {"timeout_secs": 3600})
@@ -228,8 +230,11 @@ def main():
             r = results[k]
             peer_key = [x for x in r if x != "paddock"][0]
             r["ratio_paddock_over_peer_p50"] = round(r["paddock"]["p50_ms"] / r[peer_key]["p50_ms"], 3)
+    except StopIteration:
+        pass
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
     if args.idle:
         results["idle"] = idle(args.idle)
     print(json.dumps(results, indent=2))
