@@ -363,3 +363,18 @@ impl SandboxService {
         self.inner.metrics.count_error(code.as_str());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_names() {
+        for ok in ["alice", "team-1", "a_b", "0x"] {
+            assert!(check_tenant("tenant", ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "Alice", "-a", "a b", "a/b", &"x".repeat(65)] {
+            assert!(check_tenant("tenant", bad).is_err(), "{bad}");
+        }
+    }
+}

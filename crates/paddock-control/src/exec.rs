@@ -207,11 +207,22 @@ impl SandboxService {
             tag: req.tag.clone(),
             detached: false,
         };
-        let (pid, events) = sb
-            .client
-            .spawn(spawn)
-            .await
-            .map_err(|e| process_error("start a process", 0, e))?;
+        let (pid, events) = match sb.client.spawn(spawn).await {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                let error = process_error("start a process", 0, e);
+                let mut detail = command_audit(&command);
+                detail["cwd"] = cwd.into();
+                detail["message"] = error.message.clone().into();
+                self.audit(
+                    AuditEntry::ok(p, "process.start", Some(id))
+                        .outcome(error.code.as_str())
+                        .detail(detail),
+                )
+                .await?;
+                return Err(error);
+            }
+        };
         self.inner.metrics.observe_exec_start(started.elapsed());
         let mut detail = command_audit(&command);
         detail["pid"] = pid.into();
@@ -575,5 +586,60 @@ async fn forward_buffered(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_text_when_it_can_be_and_base64_otherwise() {
+        let text = stream_data(5, b"hello\n");
+        assert_eq!(text.data.as_deref(), Some("hello\n"));
+        assert!(text.data_b64.is_none());
+        let binary = stream_data(0, &[0xff, 0x00, 0xfe]);
+        assert!(binary.data.is_none());
+        assert_eq!(stream_bytes(&binary), vec![0xff, 0x00, 0xfe]);
+        assert_eq!(stream_bytes(&text), b"hello\n");
+    }
+
+    #[test]
+    fn exactly_one_of_argv_and_shell() {
+        let both = ExecRequest {
+            argv: Some(vec!["true".into()]),
+            shell: Some("true".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            command_of(&both).expect_err("both").field.as_deref(),
+            Some("argv")
+        );
+        assert!(command_of(&ExecRequest::default()).is_err());
+        let empty = ExecRequest {
+            argv: Some(vec![]),
+            ..Default::default()
+        };
+        assert!(command_of(&empty).is_err());
+        let nul = ExecRequest {
+            shell: Some("a\0b".into()),
+            ..Default::default()
+        };
+        assert_eq!(command_of(&nul).expect_err("nul").field.as_deref(), Some("shell"));
+    }
+
+    #[test]
+    fn exit_codes_follow_the_shell() {
+        let status = ExitStatus {
+            code: None,
+            signal: Some(9),
+            timed_out: true,
+            cpu_time_us: 1,
+            max_rss_kib: 2,
+            duration_ms: 3,
+        };
+        let info = exit_info(&status);
+        assert_eq!(info.exit_code, 137);
+        assert!(info.timed_out);
     }
 }

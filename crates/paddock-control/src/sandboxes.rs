@@ -41,6 +41,25 @@ impl SandboxService {
         req: CreateSandboxRequest,
     ) -> Result<SandboxInfo, ServiceError> {
         let started = Instant::now();
+        let result = self.create_planned(p, req, started).await;
+        if let Err(e) = &result {
+            // Refusals are recorded too (a failed boot already wrote its own row).
+            if matches!(e.code, ErrorCode::QuotaExceeded | ErrorCode::InvalidRequest) {
+                let entry = AuditEntry::ok(p, "sandbox.create", None)
+                    .outcome(e.code.as_str())
+                    .detail(serde_json::json!({ "field": e.field, "message": e.message }));
+                self.audit(entry).await?;
+            }
+        }
+        result
+    }
+
+    async fn create_planned(
+        &self,
+        p: &Principal,
+        req: CreateSandboxRequest,
+        started: Instant,
+    ) -> Result<SandboxInfo, ServiceError> {
         let plan = self.plan_create(req)?;
         let warm = self.inner.config.templates[&plan.spec.template].warm_pool_size > 0;
         if warm {
@@ -555,5 +574,51 @@ pub(crate) fn info_from_record(r: &SandboxRecord) -> SandboxInfo {
         expires_at: r.expires_at_ms.map(rfc3339),
         ended_at: r.ended_at_ms.map(rfc3339),
         end_reason: r.end_reason.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use paddock_types::ByteSize;
+
+    #[test]
+    fn request_limits_override_defaults_field_by_field() {
+        let defaults = Limits::default();
+        let req = LimitsRequest {
+            memory: Some(ByteSize::mib(256)),
+            ..Default::default()
+        };
+        let merged = merge_limits(&defaults, &req);
+        assert_eq!(merged.memory, Some(ByteSize::mib(256)));
+        assert_eq!(merged.pids, defaults.pids);
+        assert_eq!(merged.disk, defaults.disk);
+    }
+
+    #[test]
+    fn caps_name_the_field() {
+        assert!(check_cap("limits.pids", Some(10u32), Some(10)).is_ok());
+        assert!(check_cap("limits.pids", Some(10u32), None).is_ok());
+        let e = check_cap("limits.pids", Some(11u32), Some(10)).expect_err("above the cap");
+        assert_eq!(e.field.as_deref(), Some("limits.pids"));
+        // No limit at all is more than any cap.
+        let e = check_cap::<u32>("limits.pids", None, Some(10)).expect_err("unlimited");
+        assert_eq!(e.code, ErrorCode::InvalidRequest);
+    }
+
+    #[test]
+    fn env_keys_are_validated() {
+        let mut env = BTreeMap::new();
+        env.insert("GOOD".to_owned(), "x=y".to_owned());
+        assert!(check_env("env", &env).is_ok());
+        env.insert(String::new(), "v".to_owned());
+        let e = check_env("env", &env).expect_err("empty key");
+        assert_eq!(e.field.as_deref(), Some("env."));
+    }
+
+    #[test]
+    fn warm_and_creating_look_like_creating() {
+        assert_eq!(state_body(SandboxState::Warm), SandboxStateBody::Creating);
+        assert_eq!(state_body(SandboxState::Expired), SandboxStateBody::Expired);
     }
 }
