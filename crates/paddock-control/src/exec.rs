@@ -395,15 +395,7 @@ impl SandboxService {
     ) -> Result<ExecStream, ServiceError> {
         let sb = self.owned_live(p, id).await?;
         // A connection of its own: replaying a large buffer must not stall the sandbox's shared one.
-        let socket = {
-            let guard = sb.handle.lock().await;
-            guard.as_ref().map(|h| h.agent_socket.clone()).ok_or_else(|| {
-                ServiceError::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
-            })?
-        };
-        let client = AgentClient::connect(&socket)
-            .await
-            .map_err(|e| process_error("connect to the agent", pid, e))?;
+        let client = sb.own_connection().await?;
         let (_, mut events) = client
             .attach(pid, q.stdout_from, q.stderr_from)
             .await

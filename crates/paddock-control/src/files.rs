@@ -2,15 +2,12 @@
 //! `openat2(RESOLVE_IN_ROOT)`), and tar archives are made and unpacked by `tar` running inside the
 //! sandbox as the sandbox's user, so neither can reach a host path.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
 use paddock_protocol::{CommandSpec, FileKind, FileStat, SpawnRequest, Stream, MAX_PAYLOAD_LEN};
-use paddock_runtime::agent_client::{
-    AgentClient, AgentClientError, MkdirOptions, ProcessEvent, WriteOptions,
-};
+use paddock_runtime::agent_client::{AgentClientError, MkdirOptions, ProcessEvent, WriteOptions};
 use paddock_types::api::{
     ErrorCode, FileEntry, FileKindBody, FileList, MkdirRequest, RenameRequest, WrittenFile,
 };
@@ -104,16 +101,6 @@ fn entry(path: String, stat: FileStat) -> FileEntry {
 }
 
 impl SandboxService {
-    async fn agent_socket(&self, sb: &LiveSandbox) -> Result<PathBuf, ServiceError> {
-        let guard = sb.handle.lock().await;
-        guard.as_ref().map(|h| h.agent_socket.clone()).ok_or_else(|| {
-            ServiceError::new(
-                ErrorCode::SandboxNotRunning,
-                format!("sandbox {} is ending", sb.id),
-            )
-        })
-    }
-
     /// Streams a file's contents.
     pub async fn read_file(&self, p: &Principal, id: &str, path: &str) -> Result<FileDownload, ServiceError> {
         check_path("path", path)?;
@@ -378,9 +365,7 @@ impl SandboxService {
             ));
         }
         // A connection of its own: a slow download must not stall the sandbox's shared connection.
-        let client = AgentClient::connect(self.agent_socket(&sb).await?)
-            .await
-            .map_err(|e| crate::exec::process_error("connect to the agent", 0, e))?;
+        let client = sb.own_connection().await?;
         let (pid, events) = client
             .spawn(tar_spawn(
                 &sb,
@@ -461,9 +446,7 @@ impl SandboxService {
             .mkdir(path, &mkdir)
             .await
             .map_err(|e| file_error("create a directory", path, e))?;
-        let client = AgentClient::connect(self.agent_socket(&sb).await?)
-            .await
-            .map_err(|e| crate::exec::process_error("connect to the agent", 0, e))?;
+        let client = sb.own_connection().await?;
         let argv = vec![
             "tar".into(),
             "-C".into(),

@@ -59,6 +59,23 @@ impl LiveSandbox {
         }
     }
 
+    /// A new connection to the agent, for a stream that must not stall the shared one (replays,
+    /// tar transfers, watches).
+    pub(crate) async fn own_connection(&self) -> Result<AgentClient, crate::ServiceError> {
+        let socket = {
+            let guard = self.handle.lock().await;
+            guard.as_ref().map(|h| h.agent_socket.clone()).ok_or_else(|| {
+                crate::ServiceError::new(
+                    paddock_types::api::ErrorCode::SandboxNotRunning,
+                    format!("sandbox {} is ending", self.id),
+                )
+            })?
+        };
+        AgentClient::connect(&socket)
+            .await
+            .map_err(|e| crate::exec::process_error("connect to the agent", 0, e))
+    }
+
     pub(crate) fn tenant(&self) -> Option<String> {
         lock(&self.owner).tenant.clone()
     }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use paddock_protocol::FsEventKind;
-use paddock_runtime::agent_client::{AgentClient, WatchUpdate};
+use paddock_runtime::agent_client::WatchUpdate;
 use paddock_types::api::{WatchEvent, WatchEventKind};
 use tokio::sync::mpsc;
 
@@ -34,18 +34,7 @@ pub(crate) async fn start_watch(
     path: &str,
     recursive: bool,
 ) -> Result<WatchStream, ServiceError> {
-    let socket = {
-        let guard = sb.handle.lock().await;
-        guard.as_ref().map(|h| h.agent_socket.clone()).ok_or_else(|| {
-            ServiceError::new(
-                paddock_types::api::ErrorCode::SandboxNotRunning,
-                format!("sandbox {id} is ending"),
-            )
-        })?
-    };
-    let client = AgentClient::connect(&socket)
-        .await
-        .map_err(|e| crate::exec::process_error("connect to the agent", 0, e))?;
+    let client = sb.own_connection().await?;
     let (_, mut events) = client
         .watch(path, recursive)
         .await
