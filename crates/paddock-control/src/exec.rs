@@ -356,7 +356,8 @@ impl SandboxService {
         }
     }
 
-    /// After a restart: follow the processes that kept running, so their exits are recorded.
+    /// After a restart: follow the processes that kept running, so their exits are recorded, and
+    /// record the exits of those that ended while no server was watching.
     pub(crate) async fn follow_running_processes(&self, sb: &Arc<LiveSandbox>) {
         let Some(tenant) = sb.tenant() else {
             return;
@@ -364,24 +365,73 @@ impl SandboxService {
         let Ok(processes) = sb.client.list_processes().await else {
             return;
         };
+        // Recorded by paddock itself: no API key acted.
         let p = Principal {
             tenant,
             key_id: String::new(),
             admin: false,
         };
-        for proc in processes.into_iter().filter(|proc| proc.exit.is_none()) {
-            if let Ok((_, events)) = sb.client.attach(proc.pid, u64::MAX, u64::MAX).await {
-                tokio::spawn(self.clone().monitor(
-                    sb.clone(),
-                    p.clone(),
-                    proc.pid,
-                    events,
-                    None,
-                    false,
-                    Instant::now(),
-                ));
+        for proc in processes {
+            match &proc.exit {
+                None => {
+                    if let Ok((_, events)) = sb.client.attach(proc.pid, u64::MAX, u64::MAX).await {
+                        tokio::spawn(self.clone().monitor(
+                            sb.clone(),
+                            p.clone(),
+                            proc.pid,
+                            events,
+                            None,
+                            false,
+                            Instant::now(),
+                        ));
+                    }
+                }
+                Some(status) => {
+                    if let Err(e) = self.record_missed_exit(&p, &sb.id, &proc, status).await {
+                        tracing::warn!(sandbox_id = %sb.id, pid = proc.pid, error = %e, "cannot record a process exit");
+                    }
+                }
             }
         }
+    }
+
+    /// Writes the `process.exit` row of a process that ended while the server was down, unless the
+    /// previous server wrote it before it died (pids can be reused, so the row must be one written
+    /// after this process started).
+    async fn record_missed_exit(
+        &self,
+        p: &Principal,
+        id: &str,
+        proc: &paddock_protocol::ProcessInfo,
+        status: &ExitStatus,
+    ) -> Result<(), ServiceError> {
+        let filter = paddock_store::AuditFilter {
+            sandbox_id: Some(id.to_owned()),
+            action: Some("process.exit".into()),
+            since_ms: Some(proc.started_at_ms as i64),
+            limit: 10_000,
+            ..Default::default()
+        };
+        let rows = self
+            .db("read the audit log", move |s| s.query_audit(&filter))
+            .await?;
+        let pid = proc.pid;
+        if rows.iter().any(|r| r.detail["pid"] == pid) {
+            return Ok(());
+        }
+        let info = exit_info(status);
+        let detail = serde_json::json!({
+            "pid": pid,
+            "exit_code": info.exit_code,
+            "signal": info.signal,
+            "timed_out": info.timed_out,
+            "duration_ms": info.duration_ms,
+            "cpu_time_us": info.cpu_time_us,
+            "max_rss_kib": info.max_rss_kib,
+            "recorded_after_restart": true,
+        });
+        self.audit(AuditEntry::ok(p, "process.exit", Some(id)).detail(detail))
+            .await
     }
 
     /// Re-attaches to a process (running or finished): replays its output from the offsets, then

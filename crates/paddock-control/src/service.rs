@@ -157,7 +157,7 @@ impl<'a> AuditEntry<'a> {
         NewAuditEntry {
             ts_ms: now_ms(),
             tenant: self.tenant.or_else(|| self.principal.map(|p| p.tenant.clone())),
-            key_id: self.principal.map(|p| p.key_id.clone()),
+            key_id: self.principal.map(|p| p.key_id.clone()).filter(|k| !k.is_empty()),
             action: self.action.to_owned(),
             sandbox_id: self.sandbox.map(str::to_owned),
             outcome: self.outcome,
