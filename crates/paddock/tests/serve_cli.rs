@@ -4,130 +4,36 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use common::{assert_code, require_root, stderr, stdout, wait_until, TestEnv};
 
-/// How long a server may take to start (the first start creates the storage pool).
-const START_DEADLINE: Duration = Duration::from_secs(90);
-/// How long a server may take to stop after SIGTERM.
-const STOP_DEADLINE: Duration = Duration::from_secs(30);
+#[path = "common/server.rs"]
+mod server;
 
-/// A running `paddock serve`.
-struct Server {
-    child: Child,
-    url: String,
-    /// The server's stderr lines after the `listening` line.
-    log: mpsc::Receiver<String>,
+use server::Server;
+
+/// The CLI client as a client of `server` (the key comes from the state directory).
+fn client(server: &Server, env: &TestEnv) -> Command {
+    let mut c = env.cmd();
+    c.env("PADDOCK_URL", &server.url).stdin(Stdio::null());
+    c
 }
 
-impl Server {
-    /// Starts a server on a fresh environment: it announces the admin key it wrote.
-    fn start(env: &TestEnv, args: &[&str]) -> Server {
-        Self::spawn(env, args, true)
-    }
+/// Runs `paddock <args>` against `server`.
+trait RunClient {
+    fn run(&self, env: &TestEnv, args: &[&str]) -> Output;
+    fn client(&self, env: &TestEnv) -> Command;
+}
 
-    /// Starts a server again: the admin key exists, and no new one is minted.
-    fn restart(env: &TestEnv) -> Server {
-        Self::spawn(env, &[], false)
-    }
-
-    fn spawn(env: &TestEnv, args: &[&str], first_start: bool) -> Server {
-        let mut child = env
-            .cmd()
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(args)
-            .env("PADDOCK_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("paddock serve starts");
-        let (tx, rx) = mpsc::channel();
-        let pipe = child.stderr.take().expect("stderr");
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                eprintln!("[serve] {line}");
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let start = Instant::now();
-        let mut seen = Vec::new();
-        let url = loop {
-            match rx.recv_timeout(START_DEADLINE.saturating_sub(start.elapsed())) {
-                Ok(line) => {
-                    if let Some(url) = line.strip_prefix("paddock: listening on ") {
-                        break url.trim().to_owned();
-                    }
-                    seen.push(line);
-                }
-                Err(_) => {
-                    let _ = child.kill();
-                    let status = child.wait();
-                    panic!(
-                        "the server did not start ({status:?}); its output:\n{}",
-                        seen.join("\n")
-                    );
-                }
-            }
-        };
-        let announced = seen
-            .iter()
-            .any(|l| l.starts_with("paddock: admin API key written to "));
-        assert_eq!(
-            announced, first_start,
-            "admin key announcement on this start: {seen:?}"
-        );
-        Server { child, url, log: rx }
-    }
-
-    /// `paddock <args>` as a client of this server (the key comes from the state directory).
-    fn client(&self, env: &TestEnv) -> Command {
-        let mut c = env.cmd();
-        c.env("PADDOCK_URL", &self.url).stdin(Stdio::null());
-        c
-    }
-
+impl RunClient for Server {
     fn run(&self, env: &TestEnv, args: &[&str]) -> Output {
-        self.client(env).args(args).output().expect("paddock runs")
+        client(self, env).args(args).output().expect("paddock runs")
     }
-
-    /// Sends SIGTERM and waits for a clean exit.
-    fn stop(mut self) {
-        let pid = rustix::process::Pid::from_child(&self.child);
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                assert!(status.success(), "server exit status after SIGTERM: {status:?}");
-                break;
-            }
-            assert!(
-                start.elapsed() < STOP_DEADLINE,
-                "the server did not stop after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let rest: Vec<String> = self.log.try_iter().collect();
-        assert!(
-            !rest.iter().any(|l| l.contains("panicked")),
-            "the server panicked: {rest:?}"
-        );
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+    fn client(&self, env: &TestEnv) -> Command {
+        client(self, env)
     }
 }
 
@@ -157,7 +63,7 @@ fn serve_and_drive_it_with_the_client() {
         return;
     }
     let env = TestEnv::new();
-    let server = Server::start(&env, &[]);
+    let server = Server::start(&env, &[], "info");
     let key_path = env.state().join("admin.key");
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(&key_path).expect("admin.key").permissions(),
@@ -450,7 +356,7 @@ fn a_second_server_on_the_same_state_directory_is_refused() {
         return;
     }
     let env = TestEnv::new();
-    let server = Server::start(&env, &[]);
+    let server = Server::start(&env, &[], "info");
     let o = env
         .cmd()
         .args(["serve", "--listen", "127.0.0.1:0"])
@@ -470,7 +376,7 @@ fn sandboxes_survive_a_server_restart() {
         return;
     }
     let env = TestEnv::new();
-    let server = Server::start(&env, &[]);
+    let server = Server::start(&env, &[], "info");
     let id = ok(&server.run(&env, &["sandbox", "create"])).trim().to_owned();
     ok(&server.run(
         &env,
@@ -487,7 +393,7 @@ fn sandboxes_survive_a_server_restart() {
     server.stop();
 
     let key = std::fs::read_to_string(env.state().join("admin.key")).expect("admin key");
-    let server = Server::restart(&env);
+    let server = Server::restart(&env, &[], "info");
     assert_eq!(
         std::fs::read_to_string(env.state().join("admin.key")).expect("admin key"),
         key,
