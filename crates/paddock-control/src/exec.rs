@@ -65,6 +65,14 @@ pub(crate) fn output_event(stream: Stream, offset: u64, data: &[u8]) -> ExecEven
     }
 }
 
+/// The last event of a stream whose sandbox ended before the process did.
+fn sandbox_ended_event() -> ExecEvent {
+    ExecEvent::Error {
+        code: ErrorCode::SandboxNotRunning,
+        message: "the sandbox ended before the process did".into(),
+    }
+}
+
 pub(crate) fn exit_info(s: &ExitStatus) -> ExitInfo {
     ExitInfo {
         exit_code: s.shell_code(),
@@ -330,12 +338,7 @@ impl SandboxService {
             }
             None => {
                 if let Some(sender) = &tx {
-                    let _ = sender
-                        .send(ExecEvent::Error {
-                            code: ErrorCode::SandboxNotRunning,
-                            message: "the sandbox ended before the process did".into(),
-                        })
-                        .await;
+                    let _ = sender.send(sandbox_ended_event()).await;
                 }
                 (
                     "lost",
@@ -475,7 +478,10 @@ impl SandboxService {
                             let _ = tx.send(ExecEvent::Exit(exit_info(&status))).await;
                             break;
                         }
-                        None => break,
+                        None => {
+                            let _ = tx.send(sandbox_ended_event()).await;
+                            break;
+                        }
                     },
                     () = tx.closed() => break,
                 }
@@ -617,7 +623,10 @@ async fn forward_buffered(
                     let _ = tx.send(ExecEvent::Exit(exit_info(&status))).await;
                     return;
                 }
-                None => return,
+                None => {
+                    let _ = tx.send(sandbox_ended_event()).await;
+                    return;
+                }
             },
             _ = &mut marker, if !marker_done => {
                 marker_done = true;

@@ -73,6 +73,13 @@ pub(crate) fn check_path(field: &str, path: &str) -> Result<(), ServiceError> {
     Ok(())
 }
 
+fn not_regular(path: &str) -> ServiceError {
+    ServiceError::invalid(
+        "path",
+        format!("{path} is not a regular file (a fifo, socket or device)"),
+    )
+}
+
 fn join(dir: &str, name: &str) -> String {
     if dir.ends_with('/') {
         format!("{dir}{name}")
@@ -110,15 +117,19 @@ impl SandboxService {
             .stat(path)
             .await
             .map_err(|e| file_error("stat a file", path, e))?;
-        match stat.kind {
+        // Sizes of /proc files read as 0 and a symlink's is its target's length: those stream
+        // without a known length.
+        let known_size = match stat.kind {
             FileKind::Dir => {
                 return Err(ServiceError::new(
                     ErrorCode::IsADirectory,
                     format!("{path} is a directory (download it as tar)"),
                 ))
             }
-            FileKind::File | FileKind::Symlink | FileKind::Other => {}
-        }
+            FileKind::Other => return Err(not_regular(path)),
+            FileKind::File => (stat.size > 0).then_some(stat.size),
+            FileKind::Symlink => None,
+        };
         // Read the first chunk now, so "not found" or "permission denied" is an error response and
         // not a broken stream.
         let first = sb
@@ -131,7 +142,7 @@ impl SandboxService {
                 .detail(serde_json::json!({ "path": path, "bytes_out": first.size })),
         )
         .await?;
-        let size = first.size;
+        let size = known_size;
         let client = sb.client.clone();
         let path = path.to_owned();
         let state = (client, path, Some(first), 0u64, false);
@@ -180,6 +191,17 @@ impl SandboxService {
             return Err(ServiceError::invalid("mode", "mode must be at most 0o7777"));
         }
         let sb = self.owned_live(p, id).await?;
+        // Writing into a fifo or a device would block or fail late: only files (new or existing).
+        match sb.client.stat(path).await {
+            Ok(stat) if stat.kind == FileKind::Other => return Err(not_regular(path)),
+            Ok(stat) if stat.kind == FileKind::Dir => {
+                return Err(ServiceError::new(
+                    ErrorCode::IsADirectory,
+                    format!("{path} is a directory"),
+                ))
+            }
+            _ => {}
+        }
         let user = options.user.clone().unwrap_or_else(|| sb.spec().user);
         let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
         let mut written = 0u64;

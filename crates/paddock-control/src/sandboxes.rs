@@ -530,6 +530,13 @@ pub(crate) fn check_env(field: &str, env: &BTreeMap<String, String>) -> Result<(
         ));
     }
     for (k, v) in env {
+        // A name holding '=' would parse as a different name and value; the agent refuses it.
+        if k.contains('=') {
+            return Err(ServiceError::invalid(
+                format!("{field}.{k}"),
+                format!("invalid environment variable name {k:?}: names cannot contain '='"),
+            ));
+        }
         format!("{k}={v}")
             .parse::<EnvVar>()
             .map_err(|e| ServiceError::invalid(format!("{field}.{k}"), e.to_string()))?;
@@ -611,6 +618,10 @@ mod tests {
         let mut env = BTreeMap::new();
         env.insert("GOOD".to_owned(), "x=y".to_owned());
         assert!(check_env("env", &env).is_ok());
+        let mut bad = env.clone();
+        bad.insert("A=B".to_owned(), "x".to_owned());
+        let e = check_env("env", &bad).expect_err("'=' in a name");
+        assert_eq!(e.field.as_deref(), Some("env.A=B"));
         env.insert(String::new(), "v".to_owned());
         let e = check_env("env", &env).expect_err("empty key");
         assert_eq!(e.field.as_deref(), Some("env."));

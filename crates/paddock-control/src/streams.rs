@@ -79,8 +79,9 @@ impl ExecStream {
 
 /// A file being downloaded.
 pub struct FileDownload {
-    /// Its size when the download started.
-    pub size: u64,
+    /// Its size when the download started, when it is known (`None` for files whose size the file
+    /// system does not report, such as `/proc` files, and for symlinks).
+    pub size: Option<u64>,
     /// Its bytes.
     pub stream: ByteStream,
 }

@@ -108,7 +108,7 @@ fn download(content_type: &'static str, length: Option<u64>, stream: ByteStream)
     response
 }
 
-/// Downloads a file (streamed; `Content-Length` is its size when the download started).
+/// Downloads a file (streamed; `Content-Length` is its size when the download started, when known).
 #[utoipa::path(
     get,
     path = "/v1/sandboxes/{id}/files",
@@ -127,7 +127,7 @@ pub(crate) async fn read_file(
     ApiQuery(q): ApiQuery<FilePathQuery>,
 ) -> Result<Response, ApiError> {
     let file = service.read_file(&p, &id, &q.path).await?;
-    Ok(download("application/octet-stream", Some(file.size), file.stream))
+    Ok(download("application/octet-stream", file.size, file.stream))
 }
 
 /// Writes (creates or replaces) a file.
