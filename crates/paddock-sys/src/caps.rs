@@ -46,8 +46,15 @@ pub fn set_dumpable(on: bool) -> io::Result<()> {
 /// Needs `CAP_SETPCAP` (in the current user namespace) for step 2, which is why it runs before step 3.
 /// Does not allocate and takes no locks: safe to call in a `pre_exec` closure after `fork`.
 pub fn drop_all_capabilities() -> io::Result<()> {
-    rustix::thread::clear_ambient_capability_set()?;
     drop_bounding_except(&[])?;
+    clear_capability_sets()
+}
+
+/// Steps 1 and 3 of [`drop_all_capabilities`]: empties the ambient, effective, permitted and
+/// inheritable sets, leaving the bounding set alone (for a caller that already dropped it).
+/// Async-signal-safe.
+pub fn clear_capability_sets() -> io::Result<()> {
+    rustix::thread::clear_ambient_capability_set()?;
     let none = CapabilitySets {
         effective: CapabilitySet::empty(),
         permitted: CapabilitySet::empty(),
@@ -69,6 +76,32 @@ pub fn drop_bounding_except(keep: &[u32]) -> io::Result<()> {
             // Past the kernel's last capability.
             Err(rustix::io::Errno::INVAL) => break,
             Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(())
+}
+
+/// The capabilities in the calling thread's bounding set, as a bit mask.
+pub fn bounding_set() -> io::Result<u64> {
+    let mut mask = 0u64;
+    for cap in 0..=CAP_PROBE_LIMIT {
+        let set = CapabilitySet::from_bits_retain(1 << cap);
+        match rustix::thread::capability_is_in_bounding_set(set) {
+            Ok(true) => mask |= 1 << cap,
+            Ok(false) => {}
+            Err(rustix::io::Errno::INVAL) => break,
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Ok(mask)
+}
+
+/// Drops the capabilities of `mask` (from [`bounding_set`]) from the bounding set: one system call
+/// per capability present instead of one per capability the kernel knows. Async-signal-safe.
+pub fn drop_bounding_set(mask: u64) -> io::Result<()> {
+    for cap in 0..=CAP_PROBE_LIMIT {
+        if mask & (1 << cap) != 0 {
+            rustix::thread::remove_capability_from_bounding_set(CapabilitySet::from_bits_retain(1 << cap))?;
         }
     }
     Ok(())

@@ -61,6 +61,57 @@ pub fn reset_signal_dispositions() {
     }
 }
 
+/// The catchable signals the calling process ignores, as a bit mask (bit `n` = signal `n`). Only
+/// these survive an `execve` (caught signals are reset by it), so only these need resetting before
+/// one. Uses the raw `rt_sigaction` system call for the same reason as
+/// [`reset_signal_dispositions`].
+pub fn ignored_signals() -> u64 {
+    let mut mask = 0u64;
+    for signal in 1..=64 {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        let mut old = [0u64; 4];
+        // SAFETY: the kernel writes one `struct sigaction` (32 bytes) into the live buffer `old` and
+        // changes nothing (new action NULL).
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                std::ptr::null::<u64>(),
+                old.as_mut_ptr(),
+                8usize,
+            )
+        };
+        // The handler is the first word; SIG_IGN is 1.
+        if r == 0 && old[0] == libc::SIG_IGN as u64 {
+            mask |= 1 << (signal - 1);
+        }
+    }
+    mask
+}
+
+/// Resets the signals in `mask` (from [`ignored_signals`]) to their default action.
+/// Async-signal-safe.
+pub fn reset_signals(mask: u64) {
+    let default_action = [0u64; 4];
+    for signal in 1..=64 {
+        if mask & (1 << (signal - 1)) == 0 {
+            continue;
+        }
+        // SAFETY: as in `reset_signal_dispositions`: the kernel reads one zeroed `struct sigaction`.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                default_action.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8usize,
+            )
+        };
+    }
+}
+
 /// Unblocks every signal of the calling thread (`exec` keeps the signal mask, so a program would
 /// start with whatever its parent blocked). Async-signal-safe.
 pub fn unblock_all_signals() -> io::Result<()> {

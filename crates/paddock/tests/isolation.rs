@@ -241,7 +241,7 @@ fn no_capabilities_seccomp_and_no_new_privs() {
     for user in ["user", "root"] {
         let o = env.sh(
             &["--user", user],
-            "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status",
+            "exec grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp|SigIgn|SigBlk):' /proc/self/status",
         );
         assert_code(&o, 0);
         let out = stdout(&o);
@@ -253,6 +253,9 @@ fn no_capabilities_seccomp_and_no_new_privs() {
         }
         assert!(out.contains("NoNewPrivs:\t1"), "{out}");
         assert!(out.contains("Seccomp:\t2"), "{out}");
+        // Nothing of the agent's signal state (the Rust runtime ignores SIGPIPE) reaches a workload.
+        assert!(out.contains("SigIgn:\t0000000000000000"), "{user}: {out}");
+        assert!(out.contains("SigBlk:\t0000000000000000"), "{user}: {out}");
     }
     env.assert_clean();
 }

@@ -1,6 +1,7 @@
-//! Starting a program with dropped privileges: [`spawn_child`] forks, runs a fixed list of
-//! async-signal-safe steps in the child (no allocation, no locks: everything the child touches is
-//! prepared before `fork`), and reports the first failing step through a close-on-exec pipe, so
+//! Starting a program with dropped privileges: [`spawn_child`] clones a child that shares the
+//! caller's memory until its exec (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does), runs a fixed list
+//! of async-signal-safe steps in it (no allocation, no locks: everything the child touches is prepared
+//! before the clone), and reports the first failing step through a close-on-exec pipe, so
 //! "program not found" is an error of the spawn, not a child that exits with 127.
 
 use std::ffi::{CString, OsStr};
@@ -197,10 +198,11 @@ impl SpawnError {
 
 /// Starts a child and returns its pid once it has successfully called `execve`.
 ///
-/// In the child, in this order: all signal dispositions back to default; `setsid`; `TIOCSCTTY` on
+/// In the child, in this order: the signals the caller ignores back to their default (caught ones are
+/// reset by `execve` itself); `setsid`; `TIOCSCTTY` on
 /// `stdio.terminal` if given; descriptors 0-2 installed and every other descriptor marked
 /// close-on-exec (`close_range`), so nothing of the agent (its listening socket included) leaks;
-/// bounding set emptied while still privileged; `setgroups`, `setresgid`, `setresuid`; every
+/// the caller's bounding set dropped while still privileged; `setgroups`, `setresgid`, `setresuid`; every
 /// remaining capability cleared; `chdir`; signal mask emptied; `execve` of each candidate. The first
 /// failure is written to a close-on-exec pipe and the child exits 127 without running anything.
 ///
@@ -211,24 +213,48 @@ pub fn spawn_child(spec: &ChildSpec, stdio: ChildStdio<'_>) -> Result<u32, Spawn
     let envp = null_terminated(&spec.env);
     let (report_read, report_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
         .map_err(|e| SpawnError::new(SpawnStage::Fork, e))?;
+    let inherited = inherited_state().map_err(|e| SpawnError::new(SpawnStage::DropBoundingSet, e))?;
+    let args = ChildArgs {
+        spec,
+        argv: &argv,
+        envp: &envp,
+        stdio,
+        report: report_write.as_fd(),
+        inherited,
+    };
+    // The child runs on a stack of its own while it shares this address space (`CLONE_VM`) until
+    // its exec: no page tables are copied and nothing here is copied on write afterwards, which is
+    // most of what a fork of a process costs. Allocated before the clone, freed after the parent
+    // resumes (`CLONE_VFORK` suspends it until the child has exec'd or exited).
+    let mut stack = vec![0u8; CHILD_STACK_SIZE];
 
-    // Block every signal across fork so the child never runs one of the parent's handlers before it
-    // has reset them; the parent restores its mask right after.
+    // Block every signal across the clone so the child never runs one of the parent's handlers (on
+    // shared memory) before it has reset them; the parent restores its mask right after.
     let mut saved = SigSet::empty();
     nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut saved))
         .map_err(|e| SpawnError::new(SpawnStage::Fork, e))?;
-    // SAFETY: the child branch only calls `run_child`, which performs raw system calls on memory
-    // prepared above (CStrings and pointer arrays owned by this frame, which the child's copy of the
-    // address space keeps alive) and never allocates, locks or returns: it ends in execve or _exit.
-    // That keeps it async-signal-safe even if the parent had other threads.
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
-        run_child(spec, &argv, &envp, stdio, report_write.as_fd());
-    }
-    let fork_error = (pid < 0).then(io::Error::last_os_error);
+    // SAFETY: the stack pointer is the 16-byte-aligned top of `stack`, a live allocation that outlives
+    // the child's use of it (CLONE_VFORK: this thread resumes only after the child exec'd or exited,
+    // and `stack` is dropped after that). `child_main` receives a pointer to `args`, alive on this
+    // frame for the same reason. The child only performs raw system calls on memory prepared above
+    // and never allocates, takes locks or returns (it ends in execve or _exit), so sharing this
+    // address space is sound, like posix_spawn's own clone; its copy of the signal handlers cannot
+    // run because every signal is blocked until it has reset them.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(CHILD_STACK_SIZE);
+        let top = top.sub(top as usize % 16);
+        libc::clone(
+            child_main,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::from_ref(&args).cast_mut().cast(),
+        )
+    };
+    let clone_error = (pid < 0).then(io::Error::last_os_error);
     // Restoring the old mask of this thread cannot fail with a valid `how`.
     let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&saved), None);
-    if let Some(err) = fork_error {
+    drop(stack);
+    if let Some(err) = clone_error {
         return Err(SpawnError::new(SpawnStage::Fork, err));
     }
     drop(report_write);
@@ -242,6 +268,48 @@ pub fn spawn_child(spec: &ChildSpec, stdio: ChildStdio<'_>) -> Result<u32, Spawn
             Err(SpawnError::new(SpawnStage::Report, err))
         }
     }
+}
+
+/// The child's stack: the steps of `run_child` need a few KiB.
+const CHILD_STACK_SIZE: usize = 64 * 1024;
+
+/// What the caller's process passes on that the child must undo: the signals it ignores (an exec
+/// keeps them ignored) and its bounding set. Read once: a process that spawns children this way is
+/// not expected to change either afterwards (the agent never does), and reading them costs a hundred
+/// system calls.
+#[derive(Debug, Clone, Copy)]
+struct Inherited {
+    ignored_signals: u64,
+    bounding_set: u64,
+}
+
+fn inherited_state() -> io::Result<Inherited> {
+    static STATE: std::sync::OnceLock<Inherited> = std::sync::OnceLock::new();
+    if let Some(state) = STATE.get() {
+        return Ok(*state);
+    }
+    let state = Inherited {
+        ignored_signals: crate::exec::ignored_signals(),
+        bounding_set: crate::caps::bounding_set()?,
+    };
+    Ok(*STATE.get_or_init(|| state))
+}
+
+/// Everything the child needs, prepared by the parent.
+struct ChildArgs<'a> {
+    spec: &'a ChildSpec,
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    stdio: ChildStdio<'a>,
+    report: BorrowedFd<'a>,
+    inherited: Inherited,
+}
+
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the pointer to the `ChildArgs` that `spawn_child` passed to clone; it stays
+    // alive and unmodified until this child has exec'd or exited (CLONE_VFORK).
+    let args = unsafe { &*arg.cast::<ChildArgs<'_>>() };
+    run_child(args)
 }
 
 /// Pointers to the strings followed by a null pointer, as `execve` wants them.
@@ -298,25 +366,27 @@ fn read_report(fd: &OwnedFd) -> io::Result<Option<(SpawnStage, i32)>> {
 }
 
 /// The child side of [`spawn_child`]. Only async-signal-safe system calls; never returns.
-fn run_child(
-    spec: &ChildSpec,
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
-    stdio: ChildStdio<'_>,
-    report: BorrowedFd<'_>,
-) -> ! {
+fn run_child(args: &ChildArgs<'_>) -> ! {
+    let ChildArgs {
+        spec,
+        argv,
+        envp,
+        stdio,
+        report,
+        inherited,
+    } = *args;
     let fail = |stage: SpawnStage, errno: i32| -> ! {
         let mut msg = [0u8; 8];
         msg[..4].copy_from_slice(&stage.code().to_le_bytes());
         msg[4..].copy_from_slice(&errno.to_le_bytes());
         let _ = rustix::io::write(report, &msg);
         // SAFETY: _exit ends the process at once without running atexit handlers or flushing stdio
-        // buffers that belong to the parent's copy of the address space.
+        // buffers that belong to the parent's address space.
         unsafe { libc::_exit(127) }
     };
     let errno_of = |e: io::Error| e.raw_os_error().unwrap_or(libc::EIO);
 
-    crate::exec::reset_signal_dispositions();
+    crate::exec::reset_signals(inherited.ignored_signals);
     if let Err(e) = rustix::process::setsid() {
         fail(SpawnStage::Setsid, e.raw_os_error());
     }
@@ -328,7 +398,7 @@ fn run_child(
     if let Err(errno) = install_stdio(&stdio) {
         fail(SpawnStage::Stdio, errno);
     }
-    if let Err(e) = crate::caps::drop_bounding_except(&[]) {
+    if let Err(e) = crate::caps::drop_bounding_set(inherited.bounding_set) {
         fail(SpawnStage::DropBoundingSet, errno_of(e));
     }
     if let Err(e) = rustix::thread::set_thread_groups(&spec.groups) {
@@ -340,7 +410,7 @@ fn run_child(
     if let Err(e) = rustix::thread::set_thread_res_uid(spec.uid, spec.uid, spec.uid) {
         fail(SpawnStage::SetUid, e.raw_os_error());
     }
-    if let Err(e) = crate::caps::drop_all_capabilities() {
+    if let Err(e) = crate::caps::clear_capability_sets() {
         fail(SpawnStage::DropCapabilities, errno_of(e));
     }
     let mut chdir_errno = 0;
