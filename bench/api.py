@@ -29,7 +29,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PADDOCK = os.path.join(ROOT, "target/x86_64-unknown-linux-gnu/release/paddock")
+PADDOCK = os.environ.get("PADDOCK_BIN", os.path.join(ROOT, "target/x86_64-unknown-linux-gnu/release/paddock"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from startup import BWRAP, mem_available_kib  # noqa: E402  (same peer configuration as startup.py)
 
@@ -53,7 +53,7 @@ class Server:
             f.write('listen = "127.0.0.1:0"\ndefault_timeout = "1h"\n')
             f.write('[templates.default]\nrootfs = "host"\nwarm_pool = %d\n' % warm_pool)
         self.config = config
-        env = dict(os.environ, PADDOCK_CGROUP_PARENT=self.cgroup, PADDOCK_LOG="warn")
+        env = dict(os.environ, PADDOCK_CGROUP_PARENT=self.cgroup, PADDOCK_LOG=os.environ.get("BENCH_LOG", "warn"))
         self.env = env
         self.proc = subprocess.Popen(
             [PADDOCK, "--state-dir", self.state, "serve", "--config", config],
@@ -71,7 +71,8 @@ class Server:
             raise RuntimeError("paddock serve did not start listening")
         # Keep draining its stderr so it never blocks on a full pipe.
         import threading
-        threading.Thread(target=lambda: [None for _ in self.proc.stderr], daemon=True).start()
+        self.log = []
+        threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
         with open(os.path.join(self.state, "admin.key")) as f:
             self.key = f.read().strip()
         self.conn = http.client.HTTPConnection(*self.addr)
@@ -222,6 +223,8 @@ def main():
             "paddock": summary(samples),
             "bwrap_echo": summary(peer(["echo", "ready"], args.burst)),
         }
+        # Let the pool refill first: its boots would otherwise compete with the exec measurement.
+        server.wait_pool(args.burst + 10)
         results["exec_true_round_trip"] = {
             "paddock": summary(exec_round_trips(server, sb["id"], args.execs)),
             "bwrap_true": summary(peer(["true"], min(args.execs, 200))),
