@@ -468,20 +468,8 @@ impl SandboxService {
             }
             loop {
                 tokio::select! {
-                    event = events.recv() => match event {
-                        Some(ProcessEvent::Output { stream, offset, data }) => {
-                            if tx.send(output_event(stream, offset, &data)).await.is_err() {
-                                break;
-                            }
-                        }
-                        Some(ProcessEvent::Exited(status)) => {
-                            let _ = tx.send(ExecEvent::Exit(exit_info(&status))).await;
-                            break;
-                        }
-                        None => {
-                            let _ = tx.send(sandbox_ended_event()).await;
-                            break;
-                        }
+                    event = events.recv() => if !forward(event, &tx).await {
+                        break;
                     },
                     () = tx.closed() => break,
                 }
@@ -598,6 +586,24 @@ impl SandboxService {
     }
 }
 
+/// Passes one event of a followed process on; false when the stream is over (the process or the
+/// sandbox ended, or the receiver left).
+async fn forward(event: Option<ProcessEvent>, tx: &mpsc::Sender<ExecEvent>) -> bool {
+    match event {
+        Some(ProcessEvent::Output { stream, offset, data }) => {
+            tx.send(output_event(stream, offset, &data)).await.is_ok()
+        }
+        Some(ProcessEvent::Exited(status)) => {
+            let _ = tx.send(ExecEvent::Exit(exit_info(&status))).await;
+            false
+        }
+        None => {
+            let _ = tx.send(sandbox_ended_event()).await;
+            false
+        }
+    }
+}
+
 /// Forwards what the agent replays for an attach, and nothing after: a `list_processes` sent after
 /// the attach is answered after every replayed frame (one ordered connection), so once its reply is
 /// in, the replay is complete.
@@ -613,20 +619,8 @@ async fn forward_buffered(
     loop {
         tokio::select! {
             biased;
-            event = events.recv() => match event {
-                Some(ProcessEvent::Output { stream, offset, data }) => {
-                    if tx.send(output_event(stream, offset, &data)).await.is_err() {
-                        return;
-                    }
-                }
-                Some(ProcessEvent::Exited(status)) => {
-                    let _ = tx.send(ExecEvent::Exit(exit_info(&status))).await;
-                    return;
-                }
-                None => {
-                    let _ = tx.send(sandbox_ended_event()).await;
-                    return;
-                }
+            event = events.recv() => if !forward(event, tx).await {
+                return;
             },
             _ = &mut marker, if !marker_done => {
                 marker_done = true;

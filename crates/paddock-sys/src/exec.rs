@@ -39,29 +39,11 @@ pub fn cloexec_from(first: u32) -> io::Result<()> {
 /// reserves (32 and 33), which an ignoring parent passes on just the same. Async-signal-safe, so it
 /// may run between `fork` and `exec`.
 pub fn reset_signal_dispositions() {
-    // The kernel's `struct sigaction` on x86_64 and aarch64: handler, flags, restorer, mask. All zero
-    // is SIG_DFL with no flags and an empty mask.
-    let default_action = [0u64; 4];
-    for signal in 1..=64 {
-        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
-            continue;
-        }
-        // SAFETY: the kernel reads one `struct sigaction` (32 bytes, the size of `default_action`)
-        // from a live buffer and writes nothing (old action NULL); SIG_DFL installs no handler code.
-        // The last argument is the kernel's sigset size (8 bytes for 64 signals).
-        unsafe {
-            libc::syscall(
-                libc::SYS_rt_sigaction,
-                signal,
-                default_action.as_ptr(),
-                std::ptr::null_mut::<u64>(),
-                8usize,
-            )
-        };
-    }
+    let uncatchable = (1u64 << (libc::SIGKILL - 1)) | (1u64 << (libc::SIGSTOP - 1));
+    reset_signals(!uncatchable);
 }
 
-/// The catchable signals the calling process ignores, as a bit mask (bit `n` = signal `n`). Only
+/// The catchable signals the calling process ignores, as a bit mask (bit `n - 1` = signal `n`). Only
 /// these survive an `execve` (caught signals are reset by it), so only these need resetting before
 /// one. Uses the raw `rt_sigaction` system call for the same reason as
 /// [`reset_signal_dispositions`].
@@ -99,7 +81,11 @@ pub fn reset_signals(mask: u64) {
         if mask & (1 << (signal - 1)) == 0 {
             continue;
         }
-        // SAFETY: as in `reset_signal_dispositions`: the kernel reads one zeroed `struct sigaction`.
+        // SAFETY: the kernel reads one `struct sigaction` (32 bytes, the size of `default_action`)
+        // from a live buffer and writes nothing (old action NULL); SIG_DFL installs no handler code.
+        // The last argument is the kernel's sigset size (8 bytes for 64 signals). The kernel's
+        // `struct sigaction` on x86_64 and aarch64 is handler, flags, restorer, mask: all zero is
+        // SIG_DFL with no flags and an empty mask.
         unsafe {
             libc::syscall(
                 libc::SYS_rt_sigaction,
