@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use paddock_store::{ApiKeyRecord, AuditFilter, TenantQuota, TenantRecord};
+use paddock_store::{ApiKeyRecord, AuditFilter, StoreError, TenantQuota, TenantRecord};
+
+use crate::lifecycle::row_with_time;
 use paddock_types::api::{
     AuditPage, AuditQuery, AuditRecord, AuditVerification, BrokenAuditRow, CreateKeyRequest, CreatedKey,
     ErrorCode, KeyInfo, KeyList, TenantInfo, TenantList, TenantQuotaBody, TenantUsageBody,
@@ -46,6 +48,13 @@ pub(crate) fn check_tenant(field: &str, name: &str) -> Result<(), ServiceError> 
             ),
         ))
     }
+}
+
+/// How a revocation ended.
+enum Revocation {
+    Done,
+    NotFound,
+    LastAdmin,
 }
 
 fn key_info(k: ApiKeyRecord) -> KeyInfo {
@@ -105,24 +114,23 @@ impl SandboxService {
 
     /// Creates the first admin key if no active admin key exists (first start); `None` otherwise.
     pub async fn bootstrap_admin_key(&self) -> Result<Option<CreatedKey>, ServiceError> {
+        let row = AuditEntry::system("key.create", Some(ADMIN_TENANT.to_owned()), None).into_row();
         let created = self
-            .db("create the first admin key", |s| {
-                if s.count_admin_keys()? > 0 {
-                    return Ok(None);
-                }
-                s.create_api_key(ADMIN_TENANT, "bootstrap admin", true, now_ms())
-                    .map(Some)
+            .db("create the first admin key", move |s| {
+                s.transaction(|tx| {
+                    if tx.count_admin_keys()? > 0 {
+                        return Ok(None);
+                    }
+                    let (record, key) = tx.create_api_key(ADMIN_TENANT, "bootstrap admin", true, now_ms())?;
+                    let mut row = row_with_time(row);
+                    row.detail =
+                        serde_json::json!({ "key_id": record.id, "admin": true, "via": "bootstrap" });
+                    tx.append_audit(&row)?;
+                    Ok::<_, StoreError>(Some((record, key)))
+                })
             })
             .await?;
-        let Some((record, key)) = created else {
-            return Ok(None);
-        };
-        self.audit(
-            AuditEntry::system("key.create", Some(record.tenant.clone()), None)
-                .detail(serde_json::json!({ "key_id": record.id, "admin": true, "via": "bootstrap" })),
-        )
-        .await?;
-        Ok(Some(CreatedKey {
+        Ok(created.map(|(record, key)| CreatedKey {
             id: record.id,
             tenant: record.tenant,
             key,
@@ -139,17 +147,19 @@ impl SandboxService {
             return Err(ServiceError::invalid("name", "at most 256 bytes"));
         }
         let (tenant, admin) = (req.tenant.clone(), req.admin);
+        let row = AuditEntry::ok(p, "key.create", None).into_row();
         let (record, key) = self
             .db("create an API key", move |s| {
-                s.create_api_key(&tenant, &name, admin, now_ms())
+                s.transaction(|tx| {
+                    let (record, key) = tx.create_api_key(&tenant, &name, admin, now_ms())?;
+                    let mut row = row_with_time(row);
+                    row.detail =
+                        serde_json::json!({ "key_id": record.id, "for_tenant": record.tenant, "admin": admin });
+                    tx.append_audit(&row)?;
+                    Ok::<_, StoreError>((record, key))
+                })
             })
             .await?;
-        self.audit(
-            AuditEntry::ok(p, "key.create", None).detail(
-                serde_json::json!({ "key_id": record.id, "for_tenant": record.tenant, "admin": admin }),
-            ),
-        )
-        .await?;
         Ok(CreatedKey {
             id: record.id,
             tenant: record.tenant,
@@ -169,21 +179,45 @@ impl SandboxService {
         })
     }
 
-    /// Revokes a key (admin).
+    /// Revokes a key (admin). The last active admin key cannot be revoked: create another first.
     pub async fn revoke_key(&self, p: &Principal, key_id: &str) -> Result<(), ServiceError> {
         require_admin(p, "revoking keys")?;
         let id = key_id.to_owned();
-        let revoked = self
-            .db("revoke an API key", move |s| s.revoke_api_key(&id, now_ms()))
+        let row = AuditEntry::ok(p, "key.revoke", None)
+            .detail(serde_json::json!({ "key_id": key_id }))
+            .into_row();
+        let outcome = self
+            .db("revoke an API key", move |s| {
+                let target = s
+                    .list_api_keys(None)?
+                    .into_iter()
+                    .find(|k| k.id == id && !k.is_revoked());
+                let Some(target) = target else {
+                    return Ok(Revocation::NotFound);
+                };
+                s.transaction(|tx| {
+                    if target.admin && tx.count_admin_keys()? <= 1 {
+                        return Ok(Revocation::LastAdmin);
+                    }
+                    if !tx.revoke_api_key(&id, now_ms())? {
+                        return Ok(Revocation::NotFound);
+                    }
+                    tx.append_audit(&row_with_time(row))?;
+                    Ok::<_, StoreError>(Revocation::Done)
+                })
+            })
             .await?;
-        if !revoked {
-            return Err(ServiceError::new(
+        match outcome {
+            Revocation::Done => Ok(()),
+            Revocation::NotFound => Err(ServiceError::new(
                 ErrorCode::KeyNotFound,
                 format!("no active key {key_id}"),
-            ));
+            )),
+            Revocation::LastAdmin => Err(ServiceError::new(
+                ErrorCode::Forbidden,
+                format!("{key_id} is the last active admin key; create another admin key first"),
+            )),
         }
-        self.audit(AuditEntry::ok(p, "key.revoke", None).detail(serde_json::json!({ "key_id": key_id })))
-            .await
     }
 
     async fn tenant_info(&self, record: TenantRecord) -> Result<TenantInfo, ServiceError> {

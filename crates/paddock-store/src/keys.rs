@@ -1,14 +1,14 @@
 //! API keys: `pdk_<id>_<secret>`, of which only SHA-256(secret) is stored.
 
 use rand::RngCore;
-use rusqlite::{OptionalExtension, Row};
+use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::{violation, Violation};
 use crate::tenants::ensure_tenant;
-use crate::{Store, StoreError};
+use crate::{Store, StoreError, StoreTx};
 
 const KEY_PREFIX: &str = "pdk_";
 /// Bytes of randomness in a key id (shown as twice as many hex digits).
@@ -52,43 +52,8 @@ impl Store {
         admin: bool,
         now_ms: i64,
     ) -> Result<(ApiKeyRecord, String), StoreError> {
-        let mut rng = rand::rng(); // ThreadRng: a CSPRNG seeded from the OS
-        let mut secret = [0u8; SECRET_BYTES];
-        rng.fill_bytes(&mut secret);
-        let secret_hash = Sha256::digest(secret);
         self.write("create api key", |conn| {
-            ensure_tenant(conn, tenant, now_ms)?;
-            for _ in 0..ID_ATTEMPTS {
-                let mut id_bytes = [0u8; ID_BYTES];
-                rng.fill_bytes(&mut id_bytes);
-                let id = hex::encode(id_bytes);
-                let inserted = conn.execute(
-                    "INSERT INTO api_keys (id, tenant, name, admin, secret_hash, created_at_ms)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    (&id, tenant, name, admin, secret_hash.as_slice(), now_ms),
-                );
-                match inserted {
-                    Ok(_) => {
-                        let key = format!("{KEY_PREFIX}{id}_{}", hex::encode(secret));
-                        let record = ApiKeyRecord {
-                            id,
-                            tenant: tenant.to_owned(),
-                            name: name.to_owned(),
-                            admin,
-                            created_at_ms: now_ms,
-                            revoked_at_ms: None,
-                            last_used_at_ms: None,
-                        };
-                        return Ok((record, key));
-                    }
-                    Err(e) if violation(&e) == Some(Violation::PrimaryKey) => continue,
-                    Err(e) => return Err(StoreError::write("api key")(e)),
-                }
-            }
-            Err(StoreError::Conflict {
-                what: "api key id",
-                id: format!("(after {ID_ATTEMPTS} random draws)"),
-            })
+            create_api_key(conn, tenant, name, admin, now_ms)
         })
     }
 
@@ -149,28 +114,24 @@ impl Store {
 
     /// Revokes key `id` at `now_ms`. `false` if there is no such key or it was already revoked.
     pub fn revoke_api_key(&self, id: &str, now_ms: i64) -> Result<bool, StoreError> {
-        let changed = self
-            .conn()
-            .execute(
-                "UPDATE api_keys SET revoked_at_ms = ?2 WHERE id = ?1 AND revoked_at_ms IS NULL",
-                (id, now_ms),
-            )
-            .map_err(StoreError::write("api key revocation"))?;
-        Ok(changed == 1)
+        revoke_api_key(&self.conn(), id, now_ms)
     }
 
     /// How many active (unrevoked) admin keys exist: the control plane refuses to revoke the last one.
     pub fn count_admin_keys(&self) -> Result<u64, StoreError> {
-        let count: i64 = self
-            .conn()
-            .query_row(
-                "SELECT COUNT(*) FROM api_keys WHERE admin = 1 AND revoked_at_ms IS NULL",
-                [],
-                |row| row.get(0),
-            )
-            .map_err(StoreError::read("admin key count"))?;
-        crate::error::from_i64("admin key count", count)
+        count_admin_keys(&self.conn())
     }
+}
+
+fn count_admin_keys(conn: &Connection) -> Result<u64, StoreError> {
+    let count: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM api_keys WHERE admin = 1 AND revoked_at_ms IS NULL",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(StoreError::read("admin key count"))?;
+    crate::error::from_i64("admin key count", count)
 }
 
 /// Splits `pdk_<12 lowercase hex>_<64 lowercase hex>` into the id and the decoded secret. Anything
@@ -200,6 +161,84 @@ fn read_key_row(row: &Row<'_>) -> rusqlite::Result<ApiKeyRecord> {
         revoked_at_ms: row.get(5)?,
         last_used_at_ms: row.get(6)?,
     })
+}
+
+impl StoreTx<'_> {
+    /// [`Store::create_api_key`] inside this transaction (with the audit row that records it).
+    pub fn create_api_key(
+        &self,
+        tenant: &str,
+        name: &str,
+        admin: bool,
+        now_ms: i64,
+    ) -> Result<(ApiKeyRecord, String), StoreError> {
+        create_api_key(&self.tx, tenant, name, admin, now_ms)
+    }
+
+    /// [`Store::count_admin_keys`] inside this transaction.
+    pub fn count_admin_keys(&self) -> Result<u64, StoreError> {
+        count_admin_keys(&self.tx)
+    }
+
+    /// [`Store::revoke_api_key`] inside this transaction.
+    pub fn revoke_api_key(&self, id: &str, now_ms: i64) -> Result<bool, StoreError> {
+        revoke_api_key(&self.tx, id, now_ms)
+    }
+}
+
+fn create_api_key(
+    conn: &Connection,
+    tenant: &str,
+    name: &str,
+    admin: bool,
+    now_ms: i64,
+) -> Result<(ApiKeyRecord, String), StoreError> {
+    let mut rng = rand::rng(); // ThreadRng: a CSPRNG seeded from the OS
+    let mut secret = [0u8; SECRET_BYTES];
+    rng.fill_bytes(&mut secret);
+    let secret_hash = Sha256::digest(secret);
+    ensure_tenant(conn, tenant, now_ms)?;
+    for _ in 0..ID_ATTEMPTS {
+        let mut id_bytes = [0u8; ID_BYTES];
+        rng.fill_bytes(&mut id_bytes);
+        let id = hex::encode(id_bytes);
+        let inserted = conn.execute(
+            "INSERT INTO api_keys (id, tenant, name, admin, secret_hash, created_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            (&id, tenant, name, admin, secret_hash.as_slice(), now_ms),
+        );
+        match inserted {
+            Ok(_) => {
+                let key = format!("{KEY_PREFIX}{id}_{}", hex::encode(secret));
+                let record = ApiKeyRecord {
+                    id,
+                    tenant: tenant.to_owned(),
+                    name: name.to_owned(),
+                    admin,
+                    created_at_ms: now_ms,
+                    revoked_at_ms: None,
+                    last_used_at_ms: None,
+                };
+                return Ok((record, key));
+            }
+            Err(e) if violation(&e) == Some(Violation::PrimaryKey) => continue,
+            Err(e) => return Err(StoreError::write("api key")(e)),
+        }
+    }
+    Err(StoreError::Conflict {
+        what: "api key id",
+        id: format!("(after {ID_ATTEMPTS} random draws)"),
+    })
+}
+
+fn revoke_api_key(conn: &Connection, id: &str, now_ms: i64) -> Result<bool, StoreError> {
+    let changed = conn
+        .execute(
+            "UPDATE api_keys SET revoked_at_ms = ?2 WHERE id = ?1 AND revoked_at_ms IS NULL",
+            (id, now_ms),
+        )
+        .map_err(StoreError::write("api key revocation"))?;
+    Ok(changed == 1)
 }
 
 #[cfg(test)]

@@ -46,10 +46,14 @@ fn create(
         return Err(crate::UsageError::new("--tenant must not be empty").into());
     }
     let now = now_ms();
+    // The key and its audit row commit together.
     let (record, key) = store
-        .create_api_key(tenant, name.unwrap_or(""), admin, now)
+        .transaction(|tx| {
+            let (record, key) = tx.create_api_key(tenant, name.unwrap_or(""), admin, now)?;
+            tx.append_audit(&audit_row("key.create", tenant, &record, now))?;
+            Ok::<_, paddock_store::StoreError>((record, key))
+        })
         .context("failed to create the key")?;
-    audit(store, "key.create", tenant, &record, now)?;
     let created = CreatedKey {
         id: record.id.clone(),
         tenant: record.tenant.clone(),
@@ -107,51 +111,52 @@ fn revoke(store: &Store, id: &str) -> anyhow::Result<ExitCode> {
         )
         .into());
     }
-    if record.admin
-        && store
-            .count_admin_keys()
-            .context("failed to count the admin keys")?
-            <= 1
-    {
-        return Err(ApiFailure::new(
-            ErrorCode::Forbidden.as_str(),
-            format!("key {id} is the last active admin key; create another admin key first"),
-        )
-        .into());
-    }
     let now = now_ms();
-    if !store
-        .revoke_api_key(id, now)
-        .context("failed to revoke the key")?
-    {
-        return Err(ApiFailure::new(
-            ErrorCode::KeyNotFound.as_str(),
-            format!("key {id} is already revoked"),
-        )
-        .into());
+    // The check, the revocation and its audit row are one transaction: two concurrent revocations
+    // cannot both see "another admin key is left".
+    let outcome = store
+        .transaction(|tx| {
+            if record.admin && tx.count_admin_keys()? <= 1 {
+                return Ok(Err(ErrorCode::Forbidden));
+            }
+            if !tx.revoke_api_key(id, now)? {
+                return Ok(Err(ErrorCode::KeyNotFound));
+            }
+            tx.append_audit(&audit_row("key.revoke", &record.tenant, record, now))?;
+            Ok::<_, paddock_store::StoreError>(Ok(()))
+        })
+        .context("failed to revoke the key")?;
+    match outcome {
+        Ok(()) => {}
+        Err(ErrorCode::Forbidden) => {
+            return Err(ApiFailure::new(
+                ErrorCode::Forbidden.as_str(),
+                format!("key {id} is the last active admin key; create another admin key first"),
+            )
+            .into())
+        }
+        Err(code) => {
+            return Err(ApiFailure::new(code.as_str(), format!("key {id} is already revoked")).into())
+        }
     }
-    audit(store, "key.revoke", &record.tenant, record, now)?;
     println!("revoked {id}");
     Ok(ExitCode::SUCCESS)
 }
 
-fn audit(store: &Store, action: &str, tenant: &str, record: &ApiKeyRecord, now: i64) -> anyhow::Result<()> {
-    store
-        .append_audit(&NewAuditEntry {
-            ts_ms: now,
-            tenant: Some(tenant.to_owned()),
-            key_id: None,
-            action: action.to_owned(),
-            sandbox_id: None,
-            outcome: "ok".to_owned(),
-            detail: serde_json::json!({
-                "key_id": record.id,
-                "admin": record.admin,
-                "via": "cli",
-            }),
-        })
-        .context("failed to write the audit row")?;
-    Ok(())
+fn audit_row(action: &str, tenant: &str, record: &ApiKeyRecord, now: i64) -> NewAuditEntry {
+    NewAuditEntry {
+        ts_ms: now,
+        tenant: Some(tenant.to_owned()),
+        key_id: None,
+        action: action.to_owned(),
+        sandbox_id: None,
+        outcome: "ok".to_owned(),
+        detail: serde_json::json!({
+            "key_id": record.id,
+            "admin": record.admin,
+            "via": "cli",
+        }),
+    }
 }
 
 fn key_info(r: &ApiKeyRecord) -> KeyInfo {

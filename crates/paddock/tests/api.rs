@@ -494,6 +494,24 @@ fn tenant_isolation_over_every_endpoint() {
             assert!(k.get("key").is_none(), "a listed key shows its secret: {k}");
         }
 
+        // The last active admin key cannot be revoked; once another exists, it can.
+        let admin_key_id = h.admin.key_id.clone().expect("admin key id");
+        h.admin
+            .delete(&format!("/v1/keys/{admin_key_id}"))
+            .await
+            .err(403, "forbidden");
+        let second = h
+            .admin
+            .post("/v1/keys", json!({"tenant": "ops", "admin": true}))
+            .await
+            .ok(201);
+        let second_id = second["id"].as_str().expect("id").to_owned();
+        h.admin.delete(&format!("/v1/keys/{second_id}")).await.ok(204);
+        h.admin
+            .delete(&format!("/v1/keys/{second_id}"))
+            .await
+            .err(404, "key_not_found");
+
         // Missing, invalid and revoked keys.
         let c = h.admin.new_tenant("tenant-c").await;
         let c_key = c.key_id.clone().expect("C's key id");
