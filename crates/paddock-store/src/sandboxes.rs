@@ -97,6 +97,9 @@ pub struct SandboxRecord {
     pub expires_at_ms: Option<i64>,
     pub ended_at_ms: Option<i64>,
     pub end_reason: Option<String>,
+    /// Every process frozen (the sandbox keeps its state and resources).
+    #[serde(default)]
+    pub paused: bool,
 }
 
 /// A sandbox to insert.
@@ -116,7 +119,7 @@ pub struct NewSandbox {
 }
 
 pub(crate) const SANDBOX_COLUMNS: &str = "id, tenant, state, profile, spec_json, labels_json, memory_bytes, \
-     cpu_millis, created_at_ms, claimed_at_ms, expires_at_ms, ended_at_ms, end_reason";
+     cpu_millis, created_at_ms, claimed_at_ms, expires_at_ms, ended_at_ms, end_reason, paused";
 
 impl Store {
     /// Inserts `sandbox` without any quota check (warm-pool sandboxes, recovery). A duplicate id is
@@ -190,6 +193,7 @@ pub(crate) struct SandboxRow {
     expires_at_ms: Option<i64>,
     ended_at_ms: Option<i64>,
     end_reason: Option<String>,
+    paused: bool,
 }
 
 impl SandboxRow {
@@ -209,6 +213,7 @@ impl SandboxRow {
             expires_at_ms: row.get(10)?,
             ended_at_ms: row.get(11)?,
             end_reason: row.get(12)?,
+            paused: row.get(13)?,
         })
     }
 
@@ -238,6 +243,7 @@ impl SandboxRow {
             expires_at_ms: self.expires_at_ms,
             ended_at_ms: self.ended_at_ms,
             end_reason: self.end_reason,
+            paused: self.paused,
         })
     }
 }

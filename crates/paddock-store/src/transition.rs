@@ -22,6 +22,12 @@ impl Store {
         transition_sandbox(&self.conn(), id, from, to, now_ms, end_reason)
     }
 
+    /// Marks a running sandbox paused (or not). `false` if there is no such running sandbox or it is
+    /// already so.
+    pub fn set_sandbox_paused(&self, id: &str, paused: bool) -> Result<bool, StoreError> {
+        set_sandbox_paused(&self.conn(), id, paused)
+    }
+
     /// Sets (or with `None`, clears) the sandbox's expiry. `false` if there is no such sandbox.
     pub fn set_sandbox_expiry(&self, id: &str, expires_at_ms: Option<i64>) -> Result<bool, StoreError> {
         set_sandbox_expiry(&self.conn(), id, expires_at_ms)
@@ -45,6 +51,11 @@ impl Store {
 }
 
 impl StoreTx<'_> {
+    /// [`Store::set_sandbox_paused`] inside this transaction.
+    pub fn set_sandbox_paused(&self, id: &str, paused: bool) -> Result<bool, StoreError> {
+        set_sandbox_paused(&self.tx, id, paused)
+    }
+
     /// [`Store::transition_sandbox`] inside this transaction.
     pub fn transition_sandbox(
         &self,
@@ -103,5 +114,15 @@ fn set_sandbox_expiry(conn: &Connection, id: &str, expires_at_ms: Option<i64>) -
             (id, expires_at_ms),
         )
         .map_err(StoreError::write("sandbox expiry"))?;
+    Ok(changed == 1)
+}
+
+fn set_sandbox_paused(conn: &Connection, id: &str, paused: bool) -> Result<bool, StoreError> {
+    let changed = conn
+        .execute(
+            "UPDATE sandboxes SET paused = ?2 WHERE id = ?1 AND state = 'running' AND paused <> ?2",
+            (id, paused),
+        )
+        .map_err(StoreError::write("sandbox pause"))?;
     Ok(changed == 1)
 }

@@ -24,6 +24,12 @@ CREATE INDEX sandboxes_tenant_state ON sandboxes(tenant, state);
 -- index sandboxes_warm
 CREATE INDEX sandboxes_warm ON sandboxes(profile, created_at_ms) WHERE state = 'warm';
 
+-- index snapshots_sandbox
+CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id, created_at_ms) WHERE deleted_at_ms IS NULL;
+
+-- index snapshots_tenant
+CREATE INDEX snapshots_tenant ON snapshots(tenant, id) WHERE deleted_at_ms IS NULL;
+
 -- table api_keys
 CREATE TABLE api_keys (
     id              TEXT PRIMARY KEY NOT NULL,
@@ -67,7 +73,7 @@ CREATE TABLE sandboxes (
     claimed_at_ms INTEGER,
     expires_at_ms INTEGER,
     ended_at_ms   INTEGER,
-    end_reason    TEXT,
+    end_reason    TEXT, paused INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
     -- a warm sandbox belongs to nobody yet
     CHECK (state <> 'warm' OR tenant IS NULL)
 ) STRICT;
@@ -76,6 +82,19 @@ CREATE TABLE sandboxes (
 CREATE TABLE schema_migrations (
     version       INTEGER PRIMARY KEY,
     applied_at_ms INTEGER NOT NULL
+) STRICT;
+
+-- table snapshots
+CREATE TABLE snapshots (
+    id            TEXT PRIMARY KEY NOT NULL,
+    tenant        TEXT NOT NULL REFERENCES tenants(name),
+    -- the sandbox it was taken of (no foreign key: a snapshot outlives its sandbox's row purge)
+    sandbox_id    TEXT NOT NULL,
+    kind          TEXT NOT NULL CHECK (kind IN ('snapshot', 'checkpoint')),
+    name          TEXT,
+    labels_json   TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(labels_json)),
+    created_at_ms INTEGER NOT NULL,
+    deleted_at_ms INTEGER
 ) STRICT;
 
 -- table tenants
