@@ -1,4 +1,4 @@
-//! Sandbox identifiers.
+//! Sandbox and snapshot identifiers.
 
 use std::fmt;
 use std::str::FromStr;
@@ -26,12 +26,7 @@ impl SandboxId {
 
     /// Builds an id from 8 random bytes, rendered as `sb-` and 16 hex digits.
     pub fn from_random(bytes: [u8; 8]) -> Self {
-        let mut s = String::with_capacity(19);
-        s.push_str("sb-");
-        for b in bytes {
-            s.push_str(&format!("{b:02x}"));
-        }
-        Self(s)
+        Self(random_id("sb-", bytes))
     }
 
     /// The id as a string slice.
@@ -40,15 +35,30 @@ impl SandboxId {
     }
 }
 
+/// Whether `s` is 1 to 40 characters of `[a-z0-9-]` not starting with `-`: a valid hostname label,
+/// cgroup name and subvolume name alike.
+fn valid_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= SandboxId::MAX_LEN
+        && !s.starts_with('-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+/// `prefix` followed by the 16 hex digits of `bytes`.
+fn random_id(prefix: &str, bytes: [u8; 8]) -> String {
+    let mut s = String::with_capacity(prefix.len() + 16);
+    s.push_str(prefix);
+    for b in bytes {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
 impl FromStr for SandboxId {
     type Err = SandboxIdError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let ok = !s.is_empty()
-            && s.len() <= Self::MAX_LEN
-            && !s.starts_with('-')
-            && s.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-        if ok {
+        if valid_id(s) {
             Ok(Self(s.to_owned()))
         } else {
             Err(SandboxIdError { value: s.to_owned() })
@@ -75,6 +85,64 @@ impl fmt::Display for SandboxId {
     }
 }
 
+/// A snapshot id: the same alphabet as a [`SandboxId`] (1 to 40 characters of `[a-z0-9-]`, starting
+/// with a letter or digit), since it names a subvolume too; new ones are `sn-` and 16 hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct SnapshotId(String);
+
+/// Why a string is not a snapshot id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid snapshot id {value:?}: use 1-40 characters of a-z, 0-9 and '-', not starting with '-'")]
+pub struct SnapshotIdError {
+    value: String,
+}
+
+impl SnapshotId {
+    /// The longest id accepted.
+    pub const MAX_LEN: usize = SandboxId::MAX_LEN;
+
+    /// Builds an id from 8 random bytes, rendered as `sn-` and 16 hex digits.
+    pub fn from_random(bytes: [u8; 8]) -> Self {
+        Self(random_id("sn-", bytes))
+    }
+
+    /// The id as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for SnapshotId {
+    type Err = SnapshotIdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if valid_id(s) {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(SnapshotIdError { value: s.to_owned() })
+        }
+    }
+}
+
+impl TryFrom<String> for SnapshotId {
+    type Error = SnapshotIdError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<SnapshotId> for String {
+    fn from(id: SnapshotId) -> Self {
+        id.0
+    }
+}
+
+impl fmt::Display for SnapshotId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,5 +163,18 @@ mod tests {
         assert!(serde_json::from_str::<SandboxId>("\"../etc\"").is_err());
         let id: SandboxId = serde_json::from_str("\"abc\"").expect("valid id");
         assert_eq!(id.as_str(), "abc");
+    }
+
+    #[test]
+    fn snapshot_ids() {
+        let id = SnapshotId::from_random([0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 3]);
+        assert_eq!(id.as_str(), "sn-deadbeef00010203");
+        assert_eq!(id.to_string().parse::<SnapshotId>(), Ok(id));
+        for bad in ["", "-x", "A", "a/b", "..", ".hidden", &"x".repeat(41)] {
+            assert!(bad.parse::<SnapshotId>().is_err(), "{bad:?} accepted");
+        }
+        assert!(serde_json::from_str::<SnapshotId>("\"../x\"").is_err());
+        let id: SnapshotId = serde_json::from_str("\"sn-1\"").expect("valid id");
+        assert_eq!(serde_json::to_string(&id).expect("serialize"), "\"sn-1\"");
     }
 }

@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Limits, MountSpec, SandboxId, SandboxPath};
+use crate::{Limits, MountSpec, SandboxId, SandboxPath, SnapshotId};
 
 /// What root file system a sandbox gets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,6 +20,19 @@ pub enum RootfsSpec {
         /// Absolute host path of the root directory.
         path: PathBuf,
     },
+}
+
+/// What a new sandbox's writable file system (`/etc`, `/home`, `/root`, `/tmp`) starts as.
+///
+/// On the wire: `{"kind":"template"}` or `{"kind":"snapshot","id":"sn-..."}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "id", rename_all = "snake_case", deny_unknown_fields)]
+pub enum VolumeSource {
+    /// A fresh copy of the pool's template.
+    #[default]
+    Template,
+    /// A writable copy of this snapshot (a fork of the sandbox it was taken of).
+    Snapshot(SnapshotId),
 }
 
 /// The user a process runs as inside the sandbox: a name from the sandbox's `/etc/passwd`.
@@ -137,6 +150,9 @@ pub struct SandboxSpec {
     pub user: UserSpec,
     /// Environment added to every process on top of the clean default (PATH, HOME, LANG, TERM).
     pub env: Vec<EnvVar>,
+    /// What its writable file system starts as (the template when omitted).
+    #[serde(default)]
+    pub volume: VolumeSource,
 }
 
 #[cfg(test)]
@@ -154,6 +170,45 @@ mod tests {
         assert_eq!((e.key.as_str(), e.value.as_str()), ("A", "b=c"));
         assert!("=x".parse::<EnvVar>().is_err());
         assert!("novalue".parse::<EnvVar>().is_err());
+    }
+
+    #[test]
+    fn volume_sources() {
+        let snapshot = VolumeSource::Snapshot("sn-0011223344556677".parse().expect("snapshot id"));
+        let json = serde_json::to_string(&snapshot).expect("serialize");
+        assert_eq!(json, r#"{"kind":"snapshot","id":"sn-0011223344556677"}"#);
+        assert_eq!(serde_json::from_str::<VolumeSource>(&json).ok(), Some(snapshot));
+        let template = serde_json::to_string(&VolumeSource::Template).expect("serialize");
+        assert_eq!(template, r#"{"kind":"template"}"#);
+        assert_eq!(
+            serde_json::from_str::<VolumeSource>(&template).ok(),
+            Some(VolumeSource::Template)
+        );
+        for bad in [
+            r#"{"kind":"snapshot","id":"../x"}"#,
+            r#"{"kind":"snapshot"}"#,
+            r#"{"kind":"template","extra":1}"#,
+            r#"{"kind":"image"}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<VolumeSource>(bad).is_err(),
+                "{bad} accepted"
+            );
+        }
+        // Omitted in a spec: the template.
+        let spec = SandboxSpec {
+            id: "sb-1".parse().expect("id"),
+            limits: Limits::default(),
+            rootfs: RootfsSpec::Host,
+            mounts: Vec::new(),
+            workdir: None,
+            user: UserSpec::default(),
+            env: Vec::new(),
+            volume: VolumeSource::Template,
+        };
+        let mut json = serde_json::to_value(&spec).expect("serialize");
+        json.as_object_mut().expect("object").remove("volume");
+        assert_eq!(serde_json::from_value::<SandboxSpec>(json).ok(), Some(spec));
     }
 
     #[test]

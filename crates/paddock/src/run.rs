@@ -61,6 +61,7 @@ fn sandbox_spec(args: &RunArgs) -> SandboxSpec {
         workdir: args.workdir.clone(),
         user: args.user.clone(),
         env: args.env.clone(),
+        volume: paddock_types::VolumeSource::Template,
     }
 }
 

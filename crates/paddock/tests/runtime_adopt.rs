@@ -50,6 +50,7 @@ fn spec(id: &str) -> SandboxSpec {
         workdir: None,
         user: "user".parse().expect("user"),
         env: Vec::new(),
+        volume: paddock_types::VolumeSource::Template,
     }
 }
 
