@@ -13,6 +13,7 @@
 
 mod adopt;
 mod cgroup;
+pub mod diff;
 mod gc;
 mod lifecycle;
 mod lock;
