@@ -3,7 +3,7 @@
     reason = "paddock-sys is the one crate that wraps raw syscalls behind safe functions"
 )]
 //! The only paddock crate with `unsafe`: thin, safe wrappers over the Linux system calls paddock needs
-//! (namespaces, mounts, pivot_root, seccomp, Landlock, capabilities, PTYs, btrfs ioctls, openat2).
+//! (namespaces, mounts, pivot_root, seccomp, Landlock, capabilities, PTYs, btrfs ioctls, FIEMAP, openat2).
 //!
 //! Every function returns `io::Result` (or a typed error) and says in its docs which syscall it makes.
 //! Policy does not live here: callers pass already-decided data (a seccomp policy, a list of writable
@@ -14,6 +14,7 @@ pub mod caps;
 #[cfg(test)]
 mod child_test;
 pub mod exec;
+pub mod fiemap;
 pub mod fs_in_root;
 pub mod landlock;
 pub mod mount;
