@@ -12,11 +12,12 @@ use std::fs;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use paddock_types::SandboxId;
 
-use super::lifecycle::{state_err, wait_exit, NativeSandbox};
+use super::lifecycle::{state_err, wait_exit, BootSpec, NativeSandbox};
 use super::lock::StateLock;
 use super::NativeBackend;
 use crate::agent_client::AgentClient;
@@ -123,9 +124,21 @@ impl NativeBackend {
             Err(why) => why,
             Ok((record, pidfd)) => {
                 let socket = run_dir.join("agent.sock");
-                match tokio::time::timeout(ADOPT_CONNECT_TIMEOUT, AgentClient::connect(&socket)).await {
+                // A paused sandbox's agent cannot answer: thawed for the handshake, frozen again after.
+                let paused = cgroup.frozen().unwrap_or(false);
+                if paused {
+                    cgroup.thaw()?;
+                }
+                let answer = tokio::time::timeout(ADOPT_CONNECT_TIMEOUT, AgentClient::connect(&socket)).await;
+                if paused {
+                    if let Err(e) = cgroup.freeze(ADOPT_CONNECT_TIMEOUT) {
+                        tracing::warn!(sandbox_id = %id, error = %e, "a paused sandbox could not be paused again");
+                    }
+                }
+                match answer {
                     Ok(Ok(_client)) => {
-                        tracing::info!(sandbox_id = %id, pid = record.pid, "adopted sandbox");
+                        tracing::info!(sandbox_id = %id, pid = record.pid, paused, "adopted sandbox");
+                        let boot = BootSpec::read(&run_dir);
                         return Ok(Adoption::Alive(SandboxHandle {
                             id: id.clone(),
                             agent_socket: socket,
@@ -136,6 +149,8 @@ impl NativeBackend {
                                 pidfd: Some(pidfd),
                                 child: false,
                                 reaped: false,
+                                boot,
+                                freezer: Mutex::new(()),
                                 _lock: lock,
                             },
                         }));

@@ -6,16 +6,18 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::chown;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use paddock_types::{Limits, RootfsSpec, SandboxId, SandboxSpec};
+use paddock_types::{Limits, MountSpec, RootfsSpec, SandboxId, SandboxSpec, SnapshotId, UserSpec};
+use serde::{Deserialize, Serialize};
 
 use super::adopt::InitRecord;
 use super::cgroup::SandboxCgroup;
 use super::lock::StateLock;
 use super::setup::{SetupOutcome, SetupSpec};
 use super::NativeBackend;
-use crate::{Adoption, Backend, Capabilities, RuntimeError, SandboxHandle, SandboxUsage};
+use crate::{Adoption, Backend, Capabilities, RuntimeError, SandboxHandle, SandboxUsage, SnapshotUsage};
 
 /// How long teardown waits for killed processes to disappear.
 pub(super) const KILL_DEADLINE: Duration = Duration::from_secs(10);
@@ -31,12 +33,53 @@ pub(crate) struct NativeSandbox {
     /// sandbox's init is not, and its exit is seen on its pidfd instead.
     pub(super) child: bool,
     pub(super) reaped: bool,
+    /// How to start its init again (a rollback); `None` for a sandbox adopted from a paddock that did
+    /// not record it.
+    pub(super) boot: Option<Box<BootSpec>>,
+    /// Held while the freeze state changes (pause, resume, snapshot), so a snapshot never thaws a
+    /// sandbox paused in the meantime.
+    pub(super) freezer: Mutex<()>,
     pub(super) _lock: StateLock,
 }
 
 impl NativeSandbox {
     pub(crate) fn init_pid(&self) -> i32 {
         self.init_pid
+    }
+}
+
+/// What starting a sandbox's init needs besides its id, run directory and cgroups: kept in
+/// `<run>/boot.json` so that a rollback can restart an adopted sandbox too. Limits are not in it: they
+/// live in the cgroups and the qgroup, which a rollback keeps.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BootSpec {
+    pub(super) rootfs: RootfsSpec,
+    pub(super) mounts: Vec<MountSpec>,
+    pub(super) user: UserSpec,
+}
+
+impl BootSpec {
+    const FILE: &'static str = "boot.json";
+
+    fn of(spec: &SandboxSpec) -> Self {
+        Self {
+            rootfs: spec.rootfs.clone(),
+            mounts: spec.mounts.clone(),
+            user: spec.user.clone(),
+        }
+    }
+
+    fn write(&self, run_dir: &Path) -> Result<(), RuntimeError> {
+        let path = run_dir.join(Self::FILE);
+        let json =
+            serde_json::to_vec(self).map_err(|e| state_err("encode", &path)(std::io::Error::other(e)))?;
+        fs::write(&path, json).map_err(state_err("write", &path))
+    }
+
+    /// The record in `run_dir`, if there is a readable one.
+    pub(super) fn read(run_dir: &Path) -> Option<Box<Self>> {
+        serde_json::from_slice(&fs::read(run_dir.join(Self::FILE)).ok()?).ok()
     }
 }
 
@@ -62,6 +105,9 @@ impl NativeBackend {
             }
             check_searchable(path, "rootfs")?;
         }
+        if let paddock_types::VolumeSource::Snapshot(snapshot) = &spec.volume {
+            self.pool.existing_snapshot(snapshot)?;
+        }
         for m in &spec.mounts {
             if fs::metadata(&m.host).is_err() {
                 return Err(RuntimeError::InvalidSpec(format!(
@@ -75,9 +121,14 @@ impl NativeBackend {
     }
 
     /// Writes the per-sandbox files of the volume's `/etc`.
-    fn write_identity(&self, spec: &SandboxSpec, volume: &Path) -> Result<(), RuntimeError> {
+    pub(super) fn write_identity(
+        &self,
+        id: &SandboxId,
+        rootfs: &RootfsSpec,
+        volume: &Path,
+    ) -> Result<(), RuntimeError> {
         let etc = volume.join("etc");
-        let id = spec.id.as_str();
+        let id = id.as_str();
         let mut files = vec![
             ("hostname", format!("{id}\n")),
             (
@@ -85,7 +136,7 @@ impl NativeBackend {
                 format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{id}\n"),
             ),
         ];
-        if let RootfsSpec::Dir { path } = &spec.rootfs {
+        if let RootfsSpec::Dir { path } = rootfs {
             files.push((
                 "passwd",
                 with_user_line(
@@ -105,27 +156,31 @@ impl NativeBackend {
         Ok(())
     }
 
-    fn start(
+    /// Runs the setup shim for sandbox `id`, whose run directory and cgroups exist, while
+    /// `make_volume` creates its volume; returns the init's pid.
+    pub(super) fn start(
         &self,
-        spec: &SandboxSpec,
+        id: &SandboxId,
+        boot: &BootSpec,
         run_dir: &Path,
         cgroup: &SandboxCgroup,
         mut shim: Shim,
+        make_volume: impl FnOnce() -> Result<(), RuntimeError>,
     ) -> Result<i32, RuntimeError> {
         let root_mount = run_dir.join("root");
         fs::create_dir(&root_mount).map_err(state_err("create", &root_mount))?;
         let setup = SetupSpec {
-            hostname: spec.id.to_string(),
+            hostname: id.to_string(),
             ids: self.config.ids,
             cgroup_procs: cgroup.procs_files(),
             root_mount,
-            volume: self.pool.volume_path(spec.id.as_str()),
-            rootfs: spec.rootfs.clone(),
-            mounts: spec.mounts.clone(),
+            volume: self.pool.volume_path(id.as_str()),
+            rootfs: boot.rootfs.clone(),
+            mounts: boot.mounts.clone(),
             agent_binary: self.config.agent_binary.clone(),
             agent_socket: run_dir.join("agent.sock"),
             agent_log: run_dir.join("agent.log"),
-            default_user: spec.user.to_string(),
+            default_user: boot.user.to_string(),
             die_with_parent: self.config.die_with_parent,
             parent_pid: std::process::id() as i32,
         };
@@ -133,10 +188,7 @@ impl NativeBackend {
         // The shim starts, joins the cgroups, clones and maps ids while the volume is snapshotted here
         // (a btrfs snapshot commits a transaction: about as long as the shim's own start).
         shim.send_spec(&setup)?;
-        let volume = self
-            .pool
-            .create_volume(&spec.id, spec.limits.disk)
-            .and_then(|volume| self.write_identity(spec, &volume));
+        let volume = make_volume();
         tracing::debug!(step = "create volume", us = t.elapsed().as_micros() as u64);
         let pid = shim.finish(volume.is_ok());
         tracing::debug!(step = "setup shim", us = t.elapsed().as_micros() as u64);
@@ -207,7 +259,7 @@ fn with_user_line(source: &Path, line: &str) -> String {
 /// A running `<binary> __setup`: the spec goes to its stdin as one JSON line, then
 /// [`setup::VOLUME_READY`](super::setup::VOLUME_READY) once the volume exists; it answers with one JSON
 /// line on stdout.
-struct Shim {
+pub(super) struct Shim {
     child: std::process::Child,
     stdin: Option<std::process::ChildStdin>,
     finished: bool,
@@ -225,7 +277,7 @@ impl Drop for Shim {
 
 impl Shim {
     /// Starts `<binary> __setup`, which waits for its spec on stdin.
-    fn start(binary: &Path) -> Result<Self, RuntimeError> {
+    pub(super) fn start(binary: &Path) -> Result<Self, RuntimeError> {
         let mut child = Command::new(binary)
             .arg("__setup")
             .stdin(Stdio::piped())
@@ -318,8 +370,17 @@ impl Backend for NativeBackend {
             }
         };
         tracing::debug!(step = "create cgroups", us = t.elapsed().as_micros() as u64);
-        let started = self
-            .start(spec, &run_dir, &cgroup, shim)
+        let boot = BootSpec::of(spec);
+        let started = boot
+            .write(&run_dir)
+            .and_then(|()| {
+                self.start(&spec.id, &boot, &run_dir, &cgroup, shim, || {
+                    let volume = self
+                        .pool
+                        .create_volume(&spec.id, &spec.volume, spec.limits.disk)?;
+                    self.write_identity(&spec.id, &spec.rootfs, &volume)
+                })
+            })
             .and_then(|pid| InitRecord::of(pid).and_then(|r| r.write(&run_dir)).map(|()| pid));
         let init_pid = match started {
             Ok(pid) => pid,
@@ -341,6 +402,8 @@ impl Backend for NativeBackend {
                 pidfd,
                 child: true,
                 reaped: false,
+                boot: Some(Box::new(boot)),
+                freezer: Mutex::new(()),
                 _lock: lock,
             },
         })
@@ -369,16 +432,7 @@ impl Backend for NativeBackend {
     async fn destroy_sandbox(&self, mut handle: SandboxHandle) -> Result<(), RuntimeError> {
         let sb = &mut handle.inner;
         if !sb.reaped {
-            match &sb.pidfd {
-                Some(fd) => {
-                    let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
-                }
-                None => {
-                    if let Some(p) = rustix::process::Pid::from_raw(sb.init_pid) {
-                        let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-                    }
-                }
-            }
+            kill_init(sb);
             let t = std::time::Instant::now();
             reap(sb);
             tracing::debug!(step = "kill init", us = t.elapsed().as_micros() as u64);
@@ -405,12 +459,63 @@ impl Backend for NativeBackend {
     async fn reclaim_sandbox(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
         self.reclaim_unowned(id)
     }
+
+    async fn snapshot_sandbox(
+        &self,
+        handle: &SandboxHandle,
+        snapshot: &SnapshotId,
+    ) -> Result<(), RuntimeError> {
+        self.snapshot(handle, snapshot)
+    }
+
+    async fn delete_snapshot(&self, snapshot: &SnapshotId) -> Result<bool, RuntimeError> {
+        self.pool.delete_snapshot(snapshot)
+    }
+
+    async fn snapshot_usage(&self, snapshot: &SnapshotId) -> Result<SnapshotUsage, RuntimeError> {
+        super::snapshot_usage::measure(&self.pool.existing_snapshot(snapshot)?)
+    }
+
+    fn list_snapshots(&self) -> Result<Vec<SnapshotId>, RuntimeError> {
+        self.pool.list_snapshots()
+    }
+
+    async fn pause_sandbox(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        self.pause(handle)
+    }
+
+    async fn resume_sandbox(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        self.resume(handle)
+    }
+
+    async fn rollback_sandbox(
+        &self,
+        handle: SandboxHandle,
+        snapshot: &SnapshotId,
+    ) -> Result<SandboxHandle, RuntimeError> {
+        self.rollback(handle, snapshot)
+    }
+}
+
+/// Sends SIGKILL to the sandbox's init (through its pidfd when there is one), which kills its whole PID
+/// namespace.
+pub(super) fn kill_init(sb: &NativeSandbox) {
+    match &sb.pidfd {
+        Some(fd) => {
+            let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
+        }
+        None => {
+            if let Some(p) = rustix::process::Pid::from_raw(sb.init_pid) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+        }
+    }
 }
 
 /// Waits until the init has exited: our child (through `CLONE_PARENT`) is reaped with `waitpid`; an
 /// adopted init, someone else's child, is watched through its pidfd (for at most [`KILL_DEADLINE`];
 /// teardown then still waits for the cgroups to empty).
-fn reap(sb: &mut NativeSandbox) {
+pub(super) fn reap(sb: &mut NativeSandbox) {
     if sb.child {
         if let Some(pid) = rustix::process::Pid::from_raw(sb.init_pid) {
             // Blocks until the init has exited; an error (ECHILD) means it was reaped already.

@@ -6,9 +6,13 @@
 //! <state>/pool.img, <state>/pool/      the storage pool (see pool.rs)
 //! <state>/run/<id>/lock                flock held by the process that owns the sandbox
 //! <state>/run/<id>/init.pid            the init's host pid and start time (for adoption, adopt.rs)
+//! <state>/run/<id>/boot.json           rootfs, mounts and user, to restart the init (rollback.rs)
 //! <state>/run/<id>/agent.sock          the agent's socket
 //! <state>/run/<id>/agent.log           the agent's stderr
 //! <state>/run/<id>/root/               mount point of the sandbox root (inside its mount ns only)
+//! <state>/pool/sandboxes/<id>          the sandbox's writable subvolume (/etc, /home, /root, /tmp)
+//! <state>/pool/snapshots/<id>          read-only snapshots of sandboxes (snapshot.rs); not owned by any
+//!                                      sandbox: gc leaves them alone, `pool destroy` removes them
 //! ```
 
 mod adopt;
@@ -19,7 +23,10 @@ mod lifecycle;
 mod lock;
 mod pool;
 mod resources;
+mod rollback;
 pub mod setup;
+mod snapshot;
+mod snapshot_usage;
 mod users;
 
 use std::path::{Path, PathBuf};

@@ -4,14 +4,22 @@
 //!
 //! ```text
 //! <pool>/templates/host      template: etc/, home/user/, root/, tmp/  (snapshot source)
-//! <pool>/sandboxes/<id>      a writable snapshot of the template, one per sandbox, with a qgroup limit
-//! <pool>/snapshots/          reserved for sandbox snapshots (O(1) btrfs snapshots of sandboxes/<id>)
+//! <pool>/sandboxes/<id>      one per sandbox, with a qgroup limit: a writable snapshot of the template,
+//!                            or of a snapshot (a fork; a rollback)
+//! <pool>/snapshots/<id>      read-only snapshots of sandboxes/<id> (`sn-...`), owned by nobody but the
+//!                            caller that took them: gc never touches them, `pool destroy` removes them
 //! ```
 //!
 //! When the state directory is not on btrfs, the pool is a sparse image file `<state>/pool.img`
 //! formatted with `mkfs.btrfs` and loop-mounted at `<state>/pool`; its size caps what all sandboxes
 //! together can write, so they can never fill the host disk. Simple quotas (squota) are enabled so each
 //! sandbox's writes are charged to its own qgroup and limited there.
+//!
+//! Simple quotas charge an extent to the subvolume that wrote it, for as long as the extent exists.
+//! Hence: a sandbox made from a snapshot (or rolled back to one) starts at zero usage, like one made
+//! from the template; a snapshot's own qgroup counts only its root node (its usage is measured from
+//! its files' extents instead, `snapshot_usage.rs`); and the bytes a snapshot keeps alive stay charged
+//! to the sandbox that wrote them, also after it overwrote or deleted them (its disk limit counts them).
 
 use std::fs::{self, File};
 use std::io;
@@ -20,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use paddock_sys::btrfs;
-use paddock_types::{ByteSize, SandboxId};
+use paddock_types::{ByteSize, SandboxId, SnapshotId, VolumeSource};
 
 use super::lock::StateLock;
 use super::users::IdRange;
@@ -185,12 +193,22 @@ impl StoragePool {
         fs::rename(&staging_path, &old).map_err(pool_err("rename", &staging_path))
     }
 
-    /// Creates sandbox `id`'s subvolume as a snapshot of the template, limited to `disk` bytes.
-    pub fn create_volume(&self, id: &SandboxId, disk: Option<ByteSize>) -> Result<PathBuf, RuntimeError> {
+    /// Creates sandbox `id`'s subvolume as a writable snapshot of the template or of a snapshot,
+    /// limited to `disk` bytes.
+    pub fn create_volume(
+        &self,
+        id: &SandboxId,
+        source: &VolumeSource,
+        disk: Option<ByteSize>,
+    ) -> Result<PathBuf, RuntimeError> {
         let parent = self.root.join("sandboxes");
         let path = self.volume_path(id.as_str());
-        btrfs::snapshot_subvolume(&self.template(), &parent, id.as_str(), false)
-            .map_err(pool_err("snapshot the template into", &path))?;
+        let source = match source {
+            VolumeSource::Template => self.template(),
+            VolumeSource::Snapshot(snapshot) => self.existing_snapshot(snapshot)?,
+        };
+        btrfs::snapshot_subvolume(&source, &parent, id.as_str(), false)
+            .map_err(pool_err("snapshot a volume into", &path))?;
         if disk.is_some() {
             if let Err(e) = self.set_disk_limit(id.as_str(), disk) {
                 let _ = self.delete_volume(id.as_str());
@@ -240,6 +258,74 @@ impl StoragePool {
         Ok(())
     }
 
+    /// Path of a snapshot's subvolume.
+    pub fn snapshot_path(&self, snapshot: &SnapshotId) -> PathBuf {
+        self.root.join("snapshots").join(snapshot.as_str())
+    }
+
+    /// The path of `snapshot`, which must exist ([`RuntimeError::InvalidSpec`] otherwise).
+    pub fn existing_snapshot(&self, snapshot: &SnapshotId) -> Result<PathBuf, RuntimeError> {
+        let path = self.snapshot_path(snapshot);
+        if path.is_dir() {
+            Ok(path)
+        } else {
+            Err(RuntimeError::InvalidSpec(format!(
+                "snapshot {snapshot} does not exist"
+            )))
+        }
+    }
+
+    /// Takes a read-only snapshot of sandbox `id`'s subvolume as `snapshots/<snapshot>` (one ioctl,
+    /// which flushes the sandbox's dirty data and commits a transaction).
+    pub fn create_snapshot(&self, id: &str, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
+        let source = self.volume_path(id);
+        let path = self.snapshot_path(snapshot);
+        match btrfs::snapshot_subvolume(&source, &self.root.join("snapshots"), snapshot.as_str(), true) {
+            Ok(()) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Err(RuntimeError::InvalidSpec(format!(
+                "snapshot {snapshot} already exists"
+            ))),
+            Err(e) => Err(pool_err("snapshot a sandbox into", &path)(e)),
+        }
+    }
+
+    /// Deletes a snapshot and its qgroup; false if it did not exist. Sandboxes made from it keep their
+    /// content (their extents are shared, not borrowed).
+    pub fn delete_snapshot(&self, snapshot: &SnapshotId) -> Result<bool, RuntimeError> {
+        let parent = self.root.join("snapshots");
+        let path = self.snapshot_path(snapshot);
+        let subvol_id = match btrfs::subvolume_id(&path) {
+            Ok(id) => id,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(pool_err("inspect", &path)(e)),
+        };
+        match btrfs::delete_subvolume(&parent, snapshot.as_str()) {
+            Ok(()) => {}
+            // Deleted concurrently.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(pool_err("delete subvolume", &path)(e)),
+        }
+        // As for volumes: the kernel drops the qgroup itself once the snapshot's extents are cleaned.
+        let _ = btrfs::remove_qgroup(&self.root, subvol_id);
+        Ok(true)
+    }
+
+    /// Ids of every snapshot present (names that are not snapshot ids are skipped).
+    pub fn list_snapshots(&self) -> Result<Vec<SnapshotId>, RuntimeError> {
+        let dir = self.root.join("snapshots");
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(pool_err("read", &dir)(e)),
+        };
+        let mut ids: Vec<SnapshotId> = rd
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
     /// Ids of every sandbox subvolume present.
     pub fn list_volumes(&self) -> Vec<String> {
         let Ok(rd) = fs::read_dir(self.root.join("sandboxes")) else {
@@ -250,7 +336,8 @@ impl StoragePool {
             .collect()
     }
 
-    /// Unmounts the pool and removes its image and state (refused while sandboxes exist).
+    /// Deletes every snapshot, unmounts the pool and removes its image and state (refused while
+    /// sandboxes exist).
     pub fn destroy(state_dir: &Path) -> Result<(), RuntimeError> {
         let root = state_dir.join("pool");
         let sandboxes = root.join("sandboxes");
@@ -262,6 +349,17 @@ impl StoragePool {
                 "the pool at {} still holds sandboxes; stop them or run `paddock gc` first",
                 root.display()
             )));
+        }
+        // Deleted one by one rather than left to the image's removal: a pool on the state directory's
+        // own btrfs has no image.
+        let snapshots = root.join("snapshots");
+        if btrfs::is_btrfs(&root).unwrap_or(false) {
+            for entry in fs::read_dir(&snapshots).into_iter().flatten().flatten() {
+                let name = entry.file_name();
+                let Some(name) = name.to_str() else { continue };
+                btrfs::delete_subvolume(&snapshots, name)
+                    .map_err(pool_err("delete snapshot", &entry.path()))?;
+            }
         }
         let image = state_dir.join("pool.img");
         if image.exists() {

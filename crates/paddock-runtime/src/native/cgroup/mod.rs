@@ -3,8 +3,10 @@
 //! Every sandbox gets one cgroup per hierarchy, named after its id under a `paddock` parent. The setup
 //! shim joins them before creating the sandbox's namespaces, so every process of the sandbox, however
 //! it daemonizes, stays inside and is killed with it. Limits are written at creation and may change
-//! while the sandbox runs (`limits.rs`); usage counters are read from the same cgroups (`usage.rs`).
+//! while the sandbox runs (`limits.rs`); usage counters are read from the same cgroups (`usage.rs`);
+//! the cgroup2 freezer stops all of a sandbox's processes at once (`freeze.rs`).
 
+mod freeze;
 mod limits;
 mod usage;
 

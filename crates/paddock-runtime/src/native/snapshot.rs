@@ -1,0 +1,66 @@
+//! Snapshots of a running sandbox, and pausing it: both are the cgroup2 freezer.
+//!
+//! A snapshot is crash-consistent: every process of the sandbox is frozen (stopped at its next return
+//! to user space, so no write is half-issued), the sandbox's subvolume is snapshotted read-only into
+//! `<pool>/snapshots/<id>` (the ioctl flushes the dirty data first and commits a transaction), and the
+//! sandbox is thawed. What the snapshot holds is what the processes had written when they stopped, as
+//! after a power cut at that instant; their memory is not captured. A paused sandbox is already frozen
+//! and stays so.
+
+use std::sync::PoisonError;
+use std::time::{Duration, Instant};
+
+use paddock_types::SnapshotId;
+
+use super::NativeBackend;
+use crate::{RuntimeError, SandboxHandle};
+
+/// How long freezing may take before the snapshot or pause gives up (a process stuck in the kernel,
+/// e.g. on a hung network file system, cannot stop).
+const FREEZE_DEADLINE: Duration = Duration::from_secs(5);
+
+impl NativeBackend {
+    /// [`Backend::snapshot_sandbox`](crate::Backend::snapshot_sandbox).
+    pub(super) fn snapshot(&self, handle: &SandboxHandle, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
+        let sb = &handle.inner;
+        let _guard = sb.freezer.lock().unwrap_or_else(PoisonError::into_inner);
+        let start = Instant::now();
+        let paused = sb.cgroup.frozen()?;
+        if !paused {
+            sb.cgroup.freeze(FREEZE_DEADLINE)?;
+        }
+        let frozen = start.elapsed();
+        let taken = self.pool.create_snapshot(handle.id.as_str(), snapshot);
+        let snapshotted = start.elapsed();
+        // Thawed whether or not the snapshot worked.
+        let thawed = if paused { Ok(()) } else { sb.cgroup.thaw() };
+        tracing::debug!(
+            sandbox_id = %handle.id,
+            snapshot = %snapshot,
+            paused,
+            freeze_us = frozen.as_micros() as u64,
+            snapshot_us = (snapshotted - frozen).as_micros() as u64,
+            thaw_us = (start.elapsed() - snapshotted).as_micros() as u64,
+            "snapshot taken"
+        );
+        taken.and(thawed)
+    }
+
+    /// [`Backend::pause_sandbox`](crate::Backend::pause_sandbox).
+    pub(super) fn pause(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        let sb = &handle.inner;
+        let _guard = sb.freezer.lock().unwrap_or_else(PoisonError::into_inner);
+        sb.cgroup.freeze(FREEZE_DEADLINE)?;
+        tracing::debug!(sandbox_id = %handle.id, "paused");
+        Ok(())
+    }
+
+    /// [`Backend::resume_sandbox`](crate::Backend::resume_sandbox).
+    pub(super) fn resume(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        let sb = &handle.inner;
+        let _guard = sb.freezer.lock().unwrap_or_else(PoisonError::into_inner);
+        sb.cgroup.thaw()?;
+        tracing::debug!(sandbox_id = %handle.id, "resumed");
+        Ok(())
+    }
+}
