@@ -17,7 +17,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::rest::{admin, files, meta, processes, sandboxes, ws};
+use crate::rest::{admin, files, meta, processes, sandboxes, snapshots, ws};
 use crate::{observe, ApiError};
 
 /// The API's router: every route of the table, JSON answers for unknown endpoints (404) and methods
@@ -63,6 +63,16 @@ where
         .routes(routes!(sandboxes::kill_sandbox))
         .routes(routes!(sandboxes::set_timeout))
         .routes(routes!(sandboxes::sandbox_usage))
+        .routes(routes!(snapshots::create_snapshot))
+        .routes(routes!(snapshots::list_snapshots))
+        .routes(routes!(snapshots::get_snapshot))
+        .routes(routes!(snapshots::delete_snapshot))
+        .routes(routes!(snapshots::fork_sandbox))
+        .routes(routes!(snapshots::checkpoint))
+        .routes(routes!(snapshots::commit))
+        .routes(routes!(snapshots::rollback))
+        .routes(routes!(snapshots::pause_sandbox))
+        .routes(routes!(snapshots::resume_sandbox))
         .routes(routes!(processes::exec))
         .routes(routes!(ws::exec_ws))
         .routes(routes!(processes::list_processes))
@@ -126,6 +136,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         (name = "sandboxes", description = "Sandbox lifecycle"),
         (name = "processes", description = "Running and talking to processes"),
         (name = "files", description = "Files inside a sandbox"),
+        (name = "snapshots", description = "Snapshots of a sandbox's files (never its memory), forks, checkpoint / rollback / commit, pause and resume"),
         (name = "admin", description = "Audit log, API keys and tenants"),
     ),
     components(
@@ -217,6 +228,16 @@ mod tests {
         ("GET", "/v1/tenants"),
         ("GET", "/v1/tenants/{name}"),
         ("PUT", "/v1/tenants/{name}/quota"),
+        ("POST", "/v1/sandboxes/{id}/snapshots"),
+        ("GET", "/v1/snapshots"),
+        ("GET", "/v1/snapshots/{snapshot_id}"),
+        ("DELETE", "/v1/snapshots/{snapshot_id}"),
+        ("POST", "/v1/sandboxes/{id}/fork"),
+        ("POST", "/v1/sandboxes/{id}/checkpoint"),
+        ("POST", "/v1/sandboxes/{id}/commit"),
+        ("POST", "/v1/sandboxes/{id}/rollback"),
+        ("POST", "/v1/sandboxes/{id}/pause"),
+        ("POST", "/v1/sandboxes/{id}/resume"),
     ];
 
     const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];

@@ -21,6 +21,7 @@ mod principal;
 mod sandboxes;
 mod service;
 mod signals;
+mod snapshots;
 mod streams;
 mod watch;
 

@@ -36,6 +36,7 @@ impl SandboxService {
         &self,
         id: &SandboxId,
         spec: &StoredSpec,
+        volume: paddock_types::VolumeSource,
     ) -> Result<(SandboxHandle, AgentClient), ServiceError> {
         let template =
             self.inner.config.templates.get(&spec.template).ok_or_else(|| {
@@ -53,6 +54,7 @@ impl SandboxService {
             workdir: None,
             user,
             env: Vec::new(),
+            volume,
         };
         let backend = self.inner.backend.clone();
         let runtime = tokio::runtime::Handle::current();
@@ -131,7 +133,16 @@ impl SandboxService {
         if let Some(sb) = removed {
             let handle = sb.handle.lock().await.take();
             if let Some(handle) = handle {
+                if sb.is_paused() {
+                    // Thawed first, so every process can take its SIGKILL at once.
+                    let _ = self.inner.backend.resume_sandbox(&handle).await;
+                }
                 self.destroy_handle(handle).await;
+            }
+        }
+        if changed {
+            if let Ok(sid) = id.parse::<SandboxId>() {
+                self.drop_checkpoints(&sid).await;
             }
         }
         if changed {
@@ -166,6 +177,17 @@ impl SandboxService {
                                 spec,
                             };
                             let sb = Arc::new(LiveSandbox::new(record.id.clone(), client, handle, owner));
+                            sb.set_paused(record.paused);
+                            if !record.paused {
+                                // A crash mid-snapshot (or during adoption's handshake) can leave
+                                // it frozen: the record says it runs, so it runs.
+                                let guard = sb.handle.lock().await;
+                                if let Some(handle) = guard.as_ref() {
+                                    if let Err(e) = self.inner.backend.resume_sandbox(handle).await {
+                                        tracing::warn!(sandbox_id = %record.id, error = %e, "cannot thaw an adopted sandbox");
+                                    }
+                                }
+                            }
                             lock(&self.inner.live).insert(record.id.clone(), sb.clone());
                             self.follow_running_processes(&sb).await;
                             self.audit(AuditEntry::system(
@@ -223,6 +245,7 @@ impl SandboxService {
         .await
         .map_err(|e| ServiceError::internal("collect garbage", &e))?
         .map_err(|e| runtime_error("collect garbage", e))?;
+        self.collect_snapshot_garbage().await?;
         tracing::info!(adopted, lost, reclaimed = reclaimed.len(), "recovery done");
         Ok(())
     }
@@ -279,7 +302,7 @@ impl SandboxService {
             }
             let dead: Vec<String> = lock(&self.inner.live)
                 .values()
-                .filter(|sb| sb.client.is_closed())
+                .filter(|sb| sb.client.is_closed() && !sb.is_restarting())
                 .map(|sb| sb.id.clone())
                 .collect();
             for id in dead {
@@ -363,7 +386,7 @@ impl SandboxService {
         };
         self.db("record a warm sandbox", move |s| s.insert_sandbox(&new))
             .await?;
-        let (handle, client) = match self.boot(&id, &spec).await {
+        let (handle, client) = match self.boot(&id, &spec, paddock_types::VolumeSource::Template).await {
             Ok(booted) => booted,
             Err(e) => {
                 self.mark_lost(id.as_str(), None, "warm pool boot failed").await?;

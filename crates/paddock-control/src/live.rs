@@ -2,6 +2,7 @@
 //! defaults its processes get.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use paddock_runtime::agent_client::AgentClient;
@@ -46,6 +47,10 @@ pub(crate) struct LiveSandbox {
     pub(crate) handle: tokio::sync::Mutex<Option<SandboxHandle>>,
     pub(crate) owner: Mutex<Ownership>,
     pub(crate) processes: Mutex<HashMap<u32, ProcessCounters>>,
+    /// Every process frozen: the agent does not answer until it is resumed.
+    paused: AtomicBool,
+    /// Being rolled back: its agent restarts, so a closed connection is not a death.
+    restarting: AtomicBool,
 }
 
 impl LiveSandbox {
@@ -56,7 +61,25 @@ impl LiveSandbox {
             handle: tokio::sync::Mutex::new(Some(handle)),
             owner: Mutex::new(owner),
             processes: Mutex::new(HashMap::new()),
+            paused: AtomicBool::new(false),
+            restarting: AtomicBool::new(false),
         }
+    }
+
+    pub(crate) fn is_restarting(&self) -> bool {
+        self.restarting.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_restarting(&self, restarting: bool) {
+        self.restarting.store(restarting, Ordering::SeqCst);
+    }
+
+    pub(crate) fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::SeqCst);
     }
 
     /// A new connection to the agent, for a stream that must not stall the shared one (replays,

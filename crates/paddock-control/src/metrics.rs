@@ -44,6 +44,7 @@ pub(crate) struct Metrics {
     create_seconds: Family<SourceLabel, Histogram>,
     exec_start_seconds: Histogram,
     exec_seconds: Histogram,
+    snapshot_seconds: Family<SourceLabel, Histogram>,
     pool_size: Family<TemplateLabel, Gauge>,
     pool_target: Family<TemplateLabel, Gauge>,
     requests: Family<RequestLabels, Counter>,
@@ -96,6 +97,13 @@ impl Metrics {
             "Time from an exec request to the process's exit",
             exec_seconds.clone(),
         );
+        let snapshot_seconds =
+            Family::<SourceLabel, Histogram>::new_with_constructor(|| Histogram::new(latency_buckets()));
+        registry.register(
+            "snapshot_seconds",
+            "Time of snapshot operations (source=snapshot, checkpoint, rollback)",
+            snapshot_seconds.clone(),
+        );
         let pool_size = Family::<TemplateLabel, Gauge>::default();
         registry.register(
             "warm_pool_size",
@@ -130,6 +138,7 @@ impl Metrics {
             create_seconds,
             exec_start_seconds,
             exec_seconds,
+            snapshot_seconds,
             pool_size,
             pool_target,
             requests,
@@ -152,6 +161,14 @@ impl Metrics {
 
     pub(crate) fn observe_exec(&self, elapsed: Duration) {
         self.exec_seconds.observe(elapsed.as_secs_f64());
+    }
+
+    pub(crate) fn observe_snapshot(&self, operation: &str, elapsed: Duration) {
+        self.snapshot_seconds
+            .get_or_create(&SourceLabel {
+                source: operation.into(),
+            })
+            .observe(elapsed.as_secs_f64());
     }
 
     pub(crate) fn sandbox_ended(&self, state: &str) {

@@ -60,6 +60,21 @@ impl SandboxService {
         req: CreateSandboxRequest,
         started: Instant,
     ) -> Result<SandboxInfo, ServiceError> {
+        if let Some(snapshot) = req.snapshot.clone() {
+            let record = self.owned_snapshot(p, &snapshot).await.map_err(|mut e| {
+                e.field = Some("snapshot".into());
+                e
+            })?;
+            let id: paddock_types::SnapshotId = record
+                .id
+                .parse()
+                .map_err(|e| ServiceError::internal("parse a snapshot id", &e))?;
+            let info = self
+                .create_from_volume(p, req, paddock_types::VolumeSource::Snapshot(id))
+                .await?;
+            self.inner.metrics.observe_create("snapshot", started.elapsed());
+            return Ok(info);
+        }
         let plan = self.plan_create(req)?;
         let warm = self.inner.config.templates[&plan.spec.template].warm_pool_size > 0;
         if warm {
@@ -228,8 +243,30 @@ impl SandboxService {
         Ok(Some(info_from_record(&record)))
     }
 
+    /// Boots a new sandbox for `p`'s tenant whose files start as `volume` (a snapshot's, for forks and
+    /// creations from a snapshot).
+    pub(crate) async fn create_from_volume(
+        &self,
+        p: &Principal,
+        req: CreateSandboxRequest,
+        volume: paddock_types::VolumeSource,
+    ) -> Result<SandboxInfo, ServiceError> {
+        let plan = self.plan_create(req)?;
+        self.create_cold_from(p, plan, volume).await
+    }
+
     /// Boots a new sandbox for `p`'s tenant.
     async fn create_cold(&self, p: &Principal, plan: CreatePlan) -> Result<SandboxInfo, ServiceError> {
+        self.create_cold_from(p, plan, paddock_types::VolumeSource::Template)
+            .await
+    }
+
+    async fn create_cold_from(
+        &self,
+        p: &Principal,
+        plan: CreatePlan,
+        volume: paddock_types::VolumeSource,
+    ) -> Result<SandboxInfo, ServiceError> {
         let id = new_sandbox_id();
         let now = now_ms();
         let new = NewSandbox {
@@ -246,7 +283,11 @@ impl SandboxService {
         };
         self.db("record a new sandbox", move |s| s.insert_sandbox_checked(&new))
             .await?;
-        let (handle, client) = match self.boot(&id, &plan.spec).await {
+        let volume_name = match &volume {
+            paddock_types::VolumeSource::Snapshot(s) => Some(s.to_string()),
+            paddock_types::VolumeSource::Template => None,
+        };
+        let (handle, client) = match self.boot(&id, &plan.spec, volume).await {
             Ok(booted) => booted,
             Err(e) => {
                 let reason = format!("create_failed: {}", e.message);
@@ -265,10 +306,14 @@ impl SandboxService {
             tenant: Some(p.tenant.clone()),
             spec: plan.spec.clone(),
         };
+        let source = match &volume_name {
+            Some(snapshot) => format!("snapshot {snapshot}"),
+            None => "boot".to_owned(),
+        };
         let sb = Arc::new(LiveSandbox::new(id.to_string(), client, handle, owner));
         lock(&self.inner.live).insert(id.to_string(), sb);
         let entry = AuditEntry::ok(p, "sandbox.create", Some(id.as_str()))
-            .detail(serde_json::json!({ "template": plan.spec.template, "source": "boot" }))
+            .detail(serde_json::json!({ "template": plan.spec.template, "source": source }))
             .into_row();
         let sid = id.to_string();
         let record = self
@@ -319,6 +364,17 @@ impl SandboxService {
 
     /// The live sandbox `id` if `p`'s tenant owns it (without a store read on the hot path).
     pub(crate) async fn owned_live(&self, p: &Principal, id: &str) -> Result<Arc<LiveSandbox>, ServiceError> {
+        let sb = self.owned_live_any(p, id).await?;
+        self.refuse_paused(&sb)?;
+        Ok(sb)
+    }
+
+    /// Like [`Self::owned_live`], paused sandboxes included (for pause, resume and kill).
+    pub(crate) async fn owned_live_any(
+        &self,
+        p: &Principal,
+        id: &str,
+    ) -> Result<Arc<LiveSandbox>, ServiceError> {
         if let Some(sb) = self.live_sandbox(id) {
             if sb.tenant().as_deref() == Some(p.tenant.as_str()) {
                 return Ok(sb);
@@ -455,7 +511,8 @@ impl SandboxService {
 
     /// What the sandbox uses now.
     pub async fn sandbox_usage(&self, p: &Principal, id: &str) -> Result<SandboxUsageBody, ServiceError> {
-        let sb = self.owned_live(p, id).await?;
+        // Read from cgroups and the pool, not the agent: a paused sandbox answers too.
+        let sb = self.owned_live_any(p, id).await?;
         let limits = sb.spec().limits;
         let guard = sb.handle.lock().await;
         let handle = guard.as_ref().ok_or_else(|| {
@@ -581,6 +638,7 @@ pub(crate) fn info_from_record(r: &SandboxRecord) -> SandboxInfo {
         expires_at: r.expires_at_ms.map(rfc3339),
         ended_at: r.ended_at_ms.map(rfc3339),
         end_reason: r.end_reason.clone(),
+        paused: r.paused,
     }
 }
 

@@ -11,6 +11,7 @@ mod server;
 
 pub use client::{
     AuditArgs, AuditCommand, CpArgs, CreateArgs, ExecArgs, LogsArgs, LsArgs, SandboxCommand, ShellArgs,
+    SnapshotCommand,
 };
 pub use server::{parse_human_duration, ConfigCommand, KeysCommand, ServeArgs};
 
@@ -76,6 +77,11 @@ pub enum Command {
     Sandbox {
         #[command(subcommand)]
         command: SandboxCommand,
+    },
+    /// Snapshots of sandboxes' files (take one with `paddock sandbox snapshot ID`).
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCommand,
     },
     /// Read (through the API) or verify (on the server host) the audit log.
     Audit(AuditArgs),

@@ -88,7 +88,7 @@ fn main() -> ExitCode {
     }
     let client_command = matches!(
         cli.command,
-        Command::Sandbox { .. } | Command::Audit(_) | Command::Keys { .. }
+        Command::Sandbox { .. } | Command::Snapshot { .. } | Command::Audit(_) | Command::Keys { .. }
     );
     match dispatch(cli) {
         Ok(code) => code,
@@ -126,7 +126,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", config.to_toml()?);
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Keys { .. } | Command::Sandbox { .. } | Command::Audit(_) => {
+        Command::Keys { .. } | Command::Sandbox { .. } | Command::Snapshot { .. } | Command::Audit(_) => {
             return dispatch_client(cli);
         }
         Command::Run(_) | Command::Gc | Command::Pool { .. } => {}
@@ -163,6 +163,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Config { .. }
         | Command::Keys { .. }
         | Command::Sandbox { .. }
+        | Command::Snapshot { .. }
         | Command::Audit(_) => {
             unreachable!("dispatched above")
         }
@@ -183,6 +184,7 @@ fn dispatch_client(cli: Cli) -> anyhow::Result<ExitCode> {
             ),
         },
         Command::Sandbox { command } => client::sandbox(&client_state_dir(&cli.global, config), command),
+        Command::Snapshot { command } => client::snapshot(&client_state_dir(&cli.global, config), command),
         _ => unreachable!("only client commands come here"),
     }
 }

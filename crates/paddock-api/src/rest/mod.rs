@@ -6,4 +6,5 @@ pub(crate) mod files;
 pub(crate) mod meta;
 pub(crate) mod processes;
 pub(crate) mod sandboxes;
+pub(crate) mod snapshots;
 pub(crate) mod ws;

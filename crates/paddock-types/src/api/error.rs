@@ -24,6 +24,8 @@ pub enum ErrorCode {
     FileNotFound,
     /// No such API key (404).
     KeyNotFound,
+    /// No such snapshot for this tenant (404).
+    SnapshotNotFound,
     /// The target already exists (409).
     AlreadyExists,
     /// The sandbox's own permissions forbid the operation (403).
@@ -64,6 +66,7 @@ impl ErrorCode {
             Self::ProcessNotFound => "process_not_found",
             Self::FileNotFound => "file_not_found",
             Self::KeyNotFound => "key_not_found",
+            Self::SnapshotNotFound => "snapshot_not_found",
             Self::AlreadyExists => "already_exists",
             Self::PermissionDenied => "permission_denied",
             Self::NotADirectory => "not_a_directory",
@@ -86,7 +89,11 @@ impl ErrorCode {
             Self::Unauthorized => 401,
             Self::Forbidden | Self::PermissionDenied => 403,
             Self::InvalidRequest | Self::NotADirectory | Self::IsADirectory | Self::InvalidPath => 400,
-            Self::SandboxNotFound | Self::ProcessNotFound | Self::FileNotFound | Self::KeyNotFound => 404,
+            Self::SandboxNotFound
+            | Self::ProcessNotFound
+            | Self::FileNotFound
+            | Self::KeyNotFound
+            | Self::SnapshotNotFound => 404,
             Self::SandboxNotRunning | Self::AlreadyExists | Self::DirectoryNotEmpty => 409,
             Self::QuotaExceeded => 429,
             Self::NoSpace => 507,

@@ -12,6 +12,7 @@ mod files;
 mod keys;
 mod lists;
 mod sandboxes;
+mod snapshots;
 
 pub use audit::{AuditQuery, AuditRecord, AuditVerification, BrokenAuditRow};
 pub use error::{ApiErrorBody, ErrorCode};
@@ -27,4 +28,8 @@ pub use lists::{AuditPage, KeyList, ProcessList, TemplateInfo, TemplateList, Ten
 pub use sandboxes::{
     CreateSandboxRequest, LimitsRequest, ListSandboxesQuery, SandboxInfo, SandboxList, SandboxStateBody,
     SandboxUsageBody, SetTimeoutRequest,
+};
+pub use snapshots::{
+    ChangeBody, CreateSnapshotRequest, DiffEntryBody, DiffQuery, DiffResult, ForkRequest, ForkResult,
+    ListSnapshotsQuery, RollbackRequest, SnapshotInfo, SnapshotKindBody, SnapshotList,
 };

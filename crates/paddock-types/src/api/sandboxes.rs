@@ -34,6 +34,9 @@ pub struct CreateSandboxRequest {
     /// maximum). Extend with `POST /v1/sandboxes/{id}/timeout`.
     #[serde(default)]
     pub timeout_secs: Option<u64>,
+    /// Start from this snapshot's file system (copy-on-write) instead of the template's.
+    #[serde(default)]
+    pub snapshot: Option<String>,
 }
 
 /// Requested limits; every field optional.
@@ -107,6 +110,9 @@ pub struct SandboxInfo {
     /// Why it ended (`killed`, `expired`, `agent_lost`, `create_failed: ...`).
     #[serde(default)]
     pub end_reason: Option<String>,
+    /// Every process is frozen (`POST .../pause`); `POST .../resume` thaws them.
+    #[serde(default)]
+    pub paused: bool,
 }
 
 /// `GET /v1/sandboxes` query.

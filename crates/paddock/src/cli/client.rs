@@ -48,6 +48,94 @@ pub enum SandboxCommand {
     Cp(CpArgs),
     /// Print a process's output (kept by the sandbox), optionally following it.
     Logs(LogsArgs),
+    /// Take a snapshot of a sandbox's files (not its memory); prints the snapshot id.
+    Snapshot {
+        /// Sandbox id.
+        id: String,
+        /// A name for it.
+        #[arg(long)]
+        name: Option<String>,
+        /// Label (repeatable).
+        #[arg(long = "label", short = 'l', value_name = "K=V", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fork a sandbox into COUNT copies of its files; prints their ids.
+    Fork {
+        /// Sandbox id.
+        id: String,
+        /// How many copies (1-100).
+        #[arg(long, short = 'n', default_value_t = 1)]
+        count: u32,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Take a checkpoint before a step (undo it with `rollback`, keep it with `commit`).
+    Checkpoint {
+        /// Sandbox id.
+        id: String,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Return a sandbox's files to its newest checkpoint (or `--to SNAPSHOT`); its processes restart.
+    Rollback {
+        /// Sandbox id.
+        id: String,
+        /// A snapshot of this sandbox (default: the newest checkpoint, which is consumed).
+        #[arg(long = "to")]
+        snapshot: Option<String>,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Drop the newest checkpoint, keeping the step.
+    Commit {
+        /// Sandbox id.
+        id: String,
+    },
+    /// Freeze every process of a sandbox (no CPU used, memory kept).
+    Pause {
+        /// Sandbox id.
+        id: String,
+    },
+    /// Thaw a paused sandbox.
+    Resume {
+        /// Sandbox id.
+        id: String,
+    },
+}
+
+/// `paddock snapshot ...`.
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// List snapshots.
+    #[command(alias = "list")]
+    Ls {
+        /// Only snapshots of this sandbox.
+        #[arg(long)]
+        sandbox: Option<String>,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one snapshot, with the bytes it holds.
+    Get {
+        /// Snapshot id.
+        id: String,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete snapshots.
+    Rm {
+        /// Snapshot ids.
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
 }
 
 /// `paddock sandbox create`.
@@ -83,6 +171,9 @@ pub struct CreateArgs {
     /// Kill the sandbox after this long (e.g. 10m) [default: the server's].
     #[arg(long, value_parser = parse_human_duration)]
     pub timeout: Option<Duration>,
+    /// Start from this snapshot's files instead of the template's (`paddock snapshot ls`).
+    #[arg(long)]
+    pub snapshot: Option<String>,
     /// Print the API's JSON instead of the id.
     #[arg(long)]
     pub json: bool,

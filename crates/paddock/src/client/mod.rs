@@ -7,6 +7,7 @@ mod attach;
 mod cp;
 mod exec;
 mod sandboxes;
+mod snapshots;
 mod table;
 
 use std::fmt;
@@ -22,7 +23,7 @@ use serde::Serialize;
 
 pub use table::Table;
 
-use crate::cli::SandboxCommand;
+use crate::cli::{SandboxCommand, SnapshotCommand};
 
 /// The server's address when `PADDOCK_URL` is not set.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:7420";
@@ -235,6 +236,32 @@ pub fn sandbox(state_dir: &Path, command: SandboxCommand) -> anyhow::Result<Exit
             SandboxCommand::Shell(args) => attach::shell(&client, args).await,
             SandboxCommand::Cp(args) => cp::copy(&client, args).await,
             SandboxCommand::Logs(args) => exec::logs(&client, args).await,
+            SandboxCommand::Snapshot {
+                id,
+                name,
+                labels,
+                json,
+            } => snapshots::create(&client, &id, name, labels, json).await,
+            SandboxCommand::Fork { id, count, json } => snapshots::fork(&client, &id, count, json).await,
+            SandboxCommand::Checkpoint { id, json } => snapshots::checkpoint(&client, &id, json).await,
+            SandboxCommand::Rollback { id, snapshot, json } => {
+                snapshots::rollback(&client, &id, snapshot, json).await
+            }
+            SandboxCommand::Commit { id } => snapshots::step(&client, &id, "commit").await,
+            SandboxCommand::Pause { id } => snapshots::step(&client, &id, "pause").await,
+            SandboxCommand::Resume { id } => snapshots::step(&client, &id, "resume").await,
+        }
+    })
+}
+
+/// Runs a `paddock snapshot` command.
+pub fn snapshot(state_dir: &Path, command: SnapshotCommand) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_environment(state_dir)?;
+    block_on(async move {
+        match command {
+            SnapshotCommand::Ls { sandbox, json } => snapshots::list(&client, sandbox, json).await,
+            SnapshotCommand::Get { id, json } => snapshots::get(&client, &id, json).await,
+            SnapshotCommand::Rm { ids } => snapshots::remove(&client, &ids).await,
         }
     })
 }

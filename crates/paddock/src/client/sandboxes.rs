@@ -29,6 +29,7 @@ pub async fn create(client: &ApiClient, args: CreateArgs) -> anyhow::Result<Exit
         user: args.user,
         labels: args.labels.into_iter().collect(),
         timeout_secs: args.timeout.map(|d| d.as_secs().max(1)),
+        snapshot: args.snapshot,
     };
     let info: SandboxInfo = client
         .json(client.request(Method::POST, &["v1", "sandboxes"]).json(&request))
