@@ -73,6 +73,7 @@ where
         .routes(routes!(snapshots::rollback))
         .routes(routes!(snapshots::pause_sandbox))
         .routes(routes!(snapshots::resume_sandbox))
+        .routes(routes!(snapshots::diff_sandbox))
         .routes(routes!(processes::exec))
         .routes(routes!(ws::exec_ws))
         .routes(routes!(processes::list_processes))
@@ -238,6 +239,7 @@ mod tests {
         ("POST", "/v1/sandboxes/{id}/rollback"),
         ("POST", "/v1/sandboxes/{id}/pause"),
         ("POST", "/v1/sandboxes/{id}/resume"),
+        ("GET", "/v1/sandboxes/{id}/diff"),
     ];
 
     const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];

@@ -158,6 +158,14 @@ pub trait Backend {
     async fn snapshot_usage(&self, snapshot: &SnapshotId) -> Result<SnapshotUsage, RuntimeError>;
     /// Every snapshot that exists, whoever took it (for garbage collection against records).
     fn list_snapshots(&self) -> Result<Vec<SnapshotId>, RuntimeError>;
+    /// What changed in the sandbox's files since `snapshot` (added, modified, deleted paths, and
+    /// unified diffs of text files when asked). Walks both trees: blocking work, bounded by `options`.
+    async fn diff_sandbox(
+        &self,
+        handle: &SandboxHandle,
+        snapshot: &SnapshotId,
+        options: &native::diff::DiffOptions,
+    ) -> Result<native::diff::TreeDiff, RuntimeError>;
     /// Freezes every process of the sandbox until [`Backend::resume_sandbox`]: they use no CPU and
     /// keep their memory. The state is the kernel's, so it survives a restart of this process (an
     /// adopted sandbox may come back paused). Pausing a paused sandbox does nothing.
@@ -251,6 +259,16 @@ impl Backend for AnyBackend {
     fn list_snapshots(&self) -> Result<Vec<SnapshotId>, RuntimeError> {
         match self {
             Self::Native(b) => b.list_snapshots(),
+        }
+    }
+    async fn diff_sandbox(
+        &self,
+        handle: &SandboxHandle,
+        snapshot: &SnapshotId,
+        options: &native::diff::DiffOptions,
+    ) -> Result<native::diff::TreeDiff, RuntimeError> {
+        match self {
+            Self::Native(b) => b.diff_sandbox(handle, snapshot, options).await,
         }
     }
     async fn pause_sandbox(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {

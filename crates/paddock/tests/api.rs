@@ -339,6 +339,10 @@ fn probes_for(method: &str, template: &str) -> Option<Vec<Probe>> {
         ],
         ("POST", "/v1/sandboxes/{id}/pause") => vec![http(Method::POST, "/v1/sandboxes/{id}/pause")],
         ("POST", "/v1/sandboxes/{id}/resume") => vec![http(Method::POST, "/v1/sandboxes/{id}/resume")],
+        ("GET", "/v1/sandboxes/{id}/diff") => vec![
+            http(Method::GET, "/v1/sandboxes/{id}/diff"),
+            http(Method::GET, "/v1/sandboxes/{id}/diff").query("text", "true"),
+        ],
         _ => return None,
     };
     Some(p)
@@ -3682,6 +3686,54 @@ fn snapshots_checkpoints_forks_and_pause() {
         a.post(&format!("/v1/sandboxes/{id}/commit"), json!(null))
             .await
             .err(404, "snapshot_not_found");
+
+        // Diff since a checkpoint: what was added, modified and deleted, with a text diff.
+        a.post(&format!("/v1/sandboxes/{id}/checkpoint"), json!(null))
+            .await
+            .ok(201);
+        a.sh(
+            &id,
+            "cd /home/user && echo changed > step && rm link && echo fresh > added",
+        )
+        .await;
+        let diff = a
+            .get_q(&format!("/v1/sandboxes/{id}/diff"), &[("text", "true")])
+            .await
+            .ok(200);
+        let change = |path: &str| {
+            diff["entries"]
+                .as_array()
+                .expect("entries")
+                .iter()
+                .find(|e| e["path"] == path)
+                .map(|e| e["change"].as_str().unwrap_or_default().to_owned())
+        };
+        assert_eq!(change("/home/user/step").as_deref(), Some("modified"), "{diff:#}");
+        assert_eq!(change("/home/user/link").as_deref(), Some("deleted"), "{diff:#}");
+        assert_eq!(change("/home/user/added").as_deref(), Some("added"), "{diff:#}");
+        assert_eq!(
+            change("/home/user/f"),
+            None,
+            "an unchanged file is not listed: {diff:#}"
+        );
+        let step = diff["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .find(|e| e["path"] == "/home/user/step")
+            .expect("step");
+        let unified = step["unified"].as_str().expect("a text diff");
+        assert!(
+            unified.contains("-kept") && unified.contains("+changed"),
+            "{unified}"
+        );
+        a.post(&format!("/v1/sandboxes/{id}/rollback"), json!(null))
+            .await
+            .ok(200);
+        assert_eq!(
+            a.sh(&id, "cat /home/user/step; readlink /home/user/link").await,
+            "kept\nf\n"
+        );
         assert_eq!(a.sh(&id, "cat /home/user/step").await, "kept\n");
 
         // A named snapshot, forks and a sandbox created from the snapshot never see each other's writes.

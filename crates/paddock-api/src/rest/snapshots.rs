@@ -5,8 +5,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use paddock_control::SandboxService;
 use paddock_types::api::{
-    CreateSnapshotRequest, ForkRequest, ForkResult, ListSnapshotsQuery, RollbackRequest, SandboxInfo,
-    SnapshotInfo, SnapshotList,
+    CreateSnapshotRequest, DiffQuery, DiffResult, ForkRequest, ForkResult, ListSnapshotsQuery,
+    RollbackRequest, SandboxInfo, SnapshotInfo, SnapshotList,
 };
 
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, Auth, OptionalJson};
@@ -224,4 +224,25 @@ pub(crate) async fn resume_sandbox(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(service.resume_sandbox(&p, &id).await?))
+}
+
+/// What changed in the sandbox's files since one of its snapshots (the newest checkpoint by default).
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/diff",
+    tag = "snapshots",
+    params(("id" = String, Path, description = "Sandbox id"), DiffQuery),
+    responses(
+        (status = 200, description = "Changed paths", body = DiffResult),
+        (status = "4XX", response = ApiError),
+        (status = "5XX", response = ApiError),
+    )
+)]
+pub(crate) async fn diff_sandbox(
+    Auth(p): Auth,
+    State(service): State<SandboxService>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<DiffQuery>,
+) -> Result<Json<DiffResult>, ApiError> {
+    Ok(Json(service.diff_sandbox(&p, &id, q).await?))
 }

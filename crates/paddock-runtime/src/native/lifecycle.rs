@@ -480,6 +480,21 @@ impl Backend for NativeBackend {
         self.pool.list_snapshots()
     }
 
+    async fn diff_sandbox(
+        &self,
+        handle: &SandboxHandle,
+        snapshot: &SnapshotId,
+        options: &super::diff::DiffOptions,
+    ) -> Result<super::diff::TreeDiff, RuntimeError> {
+        let old = self.pool.existing_snapshot(snapshot)?;
+        let new = self.pool.volume_path(handle.id.as_str());
+        super::diff::diff_trees(&old, &new, options).map_err(|e| RuntimeError::Pool {
+            what: "diff",
+            path: new.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })
+    }
+
     async fn pause_sandbox(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         self.pause(handle)
     }
