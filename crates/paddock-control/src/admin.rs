@@ -298,10 +298,7 @@ impl SandboxService {
             }
             (_, false) => Some(p.tenant.clone()),
         };
-        let limit = q.limit.unwrap_or(100);
-        if !(1..=1000).contains(&limit) {
-            return Err(ServiceError::invalid("limit", "limit must be between 1 and 1000"));
-        }
+        let limit = crate::paging::page_limit(q.limit)?;
         let filter = AuditFilter {
             tenant,
             sandbox_id: q.sandbox.clone(),
@@ -322,12 +319,7 @@ impl SandboxService {
         let mut rows = self
             .db("read the audit log", move |s| s.query_audit(&filter))
             .await?;
-        let next_after_seq = if rows.len() > limit as usize {
-            rows.truncate(limit as usize);
-            rows.last().map(|r| r.seq)
-        } else {
-            None
-        };
+        let next_after_seq = crate::paging::finish_page(&mut rows, limit, |r| r.seq);
         Ok(AuditPage {
             records: rows
                 .into_iter()

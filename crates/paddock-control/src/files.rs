@@ -421,8 +421,7 @@ impl SandboxService {
                             data,
                             ..
                         }) => {
-                            let room = TAR_STDERR_MAX.saturating_sub(stderr.len());
-                            stderr.extend_from_slice(&data[..data.len().min(room)]);
+                            crate::streams::append_capped(&mut stderr, &data, TAR_STDERR_MAX);
                         }
                         Some(ProcessEvent::Output { data, .. }) => {
                             return Some((Ok(Bytes::from(data)), (client, events, stderr, false)));
@@ -488,8 +487,7 @@ impl SandboxService {
             while let Some(event) = events.recv().await {
                 match event {
                     ProcessEvent::Output { data, .. } => {
-                        let room = TAR_STDERR_MAX.saturating_sub(stderr.len());
-                        stderr.extend_from_slice(&data[..data.len().min(room)]);
+                        crate::streams::append_capped(&mut stderr, &data, TAR_STDERR_MAX);
                     }
                     ProcessEvent::Exited(status) => return Some((status, stderr)),
                 }

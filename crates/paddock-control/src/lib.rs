@@ -17,6 +17,7 @@ mod files;
 mod lifecycle;
 mod live;
 mod metrics;
+mod paging;
 mod principal;
 mod sandboxes;
 mod service;

@@ -432,10 +432,7 @@ impl SandboxService {
                 labels.insert(k.to_owned(), v.to_owned());
             }
         }
-        let limit = q.limit.unwrap_or(100);
-        if !(1..=1000).contains(&limit) {
-            return Err(ServiceError::invalid("limit", "limit must be between 1 and 1000"));
-        }
+        let limit = crate::paging::page_limit(q.limit)?;
         let filter = SandboxFilter {
             tenant: Some(p.tenant.clone()),
             states,
@@ -446,12 +443,7 @@ impl SandboxService {
         let mut records = self
             .db("list sandboxes", move |s| s.list_sandboxes(&filter))
             .await?;
-        let next_cursor = if records.len() > limit as usize {
-            records.truncate(limit as usize);
-            records.last().map(|r| r.id.clone())
-        } else {
-            None
-        };
+        let next_cursor = crate::paging::finish_page(&mut records, limit, |r| r.id.clone());
         Ok(SandboxList {
             sandboxes: records.iter().map(info_from_record).collect(),
             next_cursor,

@@ -221,10 +221,7 @@ impl SandboxService {
                 ))
             }
         };
-        let limit = q.limit.unwrap_or(100);
-        if !(1..=1000).contains(&limit) {
-            return Err(ServiceError::invalid("limit", "limit must be between 1 and 1000"));
-        }
+        let limit = crate::paging::page_limit(q.limit)?;
         let filter = SnapshotFilter {
             tenant: Some(p.tenant.clone()),
             sandbox_id: q.sandbox.clone(),
@@ -235,12 +232,7 @@ impl SandboxService {
         let mut records = self
             .db("list snapshots", move |s| s.list_snapshots(&filter))
             .await?;
-        let next_cursor = if records.len() > limit as usize {
-            records.truncate(limit as usize);
-            records.last().map(|r| r.id.clone())
-        } else {
-            None
-        };
+        let next_cursor = crate::paging::finish_page(&mut records, limit, |r| r.id.clone());
         Ok(SnapshotList {
             snapshots: records.iter().map(info).collect(),
             next_cursor,
@@ -499,42 +491,42 @@ impl SandboxService {
 
     /// Freezes every process of the sandbox (no CPU used, memory kept).
     pub async fn pause_sandbox(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
-        let sb = self.owned_live_any(p, id).await?;
-        if !sb.is_paused() {
-            {
-                let guard = sb.handle.lock().await;
-                let handle = guard.as_ref().ok_or_else(|| {
-                    ServiceError::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
-                })?;
-                self.inner
-                    .backend
-                    .pause_sandbox(handle)
-                    .await
-                    .map_err(|e| runtime_error("pause a sandbox", e))?;
-            }
-            sb.set_paused(true);
-            self.record_pause(p, id, true).await?;
-        }
-        self.get_sandbox(p, id).await
+        self.set_frozen(p, id, true).await
     }
 
     /// Thaws a paused sandbox.
     pub async fn resume_sandbox(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
+        self.set_frozen(p, id, false).await
+    }
+
+    /// Pauses (`frozen`) or resumes the sandbox; doing what is already done changes nothing.
+    async fn set_frozen(&self, p: &Principal, id: &str, frozen: bool) -> Result<SandboxInfo, ServiceError> {
         let sb = self.owned_live_any(p, id).await?;
-        if sb.is_paused() {
+        if sb.is_paused() != frozen {
             {
                 let guard = sb.handle.lock().await;
                 let handle = guard.as_ref().ok_or_else(|| {
                     ServiceError::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
                 })?;
-                self.inner
-                    .backend
-                    .resume_sandbox(handle)
-                    .await
-                    .map_err(|e| runtime_error("resume a sandbox", e))?;
+                let backend = &self.inner.backend;
+                let result = if frozen {
+                    backend.pause_sandbox(handle).await
+                } else {
+                    backend.resume_sandbox(handle).await
+                };
+                result.map_err(|e| {
+                    runtime_error(
+                        if frozen {
+                            "pause a sandbox"
+                        } else {
+                            "resume a sandbox"
+                        },
+                        e,
+                    )
+                })?;
             }
-            sb.set_paused(false);
-            self.record_pause(p, id, false).await?;
+            sb.set_paused(frozen);
+            self.record_pause(p, id, frozen).await?;
         }
         self.get_sandbox(p, id).await
     }

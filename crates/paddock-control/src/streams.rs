@@ -65,8 +65,7 @@ impl ExecStream {
                 ExecEvent::Started { .. } | ExecEvent::Error { .. } => continue,
             };
             let bytes = crate::exec::stream_bytes(data);
-            let room = max_bytes.saturating_sub(buf.len());
-            buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            append_capped(buf, &bytes, max_bytes);
         }
         ExecResult {
             pid,
@@ -106,4 +105,10 @@ impl WatchStream {
     pub async fn recv(&mut self) -> Option<WatchEvent> {
         self.rx.recv().await
     }
+}
+
+/// Appends as much of `data` to `buf` as keeps it within `cap` bytes; the rest is dropped.
+pub(crate) fn append_capped(buf: &mut Vec<u8>, data: &[u8], cap: usize) {
+    let room = cap.saturating_sub(buf.len());
+    buf.extend_from_slice(&data[..data.len().min(room)]);
 }
