@@ -83,6 +83,9 @@ def main():
             results[label] = measure(server, sb["id"], args.runs)
     finally:
         server.stop()
+        if os.environ.get("BENCH_LOG_FILE"):
+            with open(os.environ["BENCH_LOG_FILE"], "w") as f:
+                f.writelines(server.log)
     print(json.dumps(results, indent=2))
 
 

@@ -72,6 +72,7 @@ where
         .routes(routes!(snapshots::commit))
         .routes(routes!(snapshots::rollback))
         .routes(routes!(snapshots::pause_sandbox))
+        .routes(routes!(snapshots::stop_sandbox))
         .routes(routes!(snapshots::resume_sandbox))
         .routes(routes!(snapshots::diff_sandbox))
         .routes(routes!(processes::exec))
@@ -137,7 +138,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         (name = "sandboxes", description = "Sandbox lifecycle"),
         (name = "processes", description = "Running and talking to processes"),
         (name = "files", description = "Files inside a sandbox"),
-        (name = "snapshots", description = "Snapshots of a sandbox's files (never its memory), forks, checkpoint / rollback / commit, pause and resume"),
+        (name = "snapshots", description = "Snapshots of a sandbox's files (never its memory), forks, checkpoint / rollback / commit, pause, stop and resume"),
         (name = "admin", description = "Audit log, API keys and tenants"),
     ),
     components(
@@ -238,6 +239,7 @@ mod tests {
         ("POST", "/v1/sandboxes/{id}/commit"),
         ("POST", "/v1/sandboxes/{id}/rollback"),
         ("POST", "/v1/sandboxes/{id}/pause"),
+        ("POST", "/v1/sandboxes/{id}/stop"),
         ("POST", "/v1/sandboxes/{id}/resume"),
         ("GET", "/v1/sandboxes/{id}/diff"),
     ];

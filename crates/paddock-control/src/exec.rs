@@ -215,9 +215,13 @@ impl SandboxService {
             tag: req.tag.clone(),
             detached: false,
         };
+        let diff_base = self.exec_diff_base(&sb).await?;
         let (pid, events) = match sb.client.spawn(spawn).await {
             Ok(spawned) => spawned,
             Err(e) => {
+                if let Some(base) = &diff_base {
+                    self.drop_exec_diff_base(base).await;
+                }
                 let error = process_error("start a process", 0, e);
                 let mut detail = command_audit(&command);
                 detail["cwd"] = cwd.into();
@@ -244,6 +248,9 @@ impl SandboxService {
         {
             // Nothing runs unrecorded.
             let _ = sb.client.kill_tree(pid, None).await;
+            if let Some(base) = &diff_base {
+                self.drop_exec_diff_base(base).await;
+            }
             return Err(e);
         }
         let (tx, rx) = if req.background {
@@ -252,10 +259,16 @@ impl SandboxService {
             let (tx, rx) = mpsc::channel(STREAM_QUEUE);
             (Some(tx), Some(rx))
         };
-        tokio::spawn(
-            self.clone()
-                .monitor(sb.clone(), p.clone(), pid, events, tx, !req.background, started),
-        );
+        tokio::spawn(self.clone().monitor(
+            sb.clone(),
+            p.clone(),
+            pid,
+            events,
+            tx,
+            !req.background,
+            started,
+            diff_base,
+        ));
         if let Some(data) = req.stdin {
             sb.add_bytes_in(pid, data.len() as u64);
             sb.client
@@ -281,6 +294,7 @@ impl SandboxService {
         mut tx: Option<mpsc::Sender<ExecEvent>>,
         foreground: bool,
         started: Instant,
+        diff_base: Option<paddock_types::SnapshotId>,
     ) {
         let mut bytes_out = 0u64;
         let exit = loop {
@@ -357,6 +371,9 @@ impl SandboxService {
         if let Err(e) = self.audit(entry).await {
             tracing::error!(sandbox_id = %sb.id, pid, error = %e, "cannot record a process exit");
         }
+        if let Some(base) = diff_base {
+            self.record_exec_diff(&sb, &p, pid, base).await;
+        }
     }
 
     /// After a restart: follow the processes that kept running, so their exits are recorded, and
@@ -386,6 +403,9 @@ impl SandboxService {
                             None,
                             false,
                             Instant::now(),
+                            // The snapshot taken before it started (if any) was the previous
+                            // server's; gc deleted it.
+                            None,
                         ));
                     }
                 }

@@ -13,6 +13,7 @@ mod admin;
 mod config;
 mod error;
 mod exec;
+mod exec_diff;
 mod files;
 mod lifecycle;
 mod live;
@@ -23,6 +24,7 @@ mod sandboxes;
 mod service;
 mod signals;
 mod snapshots;
+mod stop;
 mod streams;
 mod watch;
 

@@ -246,6 +246,7 @@ impl SandboxService {
         .map_err(|e| ServiceError::internal("collect garbage", &e))?
         .map_err(|e| runtime_error("collect garbage", e))?;
         self.collect_snapshot_garbage().await?;
+        self.collect_stopped_garbage().await?;
         tracing::info!(adopted, lost, reclaimed = reclaimed.len(), "recovery done");
         Ok(())
     }
@@ -284,16 +285,7 @@ impl SandboxService {
             {
                 Ok(expired) => {
                     for record in expired {
-                        if let Err(e) = self
-                            .end_sandbox(
-                                &record.id,
-                                SandboxState::Expired,
-                                "expired",
-                                None,
-                                "sandbox.expire",
-                            )
-                            .await
-                        {
+                        if let Err(e) = self.on_timeout(&record.id).await {
                             tracing::warn!(sandbox_id = %record.id, error = %e, "reaping failed");
                         }
                     }
@@ -370,6 +362,9 @@ impl SandboxService {
             env: Default::default(),
             workdir: None,
             user: UserSpec::default_user().to_string(),
+            on_timeout: Default::default(),
+            audit_exec_diff: false,
+            timeout_ms: None,
         };
         let new = NewSandbox {
             id: id.to_string(),

@@ -23,6 +23,13 @@ pub(crate) struct StoredSpec {
     #[serde(default)]
     pub(crate) workdir: Option<String>,
     pub(crate) user: String,
+    #[serde(default)]
+    pub(crate) on_timeout: paddock_types::api::OnTimeout,
+    #[serde(default)]
+    pub(crate) audit_exec_diff: bool,
+    /// The timeout it was created with, restarted by a resume after a timeout paused or stopped it.
+    #[serde(default)]
+    pub(crate) timeout_ms: Option<i64>,
 }
 
 /// Who owns a live sandbox and how its processes start.

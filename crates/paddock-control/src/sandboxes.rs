@@ -159,6 +159,9 @@ impl SandboxService {
                 env: req.env,
                 workdir: req.workdir,
                 user,
+                on_timeout: req.on_timeout.unwrap_or_default(),
+                audit_exec_diff: req.audit_exec_diff,
+                timeout_ms: Some(timeout.as_millis() as i64),
             },
             labels: req.labels,
             timeout_ms: timeout.as_millis() as i64,
@@ -285,7 +288,7 @@ impl SandboxService {
             .await?;
         let volume_name = match &volume {
             paddock_types::VolumeSource::Snapshot(s) => Some(s.to_string()),
-            paddock_types::VolumeSource::Template => None,
+            paddock_types::VolumeSource::Template | paddock_types::VolumeSource::Stopped => None,
         };
         let (handle, client) = match self.boot(&id, &plan.spec, volume).await {
             Ok(booted) => booted,
@@ -405,19 +408,21 @@ impl SandboxService {
                 SandboxState::Creating,
                 SandboxState::Running,
                 SandboxState::Stopped,
+                SandboxState::Killed,
                 SandboxState::Expired,
                 SandboxState::Failed,
             ],
             Some(s) => match s {
                 "creating" => vec![SandboxState::Creating],
                 "stopped" => vec![SandboxState::Stopped],
+                "killed" => vec![SandboxState::Killed],
                 "expired" => vec![SandboxState::Expired],
                 "failed" => vec![SandboxState::Failed],
                 other => {
                     return Err(ServiceError::invalid(
                         "state",
                         format!(
-                            "unknown state {other:?}: use running, creating, stopped, expired, failed or all"
+                            "unknown state {other:?}: use running, creating, stopped, killed, expired, failed or all"
                         ),
                     ))
                 }
@@ -490,13 +495,16 @@ impl SandboxService {
     #[tracing::instrument(skip_all, fields(sandbox_id = %id))]
     pub async fn kill_sandbox(&self, p: &Principal, id: &str) -> Result<(), ServiceError> {
         let record = self.owned_record(p, id).await?;
+        if record.state == SandboxState::Stopped {
+            return self.kill_stopped(p, id).await;
+        }
         if !record.state.is_live() {
             return Err(ServiceError::new(
                 ErrorCode::SandboxNotRunning,
                 format!("sandbox {id} is already {}", record.state.as_str()),
             ));
         }
-        self.end_sandbox(id, SandboxState::Stopped, "killed", Some(p), "sandbox.kill")
+        self.end_sandbox(id, SandboxState::Killed, "killed", Some(p), "sandbox.kill")
             .await?;
         Ok(())
     }
@@ -606,6 +614,7 @@ pub(crate) fn state_body(state: SandboxState) -> SandboxStateBody {
         SandboxState::Warm | SandboxState::Creating => SandboxStateBody::Creating,
         SandboxState::Running => SandboxStateBody::Running,
         SandboxState::Stopped => SandboxStateBody::Stopped,
+        SandboxState::Killed => SandboxStateBody::Killed,
         SandboxState::Expired => SandboxStateBody::Expired,
         SandboxState::Failed => SandboxStateBody::Failed,
     }
@@ -624,13 +633,15 @@ pub(crate) fn info_from_record(r: &SandboxRecord) -> SandboxInfo {
             .map(|s| s.env.keys().cloned().collect())
             .unwrap_or_default(),
         workdir: spec.as_ref().and_then(|s| s.workdir.clone()),
-        user: spec.map(|s| s.user).unwrap_or_default(),
+        user: spec.as_ref().map(|s| s.user.clone()).unwrap_or_default(),
         labels: r.labels.clone(),
         created_at: rfc3339(r.claimed_at_ms.unwrap_or(r.created_at_ms)),
         expires_at: r.expires_at_ms.map(rfc3339),
         ended_at: r.ended_at_ms.map(rfc3339),
         end_reason: r.end_reason.clone(),
         paused: r.paused,
+        on_timeout: spec.as_ref().map(|s| s.on_timeout).unwrap_or_default(),
+        audit_exec_diff: spec.as_ref().is_some_and(|s| s.audit_exec_diff),
     }
 }
 

@@ -25,6 +25,8 @@ use crate::{Principal, SandboxService, ServiceError};
 
 /// The most copies one fork makes.
 pub const MAX_FORKS: u32 = 100;
+/// How many copies of a fork boot at once.
+const FORK_CONCURRENCY: usize = 16;
 const MAX_NAME_LEN: usize = 256;
 
 fn snapshot_not_found(id: &str) -> ServiceError {
@@ -287,15 +289,33 @@ impl SandboxService {
     /// `checkpoint`: a snapshot to return to with `rollback` or drop with `commit`.
     pub async fn checkpoint(&self, p: &Principal, id: &str) -> Result<SnapshotInfo, ServiceError> {
         let sb = self.owned_live_any(p, id).await?;
-        self.take_snapshot(
-            p,
-            &sb,
-            SnapshotKind::Checkpoint,
-            None,
-            BTreeMap::new(),
-            "sandbox.checkpoint",
-        )
-        .await
+        let info = self
+            .take_snapshot(
+                p,
+                &sb,
+                SnapshotKind::Checkpoint,
+                None,
+                BTreeMap::new(),
+                "sandbox.checkpoint",
+            )
+            .await?;
+        self.prepare_rollback(&info.id);
+        Ok(info)
+    }
+
+    /// Lets the backend do a rollback's storage work to `snapshot` now, in the background, so that
+    /// the rollback itself does not wait for it (see `Backend::prepare_rollback`).
+    fn prepare_rollback(&self, snapshot: &str) {
+        let Ok(snapshot) = snapshot.parse::<SnapshotId>() else {
+            return;
+        };
+        let backend = self.inner.backend.clone();
+        let runtime = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = runtime.block_on(backend.prepare_rollback(&snapshot)) {
+                tracing::debug!(snapshot = %snapshot, error = %e, "no rollback spare; a rollback will make its copy");
+            }
+        });
     }
 
     /// `commit`: drops the newest checkpoint (the step is kept).
@@ -391,6 +411,9 @@ impl SandboxService {
         .await?;
         if consumed {
             self.drop_snapshot(Some(p), &record, "snapshot.consume").await?;
+        } else {
+            // The snapshot stays; the next rollback to it gets a spare too.
+            self.prepare_rollback(&record.id);
         }
         self.inner.metrics.observe_snapshot("rollback", started.elapsed());
         self.get_sandbox(p, id).await
@@ -446,33 +469,37 @@ impl SandboxService {
             .map_err(|e| ServiceError::internal("parse a snapshot id", &e))?;
         let spec = sb.spec();
         let labels = req.labels.clone().unwrap_or_else(|| source.labels.clone());
-        let mut created = Vec::with_capacity(req.count as usize);
+        let request = paddock_types::api::CreateSandboxRequest {
+            template: Some(spec.template.clone()),
+            limits: paddock_types::api::LimitsRequest {
+                memory: spec.limits.memory,
+                cpus: spec.limits.cpus,
+                pids: spec.limits.pids,
+                disk: spec.limits.disk,
+            },
+            env: spec.env.clone(),
+            workdir: spec.workdir.clone(),
+            user: Some(spec.user.clone()),
+            labels,
+            timeout_secs: req.timeout_secs,
+            snapshot: None,
+            on_timeout: Some(spec.on_timeout),
+            audit_exec_diff: spec.audit_exec_diff,
+        };
+        // The copies boot concurrently: their volume snapshots join the same btrfs transaction commits
+        // and their setups overlap each other's waits.
+        use futures_util::stream::{self, StreamExt};
+        let results: Vec<Result<SandboxInfo, ServiceError>> = stream::iter(0..req.count)
+            .map(|_| self.create_from_volume(p, request.clone(), VolumeSource::Snapshot(snapshot.clone())))
+            .buffered(FORK_CONCURRENCY)
+            .collect()
+            .await;
+        let mut created = Vec::with_capacity(results.len());
         let mut failure = None;
-        for _ in 0..req.count {
-            let request = paddock_types::api::CreateSandboxRequest {
-                template: Some(spec.template.clone()),
-                limits: paddock_types::api::LimitsRequest {
-                    memory: spec.limits.memory,
-                    cpus: spec.limits.cpus,
-                    pids: spec.limits.pids,
-                    disk: spec.limits.disk,
-                },
-                env: spec.env.clone(),
-                workdir: spec.workdir.clone(),
-                user: Some(spec.user.clone()),
-                labels: labels.clone(),
-                timeout_secs: req.timeout_secs,
-                snapshot: None,
-            };
-            match self
-                .create_from_volume(p, request, VolumeSource::Snapshot(snapshot.clone()))
-                .await
-            {
+        for result in results {
+            match result {
                 Ok(info) => created.push(info),
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
+                Err(e) => failure = failure.or(Some(e)),
             }
         }
         // The copies share the snapshot's extents; the snapshot itself is no longer needed.
@@ -494,9 +521,22 @@ impl SandboxService {
         self.set_frozen(p, id, true).await
     }
 
-    /// Thaws a paused sandbox.
+    /// Thaws a paused sandbox, or boots a stopped one again on its files. Either way, a timeout that
+    /// paused or stopped it starts again.
     pub async fn resume_sandbox(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
-        self.set_frozen(p, id, false).await
+        let Some(sb) = self.live_sandbox(id) else {
+            let record = self.owned_record(p, id).await?;
+            if record.state == paddock_store::SandboxState::Stopped {
+                return self.resume_stopped(p, id).await;
+            }
+            return self.set_frozen(p, id, false).await;
+        };
+        let info = self.set_frozen(p, id, false).await?;
+        if info.expires_at.is_none() {
+            self.rearm_timeout(id, &sb.spec()).await?;
+            return self.get_sandbox(p, id).await;
+        }
+        Ok(info)
     }
 
     /// Pauses (`frozen`) or resumes the sandbox; doing what is already done changes nothing.

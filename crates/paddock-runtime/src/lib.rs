@@ -132,6 +132,14 @@ pub trait Backend {
     /// Reclaims what crashed runs left behind; returns the ids reclaimed. Every sandbox whose owner
     /// is gone counts, so a restarted server adopts the sandboxes it wants to keep first.
     async fn collect_garbage(&self) -> Result<Vec<String>, RuntimeError>;
+    /// Stops a sandbox: its processes end and its resources go, but its file system is kept (outside
+    /// garbage collection's reach) until [`Backend::delete_stopped`], or until a create with
+    /// [`VolumeSource::Stopped`](paddock_types::VolumeSource::Stopped) and the same id resumes it.
+    async fn stop_sandbox(&self, handle: SandboxHandle) -> Result<(), RuntimeError>;
+    /// Deletes a stopped sandbox's file system; false if there is none.
+    async fn delete_stopped(&self, id: &SandboxId) -> Result<bool, RuntimeError>;
+    /// The ids of every stopped sandbox's kept file system.
+    fn list_stopped(&self) -> Vec<SandboxId>;
     /// Takes over sandbox `id`, created by an earlier process that is gone (a server restart), if it
     /// still runs; reclaims its remains if it does not.
     async fn adopt_sandbox(&self, id: &SandboxId) -> Result<Adoption, RuntimeError>;
@@ -151,6 +159,10 @@ pub trait Backend {
         handle: &SandboxHandle,
         snapshot: &SnapshotId,
     ) -> Result<(), RuntimeError>;
+    /// Makes a rollback to `snapshot` cheaper by doing its storage work now (the native backend makes
+    /// the writable copy the rollback would otherwise make on its path). Optional: a rollback works
+    /// without it. Blocking work; callers run it in the background.
+    async fn prepare_rollback(&self, snapshot: &SnapshotId) -> Result<(), RuntimeError>;
     /// Deletes a snapshot; false if it did not exist. Sandboxes created from it are not affected.
     async fn delete_snapshot(&self, snapshot: &SnapshotId) -> Result<bool, RuntimeError>;
     /// How much storage a snapshot holds ([`RuntimeError::InvalidSpec`] if it does not exist). Maps
@@ -212,6 +224,21 @@ impl Backend for AnyBackend {
             Self::Native(b) => b.destroy_sandbox(handle).await,
         }
     }
+    async fn stop_sandbox(&self, handle: SandboxHandle) -> Result<(), RuntimeError> {
+        match self {
+            Self::Native(b) => b.stop_sandbox(handle).await,
+        }
+    }
+    async fn delete_stopped(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
+        match self {
+            Self::Native(b) => b.delete_stopped(id).await,
+        }
+    }
+    fn list_stopped(&self) -> Vec<SandboxId> {
+        match self {
+            Self::Native(b) => b.list_stopped(),
+        }
+    }
     async fn collect_garbage(&self) -> Result<Vec<String>, RuntimeError> {
         match self {
             Self::Native(b) => b.collect_garbage().await,
@@ -244,6 +271,11 @@ impl Backend for AnyBackend {
     ) -> Result<(), RuntimeError> {
         match self {
             Self::Native(b) => b.snapshot_sandbox(handle, snapshot).await,
+        }
+    }
+    async fn prepare_rollback(&self, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
+        match self {
+            Self::Native(b) => b.prepare_rollback(snapshot).await,
         }
     }
     async fn delete_snapshot(&self, snapshot: &SnapshotId) -> Result<bool, RuntimeError> {
@@ -317,7 +349,9 @@ mod tests {
         send(&backend.adopt_sandbox(&spec.id));
         send(&backend.reclaim_sandbox(&spec.id));
         send(&backend.collect_garbage());
+        send(&backend.delete_stopped(&spec.id));
         send(&backend.snapshot_sandbox(&handle, snapshot));
+        send(&backend.prepare_rollback(snapshot));
         send(&backend.delete_snapshot(snapshot));
         send(&backend.snapshot_usage(snapshot));
         send(&backend.pause_sandbox(&handle));

@@ -42,6 +42,14 @@ impl Store {
         })
     }
 
+    /// Moves stopped sandbox `id` of `tenant` back to `creating` (it resumes) if the tenant's quota
+    /// allows one more live sandbox of its size; `false` if it is not a stopped sandbox of `tenant`.
+    pub fn resume_stopped_checked(&self, id: &str, tenant: &str) -> Result<bool, StoreError> {
+        self.write("resume stopped sandbox", |conn| {
+            resume_stopped_checked(conn, id, tenant)
+        })
+    }
+
     /// What `tenant`'s creating and running sandboxes use now.
     pub fn tenant_usage(&self, tenant: &str) -> Result<TenantUsage, StoreError> {
         tenant_usage(&self.conn(), tenant)
@@ -73,6 +81,30 @@ fn insert_sandbox_checked(conn: &Connection, sandbox: &NewSandbox) -> Result<(),
     };
     check_quota(conn, tenant, sandbox.memory_bytes, sandbox.cpu_millis)?;
     insert_sandbox(conn, sandbox)
+}
+
+fn resume_stopped_checked(conn: &Connection, id: &str, tenant: &str) -> Result<bool, StoreError> {
+    let size: Option<(i64, i64)> = conn
+        .query_row(
+            "SELECT memory_bytes, cpu_millis FROM sandboxes WHERE id = ?1 AND tenant = ?2 AND state = 'stopped'",
+            (id, tenant),
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()
+        .map_err(StoreError::read("stopped sandbox"))?;
+    let Some((memory, cpu)) = size else {
+        return Ok(false);
+    };
+    let cpu: u32 = from_i64("stopped sandbox", cpu)?;
+    let memory: u64 = from_i64("stopped sandbox", memory)?;
+    check_quota(conn, tenant, memory, cpu)?;
+    let changed = conn
+        .execute(
+            "UPDATE sandboxes SET state = 'creating' WHERE id = ?1 AND state = 'stopped'",
+            [id],
+        )
+        .map_err(StoreError::write("sandbox state"))?;
+    Ok(changed == 1)
 }
 
 fn claim_warm_sandbox(

@@ -18,17 +18,21 @@ pub enum SandboxState {
     Warm,
     Creating,
     Running,
+    /// Its files kept, no processes (resumable); not ended.
     Stopped,
+    /// Killed on request (ended).
+    Killed,
     Expired,
     Failed,
 }
 
 impl SandboxState {
-    pub const ALL: [SandboxState; 6] = [
+    pub const ALL: [SandboxState; 7] = [
         SandboxState::Warm,
         SandboxState::Creating,
         SandboxState::Running,
         SandboxState::Stopped,
+        SandboxState::Killed,
         SandboxState::Expired,
         SandboxState::Failed,
     ];
@@ -39,12 +43,13 @@ impl SandboxState {
             SandboxState::Creating => "creating",
             SandboxState::Running => "running",
             SandboxState::Stopped => "stopped",
+            SandboxState::Killed => "killed",
             SandboxState::Expired => "expired",
             SandboxState::Failed => "failed",
         }
     }
 
-    /// Whether the sandbox may still hold resources: warm, creating or running.
+    /// Whether the sandbox may have processes and cgroups: warm, creating or running.
     pub fn is_live(self) -> bool {
         matches!(
             self,
@@ -52,9 +57,13 @@ impl SandboxState {
         )
     }
 
-    /// Whether the sandbox has ended (the complement of [`SandboxState::is_live`]).
+    /// Whether the sandbox has ended: killed, expired or failed (a stopped one has not: it holds its
+    /// files and can resume).
     pub fn is_ended(self) -> bool {
-        !self.is_live()
+        matches!(
+            self,
+            SandboxState::Killed | SandboxState::Expired | SandboxState::Failed
+        )
     }
 }
 

@@ -5,7 +5,7 @@ use rusqlite::{params_from_iter, Connection};
 
 use crate::{SandboxState, Store, StoreError, StoreTx};
 
-const ENDED_STATES_SQL: &str = "('stopped', 'expired', 'failed')";
+const ENDED_STATES_SQL: &str = "('killed', 'expired', 'failed')";
 
 impl Store {
     /// Moves sandbox `id` to `to` if its current state is one of `from` (compare-and-set). Moving to an

@@ -116,7 +116,7 @@ fn ended_and_other_tenants_sandboxes_do_not_count() {
         .insert_sandbox(&new_sandbox("theirs", Some("other"), SandboxState::Running))
         .expect("insert");
     store
-        .insert_sandbox(&new_sandbox("old", Some("acme"), SandboxState::Stopped))
+        .insert_sandbox(&new_sandbox("old", Some("acme"), SandboxState::Killed))
         .expect("insert");
     store
         .insert_sandbox(&new_sandbox("warm", None, SandboxState::Warm))
@@ -135,7 +135,7 @@ fn ended_and_other_tenants_sandboxes_do_not_count() {
 
     // Ending the live one frees the slot.
     assert!(store
-        .transition_sandbox("a", &[SandboxState::Creating], SandboxState::Stopped, 5, None)
+        .transition_sandbox("a", &[SandboxState::Creating], SandboxState::Killed, 5, None)
         .expect("transition"));
     store
         .insert_sandbox_checked(&new_sandbox("b", Some("acme"), SandboxState::Creating))

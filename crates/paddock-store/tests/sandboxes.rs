@@ -4,7 +4,7 @@ mod support;
 
 use paddock_store::{NewAuditEntry, NewSandbox, SandboxFilter, SandboxState, Store, StoreError};
 use support::{labels, new_sandbox};
-use SandboxState::{Creating, Expired, Failed, Running, Stopped, Warm};
+use SandboxState::{Creating, Expired, Failed, Killed, Running, Warm};
 
 fn store_with_tenants() -> Store {
     let store = Store::open_in_memory().expect("open");
@@ -86,7 +86,7 @@ fn transitions_are_compare_and_set() {
 
     assert!(
         !store
-            .transition_sandbox("sb", &[Running], Stopped, 5, None)
+            .transition_sandbox("sb", &[Running], Killed, 5, None)
             .expect("cas"),
         "not running yet"
     );
@@ -119,10 +119,10 @@ fn transitions_are_compare_and_set() {
     );
 
     assert!(store
-        .transition_sandbox("sb", &[Creating, Running], Stopped, 20, Some("user request"))
+        .transition_sandbox("sb", &[Creating, Running], Killed, 20, Some("user request"))
         .expect("cas"));
     let stopped = store.get_sandbox("sb").expect("get").expect("present");
-    assert_eq!(stopped.state, Stopped);
+    assert_eq!(stopped.state, Killed);
     assert_eq!(stopped.ended_at_ms, Some(20));
     assert_eq!(stopped.end_reason.as_deref(), Some("user request"));
 
@@ -131,7 +131,7 @@ fn transitions_are_compare_and_set() {
         .transition_sandbox("sb", &[Creating, Running], Failed, 30, Some("late"))
         .expect("cas"));
     let still = store.get_sandbox("sb").expect("get").expect("present");
-    assert_eq!((still.state, still.ended_at_ms), (Stopped, Some(20)));
+    assert_eq!((still.state, still.ended_at_ms), (Killed, Some(20)));
 }
 
 #[test]
@@ -150,7 +150,7 @@ fn concurrent_transitions_have_one_winner() {
                 s.spawn(move || {
                     Store::open(path)
                         .expect("open")
-                        .transition_sandbox("sb", &[Running], Stopped, i, None)
+                        .transition_sandbox("sb", &[Running], Killed, i, None)
                         .expect("cas")
                 })
             })
@@ -171,7 +171,7 @@ fn expiry_and_expired_sandboxes() {
         ("b", Running, Some(200)),
         ("c", Running, None),
         ("d", Creating, Some(50)),
-        ("e", Stopped, Some(50)),
+        ("e", Killed, Some(50)),
     ] {
         store
             .insert_sandbox(&NewSandbox {
@@ -226,7 +226,7 @@ fn live_sandboxes_and_purge() {
         .insert_sandbox(&new_sandbox("new", Some("acme"), Running))
         .expect("insert");
     store
-        .transition_sandbox("old", &[Running], Stopped, 100, None)
+        .transition_sandbox("old", &[Running], Killed, 100, None)
         .expect("end");
     store
         .transition_sandbox("new", &[Running], Failed, 300, Some("oom"))
@@ -260,7 +260,7 @@ fn list_filters_and_paginates() {
     let store = store_with_tenants();
     for i in 0..25 {
         let tenant = if i % 5 == 0 { "beta" } else { "acme" };
-        let state = if i % 3 == 0 { Stopped } else { Running };
+        let state = if i % 3 == 0 { Killed } else { Running };
         let team = if i % 2 == 0 { "even" } else { "odd" };
         store
             .insert_sandbox(&NewSandbox {
@@ -338,7 +338,7 @@ fn transaction_writes_a_transition_and_its_audit_row_together() {
 
     // A failure after both writes rolls both back.
     let result: Result<(), StoreError> = store.transaction(|tx| {
-        assert!(tx.transition_sandbox("sb", &[Running], Stopped, 10, None)?);
+        assert!(tx.transition_sandbox("sb", &[Running], Killed, 10, None)?);
         tx.append_audit(&entry)?;
         Err(StoreError::NoTenant {
             id: "simulated failure".to_owned(),
@@ -357,14 +357,14 @@ fn transaction_writes_a_transition_and_its_audit_row_together() {
 
     let record = store
         .transaction(|tx| {
-            assert!(tx.transition_sandbox("sb", &[Running], Stopped, 10, None)?);
+            assert!(tx.transition_sandbox("sb", &[Running], Killed, 10, None)?);
             tx.append_audit(&entry)
         })
         .expect("commit");
     assert_eq!(record.seq, 1);
     assert_eq!(
         store.get_sandbox("sb").expect("get").expect("present").state,
-        Stopped
+        Killed
     );
     assert!(store.verify_audit().expect("verify").is_intact());
 }

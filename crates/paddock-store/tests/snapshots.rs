@@ -112,7 +112,7 @@ fn only_running_sandboxes_pause() {
     let s = store();
     s.insert_sandbox(&new_sandbox("sb-1", Some("acme"), SandboxState::Running))
         .expect("insert");
-    s.insert_sandbox(&new_sandbox("sb-2", Some("acme"), SandboxState::Stopped))
+    s.insert_sandbox(&new_sandbox("sb-2", Some("acme"), SandboxState::Killed))
         .expect("insert");
     assert!(!s.get_sandbox("sb-1").expect("get").expect("present").paused);
     assert!(s.set_sandbox_paused("sb-1", true).expect("pause"));

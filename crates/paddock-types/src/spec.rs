@@ -24,7 +24,7 @@ pub enum RootfsSpec {
 
 /// What a new sandbox's writable file system (`/etc`, `/home`, `/root`, `/tmp`) starts as.
 ///
-/// On the wire: `{"kind":"template"}` or `{"kind":"snapshot","id":"sn-..."}`.
+/// On the wire: `{"kind":"template"}`, `{"kind":"snapshot","id":"sn-..."}` or `{"kind":"stopped"}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "id", rename_all = "snake_case", deny_unknown_fields)]
 pub enum VolumeSource {
@@ -33,6 +33,9 @@ pub enum VolumeSource {
     Template,
     /// A writable copy of this snapshot (a fork of the sandbox it was taken of).
     Snapshot(SnapshotId),
+    /// The sandbox's own file system, kept when it was stopped (`Backend::stop_sandbox`): the sandbox
+    /// resumes with the same id.
+    Stopped,
 }
 
 /// The user a process runs as inside the sandbox: a name from the sandbox's `/etc/passwd`.

@@ -2982,7 +2982,7 @@ fn lists_filter_by_label_and_page() {
         }
         let running = a.get_q("/v1/sandboxes", &[("label", "batch=b1")]).await.ok(200);
         assert_eq!(running["sandboxes"].as_array().map(Vec::len), Some(3));
-        let stopped = a.get_q("/v1/sandboxes", &[("state", "stopped")]).await.ok(200);
+        let stopped = a.get_q("/v1/sandboxes", &[("state", "killed")]).await.ok(200);
         let stopped: BTreeSet<&str> = stopped["sandboxes"]
             .as_array()
             .expect("sandboxes")
@@ -3474,7 +3474,7 @@ fn warm_pool_serves_creates_and_refills() {
         assert!(!run_dirs(&h).contains(&id));
         assert_eq!(
             a.get(&format!("/v1/sandboxes/{id}")).await.ok(200)["state"],
-            "stopped"
+            "killed"
         );
     });
 }
@@ -3529,7 +3529,7 @@ fn killing_a_sandbox_ends_its_streams() {
         let info = a.get(&format!("/v1/sandboxes/{id}")).await.ok(200);
         assert_eq!(
             (info["state"].as_str(), info["end_reason"].as_str()),
-            (Some("stopped"), Some("killed"))
+            (Some("killed"), Some("killed"))
         );
         a.get(&format!("/v1/sandboxes/{id}/processes"))
             .await

@@ -1,4 +1,4 @@
-//! Snapshots, forks, step transactions (checkpoint / rollback / commit), pause and resume.
+//! Snapshots, forks, step transactions (checkpoint / rollback / commit), pause, stop and resume.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -206,7 +206,30 @@ pub(crate) async fn pause_sandbox(
     Ok(Json(service.pause_sandbox(&p, &id).await?))
 }
 
-/// Thaws a paused sandbox.
+/// Stops a sandbox: its processes end, its files are kept (also across server restarts) until it is
+/// resumed or deleted. A stopped sandbox does not count against the tenant's quota and does not
+/// expire.
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes/{id}/stop",
+    tag = "snapshots",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses(
+        (status = 200, description = "The sandbox, stopped", body = SandboxInfo),
+        (status = "4XX", response = ApiError),
+        (status = "5XX", response = ApiError),
+    )
+)]
+pub(crate) async fn stop_sandbox(
+    Auth(p): Auth,
+    State(service): State<SandboxService>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<SandboxInfo>, ApiError> {
+    Ok(Json(service.stop_sandbox(&p, &id).await?))
+}
+
+/// Thaws a paused sandbox, or starts a stopped one again on its files (same id; its processes start
+/// afresh: memory is never kept across a stop). A timeout that paused or stopped it starts again.
 #[utoipa::path(
     post,
     path = "/v1/sandboxes/{id}/resume",

@@ -2,7 +2,8 @@
 //!
 //! A sandbox is alive while some process holds the lock on `<state>/run/<id>/lock`. Anything of a
 //! sandbox whose lock is free (its run directory, cgroups, subvolume) is garbage; so are cgroups and
-//! subvolumes with no run directory at all (a crash between creation steps).
+//! subvolumes with no run directory at all (a crash between creation steps). So are the pool's trash
+//! (subvolumes whose deletion a crash interrupted) and spares of snapshots that no longer exist.
 
 use std::fs;
 use std::time::Duration;
@@ -17,6 +18,8 @@ const STAGING_GRACE: Duration = Duration::from_secs(60);
 impl NativeBackend {
     /// Reclaims every abandoned sandbox; returns their ids.
     pub fn collect_garbage_now(&self) -> Result<Vec<String>, RuntimeError> {
+        self.pool.empty_trash();
+        self.pool.collect_spares();
         let run = self.config.state_dir.join("run");
         let mut reclaimed = Vec::new();
         let mut alive = Vec::new();

@@ -105,8 +105,17 @@ impl NativeBackend {
             }
             check_searchable(path, "rootfs")?;
         }
-        if let paddock_types::VolumeSource::Snapshot(snapshot) = &spec.volume {
-            self.pool.existing_snapshot(snapshot)?;
+        match &spec.volume {
+            paddock_types::VolumeSource::Snapshot(snapshot) => {
+                self.pool.existing_snapshot(snapshot)?;
+            }
+            paddock_types::VolumeSource::Stopped if !self.pool.stopped_path(spec.id.as_str()).is_dir() => {
+                return Err(RuntimeError::InvalidSpec(format!(
+                    "sandbox {} has no stopped file system to resume",
+                    spec.id
+                )));
+            }
+            _ => {}
         }
         for m in &spec.mounts {
             if fs::metadata(&m.host).is_err() {
@@ -385,6 +394,13 @@ impl Backend for NativeBackend {
         let init_pid = match started {
             Ok(pid) => pid,
             Err(e) => {
+                if spec.volume == paddock_types::VolumeSource::Stopped {
+                    // A failed resume must not lose the files it was resuming.
+                    let _ = kill_and_reap_cgroup(&cgroup);
+                    if let Err(keep) = self.pool.return_stopped(id) {
+                        tracing::warn!(sandbox_id = %id, error = %keep, "cannot keep a stopped volume after a failed resume");
+                    }
+                }
                 if let Err(cleanup) = self.cleanup(id, &cgroup, &run_dir) {
                     tracing::warn!(sandbox_id = %id, error = %cleanup, "cleanup after failed create");
                 }
@@ -440,6 +456,35 @@ impl Backend for NativeBackend {
         self.cleanup(handle.id.as_str(), &sb.cgroup, &sb.run_dir)
     }
 
+    async fn stop_sandbox(&self, mut handle: SandboxHandle) -> Result<(), RuntimeError> {
+        let sb = &mut handle.inner;
+        if sb.cgroup.frozen().unwrap_or(false) {
+            // Thawed first, so every process can take its SIGKILL at once.
+            sb.cgroup.thaw()?;
+        }
+        if !sb.reaped {
+            kill_init(sb);
+            reap(sb);
+        }
+        let id = handle.id.as_str();
+        sb.cgroup.kill_all(KILL_DEADLINE)?;
+        // Its files go aside first: a failure after this point loses processes, never files.
+        self.pool.keep_stopped(id)?;
+        self.cleanup(id, &sb.cgroup, &sb.run_dir)
+    }
+
+    async fn delete_stopped(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
+        self.pool.delete_stopped(id.as_str())
+    }
+
+    fn list_stopped(&self) -> Vec<SandboxId> {
+        self.pool
+            .list_stopped()
+            .into_iter()
+            .filter_map(|id| id.parse().ok())
+            .collect()
+    }
+
     async fn collect_garbage(&self) -> Result<Vec<String>, RuntimeError> {
         self.collect_garbage_now()
     }
@@ -466,6 +511,10 @@ impl Backend for NativeBackend {
         snapshot: &SnapshotId,
     ) -> Result<(), RuntimeError> {
         self.snapshot(handle, snapshot)
+    }
+
+    async fn prepare_rollback(&self, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
+        self.pool.prepare_spare(snapshot)
     }
 
     async fn delete_snapshot(&self, snapshot: &SnapshotId) -> Result<bool, RuntimeError> {
@@ -510,6 +559,11 @@ impl Backend for NativeBackend {
     ) -> Result<SandboxHandle, RuntimeError> {
         self.rollback(handle, snapshot)
     }
+}
+
+/// Kills whatever is left in the sandbox's cgroups (after a failed start).
+fn kill_and_reap_cgroup(cgroup: &SandboxCgroup) -> Result<(), RuntimeError> {
+    cgroup.kill_all(KILL_DEADLINE)
 }
 
 /// Sends SIGKILL to the sandbox's init (through its pidfd when there is one), which kills its whole PID

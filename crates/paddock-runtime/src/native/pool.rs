@@ -8,6 +8,12 @@
 //!                            or of a snapshot (a fork; a rollback)
 //! <pool>/snapshots/<id>      read-only snapshots of sandboxes/<id> (`sn-...`), owned by nobody but the
 //!                            caller that took them: gc never touches them, `pool destroy` removes them
+//! <pool>/spares/<id>         a writable copy of snapshot <id>, made ahead of a rollback to it (so the
+//!                            rollback renames it into place instead of waiting for a snapshot's
+//!                            transaction commit); `.tmp-<id>` while being made
+//! <pool>/trash/<name>        subvolumes being deleted off the caller's path (a rolled-back volume)
+//! <pool>/stopped/<id>        a stopped sandbox's subvolume (no processes; resumable); its owner is the
+//!                            control plane's record, not a run directory, so gc leaves it alone
 //! ```
 //!
 //! When the state directory is not on btrfs, the pool is a sparse image file `<state>/pool.img`
@@ -26,6 +32,7 @@ use std::io;
 use std::os::unix::fs::{chown, symlink, DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use paddock_sys::btrfs;
 use paddock_types::{ByteSize, SandboxId, SnapshotId, VolumeSource};
@@ -84,6 +91,9 @@ pub struct StoragePool {
     ids: IdRange,
     /// The pool file system's UUID, naming its `/sys/fs/btrfs/<uuid>/` (quota group usage).
     fs_uuid: String,
+    /// One lock per spare being made, held while it is made: taking a spare waits for one in progress
+    /// (it is nearer done than a new snapshot would be).
+    spares_in_progress: Arc<Mutex<Vec<(SnapshotId, Arc<Mutex<()>>)>>>,
 }
 
 /// How much a sandbox's subvolume holds, and its limit.
@@ -106,6 +116,7 @@ impl StoragePool {
                 fs_uuid: fs_uuid(&root)?,
                 root: root.clone(),
                 ids,
+                spares_in_progress: Arc::default(),
             };
             if pool.template_ready() {
                 return Ok(pool);
@@ -149,6 +160,7 @@ impl StoragePool {
             fs_uuid: fs_uuid(&root)?,
             root,
             ids,
+            spares_in_progress: Arc::default(),
         };
         if !pool.template_ready() {
             pool.build_template()?;
@@ -206,6 +218,12 @@ impl StoragePool {
         let source = match source {
             VolumeSource::Template => self.template(),
             VolumeSource::Snapshot(snapshot) => self.existing_snapshot(snapshot)?,
+            VolumeSource::Stopped => {
+                let kept = self.stopped_path(id.as_str());
+                fs::rename(&kept, &path).map_err(pool_err("move a stopped volume back from", &kept))?;
+                self.set_disk_limit(id.as_str(), disk)?;
+                return Ok(path);
+            }
         };
         btrfs::snapshot_subvolume(&source, &parent, id.as_str(), false)
             .map_err(pool_err("snapshot a volume into", &path))?;
@@ -258,6 +276,179 @@ impl StoragePool {
         Ok(())
     }
 
+    /// Moves sandbox `id`'s subvolume out of its place (into `trash/`, a rename: no transaction
+    /// commit) and deletes it on a background thread, so that a new volume can take the name at once.
+    /// Deleting a subvolume whose files are cached costs as long as evicting them (about 200 ms for
+    /// 1 GB). A missing subvolume is not an error; what a crash leaves in `trash/`, gc deletes.
+    pub fn retire_volume(&self, id: &str) -> Result<(), RuntimeError> {
+        let path = self.volume_path(id);
+        if !path.exists() {
+            return Ok(());
+        }
+        let trash = self.private_dir("trash")?;
+        let name = format!("{id}.{}", now_nanos());
+        fs::rename(&path, trash.join(&name)).map_err(pool_err("move to the trash", &path))?;
+        let root = self.root.clone();
+        let spawned = std::thread::Builder::new()
+            .name("pool-trash".into())
+            .spawn(move || delete_with_qgroup(&root, &trash, &name));
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start a thread to empty the trash; gc will");
+        }
+        Ok(())
+    }
+
+    /// Deletes everything in `trash/` (left by a crash, or still being deleted by a retire).
+    pub fn empty_trash(&self) {
+        let trash = self.root.join("trash");
+        for entry in fs::read_dir(&trash).into_iter().flatten().flatten() {
+            if let Some(name) = entry.file_name().to_str() {
+                delete_with_qgroup(&self.root, &trash, name);
+            }
+        }
+    }
+
+    /// Makes `spares/<snapshot>`, a writable copy of the snapshot for a later rollback to take. Costs
+    /// a transaction commit, which is why callers run it in the background after a checkpoint.
+    pub fn prepare_spare(&self, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
+        let source = self.existing_snapshot(snapshot)?;
+        let spares = self.private_dir("spares")?;
+        let gate = Arc::new(Mutex::new(()));
+        let _making = gate.lock().unwrap_or_else(PoisonError::into_inner);
+        {
+            let mut busy = self
+                .spares_in_progress
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if busy.iter().any(|(s, _)| s == snapshot) || spares.join(snapshot.as_str()).exists() {
+                return Ok(());
+            }
+            busy.push((snapshot.clone(), gate.clone()));
+        }
+        let tmp = format!(".tmp-{snapshot}");
+        let made = btrfs::snapshot_subvolume(&source, &spares, &tmp, false)
+            .map_err(pool_err("make a spare of", &source))
+            .and_then(|()| {
+                // Appears under its real name only once complete.
+                fs::rename(spares.join(&tmp), spares.join(snapshot.as_str()))
+                    .map_err(pool_err("rename", &spares.join(&tmp)))
+            });
+        if made.is_err() {
+            delete_with_qgroup(&self.root, &spares, &tmp);
+        } else if !source.exists() {
+            // The snapshot was deleted meanwhile: its spare must not outlive it.
+            delete_with_qgroup(&self.root, &spares, snapshot.as_str());
+        }
+        self.spares_in_progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|(s, _)| s != snapshot);
+        made
+    }
+
+    /// Moves the spare of `snapshot` into place as sandbox `id`'s volume (waiting for one being
+    /// made); false if there is none. The volume's place must be free.
+    pub fn take_spare(&self, snapshot: &SnapshotId, id: &str) -> Result<bool, RuntimeError> {
+        let gate = self
+            .spares_in_progress
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|(s, _)| s == snapshot)
+            .map(|(_, g)| g.clone());
+        if let Some(gate) = gate {
+            drop(gate.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+        let spare = self.root.join("spares").join(snapshot.as_str());
+        match fs::rename(&spare, self.volume_path(id)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(pool_err("move a spare into place", &spare)(e)),
+        }
+    }
+
+    /// Deletes spares whose snapshot is gone, and half-made ones (after a crash).
+    pub fn collect_spares(&self) {
+        let spares = self.root.join("spares");
+        for entry in fs::read_dir(&spares).into_iter().flatten().flatten() {
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let orphan = match name.parse::<SnapshotId>() {
+                Ok(snapshot) => !self.snapshot_path(&snapshot).exists(),
+                Err(_) => {
+                    name.starts_with(".tmp-") && {
+                        let busy = self
+                            .spares_in_progress
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner);
+                        !busy.iter().any(|(s, _)| name == format!(".tmp-{s}"))
+                    }
+                }
+            };
+            if orphan {
+                delete_with_qgroup(&self.root, &spares, &name);
+            }
+        }
+    }
+
+    /// `<pool>/<name>`, created (mode 0700) if missing: pools made by an older paddock lack it.
+    fn private_dir(&self, name: &str) -> Result<PathBuf, RuntimeError> {
+        let dir = self.root.join(name);
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => Ok(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(dir),
+            Err(e) => Err(pool_err("create", &dir)(e)),
+        }
+    }
+
+    /// Where a stopped sandbox's subvolume is kept: out of `sandboxes/`, whose entries without a live
+    /// owner gc reclaims.
+    pub fn stopped_path(&self, id: &str) -> PathBuf {
+        self.root.join("stopped").join(id)
+    }
+
+    /// Moves sandbox `id`'s subvolume to `stopped/` (a rename; its qgroup and limit go with it).
+    pub fn keep_stopped(&self, id: &str) -> Result<(), RuntimeError> {
+        self.private_dir("stopped")?;
+        let path = self.volume_path(id);
+        fs::rename(&path, self.stopped_path(id)).map_err(pool_err("move a stopped volume from", &path))
+    }
+
+    /// Moves a stopped volume back to `stopped/` after a failed resume, so that it is not lost.
+    pub fn return_stopped(&self, id: &str) -> Result<(), RuntimeError> {
+        let path = self.volume_path(id);
+        if !path.exists() || self.stopped_path(id).exists() {
+            return Ok(());
+        }
+        fs::rename(&path, self.stopped_path(id)).map_err(pool_err("move a stopped volume back to", &path))
+    }
+
+    /// Deletes stopped sandbox `id`'s subvolume; false if there is none.
+    pub fn delete_stopped(&self, id: &str) -> Result<bool, RuntimeError> {
+        let path = self.stopped_path(id);
+        if !path.exists() {
+            return Ok(false);
+        }
+        let subvol_id = btrfs::subvolume_id(&path).ok();
+        btrfs::delete_subvolume(&self.root.join("stopped"), id)
+            .map_err(pool_err("delete subvolume", &path))?;
+        if let Some(sid) = subvol_id {
+            let _ = btrfs::remove_qgroup(&self.root, sid);
+        }
+        Ok(true)
+    }
+
+    /// Ids of every stopped sandbox's subvolume.
+    pub fn list_stopped(&self) -> Vec<String> {
+        let Ok(rd) = fs::read_dir(self.root.join("stopped")) else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect()
+    }
+
     /// Path of a snapshot's subvolume.
     pub fn snapshot_path(&self, snapshot: &SnapshotId) -> PathBuf {
         self.root.join("snapshots").join(snapshot.as_str())
@@ -307,6 +498,10 @@ impl StoragePool {
         }
         // As for volumes: the kernel drops the qgroup itself once the snapshot's extents are cleaned.
         let _ = btrfs::remove_qgroup(&self.root, subvol_id);
+        let spares = self.root.join("spares");
+        if spares.join(snapshot.as_str()).exists() {
+            delete_with_qgroup(&self.root, &spares, snapshot.as_str());
+        }
         Ok(true)
     }
 
@@ -340,25 +535,31 @@ impl StoragePool {
     /// sandboxes exist).
     pub fn destroy(state_dir: &Path) -> Result<(), RuntimeError> {
         let root = state_dir.join("pool");
-        let sandboxes = root.join("sandboxes");
-        if fs::read_dir(&sandboxes)
-            .map(|mut rd| rd.next().is_some())
-            .unwrap_or(false)
-        {
+        let holds = |dir: &str| {
+            fs::read_dir(root.join(dir))
+                .map(|mut rd| rd.next().is_some())
+                .unwrap_or(false)
+        };
+        if holds("sandboxes") || holds("stopped") {
             return Err(RuntimeError::InvalidConfig(format!(
-                "the pool at {} still holds sandboxes; stop them or run `paddock gc` first",
+                "the pool at {} still holds sandboxes (running or stopped); delete them or run `paddock gc` first",
                 root.display()
             )));
         }
         // Deleted one by one rather than left to the image's removal: a pool on the state directory's
         // own btrfs has no image.
-        let snapshots = root.join("snapshots");
         if btrfs::is_btrfs(&root).unwrap_or(false) {
-            for entry in fs::read_dir(&snapshots).into_iter().flatten().flatten() {
-                let name = entry.file_name();
-                let Some(name) = name.to_str() else { continue };
-                btrfs::delete_subvolume(&snapshots, name)
-                    .map_err(pool_err("delete snapshot", &entry.path()))?;
+            for dir in ["snapshots", "spares", "trash"] {
+                let dir = root.join(dir);
+                for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                    let name = entry.file_name();
+                    let Some(name) = name.to_str() else { continue };
+                    match btrfs::delete_subvolume(&dir, name) {
+                        // Deleted meanwhile by a background thread.
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        other => other.map_err(pool_err("delete subvolume", &entry.path()))?,
+                    }
+                }
             }
         }
         let image = state_dir.join("pool.img");
@@ -371,6 +572,30 @@ impl StoragePool {
         }
         Ok(())
     }
+}
+
+/// Deletes subvolume `parent/name` and its qgroup, logging (not returning) a failure: the callers are
+/// background and garbage-collection paths, which a later gc retries.
+fn delete_with_qgroup(root: &Path, parent: &Path, name: &str) {
+    let path = parent.join(name);
+    let subvol_id = btrfs::subvolume_id(&path).ok();
+    match btrfs::delete_subvolume(parent, name) {
+        Ok(()) => {
+            if let Some(sid) = subvol_id {
+                let _ = btrfs::remove_qgroup(root, sid);
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot delete a subvolume; gc will retry")
+        }
+    }
+}
+
+fn now_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
 }
 
 fn fs_uuid(root: &Path) -> Result<String, RuntimeError> {

@@ -4,8 +4,10 @@
 //! disk limit; its processes do not survive. In order: the new setup shim is spawned (its exec
 //! overlaps the rest), the init is killed (which ends its PID namespace) and reaped, the sandbox is
 //! thawed if it was paused (a frozen cgroup would freeze the new init too), and then, as at creation,
-//! the shim builds the new sandbox while the old subvolume is deleted and a writable snapshot of the
-//! snapshot takes its place (with the disk limit re-applied).
+//! the shim builds the new sandbox while the old subvolume is moved to the pool's trash (deleted in the
+//! background) and a writable copy of the snapshot takes its place, with the disk limit re-applied:
+//! the spare made ahead of time for it (`Backend::prepare_rollback`, a rename) or else a new snapshot
+//! (a transaction commit, a few milliseconds).
 //!
 //! Swapping the subvolume under a live, frozen sandbox instead would keep its processes, but
 //! Landlock rules do not follow replaced mounts (see ARCHITECTURE.md, "Snapshots").
@@ -87,12 +89,21 @@ impl NativeBackend {
         }
         let source = VolumeSource::Snapshot(snapshot.clone());
         let mut swapped = None;
+        let mut spare = false;
         let pid = self.start(id, &boot, &sb.run_dir, &sb.cgroup, shim, || {
             let t = Instant::now();
-            self.pool.delete_volume(id.as_str())?;
-            let deleted = t.elapsed();
-            let volume = self.pool.create_volume(id, &source, disk)?;
-            swapped = Some((deleted, t.elapsed() - deleted));
+            self.pool.retire_volume(id.as_str())?;
+            let retired = t.elapsed();
+            let volume = if self.pool.take_spare(snapshot, id.as_str())? {
+                spare = true;
+                if disk.is_some() {
+                    self.pool.set_disk_limit(id.as_str(), disk)?;
+                }
+                self.pool.volume_path(id.as_str())
+            } else {
+                self.pool.create_volume(id, &source, disk)?
+            };
+            swapped = Some((retired, t.elapsed() - retired));
             // A snapshot of another sandbox carries that one's hostname.
             let hostname = fs::read_to_string(volume.join("etc/hostname")).unwrap_or_default();
             if hostname.trim_end() != id.as_str() {
@@ -110,8 +121,9 @@ impl NativeBackend {
             sandbox_id = %id,
             snapshot = %snapshot,
             kill_us = killed.as_micros() as u64,
-            delete_us = swapped.map_or(0, |d| d.0.as_micros() as u64),
-            snapshot_us = swapped.map_or(0, |d| d.1.as_micros() as u64),
+            retire_us = swapped.map_or(0, |d| d.0.as_micros() as u64),
+            volume_us = swapped.map_or(0, |d| d.1.as_micros() as u64),
+            spare,
             total_us = start.elapsed().as_micros() as u64,
             "rolled back"
         );

@@ -26,8 +26,8 @@ pub use files::{
 pub use keys::{CreateKeyRequest, CreatedKey, KeyInfo, TenantInfo, TenantQuotaBody, TenantUsageBody};
 pub use lists::{AuditPage, KeyList, ProcessList, TemplateInfo, TemplateList, TenantList};
 pub use sandboxes::{
-    CreateSandboxRequest, LimitsRequest, ListSandboxesQuery, SandboxInfo, SandboxList, SandboxStateBody,
-    SandboxUsageBody, SetTimeoutRequest,
+    CreateSandboxRequest, LimitsRequest, ListSandboxesQuery, OnTimeout, SandboxInfo, SandboxList,
+    SandboxStateBody, SandboxUsageBody, SetTimeoutRequest,
 };
 pub use snapshots::{
     ChangeBody, CreateSnapshotRequest, DiffEntryBody, DiffQuery, DiffResult, ForkRequest, ForkResult,

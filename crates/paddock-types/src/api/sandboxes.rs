@@ -37,6 +37,40 @@ pub struct CreateSandboxRequest {
     /// Start from this snapshot's file system (copy-on-write) instead of the template's.
     #[serde(default)]
     pub snapshot: Option<String>,
+    /// What happens when the timeout passes: `kill` (default), `pause` (every process frozen, memory
+    /// kept) or `stop` (processes end, files kept; survives a server restart). A paused or stopped
+    /// sandbox does not expire again until `POST .../resume`, which restarts its timeout.
+    #[serde(default)]
+    pub on_timeout: Option<OnTimeout>,
+    /// Record the file changes of every process (a diff summary since its start: added, modified and
+    /// deleted paths with sizes) in the audit log as `process.diff`. Costs a snapshot per process
+    /// start (a few milliseconds); concurrent processes' changes appear in each other's diffs.
+    #[serde(default)]
+    pub audit_exec_diff: bool,
+}
+
+/// What a sandbox's timeout does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum OnTimeout {
+    /// Kill it (the default): processes and files are gone.
+    #[default]
+    Kill,
+    /// Pause it: every process frozen, memory kept.
+    Pause,
+    /// Stop it: processes end, files kept.
+    Stop,
+}
+
+impl OnTimeout {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnTimeout::Kill => "kill",
+            OnTimeout::Pause => "pause",
+            OnTimeout::Stop => "stop",
+        }
+    }
 }
 
 /// Requested limits; every field optional.
@@ -68,8 +102,11 @@ pub enum SandboxStateBody {
     Creating,
     /// Running; processes and files are available.
     Running,
-    /// Killed on request.
+    /// Stopped (`POST .../stop`, or its timeout with `on_timeout: stop`): no processes, files kept,
+    /// also across server restarts; `POST .../resume` starts it again with the same id.
     Stopped,
+    /// Killed on request.
+    Killed,
     /// Killed by the reaper when its timeout passed.
     Expired,
     /// Its creation failed, or it died on its own (see `end_reason`).
@@ -113,6 +150,12 @@ pub struct SandboxInfo {
     /// Every process is frozen (`POST .../pause`); `POST .../resume` thaws them.
     #[serde(default)]
     pub paused: bool,
+    /// What its timeout does.
+    #[serde(default)]
+    pub on_timeout: OnTimeout,
+    /// Every process's file changes are recorded in the audit log.
+    #[serde(default)]
+    pub audit_exec_diff: bool,
 }
 
 /// `GET /v1/sandboxes` query.
@@ -120,7 +163,8 @@ pub struct SandboxInfo {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ListSandboxesQuery {
-    /// Only sandboxes in this state; `all` for every state. Default: `running`.
+    /// Only sandboxes in this state (`running`, `creating`, `stopped`, `killed`, `expired`, `failed`);
+    /// `all` for every state. Default: `running`.
     #[serde(default)]
     pub state: Option<String>,
     /// Only sandboxes carrying this label, as `key=value` (repeatable as comma-separated list).

@@ -102,7 +102,12 @@ pub enum SandboxCommand {
         /// Sandbox id.
         id: String,
     },
-    /// Thaw a paused sandbox.
+    /// Stop a sandbox: its processes end, its files are kept until it is resumed or removed.
+    Stop {
+        /// Sandbox id.
+        id: String,
+    },
+    /// Thaw a paused sandbox, or start a stopped one again on its files.
     Resume {
         /// Sandbox id.
         id: String,
@@ -174,6 +179,12 @@ pub struct CreateArgs {
     /// Start from this snapshot's files instead of the template's (`paddock snapshot ls`).
     #[arg(long)]
     pub snapshot: Option<String>,
+    /// What the timeout does: kill (default), pause (processes frozen) or stop (files kept).
+    #[arg(long, value_enum)]
+    pub on_timeout: Option<OnTimeoutArg>,
+    /// Record the file changes of every process in the audit log (a snapshot per process start).
+    #[arg(long)]
+    pub audit_exec_diff: bool,
     /// Print the API's JSON instead of the id.
     #[arg(long)]
     pub json: bool,
@@ -182,7 +193,7 @@ pub struct CreateArgs {
 /// `paddock sandbox ls`.
 #[derive(Debug, Args)]
 pub struct LsArgs {
-    /// Only sandboxes in this state (creating, running, stopped, expired, failed), or `all`.
+    /// Only sandboxes in this state (creating, running, stopped, killed, expired, failed), or `all`.
     #[arg(long)]
     pub state: Option<String>,
     /// Only sandboxes with this label (repeatable: all must match).
@@ -328,5 +339,26 @@ mod tests {
         assert_eq!(parse_label("a="), Ok(("a".into(), String::new())));
         assert!(parse_label("=b").is_err());
         assert!(parse_label("ab").is_err());
+    }
+}
+
+/// `--on-timeout`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum OnTimeoutArg {
+    /// Kill the sandbox.
+    Kill,
+    /// Freeze its processes (memory kept).
+    Pause,
+    /// End its processes, keep its files.
+    Stop,
+}
+
+impl From<OnTimeoutArg> for paddock_types::api::OnTimeout {
+    fn from(a: OnTimeoutArg) -> Self {
+        match a {
+            OnTimeoutArg::Kill => Self::Kill,
+            OnTimeoutArg::Pause => Self::Pause,
+            OnTimeoutArg::Stop => Self::Stop,
+        }
     }
 }

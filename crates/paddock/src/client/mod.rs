@@ -249,6 +249,7 @@ pub fn sandbox(state_dir: &Path, command: SandboxCommand) -> anyhow::Result<Exit
             }
             SandboxCommand::Commit { id } => snapshots::step(&client, &id, "commit").await,
             SandboxCommand::Pause { id } => snapshots::step(&client, &id, "pause").await,
+            SandboxCommand::Stop { id } => snapshots::step(&client, &id, "stop").await,
             SandboxCommand::Resume { id } => snapshots::step(&client, &id, "resume").await,
         }
     })

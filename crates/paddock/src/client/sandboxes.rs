@@ -30,6 +30,8 @@ pub async fn create(client: &ApiClient, args: CreateArgs) -> anyhow::Result<Exit
         labels: args.labels.into_iter().collect(),
         timeout_secs: args.timeout.map(|d| d.as_secs().max(1)),
         snapshot: args.snapshot,
+        on_timeout: args.on_timeout.map(Into::into),
+        audit_exec_diff: args.audit_exec_diff,
     };
     let info: SandboxInfo = client
         .json(client.request(Method::POST, &["v1", "sandboxes"]).json(&request))
@@ -160,6 +162,7 @@ fn state_name(state: SandboxStateBody) -> &'static str {
         SandboxStateBody::Creating => "creating",
         SandboxStateBody::Running => "running",
         SandboxStateBody::Stopped => "stopped",
+        SandboxStateBody::Killed => "killed",
         SandboxStateBody::Expired => "expired",
         SandboxStateBody::Failed => "failed",
     }

@@ -1,4 +1,4 @@
-//! `paddock sandbox snapshot|fork|checkpoint|rollback|commit|pause|resume` and `paddock snapshot ...`.
+//! `paddock sandbox snapshot|fork|checkpoint|rollback|commit|pause|stop|resume` and `paddock snapshot ...`.
 
 use std::process::ExitCode;
 

@@ -1,0 +1,306 @@
+//! Stopping a sandbox (its processes end, its files are kept) and resuming it; what a timeout does
+//! besides killing (`on_timeout: pause | stop`).
+//!
+//! A stopped sandbox holds no processes, cgroups or run directory: only its file system, kept by the
+//! backend outside garbage collection's reach, and its store record (state `stopped`, no expiry). It
+//! survives server restarts. Resuming boots it again with the same id on the same files, after the
+//! tenant's quota admits it again (a stopped sandbox does not count against the quota). A sandbox
+//! paused or stopped by its timeout does not expire again until it is resumed, which restarts its
+//! timeout.
+
+use std::sync::Arc;
+
+use paddock_runtime::Backend;
+use paddock_store::{SandboxState, StoreError};
+use paddock_types::api::{ErrorCode, OnTimeout, SandboxInfo};
+use paddock_types::{SandboxId, VolumeSource};
+
+use crate::lifecycle::{row_with_time, runtime_error};
+use crate::live::{LiveSandbox, Ownership, StoredSpec};
+use crate::service::{lock, now_ms, AuditEntry};
+use crate::{Principal, SandboxService, ServiceError};
+
+impl SandboxService {
+    /// Stops a running (or paused) sandbox: its processes end, its files are kept.
+    pub async fn stop_sandbox(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
+        let sb = self.owned_live_any(p, id).await?;
+        self.stop_live(Some(p), &sb, "stop").await?;
+        self.get_sandbox(p, id).await
+    }
+
+    /// Stops live sandbox `sb` (`cause`: `stop` on request, `timeout` by the reaper).
+    pub(crate) async fn stop_live(
+        &self,
+        principal: Option<&Principal>,
+        sb: &Arc<LiveSandbox>,
+        cause: &'static str,
+    ) -> Result<(), ServiceError> {
+        // Its agent goes away on purpose: the reaper must not take it for a death.
+        sb.set_restarting(true);
+        let handle = sb.handle.lock().await.take().ok_or_else(|| {
+            ServiceError::new(
+                ErrorCode::SandboxNotRunning,
+                format!("sandbox {} is ending", sb.id),
+            )
+        })?;
+        lock(&self.inner.live).remove(&sb.id);
+        let backend = self.inner.backend.clone();
+        let runtime = tokio::runtime::Handle::current();
+        let stopped = tokio::task::spawn_blocking(move || {
+            runtime.block_on(async move { backend.stop_sandbox(handle).await })
+        })
+        .await
+        .map_err(|e| ServiceError::internal("stop a sandbox", &e))?;
+        if let Err(e) = stopped {
+            let error = runtime_error("stop a sandbox", e);
+            self.end_sandbox(
+                &sb.id,
+                SandboxState::Failed,
+                "stop_failed",
+                principal,
+                "sandbox.lost",
+            )
+            .await?;
+            return Err(error);
+        }
+        let entry = AuditEntry {
+            principal,
+            tenant: sb.tenant(),
+            action: "sandbox.stop",
+            sandbox: Some(&sb.id),
+            outcome: "ok".into(),
+            detail: serde_json::json!({ "cause": cause }),
+        }
+        .into_row();
+        let sid = sb.id.clone();
+        self.db("record a stop", move |s| {
+            s.transaction(|tx| {
+                tx.set_sandbox_paused(&sid, false)?;
+                if tx.transition_sandbox(
+                    &sid,
+                    &[SandboxState::Running],
+                    SandboxState::Stopped,
+                    now_ms(),
+                    None,
+                )? {
+                    tx.set_sandbox_expiry(&sid, None)?;
+                    tx.append_audit(&row_with_time(entry))?;
+                }
+                Ok::<_, StoreError>(())
+            })
+        })
+        .await?;
+        self.inner.metrics.sandbox_ended("stopped");
+        Ok(())
+    }
+
+    /// Boots stopped sandbox `id` again on its kept files.
+    pub(crate) async fn resume_stopped(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
+        let record = self.owned_record(p, id).await?;
+        let spec: StoredSpec = serde_json::from_str(&record.spec_json)
+            .map_err(|e| ServiceError::internal("decode a sandbox spec", &e))?;
+        let sandbox_id: SandboxId = id.parse().map_err(|_| ServiceError::sandbox_not_found(id))?;
+        let (sid, tenant) = (id.to_owned(), p.tenant.clone());
+        let admitted = self
+            .db("resume a stopped sandbox", move |s| {
+                s.resume_stopped_checked(&sid, &tenant)
+            })
+            .await?;
+        if !admitted {
+            return Err(ServiceError::new(
+                ErrorCode::SandboxNotRunning,
+                format!("sandbox {id} is {}", record.state.as_str()),
+            ));
+        }
+        let (handle, client) = match self.boot(&sandbox_id, &spec, VolumeSource::Stopped).await {
+            Ok(booted) => booted,
+            Err(e) => {
+                // Its files are kept (the backend puts them back): it is stopped again, not lost.
+                let row = AuditEntry::ok(p, "sandbox.resume", Some(id))
+                    .outcome(format!("error: {}", e.message))
+                    .into_row();
+                let sid = id.to_owned();
+                self.db("record a failed resume", move |s| {
+                    s.transaction(|tx| {
+                        tx.transition_sandbox(
+                            &sid,
+                            &[SandboxState::Creating],
+                            SandboxState::Stopped,
+                            now_ms(),
+                            None,
+                        )?;
+                        tx.append_audit(&row_with_time(row))?;
+                        Ok::<_, StoreError>(())
+                    })
+                })
+                .await?;
+                return Err(e);
+            }
+        };
+        let expires = now_ms()
+            + spec
+                .timeout_ms
+                .unwrap_or(self.inner.config.default_timeout.as_millis() as i64);
+        let owner = Ownership {
+            tenant: Some(p.tenant.clone()),
+            spec,
+        };
+        let sb = Arc::new(LiveSandbox::new(id.to_owned(), client, handle, owner));
+        lock(&self.inner.live).insert(id.to_owned(), sb);
+        let row = AuditEntry::ok(p, "sandbox.resume", Some(id))
+            .detail(serde_json::json!({ "from": "stopped" }))
+            .into_row();
+        let sid = id.to_owned();
+        let started = self
+            .db("record a resumed sandbox", move |s| {
+                s.transaction(|tx| {
+                    let started = tx.transition_sandbox(
+                        &sid,
+                        &[SandboxState::Creating],
+                        SandboxState::Running,
+                        now_ms(),
+                        None,
+                    )?;
+                    if started {
+                        tx.set_sandbox_expiry(&sid, Some(expires))?;
+                        tx.append_audit(&row_with_time(row))?;
+                    }
+                    Ok::<_, StoreError>(started)
+                })
+            })
+            .await?;
+        if !started {
+            self.end_sandbox(
+                id,
+                SandboxState::Failed,
+                "recording failed",
+                Some(p),
+                "sandbox.lost",
+            )
+            .await?;
+            return Err(ServiceError::new(
+                ErrorCode::Internal,
+                "the sandbox could not be recorded",
+            ));
+        }
+        self.get_sandbox(p, id).await
+    }
+
+    /// Restarts the timeout of a sandbox that a timeout paused (it has no expiry while paused).
+    pub(crate) async fn rearm_timeout(&self, id: &str, spec: &StoredSpec) -> Result<(), ServiceError> {
+        let expires = now_ms()
+            + spec
+                .timeout_ms
+                .unwrap_or(self.inner.config.default_timeout.as_millis() as i64);
+        let sid = id.to_owned();
+        self.db("restart a timeout", move |s| {
+            let record = s.get_sandbox(&sid)?;
+            if record.is_some_and(|r| r.expires_at_ms.is_none()) {
+                s.set_sandbox_expiry(&sid, Some(expires))?;
+            }
+            Ok::<_, StoreError>(())
+        })
+        .await
+    }
+
+    /// Deletes a stopped sandbox: its kept files go, its record ends as `killed`.
+    pub(crate) async fn kill_stopped(&self, p: &Principal, id: &str) -> Result<(), ServiceError> {
+        let row = AuditEntry::ok(p, "sandbox.kill", Some(id))
+            .detail(serde_json::json!({ "reason": "killed", "state": "killed", "from": "stopped" }))
+            .into_row();
+        let sid = id.to_owned();
+        let changed = self
+            .db("record a sandbox's end", move |s| {
+                s.transaction(|tx| {
+                    let changed = tx.transition_sandbox(
+                        &sid,
+                        &[SandboxState::Stopped],
+                        SandboxState::Killed,
+                        now_ms(),
+                        Some("killed"),
+                    )?;
+                    if changed {
+                        tx.append_audit(&row_with_time(row))?;
+                    }
+                    Ok::<_, StoreError>(changed)
+                })
+            })
+            .await?;
+        if !changed {
+            return Err(ServiceError::new(
+                ErrorCode::SandboxNotRunning,
+                format!("sandbox {id} is not stopped any more"),
+            ));
+        }
+        if let Ok(sandbox_id) = id.parse::<SandboxId>() {
+            if let Err(e) = self.inner.backend.delete_stopped(&sandbox_id).await {
+                tracing::warn!(sandbox_id = %id, error = %e, "stopped file system not freed; the next start will");
+            }
+            self.drop_checkpoints(&sandbox_id).await;
+        }
+        Ok(())
+    }
+
+    /// What the reaper does with live sandbox `record_id` whose timeout passed.
+    pub(crate) async fn on_timeout(&self, id: &str) -> Result<(), ServiceError> {
+        let live = self.live_sandbox(id);
+        let action = live.as_ref().map(|sb| sb.spec().on_timeout).unwrap_or_default();
+        match (action, live) {
+            (OnTimeout::Pause, Some(sb)) => {
+                if !sb.is_paused() {
+                    let guard = sb.handle.lock().await;
+                    let handle = guard.as_ref().ok_or_else(|| {
+                        ServiceError::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
+                    })?;
+                    self.inner
+                        .backend
+                        .pause_sandbox(handle)
+                        .await
+                        .map_err(|e| runtime_error("pause a sandbox", e))?;
+                    sb.set_paused(true);
+                }
+                let entry = AuditEntry {
+                    principal: None,
+                    tenant: sb.tenant(),
+                    action: "sandbox.pause",
+                    sandbox: Some(id),
+                    outcome: "ok".into(),
+                    detail: serde_json::json!({ "cause": "timeout" }),
+                }
+                .into_row();
+                let sid = id.to_owned();
+                self.db("record a timeout pause", move |s| {
+                    s.transaction(|tx| {
+                        tx.set_sandbox_paused(&sid, true)?;
+                        tx.set_sandbox_expiry(&sid, None)?;
+                        tx.append_audit(&row_with_time(entry))?;
+                        Ok::<_, StoreError>(())
+                    })
+                })
+                .await
+            }
+            (OnTimeout::Stop, Some(sb)) => self.stop_live(None, &sb, "timeout").await,
+            _ => self
+                .end_sandbox(id, SandboxState::Expired, "expired", None, "sandbox.expire")
+                .await
+                .map(drop),
+        }
+    }
+
+    /// Deletes kept file systems of sandboxes the store does not say are stopped (a crash between
+    /// the backend's stop or delete and the store's record).
+    pub(crate) async fn collect_stopped_garbage(&self) -> Result<(), ServiceError> {
+        for id in self.inner.backend.list_stopped() {
+            let sid = id.to_string();
+            let record = self.db("read a sandbox", move |s| s.get_sandbox(&sid)).await?;
+            if record.is_some_and(|r| r.state == SandboxState::Stopped) {
+                continue;
+            }
+            tracing::info!(sandbox_id = %id, "deleting the kept files of a sandbox that is not stopped");
+            if let Err(e) = self.inner.backend.delete_stopped(&id).await {
+                tracing::warn!(sandbox_id = %id, error = %e, "cannot delete a stopped file system");
+            }
+        }
+        Ok(())
+    }
+}
