@@ -101,11 +101,26 @@ impl SandboxService {
             .map_err(|e| ServiceError::internal("decode a sandbox spec", &e))?;
         let sandbox_id: SandboxId = id.parse().map_err(|_| ServiceError::sandbox_not_found(id))?;
         let (sid, tenant) = (id.to_owned(), p.tenant.clone());
-        let admitted = self
+        let admitted = match self
             .db("resume a stopped sandbox", move |s| {
                 s.resume_stopped_checked(&sid, &tenant)
             })
-            .await?;
+            .await
+        {
+            Ok(admitted) => admitted,
+            Err(e) => {
+                if e.code == ErrorCode::QuotaExceeded {
+                    // Refusals are recorded too.
+                    self.audit(
+                        AuditEntry::ok(p, "sandbox.resume", Some(id))
+                            .outcome(e.code.as_str())
+                            .detail(serde_json::json!({ "message": e.message })),
+                    )
+                    .await?;
+                }
+                return Err(e);
+            }
+        };
         if !admitted {
             return Err(ServiceError::new(
                 ErrorCode::SandboxNotRunning,

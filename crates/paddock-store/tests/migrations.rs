@@ -147,3 +147,37 @@ fn database_files_are_private() {
     assert!(wal.exists(), "WAL mode is on");
     assert_eq!(mode(&wal), 0o600, "WAL file");
 }
+
+#[test]
+fn version_2_databases_keep_their_sandboxes_and_killed_ones_are_renamed() {
+    let db = TempDb::new();
+    {
+        let raw = db.raw();
+        raw.execute_batch(include_str!("../migrations/0001_init.sql"))
+            .expect("schema 1");
+        raw.execute_batch(include_str!("../migrations/0002_snapshots.sql"))
+            .expect("schema 2");
+        raw.execute_batch(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL) STRICT;
+             INSERT INTO schema_migrations VALUES (1, 0), (2, 0);
+             INSERT INTO tenants (name, created_at_ms) VALUES ('acme', 0);
+             INSERT INTO sandboxes (id, tenant, state, profile, spec_json, memory_bytes, cpu_millis, created_at_ms, ended_at_ms, end_reason)
+               VALUES ('sb-killed', 'acme', 'stopped', 'default', '{}', 0, 0, 1, 2, 'killed');
+             INSERT INTO sandboxes (id, tenant, state, profile, spec_json, memory_bytes, cpu_millis, created_at_ms, paused)
+               VALUES ('sb-running', 'acme', 'running', 'default', '{}', 5, 7, 1, 1);",
+        )
+        .expect("version 2 rows");
+    }
+    let store = db.open();
+    assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+    let killed = store.get_sandbox("sb-killed").expect("read").expect("kept");
+    assert_eq!(killed.state, paddock_store::SandboxState::Killed, "{killed:?}");
+    assert_eq!(
+        (killed.ended_at_ms, killed.end_reason.as_deref()),
+        (Some(2), Some("killed"))
+    );
+    let running = store.get_sandbox("sb-running").expect("read").expect("kept");
+    assert_eq!(running.state, paddock_store::SandboxState::Running);
+    assert!(running.paused);
+    assert_eq!((running.memory_bytes, running.cpu_millis), (5, 7));
+}

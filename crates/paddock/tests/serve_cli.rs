@@ -406,6 +406,69 @@ fn sandboxes_survive_a_server_restart() {
     env.assert_clean();
 }
 
+#[test]
+fn a_stopped_sandbox_survives_a_server_restart_and_resumes() {
+    if !require_root() {
+        return;
+    }
+    let env = TestEnv::new();
+    let server = Server::start(&env, &[], "info");
+    let id = ok(&server.run(&env, &["sandbox", "create"])).trim().to_owned();
+    ok(&server.run(
+        &env,
+        &[
+            "sandbox",
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "echo kept > /home/user/f",
+        ],
+    ));
+    ok(&server.run(&env, &["sandbox", "stop", &id]));
+    let info = json(&server.run(&env, &["sandbox", "get", &id, "--json"]));
+    assert_eq!(info["state"], "stopped", "{info}");
+    assert!(
+        info["expires_at"].is_null(),
+        "a stopped sandbox does not expire: {info}"
+    );
+    fails(
+        &server.run(&env, &["sandbox", "exec", &id, "--", "true"]),
+        1,
+        "stopped",
+    );
+    // No processes, no run directory, no cgroups: only its files.
+    assert!(!env.state().join("run").join(&id).exists());
+    assert!(env.state().join("pool/stopped").join(&id).is_dir());
+    server.kill9();
+
+    let server = Server::restart(&env, &[], "info");
+    let info = json(&server.run(&env, &["sandbox", "get", &id, "--json"]));
+    assert_eq!(info["state"], "stopped", "still stopped after a restart: {info}");
+    assert!(
+        env.state().join("pool/stopped").join(&id).is_dir(),
+        "the restart's garbage collection keeps a stopped sandbox's files"
+    );
+    ok(&server.run(&env, &["sandbox", "resume", &id]));
+    let info = json(&server.run(&env, &["sandbox", "get", &id, "--json"]));
+    assert_eq!(info["state"], "running", "{info}");
+    assert!(
+        !info["expires_at"].is_null(),
+        "resuming restarts the timeout: {info}"
+    );
+    let o = server.run(&env, &["sandbox", "exec", &id, "--", "cat", "/home/user/f"]);
+    assert_eq!(ok(&o), "kept\n");
+    // Stopped and removed: its files go.
+    ok(&server.run(&env, &["sandbox", "stop", &id]));
+    ok(&server.run(&env, &["sandbox", "rm", &id]));
+    assert!(!env.state().join("pool/stopped").join(&id).exists());
+    let info = json(&server.run(&env, &["sandbox", "get", &id, "--json"]));
+    assert_eq!(info["state"], "killed", "{info}");
+    server.stop();
+    env.assert_clean();
+}
+
 /// Asserts two directory trees hold the same files, contents and symlinks.
 fn assert_same_tree(a: &Path, b: &Path) {
     let mut entries: Vec<_> = std::fs::read_dir(a)

@@ -93,8 +93,11 @@ pub struct StoragePool {
     fs_uuid: String,
     /// One lock per spare being made, held while it is made: taking a spare waits for one in progress
     /// (it is nearer done than a new snapshot would be).
-    spares_in_progress: Arc<Mutex<Vec<(SnapshotId, Arc<Mutex<()>>)>>>,
+    spares_in_progress: Arc<Mutex<Vec<SpareInProgress>>>,
 }
+
+/// A spare being made, and the lock its maker holds until it is done.
+type SpareInProgress = (SnapshotId, Arc<Mutex<()>>);
 
 /// How much a sandbox's subvolume holds, and its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -58,12 +58,13 @@ CREATE TABLE audit (
 ) STRICT;
 
 -- table sandboxes
-CREATE TABLE sandboxes (
+CREATE TABLE "sandboxes" (
     id            TEXT PRIMARY KEY NOT NULL,
     -- NULL while the sandbox sits in a warm pool
     tenant        TEXT REFERENCES tenants(name),
+    -- stopped: files kept in the pool, no processes, no cgroups; resumable, and not ended
     state         TEXT NOT NULL
-                  CHECK (state IN ('warm', 'creating', 'running', 'stopped', 'expired', 'failed')),
+                  CHECK (state IN ('warm', 'creating', 'running', 'stopped', 'killed', 'expired', 'failed')),
     profile       TEXT NOT NULL,
     spec_json     TEXT NOT NULL CHECK (json_valid(spec_json)),
     labels_json   TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(labels_json)),
@@ -73,7 +74,8 @@ CREATE TABLE sandboxes (
     claimed_at_ms INTEGER,
     expires_at_ms INTEGER,
     ended_at_ms   INTEGER,
-    end_reason    TEXT, paused INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+    end_reason    TEXT,
+    paused        INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
     -- a warm sandbox belongs to nobody yet
     CHECK (state <> 'warm' OR tenant IS NULL)
 ) STRICT;

@@ -546,7 +546,7 @@ impl Client {
                 ..self.clone()
             };
             let Ok(response) = client
-                .request(Method::GET, "/v1/sandboxes?limit=1000")
+                .request(Method::GET, "/v1/sandboxes?limit=1000&state=all")
                 .timeout(REQUEST_TIMEOUT)
                 .send()
                 .await

@@ -94,10 +94,12 @@ impl TestEnv {
             .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
             .unwrap_or_default();
         assert!(leftovers.is_empty(), "run dirs left behind: {leftovers:?}");
-        let vols: Vec<_> = std::fs::read_dir(self.state().join("pool/sandboxes"))
-            .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
-            .unwrap_or_default();
-        assert!(vols.is_empty(), "subvolumes left behind: {vols:?}");
+        for dir in ["pool/sandboxes", "pool/stopped"] {
+            let vols: Vec<_> = std::fs::read_dir(self.state().join(dir))
+                .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default();
+            assert!(vols.is_empty(), "subvolumes left behind in {dir}: {vols:?}");
+        }
         // A killed sandbox whose init is not our child (re-adopted after a server restart) stays a
         // zombie until its parent (the host's init) reaps it: give that a deadline.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
