@@ -299,28 +299,46 @@ impl SandboxService {
                 "sandbox.checkpoint",
             )
             .await?;
-        self.prepare_rollback(&info.id);
+        self.prepare_rollback(&sb, &info.id);
         Ok(info)
     }
 
-    /// Lets the backend do a rollback's storage work to `snapshot` now, in the background, so that
-    /// the rollback itself does not wait for it (see `Backend::prepare_rollback`).
-    fn prepare_rollback(&self, snapshot: &str) {
+    /// Lets the backend prepare a rollback of `sb` to `snapshot` now, in the background (a boot of a
+    /// copy), so that the rollback itself is a switch (see `Backend::prepare_rollback`).
+    fn prepare_rollback(&self, sb: &Arc<LiveSandbox>, snapshot: &str) {
         let Ok(snapshot) = snapshot.parse::<SnapshotId>() else {
             return;
         };
-        let backend = self.inner.backend.clone();
-        let runtime = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = runtime.block_on(backend.prepare_rollback(&snapshot)) {
-                tracing::debug!(snapshot = %snapshot, error = %e, "no rollback spare; a rollback will make its copy");
+        let (service, sb) = (self.clone(), sb.clone());
+        tokio::spawn(async move {
+            let guard = sb.handle.lock().await;
+            let Some(handle) = guard.as_ref() else { return };
+            let backend = &service.inner.backend;
+            let prepared = crate::service::blocking(|| {
+                tokio::runtime::Handle::current().block_on(backend.prepare_rollback(handle, &snapshot))
+            });
+            if let Err(e) = prepared {
+                tracing::debug!(sandbox_id = %sb.id, snapshot = %snapshot, error = %e, "rollback not prepared; a rollback will restart the sandbox");
             }
+        });
+    }
+
+    /// Releases a prepared rollback of `sb` (its checkpoint is gone), in the background.
+    fn discard_rollback(&self, sb: &Arc<LiveSandbox>) {
+        let (service, sb) = (self.clone(), sb.clone());
+        tokio::spawn(async move {
+            let guard = sb.handle.lock().await;
+            let Some(handle) = guard.as_ref() else { return };
+            let backend = &service.inner.backend;
+            let _ = crate::service::blocking(|| {
+                tokio::runtime::Handle::current().block_on(backend.discard_rollback(handle))
+            });
         });
     }
 
     /// `commit`: drops the newest checkpoint (the step is kept).
     pub async fn commit(&self, p: &Principal, id: &str) -> Result<SnapshotInfo, ServiceError> {
-        self.owned_live(p, id).await?;
+        let sb = self.owned_live(p, id).await?;
         let sid = id.to_owned();
         let record = self
             .db("read a checkpoint", move |s| s.latest_checkpoint(&sid))
@@ -332,6 +350,7 @@ impl SandboxService {
                 )
             })?;
         self.drop_snapshot(Some(p), &record, "sandbox.commit").await?;
+        self.discard_rollback(&sb);
         Ok(info(&record))
     }
 
@@ -411,9 +430,16 @@ impl SandboxService {
         .await?;
         if consumed {
             self.drop_snapshot(Some(p), &record, "snapshot.consume").await?;
-        } else {
-            // The snapshot stays; the next rollback to it gets a spare too.
-            self.prepare_rollback(&record.id);
+        }
+        // The sandbox's newest remaining checkpoint (if any) is the next rollback's target.
+        let sid = id.to_owned();
+        if let Ok(Some(next)) = self
+            .db("read a checkpoint", move |s| s.latest_checkpoint(&sid))
+            .await
+        {
+            if let Some(live) = self.live_sandbox(id) {
+                self.prepare_rollback(&live, &next.id);
+            }
         }
         self.inner.metrics.observe_snapshot("rollback", started.elapsed());
         self.get_sandbox(p, id).await

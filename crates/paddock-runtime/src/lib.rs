@@ -159,10 +159,17 @@ pub trait Backend {
         handle: &SandboxHandle,
         snapshot: &SnapshotId,
     ) -> Result<(), RuntimeError>;
-    /// Makes a rollback to `snapshot` cheaper by doing its storage work now (the native backend makes
-    /// the writable copy the rollback would otherwise make on its path). Optional: a rollback works
-    /// without it. Blocking work; callers run it in the background.
-    async fn prepare_rollback(&self, snapshot: &SnapshotId) -> Result<(), RuntimeError>;
+    /// Makes a rollback of the sandbox to `snapshot` cheaper by doing its work now: the native backend
+    /// boots a copy of the sandbox on the snapshot, which the rollback then switches to. Optional: a
+    /// rollback works without it. Replaces what was prepared for another snapshot. Blocking work
+    /// (a sandbox boot); callers run it in the background.
+    async fn prepare_rollback(
+        &self,
+        handle: &SandboxHandle,
+        snapshot: &SnapshotId,
+    ) -> Result<(), RuntimeError>;
+    /// Releases what [`Backend::prepare_rollback`] holds (the snapshot was committed away).
+    async fn discard_rollback(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;
     /// Deletes a snapshot; false if it did not exist. Sandboxes created from it are not affected.
     async fn delete_snapshot(&self, snapshot: &SnapshotId) -> Result<bool, RuntimeError>;
     /// How much storage a snapshot holds ([`RuntimeError::InvalidSpec`] if it does not exist). Maps
@@ -273,9 +280,18 @@ impl Backend for AnyBackend {
             Self::Native(b) => b.snapshot_sandbox(handle, snapshot).await,
         }
     }
-    async fn prepare_rollback(&self, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
+    async fn prepare_rollback(
+        &self,
+        handle: &SandboxHandle,
+        snapshot: &SnapshotId,
+    ) -> Result<(), RuntimeError> {
         match self {
-            Self::Native(b) => b.prepare_rollback(snapshot).await,
+            Self::Native(b) => b.prepare_rollback(handle, snapshot).await,
+        }
+    }
+    async fn discard_rollback(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        match self {
+            Self::Native(b) => b.discard_rollback(handle).await,
         }
     }
     async fn delete_snapshot(&self, snapshot: &SnapshotId) -> Result<bool, RuntimeError> {
@@ -351,7 +367,8 @@ mod tests {
         send(&backend.collect_garbage());
         send(&backend.delete_stopped(&spec.id));
         send(&backend.snapshot_sandbox(&handle, snapshot));
-        send(&backend.prepare_rollback(snapshot));
+        send(&backend.prepare_rollback(&handle, snapshot));
+        send(&backend.discard_rollback(&handle));
         send(&backend.delete_snapshot(snapshot));
         send(&backend.snapshot_usage(snapshot));
         send(&backend.pause_sandbox(&handle));

@@ -338,6 +338,7 @@ fn probes_for(method: &str, template: &str) -> Option<Vec<Probe>> {
             http(Method::POST, "/v1/sandboxes/{id}/rollback").json(json!({})),
         ],
         ("POST", "/v1/sandboxes/{id}/pause") => vec![http(Method::POST, "/v1/sandboxes/{id}/pause")],
+        ("POST", "/v1/sandboxes/{id}/stop") => vec![http(Method::POST, "/v1/sandboxes/{id}/stop")],
         ("POST", "/v1/sandboxes/{id}/resume") => vec![http(Method::POST, "/v1/sandboxes/{id}/resume")],
         ("GET", "/v1/sandboxes/{id}/diff") => vec![
             http(Method::GET, "/v1/sandboxes/{id}/diff"),

@@ -427,6 +427,17 @@ async fn a_snapshot_taken_while_a_process_writes_holds_a_consistent_prefix() {
 
 #[tokio::test]
 async fn rollback_restores_the_file_system_exactly_and_restarts_the_sandbox() {
+    rollback_case(false).await;
+}
+
+/// The same through a rollback prepared ahead (`prepare_rollback`: a copy of the sandbox booted on the
+/// snapshot, switched to at the rollback).
+#[tokio::test]
+async fn a_prepared_rollback_restores_exactly_the_same_and_leaves_nothing_behind() {
+    rollback_case(true).await;
+}
+
+async fn rollback_case(prepared: bool) {
     if !require_root() || !require_freezer() {
         return;
     }
@@ -496,11 +507,22 @@ async fn rollback_restores_the_file_system_exactly_and_restarts_the_sandbox() {
     let old_processes: Vec<i32> = env.processes().into_iter().map(|(pid, _)| pid).collect();
     assert!(old_processes.len() >= 2, "{old_processes:?}");
 
+    let next = run_dir(&env, "sb-roll.next");
+    if prepared {
+        backend
+            .prepare_rollback(&handle, &snapshot)
+            .await
+            .expect("prepare the rollback");
+        assert!(next.join("agent.sock").exists(), "a prepared sandbox runs");
+        assert!(pool(&env).join("sandboxes/sb-roll.next").is_dir());
+    }
     let started = Instant::now();
     let handle = backend
         .rollback_sandbox(handle, &snapshot)
         .await
         .expect("rollback");
+    assert!(!next.exists(), "the prepared sandbox became the sandbox");
+    assert!(!pool(&env).join("sandboxes/sb-roll.next").exists());
     eprintln!("rollback took {:?}", started.elapsed());
     assert_eq!(handle.id().as_str(), "sb-roll");
     assert_ne!(handle.init_pid(), old_init);
@@ -549,6 +571,12 @@ async fn rollback_restores_the_file_system_exactly_and_restarts_the_sandbox() {
 
     // The snapshot is intact: rolling back again, after more changes, gives the same tree.
     ok(&client, "rm -rf /home/user/d").await;
+    if prepared {
+        backend
+            .prepare_rollback(&handle, &snapshot)
+            .await
+            .expect("prepare the rollback again");
+    }
     let handle = backend
         .rollback_sandbox(handle, &snapshot)
         .await
@@ -557,6 +585,22 @@ async fn rollback_restores_the_file_system_exactly_and_restarts_the_sandbox() {
     let client = connect(&handle).await;
     assert_eq!(ok(&client, "cat /home/user/d/file").await, "original\n");
 
+    // A prepared rollback that is discarded leaves nothing behind.
+    if prepared {
+        backend
+            .prepare_rollback(&handle, &snapshot)
+            .await
+            .expect("prepare");
+        assert!(next.exists());
+        backend.discard_rollback(&handle).await.expect("discard");
+        assert!(!next.exists(), "a discarded preparation is removed");
+        assert!(!pool(&env).join("sandboxes/sb-roll.next").exists());
+        // And one still prepared when the rollback goes elsewhere is removed with the sandbox.
+        backend
+            .prepare_rollback(&handle, &snapshot)
+            .await
+            .expect("prepare");
+    }
     // A rollback to a snapshot that does not exist fails, and takes the sandbox with it.
     drop(client);
     let err = backend
@@ -565,6 +609,7 @@ async fn rollback_restores_the_file_system_exactly_and_restarts_the_sandbox() {
         .expect_err("rollback to a missing snapshot");
     assert!(matches!(err, RuntimeError::InvalidSpec(_)), "{err:?}");
     assert_gone(&env, "sb-roll");
+    assert_gone(&env, "sb-roll.next");
 
     assert!(backend.delete_snapshot(&snapshot).await.expect("delete"));
     assert_all_clean(&env);

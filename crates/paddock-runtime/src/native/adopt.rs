@@ -151,6 +151,7 @@ impl NativeBackend {
                                 reaped: false,
                                 boot,
                                 freezer: Mutex::new(()),
+                                next: Mutex::new(None),
                                 _lock: lock,
                             },
                         }));

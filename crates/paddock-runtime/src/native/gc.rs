@@ -3,7 +3,8 @@
 //! A sandbox is alive while some process holds the lock on `<state>/run/<id>/lock`. Anything of a
 //! sandbox whose lock is free (its run directory, cgroups, subvolume) is garbage; so are cgroups and
 //! subvolumes with no run directory at all (a crash between creation steps). So are the pool's trash
-//! (subvolumes whose deletion a crash interrupted) and spares of snapshots that no longer exist.
+//! (subvolumes whose deletion a crash interrupted). A sandbox prepared for a rollback (`<id>.next`) is
+//! a sandbox like any other here: its own run directory, lock, cgroups and subvolume.
 
 use std::fs;
 use std::time::Duration;
@@ -19,7 +20,6 @@ impl NativeBackend {
     /// Reclaims every abandoned sandbox; returns their ids.
     pub fn collect_garbage_now(&self) -> Result<Vec<String>, RuntimeError> {
         self.pool.empty_trash();
-        self.pool.collect_spares();
         let run = self.config.state_dir.join("run");
         let mut reclaimed = Vec::new();
         let mut alive = Vec::new();

@@ -39,6 +39,8 @@ pub(crate) struct NativeSandbox {
     /// Held while the freeze state changes (pause, resume, snapshot), so a snapshot never thaws a
     /// sandbox paused in the meantime.
     pub(super) freezer: Mutex<()>,
+    /// A sandbox booted ahead of a rollback (rollback.rs).
+    pub(super) next: Mutex<Option<super::rollback::Prepared>>,
     pub(super) _lock: StateLock,
 }
 
@@ -173,6 +175,7 @@ impl NativeBackend {
         boot: &BootSpec,
         run_dir: &Path,
         cgroup: &SandboxCgroup,
+        volume: &Path,
         mut shim: Shim,
         make_volume: impl FnOnce() -> Result<(), RuntimeError>,
     ) -> Result<i32, RuntimeError> {
@@ -183,7 +186,7 @@ impl NativeBackend {
             ids: self.config.ids,
             cgroup_procs: cgroup.procs_files(),
             root_mount,
-            volume: self.pool.volume_path(id.as_str()),
+            volume: volume.to_owned(),
             rootfs: boot.rootfs.clone(),
             mounts: boot.mounts.clone(),
             agent_binary: self.config.agent_binary.clone(),
@@ -383,7 +386,8 @@ impl Backend for NativeBackend {
         let started = boot
             .write(&run_dir)
             .and_then(|()| {
-                self.start(&spec.id, &boot, &run_dir, &cgroup, shim, || {
+                let volume = self.pool.volume_path(id);
+                self.start(&spec.id, &boot, &run_dir, &cgroup, &volume, shim, || {
                     let volume = self
                         .pool
                         .create_volume(&spec.id, &spec.volume, spec.limits.disk)?;
@@ -420,6 +424,7 @@ impl Backend for NativeBackend {
                 reaped: false,
                 boot: Some(Box::new(boot)),
                 freezer: Mutex::new(()),
+                next: Mutex::new(None),
                 _lock: lock,
             },
         })
@@ -446,6 +451,7 @@ impl Backend for NativeBackend {
     }
 
     async fn destroy_sandbox(&self, mut handle: SandboxHandle) -> Result<(), RuntimeError> {
+        self.discard_prepared(&handle.inner);
         let sb = &mut handle.inner;
         if !sb.reaped {
             kill_init(sb);
@@ -457,6 +463,7 @@ impl Backend for NativeBackend {
     }
 
     async fn stop_sandbox(&self, mut handle: SandboxHandle) -> Result<(), RuntimeError> {
+        self.discard_prepared(&handle.inner);
         let sb = &mut handle.inner;
         if sb.cgroup.frozen().unwrap_or(false) {
             // Thawed first, so every process can take its SIGKILL at once.
@@ -513,8 +520,17 @@ impl Backend for NativeBackend {
         self.snapshot(handle, snapshot)
     }
 
-    async fn prepare_rollback(&self, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
-        self.pool.prepare_spare(snapshot)
+    async fn prepare_rollback(
+        &self,
+        handle: &SandboxHandle,
+        snapshot: &SnapshotId,
+    ) -> Result<(), RuntimeError> {
+        self.prepare(handle, snapshot)
+    }
+
+    async fn discard_rollback(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
+        self.discard_prepared(&handle.inner);
+        Ok(())
     }
 
     async fn delete_snapshot(&self, snapshot: &SnapshotId) -> Result<bool, RuntimeError> {

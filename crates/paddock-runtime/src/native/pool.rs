@@ -8,9 +8,7 @@
 //!                            or of a snapshot (a fork; a rollback)
 //! <pool>/snapshots/<id>      read-only snapshots of sandboxes/<id> (`sn-...`), owned by nobody but the
 //!                            caller that took them: gc never touches them, `pool destroy` removes them
-//! <pool>/spares/<id>         a writable copy of snapshot <id>, made ahead of a rollback to it (so the
-//!                            rollback renames it into place instead of waiting for a snapshot's
-//!                            transaction commit); `.tmp-<id>` while being made
+//! <pool>/sandboxes/<id>.next the volume of a sandbox prepared for a rollback of <id> (rollback.rs)
 //! <pool>/trash/<name>        subvolumes being deleted off the caller's path (a rolled-back volume)
 //! <pool>/stopped/<id>        a stopped sandbox's subvolume (no processes; resumable); its owner is the
 //!                            control plane's record, not a run directory, so gc leaves it alone
@@ -32,7 +30,6 @@ use std::io;
 use std::os::unix::fs::{chown, symlink, DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use paddock_sys::btrfs;
 use paddock_types::{ByteSize, SandboxId, SnapshotId, VolumeSource};
@@ -91,13 +88,7 @@ pub struct StoragePool {
     ids: IdRange,
     /// The pool file system's UUID, naming its `/sys/fs/btrfs/<uuid>/` (quota group usage).
     fs_uuid: String,
-    /// One lock per spare being made, held while it is made: taking a spare waits for one in progress
-    /// (it is nearer done than a new snapshot would be).
-    spares_in_progress: Arc<Mutex<Vec<SpareInProgress>>>,
 }
-
-/// A spare being made, and the lock its maker holds until it is done.
-type SpareInProgress = (SnapshotId, Arc<Mutex<()>>);
 
 /// How much a sandbox's subvolume holds, and its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,7 +110,6 @@ impl StoragePool {
                 fs_uuid: fs_uuid(&root)?,
                 root: root.clone(),
                 ids,
-                spares_in_progress: Arc::default(),
             };
             if pool.template_ready() {
                 return Ok(pool);
@@ -163,7 +153,6 @@ impl StoragePool {
             fs_uuid: fs_uuid(&root)?,
             root,
             ids,
-            spares_in_progress: Arc::default(),
         };
         if !pool.template_ready() {
             pool.build_template()?;
@@ -216,23 +205,35 @@ impl StoragePool {
         source: &VolumeSource,
         disk: Option<ByteSize>,
     ) -> Result<PathBuf, RuntimeError> {
+        self.create_volume_as(id.as_str(), source, disk)
+    }
+
+    /// [`Self::create_volume`] under another name than the sandbox's id (a sandbox prepared for a
+    /// rollback, `<id>.next`).
+    pub fn create_volume_as(
+        &self,
+        name: &str,
+        source: &VolumeSource,
+        disk: Option<ByteSize>,
+    ) -> Result<PathBuf, RuntimeError> {
+        let id = name;
         let parent = self.root.join("sandboxes");
-        let path = self.volume_path(id.as_str());
+        let path = self.volume_path(id);
         let source = match source {
             VolumeSource::Template => self.template(),
             VolumeSource::Snapshot(snapshot) => self.existing_snapshot(snapshot)?,
             VolumeSource::Stopped => {
-                let kept = self.stopped_path(id.as_str());
+                let kept = self.stopped_path(id);
                 fs::rename(&kept, &path).map_err(pool_err("move a stopped volume back from", &kept))?;
-                self.set_disk_limit(id.as_str(), disk)?;
+                self.set_disk_limit(id, disk)?;
                 return Ok(path);
             }
         };
-        btrfs::snapshot_subvolume(&source, &parent, id.as_str(), false)
+        btrfs::snapshot_subvolume(&source, &parent, id, false)
             .map_err(pool_err("snapshot a volume into", &path))?;
         if disk.is_some() {
-            if let Err(e) = self.set_disk_limit(id.as_str(), disk) {
-                let _ = self.delete_volume(id.as_str());
+            if let Err(e) = self.set_disk_limit(id, disk) {
+                let _ = self.delete_volume(id);
                 return Err(e);
             }
         }
@@ -307,90 +308,6 @@ impl StoragePool {
         for entry in fs::read_dir(&trash).into_iter().flatten().flatten() {
             if let Some(name) = entry.file_name().to_str() {
                 delete_with_qgroup(&self.root, &trash, name);
-            }
-        }
-    }
-
-    /// Makes `spares/<snapshot>`, a writable copy of the snapshot for a later rollback to take. Costs
-    /// a transaction commit, which is why callers run it in the background after a checkpoint.
-    pub fn prepare_spare(&self, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
-        let source = self.existing_snapshot(snapshot)?;
-        let spares = self.private_dir("spares")?;
-        let gate = Arc::new(Mutex::new(()));
-        let _making = gate.lock().unwrap_or_else(PoisonError::into_inner);
-        {
-            let mut busy = self
-                .spares_in_progress
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if busy.iter().any(|(s, _)| s == snapshot) || spares.join(snapshot.as_str()).exists() {
-                return Ok(());
-            }
-            busy.push((snapshot.clone(), gate.clone()));
-        }
-        let tmp = format!(".tmp-{snapshot}");
-        let made = btrfs::snapshot_subvolume(&source, &spares, &tmp, false)
-            .map_err(pool_err("make a spare of", &source))
-            .and_then(|()| {
-                // Appears under its real name only once complete.
-                fs::rename(spares.join(&tmp), spares.join(snapshot.as_str()))
-                    .map_err(pool_err("rename", &spares.join(&tmp)))
-            });
-        if made.is_err() {
-            delete_with_qgroup(&self.root, &spares, &tmp);
-        } else if !source.exists() {
-            // The snapshot was deleted meanwhile: its spare must not outlive it.
-            delete_with_qgroup(&self.root, &spares, snapshot.as_str());
-        }
-        self.spares_in_progress
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|(s, _)| s != snapshot);
-        made
-    }
-
-    /// Moves the spare of `snapshot` into place as sandbox `id`'s volume (waiting for one being
-    /// made); false if there is none. The volume's place must be free.
-    pub fn take_spare(&self, snapshot: &SnapshotId, id: &str) -> Result<bool, RuntimeError> {
-        let gate = self
-            .spares_in_progress
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .find(|(s, _)| s == snapshot)
-            .map(|(_, g)| g.clone());
-        if let Some(gate) = gate {
-            drop(gate.lock().unwrap_or_else(PoisonError::into_inner));
-        }
-        let spare = self.root.join("spares").join(snapshot.as_str());
-        match fs::rename(&spare, self.volume_path(id)) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(pool_err("move a spare into place", &spare)(e)),
-        }
-    }
-
-    /// Deletes spares whose snapshot is gone, and half-made ones (after a crash).
-    pub fn collect_spares(&self) {
-        let spares = self.root.join("spares");
-        for entry in fs::read_dir(&spares).into_iter().flatten().flatten() {
-            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            let orphan = match name.parse::<SnapshotId>() {
-                Ok(snapshot) => !self.snapshot_path(&snapshot).exists(),
-                Err(_) => {
-                    name.starts_with(".tmp-") && {
-                        let busy = self
-                            .spares_in_progress
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner);
-                        !busy.iter().any(|(s, _)| name == format!(".tmp-{s}"))
-                    }
-                }
-            };
-            if orphan {
-                delete_with_qgroup(&self.root, &spares, &name);
             }
         }
     }
@@ -501,10 +418,6 @@ impl StoragePool {
         }
         // As for volumes: the kernel drops the qgroup itself once the snapshot's extents are cleaned.
         let _ = btrfs::remove_qgroup(&self.root, subvol_id);
-        let spares = self.root.join("spares");
-        if spares.join(snapshot.as_str()).exists() {
-            delete_with_qgroup(&self.root, &spares, snapshot.as_str());
-        }
         Ok(true)
     }
 
@@ -552,7 +465,7 @@ impl StoragePool {
         // Deleted one by one rather than left to the image's removal: a pool on the state directory's
         // own btrfs has no image.
         if btrfs::is_btrfs(&root).unwrap_or(false) {
-            for dir in ["snapshots", "spares", "trash"] {
+            for dir in ["snapshots", "trash"] {
                 let dir = root.join(dir);
                 for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
                     let name = entry.file_name();

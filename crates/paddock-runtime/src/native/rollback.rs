@@ -1,29 +1,150 @@
 //! Rolling a sandbox back to a snapshot by restarting it on a copy of the snapshot.
 //!
 //! The sandbox keeps its id, run directory, lock, cgroups (so its limits, and its usage counters) and
-//! disk limit; its processes do not survive. In order: the new setup shim is spawned (its exec
-//! overlaps the rest), the init is killed (which ends its PID namespace) and reaped, the sandbox is
-//! thawed if it was paused (a frozen cgroup would freeze the new init too), and then, as at creation,
-//! the shim builds the new sandbox while the old subvolume is moved to the pool's trash (deleted in the
-//! background) and a writable copy of the snapshot takes its place, with the disk limit re-applied:
-//! the spare made ahead of time for it (`Backend::prepare_rollback`, a rename) or else a new snapshot
-//! (a transaction commit, a few milliseconds).
+//! disk limit; its processes do not survive. Two paths:
+//!
+//! - **Prepared** (`Backend::prepare_rollback`, run in the background after a checkpoint): a complete
+//!   second sandbox, `<id>.next`, is booted ahead of time on a writable copy of the snapshot, with the
+//!   sandbox's own hostname, mounts and user, its own run directory and cgroups, and an idle agent.
+//!   Nothing runs in it, so its files stay exactly the snapshot's. The rollback then only kills the
+//!   old init, moves the prepared sandbox's processes into the sandbox's cgroups, renames its volume
+//!   into place (the old one goes to the pool's trash, deleted in the background) and moves its agent
+//!   socket, log and init record into the sandbox's run directory: no transaction commit, no setup.
+//! - **Cold** (no prepared sandbox for this snapshot): the new setup shim is spawned (its exec overlaps
+//!   the rest), the init is killed (which ends its PID namespace) and reaped, the sandbox is thawed if
+//!   it was paused (a frozen cgroup would freeze the new init too), and then, as at creation, the shim
+//!   builds the new sandbox while the old subvolume goes to the trash and a writable snapshot of the
+//!   snapshot takes its place (with the disk limit re-applied).
 //!
 //! Swapping the subvolume under a live, frozen sandbox instead would keep its processes, but
-//! Landlock rules do not follow replaced mounts (see ARCHITECTURE.md, "Snapshots").
+//! Landlock rules do not follow replaced mounts (see ARCHITECTURE.md, "Snapshots"); a prepared sandbox
+//! gets its rules at its own setup, like any other.
 
 use std::fs;
 use std::io;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+use std::sync::PoisonError;
 use std::time::Instant;
 
-use paddock_types::{ByteSize, SandboxId, SnapshotId, VolumeSource};
+use paddock_types::{ByteSize, Limits, SandboxId, SnapshotId, VolumeSource};
 
 use super::adopt::InitRecord;
+use super::cgroup::SandboxCgroup;
 use super::lifecycle::{kill_init, reap, state_err, NativeSandbox, Shim, KILL_DEADLINE};
+use super::lock::StateLock;
 use super::NativeBackend;
 use crate::{RuntimeError, SandboxHandle};
 
+/// Limits of a prepared sandbox while it waits (only its idle agent runs; at the rollback its
+/// processes move into the sandbox's own cgroups and limits).
+const PREPARED_LIMITS: Limits = Limits {
+    memory: None,
+    cpus: None,
+    pids: Some(16),
+    disk: None,
+};
+
+/// A sandbox booted ahead of a rollback, on a writable copy of `snapshot` (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    snapshot: SnapshotId,
+    /// `<id>.next`: its run directory, cgroups and volume go by this name.
+    name: String,
+    run_dir: PathBuf,
+    cgroup: SandboxCgroup,
+    init_pid: i32,
+    pidfd: Option<OwnedFd>,
+    _lock: StateLock,
+}
+
 impl NativeBackend {
+    /// [`Backend::prepare_rollback`](crate::Backend::prepare_rollback): boots `<id>.next` on a copy of
+    /// `snapshot`, replacing one prepared for another snapshot.
+    pub(super) fn prepare(&self, handle: &SandboxHandle, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
+        let sb = &handle.inner;
+        let mut next = sb.next.lock().unwrap_or_else(PoisonError::into_inner);
+        if next.as_ref().is_some_and(|p| &p.snapshot == snapshot) {
+            return Ok(());
+        }
+        if let Some(old) = next.take() {
+            self.discard(old);
+        }
+        let boot = sb.boot.as_deref().ok_or_else(|| {
+            RuntimeError::Unsupported(format!(
+                "sandbox {} was started by an older paddock that did not record how to restart it",
+                handle.id
+            ))
+        })?;
+        self.pool.existing_snapshot(snapshot)?;
+        let t = Instant::now();
+        let shim = Shim::start(&self.config.setup_binary)?;
+        let name = format!("{}.next", handle.id);
+        let run_dir = self.run_dir(&name);
+        // As at creation: the run directory appears under its name only with its lock held.
+        let staging = run_dir.with_file_name(format!(".new-{name}"));
+        fs::create_dir(&staging).map_err(state_err("create", &staging))?;
+        let lock = StateLock::acquire(&staging.join("lock"))?;
+        if run_dir.exists() {
+            // Left by a crash; gc would reclaim it, but it is in the way now.
+            self.reclaim(&name)?;
+        }
+        fs::rename(&staging, &run_dir).map_err(state_err("rename", &staging))?;
+        let cgroup = match self.cgroups.create_named(&name, &PREPARED_LIMITS) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&run_dir);
+                return Err(e);
+            }
+        };
+        let volume = self.pool.volume_path(&name);
+        let source = VolumeSource::Snapshot(snapshot.clone());
+        let started = self
+            .start(&handle.id, boot, &run_dir, &cgroup, &volume, shim, || {
+                self.pool.create_volume_as(&name, &source, None).map(drop)
+            })
+            .and_then(|pid| InitRecord::of(pid).and_then(|r| r.write(&run_dir)).map(|()| pid));
+        let init_pid = match started {
+            Ok(pid) => pid,
+            Err(e) => {
+                if let Err(cleanup) = self.cleanup(&name, &cgroup, &run_dir) {
+                    tracing::warn!(sandbox_id = %handle.id, error = %cleanup, "cleanup after a failed rollback preparation");
+                }
+                return Err(e);
+            }
+        };
+        *next = Some(Prepared {
+            snapshot: snapshot.clone(),
+            name,
+            run_dir,
+            cgroup,
+            init_pid,
+            pidfd: paddock_sys::namespace::pidfd_open(init_pid).ok(),
+            _lock: lock,
+        });
+        tracing::debug!(sandbox_id = %handle.id, snapshot = %snapshot, us = t.elapsed().as_micros() as u64, "rollback prepared");
+        Ok(())
+    }
+
+    /// [`Backend::discard_rollback`](crate::Backend::discard_rollback).
+    pub(super) fn discard_prepared(&self, sb: &NativeSandbox) {
+        if let Some(prepared) = sb.next.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            self.discard(prepared);
+        }
+    }
+
+    /// Kills a prepared sandbox and removes everything of it.
+    fn discard(&self, prepared: Prepared) {
+        kill_pid(prepared.pidfd.as_ref(), prepared.init_pid);
+        // It is this process's child (the shim clones it with CLONE_PARENT).
+        if let Some(pid) = rustix::process::Pid::from_raw(prepared.init_pid) {
+            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+        }
+        if let Err(e) = self.cleanup(&prepared.name, &prepared.cgroup, &prepared.run_dir) {
+            tracing::warn!(name = %prepared.name, error = %e, "cannot remove a prepared sandbox; gc will");
+        }
+    }
+
     /// [`Backend::rollback_sandbox`](crate::Backend::rollback_sandbox). On failure everything of the
     /// sandbox is removed, as by `destroy_sandbox`.
     pub(super) fn rollback(
@@ -36,7 +157,22 @@ impl NativeBackend {
             agent_socket,
             inner: mut sb,
         } = handle;
-        match self.restart_on(&id, &mut sb, snapshot) {
+        let prepared = {
+            let mut next = sb.next.lock().unwrap_or_else(PoisonError::into_inner);
+            match next.take() {
+                Some(p) if &p.snapshot == snapshot => Some(p),
+                Some(other) => {
+                    self.discard(other);
+                    None
+                }
+                None => None,
+            }
+        };
+        let restarted = match prepared {
+            Some(p) => self.switch_to(&id, &mut sb, p),
+            None => self.restart_on(&id, &mut sb, snapshot),
+        };
+        match restarted {
             Ok(()) => Ok(SandboxHandle {
                 id,
                 agent_socket,
@@ -56,6 +192,75 @@ impl NativeBackend {
         }
     }
 
+    /// The prepared path: the sandbox becomes its prepared copy.
+    fn switch_to(
+        &self,
+        id: &SandboxId,
+        sb: &mut NativeSandbox,
+        prepared: Prepared,
+    ) -> Result<(), RuntimeError> {
+        let start = Instant::now();
+        // The limit in force now (it may have changed since creation), not the one created with.
+        let disk = self.pool.volume_usage(id.as_str())?.limit.map(ByteSize::bytes);
+        self.kill_old(sb)?;
+        let killed = start.elapsed();
+        let switched = (|| {
+            sb.cgroup.take_processes_of(&prepared.cgroup)?;
+            self.pool.retire_volume(id.as_str())?;
+            let from = self.pool.volume_path(&prepared.name);
+            let to = self.pool.volume_path(id.as_str());
+            fs::rename(&from, &to).map_err(state_err("move a prepared volume into place", &from))?;
+            if disk.is_some() {
+                self.pool.set_disk_limit(id.as_str(), disk)?;
+            }
+            for file in ["agent.sock", "agent.log"] {
+                let from = prepared.run_dir.join(file);
+                fs::rename(&from, sb.run_dir.join(file)).map_err(state_err("move", &from))?;
+            }
+            InitRecord::of(prepared.init_pid)?.write(&sb.run_dir)
+        })();
+        let Prepared {
+            name,
+            run_dir,
+            cgroup,
+            init_pid,
+            pidfd,
+            ..
+        } = prepared;
+        // The new init is this process's child (CLONE_PARENT by the shim this process started).
+        sb.init_pid = init_pid;
+        sb.pidfd = pidfd;
+        sb.child = true;
+        sb.reaped = false;
+        if let Err(e) = switched {
+            let _ = self.cleanup(&name, &cgroup, &run_dir);
+            return Err(e);
+        }
+        let _ = cgroup.remove();
+        let _ = fs::remove_dir_all(&run_dir);
+        let _ = fs::remove_dir(sb.run_dir.join("root"));
+        tracing::debug!(
+            sandbox_id = %id,
+            kill_us = killed.as_micros() as u64,
+            total_us = start.elapsed().as_micros() as u64,
+            "rolled back to a prepared sandbox"
+        );
+        Ok(())
+    }
+
+    /// Ends the sandbox's current processes (its init, so its PID namespace, and anything left in its
+    /// cgroups), thawing it first if it was paused.
+    fn kill_old(&self, sb: &mut NativeSandbox) -> Result<(), RuntimeError> {
+        kill_init(sb);
+        // A paused sandbox's processes die frozen; the new init must not join a frozen cgroup.
+        if sb.cgroup.frozen().unwrap_or(false) {
+            sb.cgroup.thaw()?;
+        }
+        reap(sb);
+        sb.cgroup.kill_all(KILL_DEADLINE)
+    }
+
+    /// The cold path.
     fn restart_on(
         &self,
         id: &SandboxId,
@@ -69,17 +274,9 @@ impl NativeBackend {
                 "sandbox {id} was started by an older paddock that did not record how to restart it"
             ))
         })?;
-        // The limit in force now (it may have changed since creation), not the one created with.
         let disk = self.pool.volume_usage(id.as_str())?.limit.map(ByteSize::bytes);
         let shim = Shim::start(&self.config.setup_binary)?;
-
-        kill_init(sb);
-        // A paused sandbox's processes die frozen; the new init must not join a frozen cgroup.
-        if sb.cgroup.frozen().unwrap_or(false) {
-            sb.cgroup.thaw()?;
-        }
-        reap(sb);
-        sb.cgroup.kill_all(KILL_DEADLINE)?;
+        self.kill_old(sb)?;
         let killed = start.elapsed();
 
         let root_mount = sb.run_dir.join("root");
@@ -88,22 +285,10 @@ impl NativeBackend {
             _ => {}
         }
         let source = VolumeSource::Snapshot(snapshot.clone());
-        let mut swapped = None;
-        let mut spare = false;
-        let pid = self.start(id, &boot, &sb.run_dir, &sb.cgroup, shim, || {
-            let t = Instant::now();
+        let volume = self.pool.volume_path(id.as_str());
+        let pid = self.start(id, &boot, &sb.run_dir, &sb.cgroup, &volume, shim, || {
             self.pool.retire_volume(id.as_str())?;
-            let retired = t.elapsed();
-            let volume = if self.pool.take_spare(snapshot, id.as_str())? {
-                spare = true;
-                if disk.is_some() {
-                    self.pool.set_disk_limit(id.as_str(), disk)?;
-                }
-                self.pool.volume_path(id.as_str())
-            } else {
-                self.pool.create_volume(id, &source, disk)?
-            };
-            swapped = Some((retired, t.elapsed() - retired));
+            let volume = self.pool.create_volume(id, &source, disk)?;
             // A snapshot of another sandbox carries that one's hostname.
             let hostname = fs::read_to_string(volume.join("etc/hostname")).unwrap_or_default();
             if hostname.trim_end() != id.as_str() {
@@ -121,12 +306,23 @@ impl NativeBackend {
             sandbox_id = %id,
             snapshot = %snapshot,
             kill_us = killed.as_micros() as u64,
-            retire_us = swapped.map_or(0, |d| d.0.as_micros() as u64),
-            volume_us = swapped.map_or(0, |d| d.1.as_micros() as u64),
-            spare,
             total_us = start.elapsed().as_micros() as u64,
-            "rolled back"
+            "rolled back by a restart"
         );
         Ok(())
+    }
+}
+
+/// SIGKILL to a process, through its pidfd when there is one.
+fn kill_pid(pidfd: Option<&OwnedFd>, pid: i32) {
+    match pidfd {
+        Some(fd) => {
+            let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
+        }
+        None => {
+            if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+            }
+        }
     }
 }

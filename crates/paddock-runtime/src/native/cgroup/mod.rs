@@ -188,7 +188,7 @@ impl CgroupLayout {
             for e in rd.flatten() {
                 if e.file_type().is_ok_and(|t| t.is_dir()) {
                     if let Some(name) = e.file_name().to_str() {
-                        if name.parse::<SandboxId>().is_ok() && !ids.iter().any(|i| i == name) {
+                        if is_sandbox_name(name) && !ids.iter().any(|i| i == name) {
                             ids.push(name.to_owned());
                         }
                     }
@@ -225,8 +225,13 @@ impl CgroupLayout {
 
     /// Creates the cgroups of sandbox `id` with `limits` applied.
     pub fn create(&self, id: &SandboxId, limits: &Limits) -> Result<SandboxCgroup, RuntimeError> {
+        self.create_named(id.as_str(), limits)
+    }
+
+    /// [`Self::create`] under another name than a sandbox id (a sandbox prepared for a rollback).
+    pub fn create_named(&self, name: &str, limits: &Limits) -> Result<SandboxCgroup, RuntimeError> {
         self.ensure_parents()?;
-        let cg = self.sandbox(id.as_str());
+        let cg = self.sandbox(name);
         for dir in cg.dirs() {
             fs::create_dir(dir).map_err(io_err(dir, "create"))?;
         }
@@ -276,6 +281,23 @@ impl SandboxCgroup {
         pids.sort_unstable();
         pids.dedup();
         pids
+    }
+
+    /// Moves every process of `other` into these cgroups, hierarchy by hierarchy (a prepared sandbox
+    /// taking the place of the one it replaces, which keeps its limits and usage counters).
+    pub fn take_processes_of(&self, other: &SandboxCgroup) -> Result<(), RuntimeError> {
+        for (from, to) in other.procs_files().iter().zip(self.procs_files()) {
+            let pids = fs::read_to_string(from).map_err(io_err(from, "read"))?;
+            for pid in pids.lines().filter(|l| !l.trim().is_empty()) {
+                match fs::write(&to, pid.trim()) {
+                    Ok(()) => {}
+                    // It exited meanwhile.
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) => return Err(io_err(&to, "write")(e)),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Kills every process in the sandbox and waits (up to `deadline`) until none is left.
@@ -331,4 +353,13 @@ impl SandboxCgroup {
         }
         first_err.map_or(Ok(()), Err)
     }
+}
+
+/// Whether `name` names a sandbox's cgroups: a sandbox id, or one with `.next` (a sandbox prepared for
+/// its rollback).
+pub(crate) fn is_sandbox_name(name: &str) -> bool {
+    name.strip_suffix(".next")
+        .unwrap_or(name)
+        .parse::<SandboxId>()
+        .is_ok()
 }
