@@ -50,6 +50,15 @@ impl NativeSandbox {
     }
 }
 
+/// Where a sandbox's init starts: its run directory, cgroups and volume (the sandbox's own, or those of
+/// a copy prepared for its rollback).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Slot<'a> {
+    pub(super) run_dir: &'a Path,
+    pub(super) cgroup: &'a SandboxCgroup,
+    pub(super) volume: &'a Path,
+}
+
 /// What starting a sandbox's init needs besides its id, run directory and cgroups: kept in
 /// `<run>/boot.json` so that a rollback can restart an adopted sandbox too. Limits are not in it: they
 /// live in the cgroups and the qgroup, which a rollback keeps.
@@ -173,12 +182,15 @@ impl NativeBackend {
         &self,
         id: &SandboxId,
         boot: &BootSpec,
-        run_dir: &Path,
-        cgroup: &SandboxCgroup,
-        volume: &Path,
+        slot: Slot<'_>,
         mut shim: Shim,
         make_volume: impl FnOnce() -> Result<(), RuntimeError>,
     ) -> Result<i32, RuntimeError> {
+        let Slot {
+            run_dir,
+            cgroup,
+            volume,
+        } = slot;
         let root_mount = run_dir.join("root");
         fs::create_dir(&root_mount).map_err(state_err("create", &root_mount))?;
         let setup = SetupSpec {
@@ -387,7 +399,12 @@ impl Backend for NativeBackend {
             .write(&run_dir)
             .and_then(|()| {
                 let volume = self.pool.volume_path(id);
-                self.start(&spec.id, &boot, &run_dir, &cgroup, &volume, shim, || {
+                let slot = Slot {
+                    run_dir: &run_dir,
+                    cgroup: &cgroup,
+                    volume: &volume,
+                };
+                self.start(&spec.id, &boot, slot, shim, || {
                     let volume = self
                         .pool
                         .create_volume(&spec.id, &spec.volume, spec.limits.disk)?;

@@ -31,7 +31,7 @@ use paddock_types::{ByteSize, Limits, SandboxId, SnapshotId, VolumeSource};
 
 use super::adopt::InitRecord;
 use super::cgroup::SandboxCgroup;
-use super::lifecycle::{kill_init, reap, state_err, NativeSandbox, Shim, KILL_DEADLINE};
+use super::lifecycle::{kill_init, reap, state_err, NativeSandbox, Shim, Slot, KILL_DEADLINE};
 use super::lock::StateLock;
 use super::NativeBackend;
 use crate::{RuntimeError, SandboxHandle};
@@ -100,9 +100,17 @@ impl NativeBackend {
         let volume = self.pool.volume_path(&name);
         let source = VolumeSource::Snapshot(snapshot.clone());
         let started = self
-            .start(&handle.id, boot, &run_dir, &cgroup, &volume, shim, || {
-                self.pool.create_volume_as(&name, &source, None).map(drop)
-            })
+            .start(
+                &handle.id,
+                boot,
+                Slot {
+                    run_dir: &run_dir,
+                    cgroup: &cgroup,
+                    volume: &volume,
+                },
+                shim,
+                || self.pool.create_volume_as(&name, &source, None).map(drop),
+            )
             .and_then(|pid| InitRecord::of(pid).and_then(|r| r.write(&run_dir)).map(|()| pid));
         let init_pid = match started {
             Ok(pid) => pid,
@@ -286,7 +294,12 @@ impl NativeBackend {
         }
         let source = VolumeSource::Snapshot(snapshot.clone());
         let volume = self.pool.volume_path(id.as_str());
-        let pid = self.start(id, &boot, &sb.run_dir, &sb.cgroup, &volume, shim, || {
+        let slot = Slot {
+            run_dir: &sb.run_dir,
+            cgroup: &sb.cgroup,
+            volume: &volume,
+        };
+        let pid = self.start(id, &boot, slot, shim, || {
             self.pool.retire_volume(id.as_str())?;
             let volume = self.pool.create_volume(id, &source, disk)?;
             // A snapshot of another sandbox carries that one's hostname.
