@@ -2,7 +2,8 @@
 //!
 //! A sandbox is alive while some process holds the lock on `<state>/run/<id>/lock`. Anything of a
 //! sandbox whose lock is free (its run directory, cgroups, subvolume) is garbage; so are cgroups and
-//! subvolumes with no run directory at all (a crash between creation steps).
+//! subvolumes with no run directory at all (a crash between creation steps), and the staging subvolume
+//! of an import whose process died (`transfer/staging.rs`).
 
 use std::fs;
 use std::time::Duration;
@@ -59,6 +60,8 @@ impl NativeBackend {
                 }
             }
         }
+        // Imports interrupted by a crash: their staging subvolumes (not sandboxes: not returned).
+        super::transfer::collect_abandoned_imports(&self.pool);
         let mut orphans: Vec<String> = self.cgroups.list_ids();
         orphans.extend(self.pool.list_volumes());
         orphans.sort();

@@ -8,6 +8,7 @@
 //!                            or of a snapshot (a fork; a rollback)
 //! <pool>/snapshots/<id>      read-only snapshots of sandboxes/<id> (`sn-...`), owned by nobody but the
 //!                            caller that took them: gc never touches them, `pool destroy` removes them
+//! <pool>/imports/<id>        an imported snapshot being unpacked (`transfer/staging.rs`)
 //! ```
 //!
 //! When the state directory is not on btrfs, the pool is a sparse image file `<state>/pool.img`
@@ -360,6 +361,8 @@ impl StoragePool {
                 btrfs::delete_subvolume(&snapshots, name)
                     .map_err(pool_err("delete snapshot", &entry.path()))?;
             }
+            let imports = root.join("imports");
+            super::transfer::delete_all_imports(&root).map_err(pool_err("delete imports in", &imports))?;
         }
         let image = state_dir.join("pool.img");
         if image.exists() {
