@@ -629,6 +629,11 @@ mod tests {
         assert_eq!(errno(&err), libc::EROFS);
         fs::rename(mnt.join("rw"), mnt.join("rw-moved")).expect("a read-only subvolume can be renamed");
         fs::rename(mnt.join("rw-moved"), mnt.join("rw")).expect("and back");
+        // ... but not moved to another directory: its `..` entry would change.
+        fs::create_dir(mnt.join("elsewhere")).expect("mkdir");
+        let err = fs::rename(mnt.join("rw"), mnt.join("elsewhere/rw")).expect_err("cross-directory move");
+        assert_eq!(errno(&err), libc::EROFS);
+        fs::remove_dir(mnt.join("elsewhere")).expect("rmdir");
         set_subvolume_readonly(&mnt.join("rw"), false).expect("writable again");
         fs::write(mnt.join("rw/later"), b"x").expect("writable again");
         delete_subvolume(mnt, "ro").expect("delete read-only snapshot");

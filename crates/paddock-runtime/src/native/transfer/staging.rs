@@ -1,8 +1,8 @@
 //! Where an import is unpacked: a fresh subvolume `<pool>/imports/<sn-id>`, owned by the process
 //! holding the `flock` on `<pool>/imports/<sn-id>.lock`.
 //!
-//! It becomes a snapshot by being made read-only and renamed to `<pool>/snapshots/<sn-id>`
-//! (`renameat2(RENAME_NOREPLACE)`: it appears whole, or not at all). On any failure, and when
+//! It becomes a snapshot by being renamed to `<pool>/snapshots/<sn-id>` (`renameat2(RENAME_NOREPLACE)`:
+//! it appears whole, or not at all) and made read-only, before the caller records it. On any failure, and when
 //! dropped unfinished, it is deleted. A process that dies mid-import leaves it with a free lock, and
 //! [`collect_abandoned_imports`] (part of the backend's gc) deletes it.
 
@@ -84,12 +84,13 @@ impl ImportStaging {
         &self.path
     }
 
-    /// Commits the unpacked files to disk, makes the subvolume read-only and moves it to
-    /// `snapshots/<snapshot>` (refused if that exists).
+    /// Commits the unpacked files to disk, moves the subvolume to `snapshots/<snapshot>` (refused if
+    /// that exists) and makes it read-only. (In that order: btrfs refuses to move a read-only
+    /// subvolume to another directory, whose `..` would change. Until the caller records it, the
+    /// snapshot is storage without a record, which startup gc removes.)
     pub(crate) fn finish(mut self, pool: &StoragePool, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
         // A snapshot whose record exists must not lose files to a crash before the next commit.
         btrfs::sync(&self.path).map_err(pool_err("sync", &self.path))?;
-        btrfs::set_subvolume_readonly(&self.path, true).map_err(pool_err("make read-only", &self.path))?;
         let snapshots = pool.root().join("snapshots");
         let open = |p: &Path| {
             rustix::fs::open(
@@ -101,6 +102,7 @@ impl ImportStaging {
         };
         let from = open(&self.dir)?;
         let to = open(&snapshots)?;
+        let target = pool.snapshot_path(snapshot);
         rustix::fs::renameat_with(
             &from,
             self.name.as_str(),
@@ -108,7 +110,12 @@ impl ImportStaging {
             snapshot.as_str(),
             RenameFlags::NOREPLACE,
         )
-        .map_err(|e| pool_err("move into place", &pool.snapshot_path(snapshot))(e.into()))?;
+        .map_err(|e| pool_err("move into place", &target)(e.into()))?;
+        // From here the subvolume is `snapshots/<snapshot>`: deleted there if this fails.
+        self.dir = snapshots;
+        self.name = snapshot.to_string();
+        self.path = target;
+        btrfs::set_subvolume_readonly(&self.path, true).map_err(pool_err("make read-only", &self.path))?;
         self.done = true;
         let _ = fs::remove_file(&self.lock_path);
         self.lock.take();
