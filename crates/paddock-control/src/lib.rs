@@ -22,6 +22,7 @@ mod principal;
 mod sandboxes;
 mod service;
 mod signals;
+mod snapshot_transfer;
 mod snapshots;
 mod streams;
 mod watch;
