@@ -176,7 +176,7 @@ pub(crate) fn panic_response(payload: Box<dyn Any + Send + 'static>) -> Response
 mod tests {
     use super::*;
 
-    const ALL_CODES: [ErrorCode; 21] = [
+    const ALL_CODES: [ErrorCode; 22] = [
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::InvalidRequest,
@@ -194,6 +194,7 @@ mod tests {
         ErrorCode::QuotaExceeded,
         ErrorCode::NoSpace,
         ErrorCode::PayloadTooLarge,
+        ErrorCode::InvalidArchive,
         ErrorCode::Unsupported,
         ErrorCode::Timeout,
         ErrorCode::Unavailable,
@@ -213,7 +214,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_code_is_answered_with_its_status_and_body() {
-        let expected: [(ErrorCode, u16); 21] = [
+        let expected: [(ErrorCode, u16); 22] = [
             (ErrorCode::Unauthorized, 401),
             (ErrorCode::Forbidden, 403),
             (ErrorCode::InvalidRequest, 400),
@@ -231,6 +232,7 @@ mod tests {
             (ErrorCode::QuotaExceeded, 429),
             (ErrorCode::NoSpace, 507),
             (ErrorCode::PayloadTooLarge, 413),
+            (ErrorCode::InvalidArchive, 400),
             (ErrorCode::Unsupported, 501),
             (ErrorCode::Timeout, 504),
             (ErrorCode::Unavailable, 503),

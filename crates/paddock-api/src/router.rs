@@ -17,7 +17,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::rest::{admin, files, meta, processes, sandboxes, snapshots, ws};
+use crate::rest::{admin, files, meta, processes, sandboxes, snapshot_transfer, snapshots, ws};
 use crate::{observe, ApiError};
 
 /// The API's router: every route of the table, JSON answers for unknown endpoints (404) and methods
@@ -75,6 +75,8 @@ where
         .routes(routes!(snapshots::stop_sandbox))
         .routes(routes!(snapshots::resume_sandbox))
         .routes(routes!(snapshots::diff_sandbox))
+        .routes(routes!(snapshot_transfer::export_snapshot))
+        .routes(routes!(snapshot_transfer::import_snapshot))
         .routes(routes!(processes::exec))
         .routes(routes!(ws::exec_ws))
         .routes(routes!(processes::list_processes))
@@ -242,6 +244,8 @@ mod tests {
         ("POST", "/v1/sandboxes/{id}/stop"),
         ("POST", "/v1/sandboxes/{id}/resume"),
         ("GET", "/v1/sandboxes/{id}/diff"),
+        ("GET", "/v1/snapshots/{snapshot_id}/export"),
+        ("POST", "/v1/snapshots/import"),
     ];
 
     const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];

@@ -22,6 +22,8 @@ pub struct ServiceConfig {
     pub reaper_interval: Duration,
     /// How long ended sandboxes stay listed (`state=all`) before their rows are purged.
     pub history_retention: Duration,
+    /// The largest snapshot archive an import accepts, in bytes (413 `payload_too_large` past it).
+    pub max_import_bytes: u64,
 }
 
 /// A template: a root file system and how many sandboxes of it to keep warm.
@@ -56,6 +58,7 @@ impl Default for ServiceConfig {
             templates,
             reaper_interval: Duration::from_secs(1),
             history_retention: Duration::from_secs(7 * 24 * 3600),
+            max_import_bytes: 10 << 30,
         }
     }
 }

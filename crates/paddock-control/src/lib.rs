@@ -23,6 +23,7 @@ mod principal;
 mod sandboxes;
 mod service;
 mod signals;
+mod snapshot_transfer;
 mod snapshots;
 mod stop;
 mod streams;

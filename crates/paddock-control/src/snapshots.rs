@@ -27,9 +27,9 @@ use crate::{Principal, SandboxService, ServiceError};
 pub const MAX_FORKS: u32 = 100;
 /// How many copies of a fork boot at once.
 const FORK_CONCURRENCY: usize = 16;
-const MAX_NAME_LEN: usize = 256;
+pub(crate) const MAX_NAME_LEN: usize = 256;
 
-fn snapshot_not_found(id: &str) -> ServiceError {
+pub(crate) fn snapshot_not_found(id: &str) -> ServiceError {
     ServiceError::new(ErrorCode::SnapshotNotFound, format!("snapshot {id} not found"))
 }
 
@@ -40,7 +40,7 @@ fn kind_body(kind: SnapshotKind) -> SnapshotKindBody {
     }
 }
 
-fn info(r: &SnapshotRecord) -> SnapshotInfo {
+pub(crate) fn info(r: &SnapshotRecord) -> SnapshotInfo {
     SnapshotInfo {
         id: r.id.clone(),
         sandbox_id: r.sandbox_id.clone(),
@@ -53,7 +53,7 @@ fn info(r: &SnapshotRecord) -> SnapshotInfo {
     }
 }
 
-fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), ServiceError> {
+pub(crate) fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), ServiceError> {
     for (k, v) in labels {
         if k.is_empty() || k.len() > MAX_NAME_LEN || v.len() > MAX_NAME_LEN {
             return Err(ServiceError::invalid(
@@ -133,7 +133,7 @@ impl SandboxService {
         let new = NewSnapshot {
             id: snapshot.to_string(),
             tenant: p.tenant.clone(),
-            sandbox_id: sb.id.clone(),
+            sandbox_id: Some(sb.id.clone()),
             kind,
             name,
             labels,
@@ -258,7 +258,7 @@ impl SandboxService {
             principal: p,
             tenant: Some(record.tenant.clone()),
             action,
-            sandbox: Some(&record.sandbox_id),
+            sandbox: record.sandbox_id.as_deref(),
             outcome: "ok".into(),
             detail: serde_json::json!({ "snapshot": record.id, "kind": record.kind.as_str() }),
         }
@@ -377,11 +377,11 @@ impl SandboxService {
                     })?
             }
         };
-        if record.sandbox_id != id {
+        if record.sandbox_id.as_deref() != Some(id) {
             return Err(ServiceError::invalid(
                 "snapshot",
                 format!(
-                    "snapshot {} was taken of another sandbox; create a sandbox from it instead",
+                    "snapshot {} was not taken of this sandbox; create a sandbox from it instead",
                     record.id
                 ),
             ));

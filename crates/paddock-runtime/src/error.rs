@@ -57,4 +57,21 @@ pub enum RuntimeError {
     /// The agent did not come up or answer.
     #[error("agent: {0}")]
     Agent(String),
+    /// An archive to import is malformed or unsafe (a path leaving the tree, a device node, an owner
+    /// outside the sandbox id range, a truncation...). Nothing of it was kept.
+    #[error("invalid archive: {0}")]
+    InvalidArchive(String),
+    /// An archive to import is larger than the import allows. Nothing of it was kept.
+    #[error("archive too large: {0}")]
+    ArchiveTooLarge(String),
+    /// Reading an archive from, or writing one to, the caller's stream failed (the other side went
+    /// away).
+    #[error("failed to {what} the archive stream")]
+    Stream {
+        /// "read" or "write".
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
 }

@@ -19,6 +19,7 @@ pub mod native;
 use std::path::PathBuf;
 
 pub use error::RuntimeError;
+pub use native::transfer::{ImportLimits, TransferSummary};
 pub use native::{NativeBackend, NativeConfig};
 use paddock_types::{Limits, SandboxId, SandboxSpec, SnapshotId};
 use serde::{Deserialize, Serialize};
@@ -177,6 +178,27 @@ pub trait Backend {
     async fn snapshot_usage(&self, snapshot: &SnapshotId) -> Result<SnapshotUsage, RuntimeError>;
     /// Every snapshot that exists, whoever took it (for garbage collection against records).
     fn list_snapshots(&self) -> Result<Vec<SnapshotId>, RuntimeError>;
+    /// Writes `snapshot` to `out` as a POSIX (pax) tar stream: its tree with owners as the sandbox
+    /// sees them, modes, mtimes, symlinks, hard links and file contents (fifos, sockets and devices
+    /// are skipped). [`RuntimeError::InvalidSpec`] if it does not exist; [`RuntimeError::Stream`] if
+    /// `out` fails. Blocking, and as long as the stream: call it from a blocking thread.
+    fn export_snapshot(
+        &self,
+        snapshot: &SnapshotId,
+        out: &mut dyn std::io::Write,
+    ) -> Result<TransferSummary, RuntimeError>;
+    /// Creates the read-only snapshot `snapshot` from the tar stream `input` (as
+    /// [`Backend::export_snapshot`] writes them), usable like a taken one. The archive is untrusted:
+    /// it is unpacked into a staging area it cannot leave, refused with
+    /// [`RuntimeError::InvalidArchive`] or [`RuntimeError::ArchiveTooLarge`] when unsafe, malformed
+    /// or past `limits`, and on any error nothing of it remains. Blocking: call it from a blocking
+    /// thread.
+    fn import_snapshot(
+        &self,
+        snapshot: &SnapshotId,
+        input: &mut dyn std::io::Read,
+        limits: &ImportLimits,
+    ) -> Result<TransferSummary, RuntimeError>;
     /// What changed in the sandbox's files since `snapshot` (added, modified, deleted paths, and
     /// unified diffs of text files when asked). Walks both trees: blocking work, bounded by `options`.
     async fn diff_sandbox(
@@ -307,6 +329,25 @@ impl Backend for AnyBackend {
     fn list_snapshots(&self) -> Result<Vec<SnapshotId>, RuntimeError> {
         match self {
             Self::Native(b) => b.list_snapshots(),
+        }
+    }
+    fn export_snapshot(
+        &self,
+        snapshot: &SnapshotId,
+        out: &mut dyn std::io::Write,
+    ) -> Result<TransferSummary, RuntimeError> {
+        match self {
+            Self::Native(b) => b.export_snapshot(snapshot, out),
+        }
+    }
+    fn import_snapshot(
+        &self,
+        snapshot: &SnapshotId,
+        input: &mut dyn std::io::Read,
+        limits: &ImportLimits,
+    ) -> Result<TransferSummary, RuntimeError> {
+        match self {
+            Self::Native(b) => b.import_snapshot(snapshot, input, limits),
         }
     }
     async fn diff_sandbox(

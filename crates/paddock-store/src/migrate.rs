@@ -31,10 +31,14 @@ const MIGRATIONS: &[Migration] = &[
         version: 3,
         sql: include_str!("../migrations/0003_stopped.sql"),
     },
+    Migration {
+        version: 4,
+        sql: include_str!("../migrations/0004_snapshot_import.sql"),
+    },
 ];
 
 /// The schema version this binary writes and understands.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

@@ -41,7 +41,8 @@ impl SnapshotKind {
 pub struct NewSnapshot {
     pub id: String,
     pub tenant: String,
-    pub sandbox_id: String,
+    /// The sandbox it was taken of; `None` for an imported snapshot (always `Some` for a checkpoint).
+    pub sandbox_id: Option<String>,
     pub kind: SnapshotKind,
     pub name: Option<String>,
     pub labels: BTreeMap<String, String>,
@@ -53,7 +54,8 @@ pub struct NewSnapshot {
 pub struct SnapshotRecord {
     pub id: String,
     pub tenant: String,
-    pub sandbox_id: String,
+    /// The sandbox it was taken of; `None` for an imported snapshot.
+    pub sandbox_id: Option<String>,
     pub kind: SnapshotKind,
     pub name: Option<String>,
     pub labels: BTreeMap<String, String>,
@@ -227,7 +229,7 @@ fn mark_snapshot_deleted(conn: &Connection, id: &str, now_ms: i64) -> Result<boo
 type RawRow = (
     String,
     String,
-    String,
+    Option<String>,
     String,
     Option<String>,
     String,

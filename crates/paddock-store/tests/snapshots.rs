@@ -3,7 +3,7 @@
 mod support;
 
 use paddock_store::{NewSnapshot, SandboxState, SnapshotFilter, SnapshotKind, Store, StoreError};
-use support::{labels, new_sandbox};
+use support::{labels, new_sandbox, TempDb};
 
 fn store() -> Store {
     let store = Store::open_in_memory().expect("open");
@@ -16,7 +16,7 @@ fn snap(id: &str, tenant: &str, sandbox: &str, kind: SnapshotKind, at: i64) -> N
     NewSnapshot {
         id: id.to_owned(),
         tenant: tenant.to_owned(),
-        sandbox_id: sandbox.to_owned(),
+        sandbox_id: Some(sandbox.to_owned()),
         kind,
         name: Some(format!("name of {id}")),
         labels: labels(&[("k", id)]),
@@ -121,4 +121,67 @@ fn only_running_sandboxes_pause() {
     assert!(!s.set_sandbox_paused("sb-2", true).expect("not running"));
     assert!(s.set_sandbox_paused("sb-1", false).expect("resume"));
     assert!(!s.get_sandbox("sb-1").expect("get").expect("present").paused);
+}
+
+#[test]
+fn imported_snapshots_have_no_sandbox_but_checkpoints_must() {
+    let s = store();
+    let imported = NewSnapshot {
+        sandbox_id: None,
+        ..snap("sn-imp", "acme", "unused", SnapshotKind::Snapshot, 10)
+    };
+    s.insert_snapshot(&imported).expect("an imported snapshot");
+    let got = s.get_snapshot("sn-imp").expect("get").expect("present");
+    assert_eq!(got.sandbox_id, None);
+    assert_eq!(got.kind, SnapshotKind::Snapshot);
+    let filter = SnapshotFilter {
+        tenant: Some("acme".into()),
+        limit: 10,
+        ..Default::default()
+    };
+    assert_eq!(s.list_snapshots(&filter).expect("list").len(), 1);
+    let orphan_checkpoint = NewSnapshot {
+        sandbox_id: None,
+        ..snap("sn-cp", "acme", "unused", SnapshotKind::Checkpoint, 10)
+    };
+    assert!(
+        s.insert_snapshot(&orphan_checkpoint).is_err(),
+        "a checkpoint without a sandbox is refused"
+    );
+}
+
+#[test]
+fn snapshots_taken_before_imports_existed_survive_the_migration() {
+    let db = TempDb::new();
+    {
+        // A database as version 2 left it.
+        let raw = db.raw();
+        raw.execute_batch(
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL) STRICT;",
+        )
+        .expect("version table");
+        raw.execute_batch(include_str!("../migrations/0001_init.sql"))
+            .expect("migration 1");
+        raw.execute_batch(include_str!("../migrations/0002_snapshots.sql"))
+            .expect("migration 2");
+        raw.execute_batch(
+            "INSERT INTO schema_migrations VALUES (1, 0), (2, 0);
+             INSERT INTO tenants (name, max_sandboxes, created_at_ms) VALUES ('acme', 0, 0);
+             INSERT INTO snapshots (id, tenant, sandbox_id, kind, name, labels_json, created_at_ms)
+                 VALUES ('sn-old', 'acme', 'sb-1', 'checkpoint', 'n', '{\"a\":\"b\"}', 5);",
+        )
+        .expect("version 2 rows");
+    }
+    let s = db.open();
+    let got = s.get_snapshot("sn-old").expect("get").expect("kept");
+    assert_eq!(got.sandbox_id.as_deref(), Some("sb-1"));
+    assert_eq!(got.kind, SnapshotKind::Checkpoint);
+    assert_eq!(got.labels, labels(&[("a", "b")]));
+    assert_eq!(
+        s.latest_checkpoint("sb-1")
+            .expect("index works")
+            .expect("some")
+            .id,
+        "sn-old"
+    );
 }

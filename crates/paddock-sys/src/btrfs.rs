@@ -254,6 +254,30 @@ pub fn delete_subvolume(parent: &Path, name: &str) -> io::Result<()> {
     })
 }
 
+/// Makes the subvolume at `path` read-only, or writable again (`BTRFS_IOC_SUBVOL_SETFLAGS` with
+/// `BTRFS_SUBVOL_RDONLY` set or cleared, other flags kept). `path` must be a subvolume's root
+/// (`EINVAL` otherwise). Making a subvolume read-only commits nothing by itself: writes already made
+/// stay, later ones fail with `EROFS`.
+pub fn set_subvolume_readonly(path: &Path, readonly: bool) -> io::Result<()> {
+    let subvol = open_dir(path)?;
+    let flags = subvolume_flags(&subvol)?;
+    let wanted = if readonly {
+        flags | BTRFS_SUBVOL_RDONLY
+    } else {
+        flags & !BTRFS_SUBVOL_RDONLY
+    };
+    if wanted != flags {
+        set_subvolume_flags(&subvol, wanted)?;
+    }
+    Ok(())
+}
+
+/// Whether the subvolume at `path` is read-only (`BTRFS_IOC_SUBVOL_GETFLAGS`).
+pub fn subvolume_is_readonly(path: &Path) -> io::Result<bool> {
+    let subvol = open_dir(path)?;
+    Ok(subvolume_flags(&subvol)? & BTRFS_SUBVOL_RDONLY != 0)
+}
+
 /// The id of the subvolume that contains `path` (`BTRFS_IOC_INO_LOOKUP` with `treeid` 0, which the
 /// kernel answers with the tree of the inode the fd refers to). This is also the `<id>` of the
 /// subvolume's level-0 quota group `0/<id>`. The top-level subvolume is 5.
@@ -598,6 +622,20 @@ mod tests {
         let err = snapshot_subvolume(&mnt.join("base"), mnt, "a/b", false).expect_err("bad name");
         assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
 
+        assert!(subvolume_is_readonly(&mnt.join("ro")).expect("flags"));
+        assert!(!subvolume_is_readonly(&mnt.join("rw")).expect("flags"));
+        set_subvolume_readonly(&mnt.join("rw"), true).expect("make read-only");
+        let err = fs::write(mnt.join("rw/later"), b"x").expect_err("now read-only");
+        assert_eq!(errno(&err), libc::EROFS);
+        fs::rename(mnt.join("rw"), mnt.join("rw-moved")).expect("a read-only subvolume can be renamed");
+        fs::rename(mnt.join("rw-moved"), mnt.join("rw")).expect("and back");
+        // ... but not moved to another directory: its `..` entry would change.
+        fs::create_dir(mnt.join("elsewhere")).expect("mkdir");
+        let err = fs::rename(mnt.join("rw"), mnt.join("elsewhere/rw")).expect_err("cross-directory move");
+        assert_eq!(errno(&err), libc::EROFS);
+        fs::remove_dir(mnt.join("elsewhere")).expect("rmdir");
+        set_subvolume_readonly(&mnt.join("rw"), false).expect("writable again");
+        fs::write(mnt.join("rw/later"), b"x").expect("writable again");
         delete_subvolume(mnt, "ro").expect("delete read-only snapshot");
         delete_subvolume(mnt, "rw").expect("delete writable snapshot");
         assert!(!mnt.join("ro").exists() && !mnt.join("rw").exists());

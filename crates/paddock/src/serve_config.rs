@@ -7,6 +7,7 @@
 //! state_dir = "/var/lib/paddock"
 //! default_timeout = "5m"
 //! max_timeout = "24h"
+//! max_import = "10G"          # largest snapshot archive `POST /v1/snapshots/import` accepts
 //!
 //! [default_limits]
 //! memory = "1G"
@@ -37,6 +38,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::cli::{GlobalArgs, ServeArgs};
 use crate::config::{Config, DEFAULT_CGROUP_PARENT, DEFAULT_POOL_SIZE, DEFAULT_STATE_DIR};
+
+/// The largest snapshot archive an import accepts when the configuration names none.
+const DEFAULT_MAX_IMPORT: ByteSize = ByteSize::bytes(10 << 30);
 
 /// The name of the template that always exists.
 pub const DEFAULT_TEMPLATE: &str = "default";
@@ -70,6 +74,8 @@ pub struct ServeConfig {
     pub reaper_interval: Duration,
     /// How long ended sandboxes stay listed.
     pub history_retention: Duration,
+    /// The largest snapshot archive an import accepts.
+    pub max_import: ByteSize,
     /// Templates by name; `default` is always present.
     pub templates: BTreeMap<String, Template>,
 }
@@ -116,6 +122,7 @@ impl ServeConfig {
             max_timeout: Some(Human(self.max_timeout)),
             reaper_interval: Some(Human(self.reaper_interval)),
             history_retention: Some(Human(self.history_retention)),
+            max_import: Some(Size(self.max_import)),
             default_limits: LimitsLayer::from(&self.default_limits),
             max_limits: LimitsLayer::from(&self.max_limits),
             templates: self
@@ -153,6 +160,7 @@ impl ServeConfig {
                 .collect(),
             reaper_interval: self.reaper_interval,
             history_retention: self.history_retention,
+            max_import_bytes: self.max_import.as_u64(),
         }
     }
 
@@ -202,6 +210,8 @@ struct Layer {
     reaper_interval: Option<Human>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     history_retention: Option<Human>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_import: Option<Size>,
     #[serde(default)]
     default_limits: LimitsLayer,
     #[serde(default)]
@@ -286,6 +296,7 @@ impl Layer {
             max_timeout: top.max_timeout.or(self.max_timeout),
             reaper_interval: top.reaper_interval.or(self.reaper_interval),
             history_retention: top.history_retention.or(self.history_retention),
+            max_import: top.max_import.or(self.max_import),
             default_limits: self.default_limits.overlay(top.default_limits),
             max_limits: self.max_limits.overlay(top.max_limits),
             templates,
@@ -364,6 +375,7 @@ impl Layer {
             history_retention: self
                 .history_retention
                 .map_or(Duration::from_secs(7 * 24 * 3600), |h| h.0),
+            max_import: self.max_import.map_or(DEFAULT_MAX_IMPORT, |s| s.0),
             templates,
         })
     }
@@ -481,6 +493,7 @@ fn env_layer(env: &BTreeMap<String, String>) -> anyhow::Result<Layer> {
         max_timeout: get(env, "PADDOCK_MAX_TIMEOUT", duration)?,
         reaper_interval: get(env, "PADDOCK_REAPER_INTERVAL", duration)?,
         history_retention: get(env, "PADDOCK_HISTORY_RETENTION", duration)?,
+        max_import: get(env, "PADDOCK_MAX_IMPORT", size)?,
         default_limits: limits("DEFAULT")?,
         max_limits: limits("MAX")?,
         templates,
@@ -510,6 +523,7 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         max_timeout: args.max_timeout.map(Human),
         reaper_interval: args.reaper_interval.map(Human),
         history_retention: args.history_retention.map(Human),
+        max_import: args.max_import.map(Size),
         default_limits: LimitsLayer {
             memory: args.default_memory.map(Size),
             cpus: args.default_cpus,

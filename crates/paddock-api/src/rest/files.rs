@@ -84,7 +84,7 @@ fn parse_mode(text: &str) -> Result<u32, ApiError> {
 }
 
 /// A request body as the service's byte stream.
-fn body_stream(body: Body) -> ByteStream {
+pub(crate) fn body_stream(body: Body) -> ByteStream {
     Box::pin(
         body.into_data_stream()
             .map(|chunk| chunk.map_err(std::io::Error::other)),
@@ -92,7 +92,7 @@ fn body_stream(body: Body) -> ByteStream {
 }
 
 /// A streamed download.
-fn download(content_type: &'static str, length: Option<u64>, stream: ByteStream) -> Response {
+pub(crate) fn download(content_type: &'static str, length: Option<u64>, stream: ByteStream) -> Response {
     let mut response = (
         [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
         Body::from_stream(stream),

@@ -6,5 +6,6 @@ pub(crate) mod files;
 pub(crate) mod meta;
 pub(crate) mod processes;
 pub(crate) mod sandboxes;
+pub(crate) mod snapshot_transfer;
 pub(crate) mod snapshots;
 pub(crate) mod ws;

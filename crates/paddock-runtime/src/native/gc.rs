@@ -2,9 +2,10 @@
 //!
 //! A sandbox is alive while some process holds the lock on `<state>/run/<id>/lock`. Anything of a
 //! sandbox whose lock is free (its run directory, cgroups, subvolume) is garbage; so are cgroups and
-//! subvolumes with no run directory at all (a crash between creation steps). So are the pool's trash
-//! (subvolumes whose deletion a crash interrupted). A sandbox prepared for a rollback (`<id>.next`) is
-//! a sandbox like any other here: its own run directory, lock, cgroups and subvolume.
+//! subvolumes with no run directory at all (a crash between creation steps), the staging subvolume of
+//! an import whose process died (`transfer/staging.rs`), and the pool's trash (subvolumes whose
+//! deletion a crash interrupted). A sandbox prepared for a rollback (`<id>.next`) is a sandbox like any
+//! other here: its own run directory, lock, cgroups and subvolume.
 
 use std::fs;
 use std::time::Duration;
@@ -62,6 +63,8 @@ impl NativeBackend {
                 }
             }
         }
+        // Imports interrupted by a crash: their staging subvolumes (not sandboxes: not returned).
+        super::transfer::collect_abandoned_imports(&self.pool);
         let mut orphans: Vec<String> = self.cgroups.list_ids();
         orphans.extend(self.pool.list_volumes());
         orphans.sort();

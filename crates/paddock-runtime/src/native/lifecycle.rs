@@ -17,7 +17,10 @@ use super::cgroup::SandboxCgroup;
 use super::lock::StateLock;
 use super::setup::{SetupOutcome, SetupSpec};
 use super::NativeBackend;
-use crate::{Adoption, Backend, Capabilities, RuntimeError, SandboxHandle, SandboxUsage, SnapshotUsage};
+use crate::{
+    Adoption, Backend, Capabilities, ImportLimits, RuntimeError, SandboxHandle, SandboxUsage, SnapshotUsage,
+    TransferSummary,
+};
 
 /// How long teardown waits for killed processes to disappear.
 pub(super) const KILL_DEADLINE: Duration = Duration::from_secs(10);
@@ -560,6 +563,23 @@ impl Backend for NativeBackend {
 
     fn list_snapshots(&self) -> Result<Vec<SnapshotId>, RuntimeError> {
         self.pool.list_snapshots()
+    }
+
+    fn export_snapshot(
+        &self,
+        snapshot: &SnapshotId,
+        out: &mut dyn std::io::Write,
+    ) -> Result<TransferSummary, RuntimeError> {
+        self.export(snapshot, out)
+    }
+
+    fn import_snapshot(
+        &self,
+        snapshot: &SnapshotId,
+        input: &mut dyn std::io::Read,
+        limits: &ImportLimits,
+    ) -> Result<TransferSummary, RuntimeError> {
+        self.import(snapshot, input, limits)
     }
 
     async fn diff_sandbox(

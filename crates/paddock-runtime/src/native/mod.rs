@@ -13,6 +13,8 @@
 //! <state>/pool/sandboxes/<id>          the sandbox's writable subvolume (/etc, /home, /root, /tmp)
 //! <state>/pool/snapshots/<id>          read-only snapshots of sandboxes (snapshot.rs); not owned by any
 //!                                      sandbox: gc leaves them alone, `pool destroy` removes them
+//! <state>/pool/imports/<id>            an import being unpacked (transfer/), with <id>.lock held by
+//!                                      its process: gc removes one whose lock is free
 //! ```
 
 mod adopt;
@@ -27,6 +29,7 @@ mod rollback;
 pub mod setup;
 mod snapshot;
 mod snapshot_usage;
+pub mod transfer;
 mod users;
 
 use std::path::{Path, PathBuf};

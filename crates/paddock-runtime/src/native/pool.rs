@@ -12,6 +12,7 @@
 //! <pool>/trash/<name>        subvolumes being deleted off the caller's path (a rolled-back volume)
 //! <pool>/stopped/<id>        a stopped sandbox's subvolume (no processes; resumable); its owner is the
 //!                            control plane's record, not a run directory, so gc leaves it alone
+//! <pool>/imports/<id>        an imported snapshot being unpacked (`transfer/staging.rs`)
 //! ```
 //!
 //! When the state directory is not on btrfs, the pool is a sparse image file `<state>/pool.img`
@@ -477,6 +478,8 @@ impl StoragePool {
                     }
                 }
             }
+            let imports = root.join("imports");
+            super::transfer::delete_all_imports(&root).map_err(pool_err("delete imports in", &imports))?;
         }
         let image = state_dir.join("pool.img");
         if image.exists() {

@@ -87,16 +87,18 @@ CREATE TABLE schema_migrations (
 ) STRICT;
 
 -- table snapshots
-CREATE TABLE snapshots (
+CREATE TABLE "snapshots" (
     id            TEXT PRIMARY KEY NOT NULL,
     tenant        TEXT NOT NULL REFERENCES tenants(name),
-    -- the sandbox it was taken of (no foreign key: a snapshot outlives its sandbox's row purge)
-    sandbox_id    TEXT NOT NULL,
+    -- the sandbox it was taken of (no foreign key: a snapshot outlives its sandbox's row purge);
+    -- NULL for a snapshot imported from an archive
+    sandbox_id    TEXT,
     kind          TEXT NOT NULL CHECK (kind IN ('snapshot', 'checkpoint')),
     name          TEXT,
     labels_json   TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(labels_json)),
     created_at_ms INTEGER NOT NULL,
-    deleted_at_ms INTEGER
+    deleted_at_ms INTEGER,
+    CHECK (sandbox_id IS NOT NULL OR kind = 'snapshot')
 ) STRICT;
 
 -- table tenants

@@ -44,6 +44,9 @@ pub enum ErrorCode {
     NoSpace,
     /// The body is larger than this endpoint accepts (413).
     PayloadTooLarge,
+    /// An uploaded archive is malformed or unsafe (a path leaving the tree, a device node, an owner
+    /// outside the sandbox id range, a truncation); nothing of it was kept (400).
+    InvalidArchive,
     /// This server or backend cannot do that (501).
     Unsupported,
     /// The sandbox's agent did not answer in time (504).
@@ -76,6 +79,7 @@ impl ErrorCode {
             Self::QuotaExceeded => "quota_exceeded",
             Self::NoSpace => "no_space",
             Self::PayloadTooLarge => "payload_too_large",
+            Self::InvalidArchive => "invalid_archive",
             Self::Unsupported => "unsupported",
             Self::Timeout => "timeout",
             Self::Unavailable => "unavailable",
@@ -88,7 +92,11 @@ impl ErrorCode {
         match self {
             Self::Unauthorized => 401,
             Self::Forbidden | Self::PermissionDenied => 403,
-            Self::InvalidRequest | Self::NotADirectory | Self::IsADirectory | Self::InvalidPath => 400,
+            Self::InvalidRequest
+            | Self::NotADirectory
+            | Self::IsADirectory
+            | Self::InvalidPath
+            | Self::InvalidArchive => 400,
             Self::SandboxNotFound
             | Self::ProcessNotFound
             | Self::FileNotFound
@@ -132,6 +140,7 @@ mod tests {
             ErrorCode::InvalidRequest,
             ErrorCode::Internal,
             ErrorCode::DirectoryNotEmpty,
+            ErrorCode::InvalidArchive,
         ] {
             let json = serde_json::to_string(&code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -31,5 +31,5 @@ pub use sandboxes::{
 };
 pub use snapshots::{
     ChangeBody, CreateSnapshotRequest, DiffEntryBody, DiffQuery, DiffResult, ForkRequest, ForkResult,
-    ListSnapshotsQuery, RollbackRequest, SnapshotInfo, SnapshotKindBody, SnapshotList,
+    ImportSnapshotQuery, ListSnapshotsQuery, RollbackRequest, SnapshotInfo, SnapshotKindBody, SnapshotList,
 };

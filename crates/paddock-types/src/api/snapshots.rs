@@ -35,8 +35,9 @@ pub enum SnapshotKindBody {
 pub struct SnapshotInfo {
     /// Its id.
     pub id: String,
-    /// The sandbox it was taken of.
-    pub sandbox_id: String,
+    /// The sandbox it was taken of; absent for a snapshot imported from an archive.
+    #[serde(default)]
+    pub sandbox_id: Option<String>,
     /// Snapshot or checkpoint.
     pub kind: SnapshotKindBody,
     /// Its name.
@@ -81,6 +82,19 @@ pub struct ListSnapshotsQuery {
     /// The `next_cursor` of the previous page.
     #[serde(default)]
     pub cursor: Option<String>,
+}
+
+/// `POST /v1/snapshots/import` query: the request body is the tar archive.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ImportSnapshotQuery {
+    /// A name to recognise it by.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Labels as a JSON object (`{"k":"v"}`), URL-encoded.
+    #[serde(default)]
+    pub labels: Option<String>,
 }
 
 /// `POST /v1/sandboxes/{id}/fork`: `count` new sandboxes whose file systems start as copies of this

@@ -141,6 +141,28 @@ pub enum SnapshotCommand {
         #[arg(required = true)]
         ids: Vec<String>,
     },
+    /// Download a snapshot as a tar archive (to move it to another host with `import`).
+    Export {
+        /// Snapshot id.
+        id: String,
+        /// Write the archive to this file (default: stdout, which must not be a terminal).
+        #[arg(long, short = 'o', value_name = "FILE")]
+        output: Option<std::path::PathBuf>,
+    },
+    /// Create a snapshot from a tar archive made by `export`; prints its id.
+    Import {
+        /// The archive, or `-` for stdin.
+        file: String,
+        /// A name to recognise it by.
+        #[arg(long)]
+        name: Option<String>,
+        /// Label (repeatable).
+        #[arg(long = "label", short = 'l', value_name = "K=V", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `paddock sandbox create`.

@@ -48,6 +48,9 @@ pub struct ServeArgs {
     /// How long ended sandboxes stay listed [default: 7days].
     #[arg(long, value_name = "DURATION", value_parser = parse_human_duration)]
     pub history_retention: Option<Duration>,
+    /// The largest snapshot archive `POST /v1/snapshots/import` accepts [default: 10G].
+    #[arg(long, value_name = "SIZE")]
+    pub max_import: Option<ByteSize>,
     /// Sandboxes of the `default` template kept pre-started [default: 0].
     #[arg(long, value_name = "N")]
     pub warm_pool: Option<u32>,

@@ -7,6 +7,7 @@ mod attach;
 mod cp;
 mod exec;
 mod sandboxes;
+mod snapshot_transfer;
 mod snapshots;
 mod table;
 
@@ -263,6 +264,15 @@ pub fn snapshot(state_dir: &Path, command: SnapshotCommand) -> anyhow::Result<Ex
             SnapshotCommand::Ls { sandbox, json } => snapshots::list(&client, sandbox, json).await,
             SnapshotCommand::Get { id, json } => snapshots::get(&client, &id, json).await,
             SnapshotCommand::Rm { ids } => snapshots::remove(&client, &ids).await,
+            SnapshotCommand::Export { id, output } => {
+                snapshot_transfer::export(&client, &id, output.as_deref()).await
+            }
+            SnapshotCommand::Import {
+                file,
+                name,
+                labels,
+                json,
+            } => snapshot_transfer::import(&client, &file, name, labels, json).await,
         }
     })
 }

@@ -124,7 +124,7 @@ pub async fn list(client: &ApiClient, sandbox: Option<String>, json: bool) -> an
         table.row([
             s.id.clone(),
             kind_name(s.kind).to_owned(),
-            s.sandbox_id.clone(),
+            s.sandbox_id.clone().unwrap_or_else(|| "(imported)".into()),
             s.name.clone().unwrap_or_else(|| "-".into()),
             s.created_at.clone(),
         ]);
@@ -149,7 +149,10 @@ pub async fn get(client: &ApiClient, id: &str, json: bool) -> anyhow::Result<Exi
     };
     println!("id:         {}", info.id);
     println!("kind:       {}", kind_name(info.kind));
-    println!("sandbox:    {}", info.sandbox_id);
+    println!(
+        "sandbox:    {}",
+        info.sandbox_id.as_deref().unwrap_or("(imported)")
+    );
     println!("name:       {}", info.name.as_deref().unwrap_or("-"));
     println!("created:    {}", info.created_at);
     println!("referenced: {}", bytes(info.referenced_bytes));

@@ -221,6 +221,7 @@ fn shown_toml_loads_back_to_the_same_configuration() {
     let f = file(
         r#"
         history_retention = "2days"
+        max_import = "3G"
         [default_limits]
         cpus = 1.5
         [max_limits]
@@ -235,6 +236,8 @@ fn shown_toml_loads_back_to_the_same_configuration() {
     let shown = c.to_toml().expect("renders");
     assert!(shown.contains("disk = \"20G\""), "{shown}");
     assert!(shown.contains("max_timeout = \"1day\""), "{shown}");
+    assert!(shown.contains("max_import = \"3G\""), "{shown}");
+    assert_eq!(c.service_config().max_import_bytes, 3 << 30);
     let again = file(&shown);
     let c2 = load(Some(again.path()), &[], &ServeArgs::default()).expect("reloads");
     assert_eq!(c, c2, "{shown}");

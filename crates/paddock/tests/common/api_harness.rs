@@ -35,6 +35,8 @@ pub struct Options {
     pub max_limits: Limits,
     /// How often the reaper runs.
     pub reaper_interval: Duration,
+    /// The largest snapshot archive an import accepts.
+    pub max_import_bytes: u64,
 }
 
 impl Default for Options {
@@ -48,6 +50,7 @@ impl Default for Options {
                 disk: None,
             },
             reaper_interval: Duration::from_millis(250),
+            max_import_bytes: ServiceConfig::default().max_import_bytes,
         }
     }
 }
@@ -121,6 +124,7 @@ impl Harness {
             default_timeout: Duration::from_secs(900),
             templates,
             reaper_interval: options.reaper_interval,
+            max_import_bytes: options.max_import_bytes,
             ..ServiceConfig::default()
         };
         let service = rt.block_on(async {

@@ -1,0 +1,734 @@
+//! Unpacking an untrusted tar stream into a fresh, empty staging subvolume.
+//!
+//! The archive decides nothing about where a byte lands. Member names are parsed first
+//! (`member_path.rs`: relative plain names only, `..` and absolute paths refused), then every
+//! directory on the way is opened one component at a time from the tree's root with
+//! `openat(O_DIRECTORY | O_NOFOLLOW)`, so a symlink member followed by a member "through" it is
+//! refused instead of followed, and each new name is created with a call that never follows or
+//! replaces anything (`openat(O_CREAT | O_EXCL | O_NOFOLLOW)`, `mkdirat`, `symlinkat`, `linkat`
+//! without `AT_SYMLINK_FOLLOW`). A name that exists already is refused (duplicate members), except a
+//! directory listed again (its metadata is updated), so nothing the import made is replaced behind its
+//! back. Every directory opened is checked to be on the tree's own file system.
+//!
+//! Members: directories, regular files, symlinks (the target is stored verbatim: it is only ever
+//! resolved inside a sandbox), hard links (only to a regular file an earlier member of the same
+//! archive created), pax and GNU long-name headers (read by the tar crate) and pax global headers
+//! (ignored). Device nodes, fifos, sparse files and anything else refuse the archive. Owners are
+//! sandbox ids and must lie in the sandbox range (`0..count`); they become host ids `base + id`.
+//! Permission bits are kept whole, setuid and setgid included: the volume is mounted `nosuid` in every
+//! sandbox, sandboxes run with `no_new_privs`, and the ids are the sandbox range's, never host ones, so
+//! the bits carry no privilege, while setgid directories keep their group-inheritance meaning.
+//! Parent directories an archive does not list are created as the sandbox's root, mode 0755.
+//!
+//! Bounds: the archive's own bytes (headers included) are capped by [`ImportLimits::max_bytes`], its
+//! member count by `max_entries`, and the bytes read to find one member (extension headers the tar
+//! crate holds in memory) by [`MAX_METADATA_BYTES`]. A stream that ends without the end-of-archive
+//! marker is truncated and refused; so is data after the marker that is not zero padding.
+//!
+//! Any refusal is an error; the caller removes the staging subvolume, so a refused archive leaves
+//! nothing behind.
+
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::ffi::OsStr;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Timespec, Timestamps, Uid};
+use rustix::io::Errno;
+use tar::EntryType;
+
+use super::member_path::MemberPath;
+use super::{pax, ImportLimits, TransferSummary};
+use crate::native::IdRange;
+use crate::RuntimeError;
+
+/// Most bytes read while looking for one member: its header plus any pax / GNU long-name extension
+/// headers before it, which the tar crate reads into memory.
+pub(crate) const MAX_METADATA_BYTES: u64 = 1 << 20;
+const CHUNK: usize = 64 * 1024;
+/// The top-level directories a sandbox mounts from its volume (`/etc`, `/home`, `/root`, `/tmp`).
+/// They must be real directories: the sandbox's setup binds them by path.
+const VOLUME_DIRS: [(&str, u32); 4] = [("etc", 0o755), ("home", 0o755), ("root", 0o700), ("tmp", 0o1777)];
+
+/// Unpacks the tar stream `input` into the empty directory `root` (the staging subvolume).
+pub(crate) fn import_tree(
+    root: &Path,
+    ids: IdRange,
+    input: &mut dyn Read,
+    limits: &ImportLimits,
+) -> Result<TransferSummary, RuntimeError> {
+    let state = Rc::new(InputState::new(limits.max_bytes));
+    let reader = Input {
+        inner: input,
+        state: state.clone(),
+    };
+    let mut importer = Importer::open(root, ids, limits, state.clone())?;
+    let mut archive = tar::Archive::new(reader);
+    let outcome = importer.unpack(&mut archive);
+    let outcome = outcome.and_then(|()| {
+        let mut reader = archive.into_inner();
+        check_end(&mut reader, &state)
+    });
+    let summary = match outcome {
+        Ok(()) => importer.finish()?,
+        Err(e) => return Err(state.classify(e)),
+    };
+    Ok(TransferSummary {
+        bytes: state.read.get(),
+        ..summary
+    })
+}
+
+/// What went wrong inside the tar crate, told apart by what the reader saw.
+#[derive(Debug)]
+enum Failure {
+    /// The archive is malformed or unsafe.
+    Invalid(String),
+    /// An I/O error: the input's (classified by [`InputState`]) or the tree's.
+    Io(io::Error),
+    /// Writing the tree failed.
+    Tree(RuntimeError),
+}
+
+impl From<io::Error> for Failure {
+    fn from(e: io::Error) -> Self {
+        Self::Io(e)
+    }
+}
+
+/// Counters shared between the reader the tar crate owns and the importer.
+struct InputState {
+    max_bytes: u64,
+    read: Cell<u64>,
+    /// Bytes left before the current metadata window is exceeded (`None`: no window).
+    window: Cell<Option<u64>>,
+    eof: Cell<bool>,
+    too_large: Cell<bool>,
+    metadata_too_large: Cell<bool>,
+    source_failed: Cell<bool>,
+}
+
+impl InputState {
+    fn new(max_bytes: u64) -> Self {
+        Self {
+            max_bytes,
+            read: Cell::new(0),
+            window: Cell::new(None),
+            eof: Cell::new(false),
+            too_large: Cell::new(false),
+            metadata_too_large: Cell::new(false),
+            source_failed: Cell::new(false),
+        }
+    }
+
+    /// Turns a failure into the error the caller answers with: what the reader saw first (the input
+    /// failed, a limit was hit, the input ended early), then the failure itself.
+    fn classify(&self, failure: Failure) -> RuntimeError {
+        if self.source_failed.get() {
+            let source = match failure {
+                Failure::Io(e) => e,
+                other => io::Error::other(format!("{other:?}")),
+            };
+            return RuntimeError::Stream { what: "read", source };
+        }
+        if self.too_large.get() {
+            return RuntimeError::ArchiveTooLarge(format!(
+                "the archive is larger than the import limit of {} bytes",
+                self.max_bytes
+            ));
+        }
+        if self.metadata_too_large.get() {
+            return RuntimeError::InvalidArchive(format!(
+                "a member's headers are larger than {MAX_METADATA_BYTES} bytes"
+            ));
+        }
+        match failure {
+            Failure::Invalid(message) => RuntimeError::InvalidArchive(message),
+            Failure::Tree(e) => e,
+            Failure::Io(e) if self.eof.get() || e.kind() == io::ErrorKind::UnexpectedEof => {
+                RuntimeError::InvalidArchive(format!("the archive is truncated ({e})"))
+            }
+            // Everything else the tar crate reports is about the archive's structure (checksums,
+            // numeric fields, sizes).
+            Failure::Io(e) => RuntimeError::InvalidArchive(e.to_string()),
+        }
+    }
+}
+
+/// The input as the tar crate reads it: counted, capped, and watched for its end.
+struct Input<'a> {
+    inner: &'a mut dyn Read,
+    state: Rc<InputState>,
+}
+
+impl Read for Input<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let s = &self.state;
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        // One byte more than allowed may be read, so that an archive of exactly the limit passes and
+        // one byte over does not.
+        let allowed = (s.max_bytes + 1).saturating_sub(s.read.get());
+        let allowed = s.window.get().map_or(allowed, |w| allowed.min(w + 1));
+        let len = buf
+            .len()
+            .min(usize::try_from(allowed).unwrap_or(usize::MAX))
+            .max(1);
+        let n = match self.inner.read(&mut buf[..len]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Err(e),
+            Err(e) => {
+                s.source_failed.set(true);
+                return Err(e);
+            }
+        };
+        if n == 0 {
+            s.eof.set(true);
+            return Ok(0);
+        }
+        s.read.set(s.read.get() + n as u64);
+        if s.read.get() > s.max_bytes {
+            s.too_large.set(true);
+            return Err(io::Error::other("the archive exceeds the import limit"));
+        }
+        if let Some(w) = s.window.get() {
+            if n as u64 > w {
+                s.metadata_too_large.set(true);
+                return Err(io::Error::other("a member's headers are too large"));
+            }
+            s.window.set(Some(w - n as u64));
+        }
+        Ok(n)
+    }
+}
+
+/// After the last member: the stream must have had an end-of-archive block (the tar crate stops at
+/// the first zero block, or at the end of the input, which is a truncation), and only zeros may
+/// follow it.
+fn check_end(reader: &mut Input<'_>, state: &InputState) -> Result<(), Failure> {
+    if state.eof.get() {
+        return Err(Failure::Invalid(
+            "the archive is truncated: it ends without an end-of-archive marker".into(),
+        ));
+    }
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Failure::Io(e)),
+        };
+        if buf[..n].iter().any(|&b| b != 0) {
+            return Err(Failure::Invalid(
+                "the archive has data after its end-of-archive marker".into(),
+            ));
+        }
+    }
+}
+
+struct Importer<'a> {
+    root_path: PathBuf,
+    root: OwnedFd,
+    dev: u64,
+    ids: IdRange,
+    limits: &'a ImportLimits,
+    state: Rc<InputState>,
+    /// Open directories along the path of the last member's parent: `(name, fd)` from the root down.
+    stack: Vec<(Vec<u8>, OwnedFd)>,
+    /// Keys of the regular files this import created: the only valid hard-link targets.
+    files: HashSet<Vec<u8>>,
+    /// Directories and their mtimes, set at the end (creating entries changes a directory's mtime).
+    dir_times: Vec<(MemberPath, (i64, u32))>,
+    summary: TransferSummary,
+    buf: Vec<u8>,
+}
+
+/// A member's metadata, checked.
+struct Meta {
+    mode: u32,
+    uid: Uid,
+    gid: Gid,
+    mtime: (i64, u32),
+}
+
+fn invalid(message: String) -> Failure {
+    Failure::Invalid(message)
+}
+
+impl<'a> Importer<'a> {
+    fn open(
+        root: &Path,
+        ids: IdRange,
+        limits: &'a ImportLimits,
+        state: Rc<InputState>,
+    ) -> Result<Self, RuntimeError> {
+        let fd = rustix::fs::open(
+            root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| tree_error(root, "open", e.into()))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| tree_error(root, "stat", e.into()))?;
+        // Until the archive says otherwise, the root is the sandbox root's, like a template's.
+        rustix::fs::fchown(&fd, Some(host_uid(ids, 0)), Some(host_gid(ids, 0)))
+            .and_then(|()| rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755)))
+            .map_err(|e| tree_error(root, "chown", e.into()))?;
+        Ok(Self {
+            root_path: root.to_owned(),
+            root: fd,
+            dev: st.st_dev,
+            ids,
+            limits,
+            state,
+            stack: Vec::new(),
+            files: HashSet::new(),
+            dir_times: Vec::new(),
+            summary: TransferSummary::default(),
+            buf: vec![0; CHUNK],
+        })
+    }
+
+    fn unpack<R: Read>(&mut self, archive: &mut tar::Archive<R>) -> Result<(), Failure> {
+        let mut entries = archive.entries()?;
+        loop {
+            self.state.window.set(Some(MAX_METADATA_BYTES));
+            let next = entries.next();
+            self.state.window.set(None);
+            let mut entry = match next {
+                None => return Ok(()),
+                Some(entry) => entry?,
+            };
+            self.summary.entries += 1;
+            if self.summary.entries > self.limits.max_entries {
+                return Err(Failure::Tree(RuntimeError::ArchiveTooLarge(format!(
+                    "the archive has more than {} members",
+                    self.limits.max_entries
+                ))));
+            }
+            self.member(&mut entry)?;
+            // Whatever the member's data was not used for (a directory or link with a size) is
+            // read past here, under the archive's byte cap.
+            io::copy(&mut entry, &mut io::sink())?;
+        }
+    }
+
+    fn member<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>) -> Result<(), Failure> {
+        let kind = entry.header().entry_type();
+        if kind == EntryType::XGlobalHeader {
+            return Ok(());
+        }
+        let path = MemberPath::parse(&entry.path_bytes()).map_err(invalid)?;
+        let meta = self.meta(entry, &path)?;
+        match kind {
+            EntryType::Directory => self.directory(&path, &meta),
+            EntryType::Regular | EntryType::Continuous => self.file(entry, &path, &meta),
+            EntryType::Symlink => {
+                let target = entry
+                    .link_name_bytes()
+                    .filter(|t| !t.is_empty())
+                    .ok_or_else(|| invalid(format!("symlink {} has no target", path.display())))?
+                    .into_owned();
+                self.symlink(&path, &target, &meta)
+            }
+            EntryType::Link => {
+                let target = entry
+                    .link_name_bytes()
+                    .ok_or_else(|| invalid(format!("hard link {} has no target", path.display())))?;
+                let target = MemberPath::parse(&target).map_err(invalid)?;
+                self.hard_link(&path, &target)
+            }
+            EntryType::Char | EntryType::Block => Err(invalid(format!(
+                "member {} is a device node; snapshots cannot hold devices",
+                path.display()
+            ))),
+            EntryType::Fifo => Err(invalid(format!(
+                "member {} is a fifo; snapshots cannot hold fifos",
+                path.display()
+            ))),
+            other => Err(invalid(format!(
+                "member {} has an unsupported type ({:?})",
+                path.display(),
+                other.as_byte() as char
+            ))),
+        }
+    }
+
+    fn meta<R: Read>(&self, entry: &mut tar::Entry<'_, R>, path: &MemberPath) -> Result<Meta, Failure> {
+        let header = entry.header();
+        let field = |what: &str, e: io::Error| invalid(format!("member {}: bad {what}: {e}", path.display()));
+        let mode = header.mode().map_err(|e| field("mode", e))? & 0o7777;
+        // The tar crate has already applied pax `uid` / `gid` records to the header.
+        let uid = header.uid().map_err(|e| field("uid", e))?;
+        let gid = header.gid().map_err(|e| field("gid", e))?;
+        let mut mtime = (
+            i64::try_from(header.mtime().map_err(|e| field("mtime", e))?).unwrap_or(i64::MAX),
+            0,
+        );
+        for id in [uid, gid] {
+            if id >= u64::from(self.ids.count) {
+                return Err(invalid(format!(
+                    "member {} is owned by id {id}, outside the sandbox id range 0..{}",
+                    path.display(),
+                    self.ids.count
+                )));
+            }
+        }
+        if let Some(records) = entry.pax_extensions().map_err(Failure::Io)? {
+            for record in records {
+                let record = record.map_err(|e| field("pax record", e))?;
+                match record.key_bytes() {
+                    b"mtime" => {
+                        mtime = pax::parse_time(record.value_bytes())
+                            .ok_or_else(|| invalid(format!("member {}: bad pax mtime", path.display())))?;
+                    }
+                    key if key.starts_with(b"GNU.sparse") => {
+                        return Err(invalid(format!(
+                            "member {} is a sparse file, which imports do not support",
+                            path.display()
+                        )))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(Meta {
+            mode,
+            uid: host_uid(self.ids, uid as u32),
+            gid: host_gid(self.ids, gid as u32),
+            mtime,
+        })
+    }
+
+    fn error(&self, step: &str, path: &MemberPath, source: io::Error) -> Failure {
+        Failure::Tree(tree_error(&self.root_path.join(path.display()), step, source))
+    }
+
+    /// The open directory that holds `path`, creating missing directories on the way; a component
+    /// that is not a directory (a symlink, a file) refuses the member.
+    fn parent(&mut self, path: &MemberPath) -> Result<BorrowedFd<'_>, Failure> {
+        let parents = path.parents();
+        let keep = self
+            .stack
+            .iter()
+            .zip(parents)
+            .take_while(|((name, _), wanted)| name == *wanted)
+            .count();
+        self.stack.truncate(keep);
+        for component in &parents[keep..] {
+            let dir = match self.stack.last() {
+                Some((_, fd)) => fd.as_fd(),
+                None => self.root.as_fd(),
+            };
+            let sub = self.open_or_make_dir(dir, component, path)?;
+            self.stack.push((component.clone(), sub));
+        }
+        Ok(match self.stack.last() {
+            Some((_, fd)) => fd.as_fd(),
+            None => self.root.as_fd(),
+        })
+    }
+
+    fn open_or_make_dir(
+        &self,
+        dir: BorrowedFd<'_>,
+        name: &[u8],
+        path: &MemberPath,
+    ) -> Result<OwnedFd, Failure> {
+        match self.open_dir(dir, name, path) {
+            Err(Failure::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
+                rustix::fs::mkdirat(dir, OsStr::from_bytes(name), Mode::from_raw_mode(0o700))
+                    .map_err(|e| self.error("create a directory for", path, e.into()))?;
+                let fd = self.open_dir(dir, name, path)?;
+                rustix::fs::fchown(&fd, Some(host_uid(self.ids, 0)), Some(host_gid(self.ids, 0)))
+                    .and_then(|()| rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755)))
+                    .map_err(|e| self.error("set up a directory for", path, e.into()))?;
+                Ok(fd)
+            }
+            other => other,
+        }
+    }
+
+    /// Opens the directory `name` in `dir` without following a symlink; `Failure::Io(NotFound)` if
+    /// absent, a refusal if it is anything but a directory on the tree's file system.
+    fn open_dir(&self, dir: BorrowedFd<'_>, name: &[u8], path: &MemberPath) -> Result<OwnedFd, Failure> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::openat(dir, OsStr::from_bytes(name), flags, Mode::empty()) {
+            Ok(fd) => {
+                let st = rustix::fs::fstat(&fd).map_err(|e| self.error("stat", path, e.into()))?;
+                if st.st_dev != self.dev {
+                    return Err(invalid(format!("member {} leaves the snapshot", path.display())));
+                }
+                Ok(fd)
+            }
+            Err(Errno::NOENT) => Err(Failure::Io(io::ErrorKind::NotFound.into())),
+            Err(Errno::LOOP | Errno::NOTDIR) => Err(invalid(format!(
+                "member {} goes through {:?}, which is not a directory (a symlink or a file)",
+                path.display(),
+                String::from_utf8_lossy(name)
+            ))),
+            Err(e) => Err(self.error("open a directory for", path, e.into())),
+        }
+    }
+
+    fn set_meta(&self, fd: BorrowedFd<'_>, meta: &Meta, path: &MemberPath) -> Result<(), Failure> {
+        // chown first: it clears setuid and setgid bits, which the chmod then sets.
+        rustix::fs::fchown(fd, Some(meta.uid), Some(meta.gid))
+            .and_then(|()| rustix::fs::fchmod(fd, Mode::from_raw_mode(meta.mode)))
+            .map_err(|e| self.error("set the owner and mode of", path, e.into()))
+    }
+
+    fn directory(&mut self, path: &MemberPath, meta: &Meta) -> Result<(), Failure> {
+        if path.is_root() {
+            let root = self.root.try_clone().map_err(|e| self.error("open", path, e))?;
+            self.set_meta(root.as_fd(), meta, path)?;
+        } else {
+            let name = path.name().unwrap_or_default().to_vec();
+            let parent = self.parent(path)?;
+            let parent = parent
+                .try_clone_to_owned()
+                .map_err(|e| self.error("open", path, e))?;
+            let fd = match rustix::fs::mkdirat(&parent, OsStr::from_bytes(&name), Mode::from_raw_mode(0o700))
+            {
+                Ok(()) | Err(Errno::EXIST) => {
+                    self.open_dir(parent.as_fd(), &name, path).map_err(|e| match e {
+                        Failure::Invalid(_) => invalid(format!(
+                            "member {} is a directory, but an earlier member of that name is not",
+                            path.display()
+                        )),
+                        other => other,
+                    })?
+                }
+                Err(e) => return Err(self.error("create the directory", path, e.into())),
+            };
+            self.set_meta(fd.as_fd(), meta, path)?;
+        }
+        self.dir_times.push((path.clone(), meta.mtime));
+        Ok(())
+    }
+
+    fn file<R: Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        path: &MemberPath,
+        meta: &Meta,
+    ) -> Result<(), Failure> {
+        let name = self.leaf(path)?;
+        let size = entry.size();
+        // Refused before anything is written when the member alone cannot fit.
+        if size > self.limits.max_bytes.saturating_sub(self.state.read.get()) {
+            return Err(Failure::Tree(RuntimeError::ArchiveTooLarge(format!(
+                "member {} ({size} bytes) does not fit the import limit of {} bytes",
+                path.display(),
+                self.limits.max_bytes
+            ))));
+        }
+        let parent = self.parent(path)?;
+        let fd = match rustix::fs::openat(
+            parent,
+            OsStr::from_bytes(&name),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::EXIST) => return Err(duplicate(path)),
+            Err(e) => return Err(self.error("create the file", path, e.into())),
+        };
+        let mut file = std::fs::File::from(fd);
+        let mut copied = 0u64;
+        let mut buf = std::mem::take(&mut self.buf);
+        let result = loop {
+            let n = match entry.read(&mut buf) {
+                Ok(0) => break Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => break Err(Failure::Io(e)),
+            };
+            if let Err(e) = file.write_all(&buf[..n]) {
+                break Err(if e.raw_os_error() == Some(libc::EDQUOT) {
+                    Failure::Tree(RuntimeError::ArchiveTooLarge(format!(
+                        "the unpacked files exceed the import limit of {} bytes",
+                        self.limits.max_bytes
+                    )))
+                } else {
+                    self.error("write", path, e)
+                });
+            }
+            copied += n as u64;
+        };
+        self.buf = buf;
+        result?;
+        if copied != size {
+            return Err(invalid(format!(
+                "the archive is truncated: member {} has {copied} of its {size} bytes",
+                path.display()
+            )));
+        }
+        self.set_meta(file.as_fd(), meta, path)?;
+        rustix::fs::futimens(&file, &times(meta.mtime))
+            .map_err(|e| self.error("set the mtime of", path, e.into()))?;
+        self.files.insert(path.key());
+        self.summary.data_bytes += size;
+        Ok(())
+    }
+
+    fn symlink(&mut self, path: &MemberPath, target: &[u8], meta: &Meta) -> Result<(), Failure> {
+        let name = self.leaf(path)?;
+        let parent = self
+            .parent(path)?
+            .try_clone_to_owned()
+            .map_err(|e| self.error("open", path, e))?;
+        let name = OsStr::from_bytes(&name);
+        match rustix::fs::symlinkat(OsStr::from_bytes(target), &parent, name) {
+            Ok(()) => {}
+            Err(Errno::EXIST) => return Err(duplicate(path)),
+            Err(e) => return Err(self.error("create the symlink", path, e.into())),
+        }
+        rustix::fs::chownat(
+            &parent,
+            name,
+            Some(meta.uid),
+            Some(meta.gid),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .and_then(|()| rustix::fs::utimensat(&parent, name, &times(meta.mtime), AtFlags::SYMLINK_NOFOLLOW))
+        .map_err(|e| self.error("set the owner of", path, e.into()))
+    }
+
+    fn hard_link(&mut self, path: &MemberPath, target: &MemberPath) -> Result<(), Failure> {
+        if !self.files.contains(&target.key()) {
+            return Err(invalid(format!(
+                "hard link {} points to {}, which is not a regular file earlier in the archive",
+                path.display(),
+                target.display()
+            )));
+        }
+        let name = self.leaf(path)?;
+        let target_name = target.name().unwrap_or_default().to_vec();
+        let target_dir = self
+            .parent(target)?
+            .try_clone_to_owned()
+            .map_err(|e| self.error("open", path, e))?;
+        let st = rustix::fs::statat(
+            &target_dir,
+            OsStr::from_bytes(&target_name),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(|e| self.error("stat the link target of", path, e.into()))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(invalid(format!(
+                "hard link {} does not point to a file",
+                path.display()
+            )));
+        }
+        let parent = self.parent(path)?;
+        match rustix::fs::linkat(
+            &target_dir,
+            OsStr::from_bytes(&target_name),
+            parent,
+            OsStr::from_bytes(&name),
+            AtFlags::empty(),
+        ) {
+            Ok(()) => Ok(()),
+            Err(Errno::EXIST) => Err(duplicate(path)),
+            Err(e) => Err(self.error("create the hard link", path, e.into())),
+        }
+    }
+
+    /// The final component of a member that is not a directory (the root cannot be one).
+    fn leaf(&self, path: &MemberPath) -> Result<Vec<u8>, Failure> {
+        path.name()
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| invalid("the archive's root member `.` must be a directory".into()))
+    }
+
+    /// The top-level directories a sandbox needs, then the directories' mtimes.
+    fn finish(mut self) -> Result<TransferSummary, RuntimeError> {
+        self.stack.clear();
+        for (name, mode) in VOLUME_DIRS {
+            match rustix::fs::statat(&self.root, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {}
+                Ok(_) => {
+                    return Err(RuntimeError::InvalidArchive(format!(
+                        "member {name} must be a directory: a sandbox's /{name} is mounted from it"
+                    )))
+                }
+                Err(Errno::NOENT) => {
+                    let fail = |e: Errno| tree_error(&self.root_path.join(name), "create", e.into());
+                    rustix::fs::mkdirat(&self.root, name, Mode::from_raw_mode(0o700)).map_err(fail)?;
+                    let fd = rustix::fs::openat(
+                        &self.root,
+                        name,
+                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .map_err(fail)?;
+                    rustix::fs::fchown(&fd, Some(host_uid(self.ids, 0)), Some(host_gid(self.ids, 0)))
+                        .and_then(|()| rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)))
+                        .map_err(fail)?;
+                }
+                Err(e) => return Err(tree_error(&self.root_path.join(name), "stat", e.into())),
+            }
+        }
+        for (path, mtime) in std::mem::take(&mut self.dir_times) {
+            let result = if path.is_root() {
+                rustix::fs::futimens(&self.root, &times(mtime)).map_err(io::Error::from)
+            } else {
+                let name = path.name().unwrap_or_default().to_vec();
+                match self.parent(&path) {
+                    Ok(parent) => rustix::fs::utimensat(
+                        parent,
+                        OsStr::from_bytes(&name),
+                        &times(mtime),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    )
+                    .map_err(io::Error::from),
+                    Err(Failure::Io(e)) => Err(e),
+                    Err(Failure::Invalid(m)) => Err(io::Error::other(m)),
+                    Err(Failure::Tree(e)) => return Err(e),
+                }
+            };
+            result.map_err(|e| tree_error(&self.root_path.join(path.display()), "set the mtime of", e))?;
+        }
+        Ok(self.summary)
+    }
+}
+
+fn duplicate(path: &MemberPath) -> Failure {
+    Failure::Invalid(format!(
+        "member {} appears twice (or over a directory of that name)",
+        path.display()
+    ))
+}
+
+fn tree_error(path: &Path, step: &str, source: io::Error) -> RuntimeError {
+    RuntimeError::Pool {
+        what: "import into",
+        path: path.to_owned(),
+        source: io::Error::new(source.kind(), format!("{step}: {source}")),
+    }
+}
+
+fn times((secs, nanos): (i64, u32)) -> Timestamps {
+    let t = Timespec {
+        tv_sec: secs,
+        tv_nsec: i64::from(nanos),
+    };
+    Timestamps {
+        last_access: t,
+        last_modification: t,
+    }
+}
+
+fn host_uid(ids: IdRange, id: u32) -> Uid {
+    Uid::from_raw(ids.host_uid(id))
+}
+
+fn host_gid(ids: IdRange, id: u32) -> Gid {
+    Gid::from_raw(ids.host_gid(id))
+}

@@ -1,0 +1,102 @@
+//! Moving a snapshot between hosts as a tar stream: [`export`] writes a snapshot's tree as a POSIX
+//! (pax) tar archive, [`import`] unpacks an untrusted one into a staging subvolume that the pool then
+//! makes a read-only snapshot (`staging.rs`). Both walk trees
+//! descriptor-relative without following symlinks; neither holds a whole archive in memory.
+//!
+//! This module does not know tenants or records, and does not stream over a network: the caller
+//! hands it a reader or a writer and runs it on a blocking thread.
+
+mod export;
+mod import;
+mod member_path;
+mod pax;
+mod staging;
+#[cfg(test)]
+mod tests;
+
+use std::io::{Read, Write};
+
+use paddock_types::SnapshotId;
+use serde::{Deserialize, Serialize};
+
+pub(crate) use staging::{collect_abandoned_imports, delete_all_imports};
+
+use super::NativeBackend;
+use crate::RuntimeError;
+
+/// Bounds of one import.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportLimits {
+    /// Most bytes of archive read (headers and padding included); also the staging subvolume's
+    /// disk limit. Past it the import fails with [`RuntimeError::ArchiveTooLarge`](crate::RuntimeError).
+    pub max_bytes: u64,
+    /// Most members (files, directories, links).
+    pub max_entries: u64,
+}
+
+impl Default for ImportLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 10 << 30,
+            max_entries: 1_000_000,
+        }
+    }
+}
+
+/// What one export wrote or one import read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TransferSummary {
+    /// Bytes of archive.
+    pub bytes: u64,
+    /// Members (directories, files, symlinks, hard links).
+    pub entries: u64,
+    /// Bytes of regular files' contents.
+    pub data_bytes: u64,
+    /// Fifos, sockets and devices left out of an export.
+    pub skipped: u64,
+}
+
+impl NativeBackend {
+    /// [`Backend::export_snapshot`](crate::Backend::export_snapshot).
+    pub(super) fn export(
+        &self,
+        snapshot: &SnapshotId,
+        out: &mut dyn Write,
+    ) -> Result<TransferSummary, RuntimeError> {
+        let root = self.pool.existing_snapshot(snapshot)?;
+        let summary = export::export_tree(&root, self.config.ids, out)?;
+        tracing::debug!(
+            snapshot = %snapshot,
+            bytes = summary.bytes,
+            entries = summary.entries,
+            skipped = summary.skipped,
+            "snapshot exported"
+        );
+        Ok(summary)
+    }
+
+    /// [`Backend::import_snapshot`](crate::Backend::import_snapshot).
+    pub(super) fn import(
+        &self,
+        snapshot: &SnapshotId,
+        input: &mut dyn Read,
+        limits: &ImportLimits,
+    ) -> Result<TransferSummary, RuntimeError> {
+        if self.pool.snapshot_path(snapshot).exists() {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "snapshot {snapshot} already exists"
+            )));
+        }
+        // Dropped on any error: the staging subvolume is deleted then.
+        let staging = staging::ImportStaging::begin(&self.pool, snapshot, limits.max_bytes)?;
+        let summary = import::import_tree(staging.path(), self.config.ids, input, limits)?;
+        staging.finish(&self.pool, snapshot)?;
+        tracing::debug!(
+            snapshot = %snapshot,
+            bytes = summary.bytes,
+            entries = summary.entries,
+            "snapshot imported"
+        );
+        Ok(summary)
+    }
+}
