@@ -37,6 +37,11 @@ pub struct CreateSandboxRequest {
     /// Start from this snapshot's file system (copy-on-write) instead of the template's.
     #[serde(default)]
     pub snapshot: Option<String>,
+    /// Named volumes to mount (`POST /v1/volumes`), shared with every other sandbox mounting them.
+    /// They are not part of the sandbox's own file system: its snapshots and diffs leave them out,
+    /// and its forks mount the same volumes.
+    #[serde(default)]
+    pub volumes: Vec<super::VolumeMountRequest>,
 }
 
 /// Requested limits; every field optional.
@@ -113,6 +118,9 @@ pub struct SandboxInfo {
     /// Every process is frozen (`POST .../pause`); `POST .../resume` thaws them.
     #[serde(default)]
     pub paused: bool,
+    /// The named volumes it mounts.
+    #[serde(default)]
+    pub volumes: Vec<super::VolumeMountInfo>,
 }
 
 /// `GET /v1/sandboxes` query.
