@@ -6,13 +6,15 @@
 //! <state>/pool.img, <state>/pool/      the storage pool (see pool.rs)
 //! <state>/run/<id>/lock                flock held by the process that owns the sandbox
 //! <state>/run/<id>/init.pid            the init's host pid and start time (for adoption, adopt.rs)
-//! <state>/run/<id>/boot.json           rootfs, mounts and user, to restart the init (rollback.rs)
+//! <state>/run/<id>/boot.json           rootfs, mounts, volumes and user, to restart the init (rollback.rs)
 //! <state>/run/<id>/agent.sock          the agent's socket
 //! <state>/run/<id>/agent.log           the agent's stderr
 //! <state>/run/<id>/root/               mount point of the sandbox root (inside its mount ns only)
 //! <state>/pool/sandboxes/<id>          the sandbox's writable subvolume (/etc, /home, /root, /tmp)
 //! <state>/pool/snapshots/<id>          read-only snapshots of sandboxes (snapshot.rs); not owned by any
 //!                                      sandbox: gc leaves them alone, `pool destroy` removes them
+//! <state>/pool/volumes/<vol-id>        named volumes (named_volumes.rs), bound into the sandboxes that
+//!                                      mount them; owned by no sandbox either
 //! ```
 
 mod adopt;
@@ -21,6 +23,7 @@ pub mod diff;
 mod gc;
 mod lifecycle;
 mod lock;
+mod named_volumes;
 mod pool;
 mod resources;
 mod rollback;

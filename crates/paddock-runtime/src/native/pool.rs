@@ -8,6 +8,8 @@
 //!                            or of a snapshot (a fork; a rollback)
 //! <pool>/snapshots/<id>      read-only snapshots of sandboxes/<id> (`sn-...`), owned by nobody but the
 //!                            caller that took them: gc never touches them, `pool destroy` removes them
+//! <pool>/volumes/<id>        named volumes (`vol-...`, named_volumes.rs), mounted into sandboxes; like
+//!                            snapshots, owned by the caller, removed by `pool destroy`
 //! ```
 //!
 //! When the state directory is not on btrfs, the pool is a sparse image file `<state>/pool.img`
@@ -69,7 +71,10 @@ const CURATED_ETC: &[&str] = &[
     "terminfo",
 ];
 
-fn pool_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RuntimeError + 'a {
+pub(super) fn pool_err<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> RuntimeError + 'a {
     move |source| RuntimeError::Pool {
         what,
         path: path.to_owned(),
@@ -231,10 +236,19 @@ impl StoragePool {
 
     /// What sandbox `id`'s subvolume holds and its limit.
     pub fn volume_usage(&self, id: &str) -> Result<VolumeUsage, RuntimeError> {
-        let path = self.volume_path(id);
-        let subvolume = btrfs::subvolume_id(&path).map_err(pool_err("inspect", &path))?;
+        self.subvolume_usage(&self.volume_path(id))
+    }
+
+    /// The host id range the pool's files are owned in.
+    pub(super) fn ids(&self) -> IdRange {
+        self.ids
+    }
+
+    /// What the subvolume at `path` holds and its limit (its quota group's figures).
+    pub(super) fn subvolume_usage(&self, path: &Path) -> Result<VolumeUsage, RuntimeError> {
+        let subvolume = btrfs::subvolume_id(path).map_err(pool_err("inspect", path))?;
         let usage = btrfs::qgroup_usage(&self.fs_uuid, subvolume)
-            .map_err(pool_err("read the quota group of", &path))?;
+            .map_err(pool_err("read the quota group of", path))?;
         Ok(VolumeUsage {
             bytes: usage.referenced,
             limit: usage.max_referenced,
@@ -336,7 +350,7 @@ impl StoragePool {
             .collect()
     }
 
-    /// Deletes every snapshot, unmounts the pool and removes its image and state (refused while
+    /// Deletes every snapshot and named volume, unmounts the pool and removes its image and state (refused while
     /// sandboxes exist).
     pub fn destroy(state_dir: &Path) -> Result<(), RuntimeError> {
         let root = state_dir.join("pool");
@@ -352,13 +366,14 @@ impl StoragePool {
         }
         // Deleted one by one rather than left to the image's removal: a pool on the state directory's
         // own btrfs has no image.
-        let snapshots = root.join("snapshots");
         if btrfs::is_btrfs(&root).unwrap_or(false) {
-            for entry in fs::read_dir(&snapshots).into_iter().flatten().flatten() {
-                let name = entry.file_name();
-                let Some(name) = name.to_str() else { continue };
-                btrfs::delete_subvolume(&snapshots, name)
-                    .map_err(pool_err("delete snapshot", &entry.path()))?;
+            for dir in [root.join("snapshots"), root.join("volumes")] {
+                for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+                    let name = entry.file_name();
+                    let Some(name) = name.to_str() else { continue };
+                    btrfs::delete_subvolume(&dir, name)
+                        .map_err(pool_err("delete subvolume", &entry.path()))?;
+                }
             }
         }
         let image = state_dir.join("pool.img");
