@@ -55,6 +55,7 @@ impl SandboxService {
             user,
             env: Vec::new(),
             volume,
+            volumes: spec.volumes.clone(),
         };
         let backend = self.inner.backend.clone();
         let runtime = tokio::runtime::Handle::current();
@@ -246,6 +247,7 @@ impl SandboxService {
         .map_err(|e| ServiceError::internal("collect garbage", &e))?
         .map_err(|e| runtime_error("collect garbage", e))?;
         self.collect_snapshot_garbage().await?;
+        self.collect_volume_garbage().await?;
         tracing::info!(adopted, lost, reclaimed = reclaimed.len(), "recovery done");
         Ok(())
     }
@@ -370,6 +372,7 @@ impl SandboxService {
             env: Default::default(),
             workdir: None,
             user: UserSpec::default_user().to_string(),
+            volumes: Vec::new(),
         };
         let new = NewSandbox {
             id: id.to_string(),

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use paddock_runtime::agent_client::AgentClient;
 use paddock_runtime::SandboxHandle;
-use paddock_types::Limits;
+use paddock_types::{Limits, VolumeMount};
 use serde::{Deserialize, Serialize};
 
 use crate::service::lock;
@@ -23,6 +23,9 @@ pub(crate) struct StoredSpec {
     #[serde(default)]
     pub(crate) workdir: Option<String>,
     pub(crate) user: String,
+    /// Named volumes it mounts (also recorded in the store's `volume_mounts`).
+    #[serde(default)]
+    pub(crate) volumes: Vec<VolumeMount>,
 }
 
 /// Who owns a live sandbox and how its processes start.

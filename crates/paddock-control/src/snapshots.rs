@@ -463,6 +463,16 @@ impl SandboxService {
                 labels: labels.clone(),
                 timeout_secs: req.timeout_secs,
                 snapshot: None,
+                // Volumes are shared, not copied: the copies mount the same ones.
+                volumes: spec
+                    .volumes
+                    .iter()
+                    .map(|v| paddock_types::api::VolumeMountRequest {
+                        volume: v.volume.to_string(),
+                        path: v.path.to_string(),
+                        read_only: v.read_only,
+                    })
+                    .collect(),
             };
             match self
                 .create_from_volume(p, request, VolumeSource::Snapshot(snapshot.clone()))

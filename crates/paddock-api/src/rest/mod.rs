@@ -7,4 +7,5 @@ pub(crate) mod meta;
 pub(crate) mod processes;
 pub(crate) mod sandboxes;
 pub(crate) mod snapshots;
+pub(crate) mod volumes;
 pub(crate) mod ws;
