@@ -9,6 +9,7 @@ mod exec;
 mod sandboxes;
 mod snapshots;
 mod table;
+mod volumes;
 
 use std::fmt;
 use std::path::Path;
@@ -23,7 +24,7 @@ use serde::Serialize;
 
 pub use table::Table;
 
-use crate::cli::{SandboxCommand, SnapshotCommand};
+use crate::cli::{SandboxCommand, SnapshotCommand, VolumeCommand};
 
 /// The server's address when `PADDOCK_URL` is not set.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:7420";
@@ -262,6 +263,24 @@ pub fn snapshot(state_dir: &Path, command: SnapshotCommand) -> anyhow::Result<Ex
             SnapshotCommand::Ls { sandbox, json } => snapshots::list(&client, sandbox, json).await,
             SnapshotCommand::Get { id, json } => snapshots::get(&client, &id, json).await,
             SnapshotCommand::Rm { ids } => snapshots::remove(&client, &ids).await,
+        }
+    })
+}
+
+/// Runs a `paddock volume` command.
+pub fn volume(state_dir: &Path, command: VolumeCommand) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_environment(state_dir)?;
+    block_on(async move {
+        match command {
+            VolumeCommand::Create {
+                name,
+                size,
+                labels,
+                json,
+            } => volumes::create(&client, name, size, labels, json).await,
+            VolumeCommand::Ls { json } => volumes::list(&client, json).await,
+            VolumeCommand::Get { volume, json } => volumes::get(&client, &volume, json).await,
+            VolumeCommand::Rm { volumes } => volumes::remove(&client, &volumes).await,
         }
     })
 }

@@ -30,6 +30,7 @@ pub async fn create(client: &ApiClient, args: CreateArgs) -> anyhow::Result<Exit
         labels: args.labels.into_iter().collect(),
         timeout_secs: args.timeout.map(|d| d.as_secs().max(1)),
         snapshot: args.snapshot,
+        volumes: args.volumes,
     };
     let info: SandboxInfo = client
         .json(client.request(Method::POST, &["v1", "sandboxes"]).json(&request))
