@@ -176,7 +176,7 @@ pub(crate) fn panic_response(payload: Box<dyn Any + Send + 'static>) -> Response
 mod tests {
     use super::*;
 
-    const ALL_CODES: [ErrorCode; 22] = [
+    const ALL_CODES: [ErrorCode; 25] = [
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::InvalidRequest,
@@ -199,6 +199,9 @@ mod tests {
         ErrorCode::Timeout,
         ErrorCode::Unavailable,
         ErrorCode::Internal,
+        ErrorCode::VolumeNotFound,
+        ErrorCode::VolumeExists,
+        ErrorCode::VolumeInUse,
     ];
 
     async fn body_json(response: Response) -> serde_json::Value {
@@ -214,7 +217,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_code_is_answered_with_its_status_and_body() {
-        let expected: [(ErrorCode, u16); 22] = [
+        let expected: [(ErrorCode, u16); 25] = [
             (ErrorCode::Unauthorized, 401),
             (ErrorCode::Forbidden, 403),
             (ErrorCode::InvalidRequest, 400),
@@ -237,6 +240,9 @@ mod tests {
             (ErrorCode::Timeout, 504),
             (ErrorCode::Unavailable, 503),
             (ErrorCode::Internal, 500),
+            (ErrorCode::VolumeNotFound, 404),
+            (ErrorCode::VolumeExists, 409),
+            (ErrorCode::VolumeInUse, 409),
         ];
         assert_eq!(expected.map(|(c, _)| c), ALL_CODES);
         for (code, status) in expected {

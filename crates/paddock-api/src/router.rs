@@ -17,7 +17,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::rest::{admin, files, meta, processes, sandboxes, snapshot_transfer, snapshots, ws};
+use crate::rest::{admin, files, meta, processes, sandboxes, snapshot_transfer, snapshots, volumes, ws};
 use crate::{observe, ApiError};
 
 /// The API's router: every route of the table, JSON answers for unknown endpoints (404) and methods
@@ -77,6 +77,10 @@ where
         .routes(routes!(snapshots::diff_sandbox))
         .routes(routes!(snapshot_transfer::export_snapshot))
         .routes(routes!(snapshot_transfer::import_snapshot))
+        .routes(routes!(volumes::create_volume))
+        .routes(routes!(volumes::list_volumes))
+        .routes(routes!(volumes::get_volume))
+        .routes(routes!(volumes::delete_volume))
         .routes(routes!(processes::exec))
         .routes(routes!(ws::exec_ws))
         .routes(routes!(processes::list_processes))
@@ -141,6 +145,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         (name = "processes", description = "Running and talking to processes"),
         (name = "files", description = "Files inside a sandbox"),
         (name = "snapshots", description = "Snapshots of a sandbox's files (never its memory), forks, checkpoint / rollback / commit, pause, stop and resume"),
+        (name = "volumes", description = "Named volumes: persistent storage shared by the sandboxes that mount it, outliving them; not part of a sandbox's snapshots or diffs"),
         (name = "admin", description = "Audit log, API keys and tenants"),
     ),
     components(
@@ -246,6 +251,10 @@ mod tests {
         ("GET", "/v1/sandboxes/{id}/diff"),
         ("GET", "/v1/snapshots/{snapshot_id}/export"),
         ("POST", "/v1/snapshots/import"),
+        ("POST", "/v1/volumes"),
+        ("GET", "/v1/volumes"),
+        ("GET", "/v1/volumes/{volume_id}"),
+        ("DELETE", "/v1/volumes/{volume_id}"),
     ];
 
     const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];
@@ -271,6 +280,7 @@ mod tests {
             .replace("{pid}", "42")
             .replace("{key_id}", "key-1")
             .replace("{name}", "acme")
+            .replace("{volume_id}", "data")
     }
 
     async fn call(app: &Router, method: &str, path: &str) -> (StatusCode, serde_json::Value) {

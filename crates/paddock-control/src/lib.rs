@@ -4,7 +4,7 @@
 //! It owns: authentication (API keys → [`Principal`]), tenant isolation (another tenant's sandbox
 //! is indistinguishable from a missing one), quotas, the sandbox lifecycle (create, claim from a warm
 //! pool, timeouts and the reaper, kill, recovery after a restart), processes (exec, streams, stdin,
-//! signals, re-attach), files, the hash-chained audit log and the metrics.
+//! signals, re-attach), files, snapshots, named volumes, the hash-chained audit log and the metrics.
 //!
 //! It does not: speak HTTP (`paddock-api`), run SQL (`paddock-store`), or set up sandboxes
 //! (`paddock-runtime`).
@@ -27,6 +27,7 @@ mod snapshot_transfer;
 mod snapshots;
 mod stop;
 mod streams;
+mod volumes;
 mod watch;
 
 pub use admin::ADMIN_TENANT;

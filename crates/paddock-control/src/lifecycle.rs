@@ -55,6 +55,7 @@ impl SandboxService {
             user,
             env: Vec::new(),
             volume,
+            volumes: spec.volumes.clone(),
         };
         let backend = self.inner.backend.clone();
         let runtime = tokio::runtime::Handle::current();
@@ -247,6 +248,7 @@ impl SandboxService {
         .map_err(|e| runtime_error("collect garbage", e))?;
         self.collect_snapshot_garbage().await?;
         self.collect_stopped_garbage().await?;
+        self.collect_volume_garbage().await?;
         tracing::info!(adopted, lost, reclaimed = reclaimed.len(), "recovery done");
         Ok(())
     }
@@ -365,6 +367,7 @@ impl SandboxService {
             on_timeout: Default::default(),
             audit_exec_diff: false,
             timeout_ms: None,
+            volumes: Vec::new(),
         };
         let new = NewSandbox {
             id: id.to_string(),

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use paddock_runtime::agent_client::AgentClient;
 use paddock_runtime::SandboxHandle;
-use paddock_types::Limits;
+use paddock_types::{Limits, VolumeMount};
 use serde::{Deserialize, Serialize};
 
 use crate::service::lock;
@@ -30,6 +30,9 @@ pub(crate) struct StoredSpec {
     /// The timeout it was created with, restarted by a resume after a timeout paused or stopped it.
     #[serde(default)]
     pub(crate) timeout_ms: Option<i64>,
+    /// Named volumes it mounts (also recorded in the store's `volume_mounts`).
+    #[serde(default)]
+    pub(crate) volumes: Vec<VolumeMount>,
 }
 
 /// Who owns a live sandbox and how its processes start.

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use paddock_runtime::Backend;
-use paddock_store::{Claim, NewSandbox, SandboxFilter, SandboxRecord, SandboxState};
+use paddock_store::{Claim, NewSandbox, SandboxFilter, SandboxRecord, SandboxState, VolumeMountRecord};
 use paddock_types::api::{
     CreateSandboxRequest, ErrorCode, LimitsRequest, ListSandboxesQuery, SandboxInfo, SandboxList,
-    SandboxStateBody, SandboxUsageBody, SetTimeoutRequest, TemplateInfo, TemplateList,
+    SandboxStateBody, SandboxUsageBody, SetTimeoutRequest, TemplateInfo, TemplateList, VolumeMountInfo,
 };
 use paddock_types::{EnvVar, Limits, SandboxPath, UserSpec};
 
@@ -75,8 +75,10 @@ impl SandboxService {
             self.inner.metrics.observe_create("snapshot", started.elapsed());
             return Ok(info);
         }
-        let plan = self.plan_create(req)?;
-        let warm = self.inner.config.templates[&plan.spec.template].warm_pool_size > 0;
+        let plan = self.plan_request(p, req).await?;
+        // A warm sandbox was booted without volumes: one that mounts some boots cold.
+        let warm = self.inner.config.templates[&plan.spec.template].warm_pool_size > 0
+            && plan.spec.volumes.is_empty();
         if warm {
             if let Some(info) = self.claim_warm(p, &plan).await? {
                 self.inner.metrics.observe_create("pool", started.elapsed());
@@ -86,6 +88,18 @@ impl SandboxService {
         let info = self.create_cold(p, plan).await?;
         self.inner.metrics.observe_create("boot", started.elapsed());
         Ok(info)
+    }
+
+    /// [`Self::plan_create`] plus the volumes the request mounts, resolved for `p`'s tenant.
+    async fn plan_request(
+        &self,
+        p: &Principal,
+        req: CreateSandboxRequest,
+    ) -> Result<CreatePlan, ServiceError> {
+        let volumes = self.resolve_volume_mounts(p, &req.volumes).await?;
+        let mut plan = self.plan_create(req)?;
+        plan.spec.volumes = volumes;
+        Ok(plan)
     }
 
     fn plan_create(&self, req: CreateSandboxRequest) -> Result<CreatePlan, ServiceError> {
@@ -162,6 +176,7 @@ impl SandboxService {
                 on_timeout: req.on_timeout.unwrap_or_default(),
                 audit_exec_diff: req.audit_exec_diff,
                 timeout_ms: Some(timeout.as_millis() as i64),
+                volumes: Vec::new(),
             },
             labels: req.labels,
             timeout_ms: timeout.as_millis() as i64,
@@ -254,7 +269,7 @@ impl SandboxService {
         req: CreateSandboxRequest,
         volume: paddock_types::VolumeSource,
     ) -> Result<SandboxInfo, ServiceError> {
-        let plan = self.plan_create(req)?;
+        let plan = self.plan_request(p, req).await?;
         self.create_cold_from(p, plan, volume).await
     }
 
@@ -284,8 +299,30 @@ impl SandboxService {
             created_at_ms: now,
             expires_at_ms: Some(now + plan.timeout_ms),
         };
-        self.db("record a new sandbox", move |s| s.insert_sandbox_checked(&new))
-            .await?;
+        let mounts: Vec<_> = plan
+            .spec
+            .volumes
+            .iter()
+            .map(|v| VolumeMountRecord {
+                sandbox_id: id.to_string(),
+                volume_id: v.volume.to_string(),
+                path: v.path.to_string(),
+                read_only: v.read_only,
+            })
+            .collect();
+        let tenant = p.tenant.clone();
+        // The sandbox and the volumes it mounts are recorded together, each volume checked to still
+        // exist in the same transaction (a concurrent delete either sees this mount or wins).
+        self.db("record a new sandbox", move |s| {
+            s.transaction(|tx| {
+                tx.insert_sandbox_checked(&new)?;
+                for m in &mounts {
+                    tx.insert_volume_mount(&tenant, m)?;
+                }
+                Ok::<_, paddock_store::StoreError>(())
+            })
+        })
+        .await?;
         let volume_name = match &volume {
             paddock_types::VolumeSource::Snapshot(s) => Some(s.to_string()),
             paddock_types::VolumeSource::Template | paddock_types::VolumeSource::Stopped => None,
@@ -316,7 +353,11 @@ impl SandboxService {
         let sb = Arc::new(LiveSandbox::new(id.to_string(), client, handle, owner));
         lock(&self.inner.live).insert(id.to_string(), sb);
         let entry = AuditEntry::ok(p, "sandbox.create", Some(id.as_str()))
-            .detail(serde_json::json!({ "template": plan.spec.template, "source": source }))
+            .detail(serde_json::json!({
+                "template": plan.spec.template,
+                "source": source,
+                "volumes": plan.spec.volumes.iter().map(|v| v.volume.to_string()).collect::<Vec<_>>(),
+            }))
             .into_row();
         let sid = id.to_string();
         let record = self
@@ -635,6 +676,19 @@ pub(crate) fn info_from_record(r: &SandboxRecord) -> SandboxInfo {
         workdir: spec.as_ref().and_then(|s| s.workdir.clone()),
         user: spec.as_ref().map(|s| s.user.clone()).unwrap_or_default(),
         labels: r.labels.clone(),
+        volumes: spec
+            .as_ref()
+            .map(|s| {
+                s.volumes
+                    .iter()
+                    .map(|v| VolumeMountInfo {
+                        volume: v.volume.to_string(),
+                        path: v.path.to_string(),
+                        read_only: v.read_only,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
         created_at: rfc3339(r.claimed_at_ms.unwrap_or(r.created_at_ms)),
         expires_at: r.expires_at_ms.map(rfc3339),
         ended_at: r.ended_at_ms.map(rfc3339),

@@ -190,6 +190,11 @@ pub(crate) fn store_error(what: &'static str, e: StoreError) -> ServiceError {
                 format!("tenant quota exceeded: {kind} limit is {limit}, this request would make it {total}"),
             )
         }
+        StoreError::Missing { what: "volume", id } => crate::volumes::volume_not_found(&id),
+        StoreError::Conflict {
+            what: "volume name",
+            id,
+        } => crate::volumes::volume_exists(&id),
         other => ServiceError::internal(what, &other),
     }
 }

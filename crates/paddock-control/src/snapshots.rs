@@ -511,6 +511,16 @@ impl SandboxService {
             snapshot: None,
             on_timeout: Some(spec.on_timeout),
             audit_exec_diff: spec.audit_exec_diff,
+            // Volumes are shared, not copied: the copies mount the same ones.
+            volumes: spec
+                .volumes
+                .iter()
+                .map(|v| paddock_types::api::VolumeMountRequest {
+                    volume: v.volume.to_string(),
+                    path: v.path.to_string(),
+                    read_only: v.read_only,
+                })
+                .collect(),
         };
         // The copies boot concurrently: their volume snapshots join the same btrfs transaction commits
         // and their setups overlap each other's waits.

@@ -20,8 +20,8 @@ use std::path::PathBuf;
 
 pub use error::RuntimeError;
 pub use native::transfer::{ImportLimits, TransferSummary};
-pub use native::{NativeBackend, NativeConfig};
-use paddock_types::{Limits, SandboxId, SandboxSpec, SnapshotId};
+pub use native::{NativeBackend, NativeConfig, VolumeUsage};
+use paddock_types::{ByteSize, Limits, SandboxId, SandboxSpec, SnapshotId, VolumeId};
 use serde::{Deserialize, Serialize};
 
 /// What a backend can do, so callers can refuse early instead of failing late.
@@ -199,6 +199,16 @@ pub trait Backend {
         input: &mut dyn std::io::Read,
         limits: &ImportLimits,
     ) -> Result<TransferSummary, RuntimeError>;
+    /// Creates an empty named volume, writable by the sandbox's default user, holding at most `size`
+    /// bytes (writes beyond fail with `EDQUOT`) when given.
+    async fn create_volume(&self, volume: &VolumeId, size: Option<ByteSize>) -> Result<(), RuntimeError>;
+    /// Deletes a named volume and frees its storage; false if it did not exist. The caller makes sure
+    /// no live sandbox mounts it.
+    async fn delete_volume(&self, volume: &VolumeId) -> Result<bool, RuntimeError>;
+    /// What a named volume holds and its size limit.
+    async fn volume_usage(&self, volume: &VolumeId) -> Result<VolumeUsage, RuntimeError>;
+    /// Every named volume that exists (for garbage collection against records).
+    fn list_volumes(&self) -> Result<Vec<VolumeId>, RuntimeError>;
     /// What changed in the sandbox's files since `snapshot` (added, modified, deleted paths, and
     /// unified diffs of text files when asked). Walks both trees: blocking work, bounded by `options`.
     async fn diff_sandbox(
@@ -350,6 +360,26 @@ impl Backend for AnyBackend {
             Self::Native(b) => b.import_snapshot(snapshot, input, limits),
         }
     }
+    async fn create_volume(&self, volume: &VolumeId, size: Option<ByteSize>) -> Result<(), RuntimeError> {
+        match self {
+            Self::Native(b) => b.create_volume(volume, size).await,
+        }
+    }
+    async fn delete_volume(&self, volume: &VolumeId) -> Result<bool, RuntimeError> {
+        match self {
+            Self::Native(b) => b.delete_volume(volume).await,
+        }
+    }
+    async fn volume_usage(&self, volume: &VolumeId) -> Result<VolumeUsage, RuntimeError> {
+        match self {
+            Self::Native(b) => b.volume_usage(volume).await,
+        }
+    }
+    fn list_volumes(&self) -> Result<Vec<VolumeId>, RuntimeError> {
+        match self {
+            Self::Native(b) => b.list_volumes(),
+        }
+    }
     async fn diff_sandbox(
         &self,
         handle: &SandboxHandle,
@@ -415,6 +445,10 @@ mod tests {
         send(&backend.pause_sandbox(&handle));
         send(&backend.resume_sandbox(&handle));
         send(&backend.rollback_sandbox(other, snapshot));
+        let volume = VolumeId::from_random([0; 8]);
+        send(&backend.create_volume(&volume, None));
+        send(&backend.delete_volume(&volume));
+        send(&backend.volume_usage(&volume));
         send(&backend.destroy_sandbox(handle));
     }
 

@@ -78,6 +78,8 @@ pub enum StoreError {
     },
     #[error("{what} {id} already exists")]
     Conflict { what: &'static str, id: String },
+    #[error("{what} {id} does not exist")]
+    Missing { what: &'static str, id: String },
     #[error("tenant {tenant} does not exist")]
     UnknownTenant { tenant: String },
     #[error("sandbox {id} has no tenant to check a quota against")]

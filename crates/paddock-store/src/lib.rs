@@ -1,5 +1,5 @@
 //! The control plane's embedded state: one SQLite database (WAL) holding tenants and their quotas, API
-//! keys, sandbox records and the append-only, hash-chained audit log.
+//! keys, sandbox records, snapshot and volume records and the append-only, hash-chained audit log.
 //!
 //! This crate is the only place in paddock that speaks SQL: its API is everything the control plane gets,
 //! and no `rusqlite` type appears in it. Every call is synchronous and short; async callers wrap it in
@@ -33,6 +33,7 @@ mod snapshots;
 mod tenants;
 mod transition;
 mod verify;
+mod volumes;
 
 pub use audit::{AuditFilter, AuditRecord, NewAuditEntry};
 pub use audit_hash::{audit_hash, AuditFields, GENESIS_HASH};
@@ -46,3 +47,4 @@ pub use sandboxes::{NewSandbox, SandboxRecord, SandboxState, UnknownSandboxState
 pub use snapshots::{NewSnapshot, SnapshotFilter, SnapshotKind, SnapshotRecord};
 pub use tenants::{TenantQuota, TenantRecord, TenantUsage};
 pub use verify::{AuditVerification, BrokenRow};
+pub use volumes::{NewVolume, VolumeFilter, VolumeMountRecord, VolumeRecord};

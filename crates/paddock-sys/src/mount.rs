@@ -8,6 +8,7 @@
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -102,6 +103,23 @@ pub fn bind(source: &Path, target: &Path, recursive: bool) -> io::Result<()> {
 /// Sets `attrs` on the mount at `target` (and every mount beneath it when `recursive`), leaving other
 /// attributes as they are. One `mount_setattr(2)` call.
 pub fn set_attrs(target: &Path, attrs: MountAttrs, recursive: bool) -> io::Result<()> {
+    let c_target = CString::new(target.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+    let mut flags = libc::AT_NO_AUTOMOUNT | libc::AT_SYMLINK_NOFOLLOW;
+    if recursive {
+        flags |= libc::AT_RECURSIVE;
+    }
+    mount_setattr(libc::AT_FDCWD, &c_target, flags, attrs)
+        .map_err(|e| with_path(target, "failed to set mount attributes on", e))
+}
+
+/// `mount_setattr(dirfd, path, flags, {attr_set: attrs})`.
+fn mount_setattr(
+    dirfd: libc::c_int,
+    path: &std::ffi::CStr,
+    flags: libc::c_int,
+    attrs: MountAttrs,
+) -> io::Result<()> {
     #[repr(C)]
     struct MountAttr {
         attr_set: u64,
@@ -109,38 +127,60 @@ pub fn set_attrs(target: &Path, attrs: MountAttrs, recursive: bool) -> io::Resul
         propagation: u64,
         userns_fd: u64,
     }
-    let c_target = CString::new(target.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
     let attr = MountAttr {
         attr_set: attrs.bits(),
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
     };
-    let mut flags = libc::AT_NO_AUTOMOUNT | libc::AT_SYMLINK_NOFOLLOW;
-    if recursive {
-        flags |= libc::AT_RECURSIVE;
-    }
-    // SAFETY: `c_target` is a NUL-terminated string and `attr` a properly laid out `struct mount_attr`,
-    // both alive for the duration of the call; the size argument is the size of that struct.
+    // SAFETY: `path` is a NUL-terminated string and `attr` a properly laid out `struct mount_attr`,
+    // both alive for the duration of the call; the size argument is the size of that struct; `dirfd`
+    // is AT_FDCWD or a descriptor the caller borrows for the call.
     let r = unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
-            libc::AT_FDCWD,
-            c_target.as_ptr(),
+            dirfd,
+            path.as_ptr(),
             flags as libc::c_uint,
             &attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     };
     if r < 0 {
-        return Err(with_path(
-            target,
-            "failed to set mount attributes on",
-            io::Error::last_os_error(),
-        ));
+        return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Binds the tree mounted at `source` (recursively) onto the directory `target`, an `O_PATH`
+/// descriptor the caller resolved (for instance confined to a root with `openat2`): the tree is
+/// cloned detached (`open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)`), `attrs` are set on every mount of
+/// the copy before anything can see it, and the copy is attached with `move_mount` onto the
+/// descriptor, so the target is never looked up by path again (no symlink swapped in between can
+/// redirect it).
+pub fn bind_tree_onto(source: &Path, target: BorrowedFd<'_>, attrs: MountAttrs) -> io::Result<()> {
+    use rustix::mount::{MoveMountFlags, OpenTreeFlags};
+    let tree = rustix::mount::open_tree(
+        rustix::fs::CWD,
+        source,
+        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC | OpenTreeFlags::AT_RECURSIVE,
+    )
+    .map_err(|e| with_path(source, "failed to clone the mount tree of", e))?;
+    mount_setattr(
+        tree.as_raw_fd(),
+        c"",
+        libc::AT_EMPTY_PATH | libc::AT_RECURSIVE,
+        attrs,
+    )
+    .map_err(|e| with_path(source, "failed to set mount attributes on a clone of", e))?;
+    rustix::mount::move_mount(
+        tree.as_fd(),
+        "",
+        target,
+        "",
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+    )
+    .map_err(|e| with_path(source, "failed to attach a clone of", e))
 }
 
 /// Mounts a new file system of type `fstype` (tmpfs, proc, devpts, mqueue) at `target`.

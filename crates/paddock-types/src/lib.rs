@@ -1,4 +1,5 @@
-//! Domain data of paddock: sandbox and snapshot ids, sizes, limits, mounts and the sandbox spec.
+//! Domain data of paddock: sandbox, snapshot and volume ids, sizes, limits, mounts and the sandbox
+//! spec.
 //!
 //! Everything here is plain data, parsed once at the edge (`FromStr`, and serde goes through the same
 //! parsers) so the rest of the code never handles an unvalidated id, size or path. No I/O, no tokio.
@@ -8,11 +9,16 @@ mod limits;
 mod mounts;
 mod size;
 mod spec;
+mod volumes;
 
 pub use id::{SandboxId, SandboxIdError, SnapshotId, SnapshotIdError};
 pub use limits::{CpuQuota, Limits};
 pub use mounts::{MountSpec, MountSpecError, SandboxPath, SandboxPathError};
 pub use size::{ByteSize, SizeError};
 pub use spec::{EnvVar, EnvVarError, RootfsSpec, SandboxSpec, UserSpec, UserSpecError, VolumeSource};
+pub use volumes::{
+    check_volume_mounts, VolumeId, VolumeIdError, VolumeMount, VolumeMountError, VolumeName, VolumeNameError,
+    MAX_VOLUME_MOUNTS,
+};
 
 pub mod api;

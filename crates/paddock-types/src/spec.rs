@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Limits, MountSpec, SandboxId, SandboxPath, SnapshotId};
+use crate::{Limits, MountSpec, SandboxId, SandboxPath, SnapshotId, VolumeMount};
 
 /// What root file system a sandbox gets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -156,6 +156,10 @@ pub struct SandboxSpec {
     /// What its writable file system starts as (the template when omitted).
     #[serde(default)]
     pub volume: VolumeSource,
+    /// Named volumes mounted in (shared with every other sandbox mounting them; not part of the
+    /// sandbox's own file system, so snapshots and diffs leave them out).
+    #[serde(default)]
+    pub volumes: Vec<VolumeMount>,
 }
 
 #[cfg(test)]
@@ -208,9 +212,11 @@ mod tests {
             user: UserSpec::default(),
             env: Vec::new(),
             volume: VolumeSource::Template,
+            volumes: Vec::new(),
         };
         let mut json = serde_json::to_value(&spec).expect("serialize");
         json.as_object_mut().expect("object").remove("volume");
+        json.as_object_mut().expect("object").remove("volumes");
         assert_eq!(serde_json::from_value::<SandboxSpec>(json).ok(), Some(spec));
     }
 

@@ -11,7 +11,7 @@ mod server;
 
 pub use client::{
     AuditArgs, AuditCommand, CpArgs, CreateArgs, ExecArgs, LogsArgs, LsArgs, SandboxCommand, ShellArgs,
-    SnapshotCommand,
+    SnapshotCommand, VolumeCommand,
 };
 pub use server::{parse_human_duration, ConfigCommand, KeysCommand, ServeArgs};
 
@@ -82,6 +82,11 @@ pub enum Command {
     Snapshot {
         #[command(subcommand)]
         command: SnapshotCommand,
+    },
+    /// Named volumes: storage that outlives sandboxes (mount with `paddock sandbox create --volume`).
+    Volume {
+        #[command(subcommand)]
+        command: VolumeCommand,
     },
     /// Read (through the API) or verify (on the server host) the audit log.
     Audit(AuditArgs),

@@ -88,7 +88,11 @@ fn main() -> ExitCode {
     }
     let client_command = matches!(
         cli.command,
-        Command::Sandbox { .. } | Command::Snapshot { .. } | Command::Audit(_) | Command::Keys { .. }
+        Command::Sandbox { .. }
+            | Command::Snapshot { .. }
+            | Command::Volume { .. }
+            | Command::Audit(_)
+            | Command::Keys { .. }
     );
     match dispatch(cli) {
         Ok(code) => code,
@@ -126,7 +130,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", config.to_toml()?);
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Keys { .. } | Command::Sandbox { .. } | Command::Snapshot { .. } | Command::Audit(_) => {
+        Command::Keys { .. }
+        | Command::Sandbox { .. }
+        | Command::Snapshot { .. }
+        | Command::Volume { .. }
+        | Command::Audit(_) => {
             return dispatch_client(cli);
         }
         Command::Run(_) | Command::Gc | Command::Pool { .. } => {}
@@ -164,6 +172,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Keys { .. }
         | Command::Sandbox { .. }
         | Command::Snapshot { .. }
+        | Command::Volume { .. }
         | Command::Audit(_) => {
             unreachable!("dispatched above")
         }
@@ -185,6 +194,7 @@ fn dispatch_client(cli: Cli) -> anyhow::Result<ExitCode> {
         },
         Command::Sandbox { command } => client::sandbox(&client_state_dir(&cli.global, config), command),
         Command::Snapshot { command } => client::snapshot(&client_state_dir(&cli.global, config), command),
+        Command::Volume { command } => client::volume(&client_state_dir(&cli.global, config), command),
         _ => unreachable!("only client commands come here"),
     }
 }

@@ -62,6 +62,7 @@ fn sandbox_spec(args: &RunArgs) -> SandboxSpec {
         user: args.user.clone(),
         env: args.env.clone(),
         volume: paddock_types::VolumeSource::Template,
+        volumes: Vec::new(),
     }
 }
 

@@ -51,6 +51,7 @@ fn spec(id: &str) -> SandboxSpec {
         user: "user".parse().expect("user"),
         env: Vec::new(),
         volume: paddock_types::VolumeSource::Template,
+        volumes: Vec::new(),
     }
 }
 

@@ -63,6 +63,7 @@ fn spec(id: &str) -> SandboxSpec {
         user: "user".parse().expect("user"),
         env: Vec::new(),
         volume: VolumeSource::Template,
+        volumes: Vec::new(),
     }
 }
 

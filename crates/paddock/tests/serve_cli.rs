@@ -506,3 +506,73 @@ fn assert_same_tree(a: &Path, b: &Path) {
         }
     }
 }
+
+#[test]
+fn volumes_with_the_cli_and_across_a_restart() {
+    if !require_root() {
+        return;
+    }
+    let env = TestEnv::new();
+    let server = Server::start(&env, &[], "info");
+    let vid = ok(&server.run(
+        &env,
+        &["volume", "create", "work", "--size", "64M", "--label", "k=v"],
+    ))
+    .trim()
+    .to_owned();
+    assert!(vid.starts_with("vol-"), "{vid}");
+    fails(
+        &server.run(&env, &["volume", "create", "work"]),
+        1,
+        "already exists",
+    );
+    let listed = ok(&server.run(&env, &["volume", "ls"]));
+    assert!(listed.starts_with("ID"), "{listed}");
+    assert!(listed.contains(&vid) && listed.contains("work"), "{listed}");
+    let id = ok(&server.run(
+        &env,
+        &[
+            "sandbox",
+            "create",
+            "--volume",
+            "work:/data",
+            "--volume",
+            &format!("{vid}:/ref:ro"),
+        ],
+    ))
+    .trim()
+    .to_owned();
+    ok(&server.run(
+        &env,
+        &["sandbox", "exec", &id, "--", "sh", "-c", "echo kept > /data/f"],
+    ));
+    let o = server.run(
+        &env,
+        &["sandbox", "exec", &id, "--", "sh", "-c", "echo x > /ref/f"],
+    );
+    assert_ne!(o.status.code(), Some(0), "the read-only mount took a write");
+    fails(
+        &server.run(&env, &["sandbox", "create", "--volume", "work"]),
+        125,
+        "VOLUME:PATH",
+    );
+    server.stop();
+
+    // After a restart the adopted sandbox still holds the volume: the delete is refused.
+    let server = Server::restart(&env, &[], "info");
+    let info = json(&server.run(&env, &["volume", "get", "work", "--json"]));
+    assert_eq!(info["id"], vid.as_str());
+    assert_eq!(info["mounted_by"], serde_json::json!([id]));
+    assert_eq!(info["labels"]["k"], "v");
+    fails(&server.run(&env, &["volume", "rm", "work"]), 1, "is mounted by");
+    let o = server.run(&env, &["sandbox", "exec", &id, "--", "cat", "/ref/f"]);
+    assert_eq!(ok(&o), "kept\n");
+    ok(&server.run(&env, &["sandbox", "rm", &id]));
+    assert_eq!(ok(&server.run(&env, &["volume", "rm", "work"])).trim(), "work");
+    assert!(!env.state().join("pool/volumes").join(&vid).exists());
+    let all = json(&server.run(&env, &["volume", "ls", "--json"]));
+    assert_eq!(all["volumes"], serde_json::json!([]));
+    fails(&server.run(&env, &["volume", "get", "work"]), 1, "not found");
+    server.stop();
+    env.assert_clean();
+}

@@ -9,7 +9,9 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use paddock_types::{Limits, MountSpec, RootfsSpec, SandboxId, SandboxSpec, SnapshotId, UserSpec};
+use paddock_types::{
+    Limits, MountSpec, RootfsSpec, SandboxId, SandboxSpec, SnapshotId, UserSpec, VolumeId, VolumeMount,
+};
 use serde::{Deserialize, Serialize};
 
 use super::adopt::InitRecord;
@@ -71,6 +73,9 @@ pub(super) struct BootSpec {
     pub(super) rootfs: RootfsSpec,
     pub(super) mounts: Vec<MountSpec>,
     pub(super) user: UserSpec,
+    /// Named volumes (absent from records written before volumes existed).
+    #[serde(default)]
+    pub(super) volumes: Vec<VolumeMount>,
 }
 
 impl BootSpec {
@@ -81,6 +86,7 @@ impl BootSpec {
             rootfs: spec.rootfs.clone(),
             mounts: spec.mounts.clone(),
             user: spec.user.clone(),
+            volumes: spec.volumes.clone(),
         }
     }
 
@@ -130,6 +136,11 @@ impl NativeBackend {
                 )));
             }
             _ => {}
+        }
+        paddock_types::check_volume_mounts(&spec.volumes)
+            .map_err(|e| RuntimeError::InvalidSpec(format!("volume mount {}: {e}", e.index)))?;
+        for v in &spec.volumes {
+            self.pool.existing_named_volume(&v.volume)?;
         }
         for m in &spec.mounts {
             if fs::metadata(&m.host).is_err() {
@@ -204,6 +215,15 @@ impl NativeBackend {
             volume: volume.to_owned(),
             rootfs: boot.rootfs.clone(),
             mounts: boot.mounts.clone(),
+            volumes: boot
+                .volumes
+                .iter()
+                .map(|v| MountSpec {
+                    host: self.pool.named_volume_path(&v.volume),
+                    sandbox: v.path.clone(),
+                    read_only: v.read_only,
+                })
+                .collect(),
             agent_binary: self.config.agent_binary.clone(),
             agent_socket: run_dir.join("agent.sock"),
             agent_log: run_dir.join("agent.log"),
@@ -580,6 +600,26 @@ impl Backend for NativeBackend {
         limits: &ImportLimits,
     ) -> Result<TransferSummary, RuntimeError> {
         self.import(snapshot, input, limits)
+    }
+
+    async fn create_volume(
+        &self,
+        volume: &VolumeId,
+        size: Option<paddock_types::ByteSize>,
+    ) -> Result<(), RuntimeError> {
+        self.pool.create_named_volume(volume, size)
+    }
+
+    async fn delete_volume(&self, volume: &VolumeId) -> Result<bool, RuntimeError> {
+        self.pool.delete_named_volume(volume)
+    }
+
+    async fn volume_usage(&self, volume: &VolumeId) -> Result<crate::native::VolumeUsage, RuntimeError> {
+        self.pool.named_volume_usage(volume)
+    }
+
+    fn list_volumes(&self) -> Result<Vec<VolumeId>, RuntimeError> {
+        self.pool.list_named_volumes()
     }
 
     async fn diff_sandbox(

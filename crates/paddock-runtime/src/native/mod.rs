@@ -6,7 +6,7 @@
 //! <state>/pool.img, <state>/pool/      the storage pool (see pool.rs)
 //! <state>/run/<id>/lock                flock held by the process that owns the sandbox
 //! <state>/run/<id>/init.pid            the init's host pid and start time (for adoption, adopt.rs)
-//! <state>/run/<id>/boot.json           rootfs, mounts and user, to restart the init (rollback.rs)
+//! <state>/run/<id>/boot.json           rootfs, mounts, volumes and user, to restart the init (rollback.rs)
 //! <state>/run/<id>/agent.sock          the agent's socket
 //! <state>/run/<id>/agent.log           the agent's stderr
 //! <state>/run/<id>/root/               mount point of the sandbox root (inside its mount ns only)
@@ -15,6 +15,8 @@
 //!                                      sandbox: gc leaves them alone, `pool destroy` removes them
 //! <state>/pool/imports/<id>            an import being unpacked (transfer/), with <id>.lock held by
 //!                                      its process: gc removes one whose lock is free
+//! <state>/pool/volumes/<vol-id>        named volumes (named_volumes.rs), bound into the sandboxes that
+//!                                      mount them; owned by no sandbox either
 //! ```
 
 mod adopt;
@@ -23,6 +25,7 @@ pub mod diff;
 mod gc;
 mod lifecycle;
 mod lock;
+mod named_volumes;
 mod pool;
 mod resources;
 mod rollback;

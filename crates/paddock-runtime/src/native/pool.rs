@@ -13,6 +13,8 @@
 //! <pool>/stopped/<id>        a stopped sandbox's subvolume (no processes; resumable); its owner is the
 //!                            control plane's record, not a run directory, so gc leaves it alone
 //! <pool>/imports/<id>        an imported snapshot being unpacked (`transfer/staging.rs`)
+//! <pool>/volumes/<id>        named volumes (`vol-...`, named_volumes.rs), mounted into sandboxes; like
+//!                            snapshots, owned by the caller, removed by `pool destroy`
 //! ```
 //!
 //! When the state directory is not on btrfs, the pool is a sparse image file `<state>/pool.img`
@@ -74,7 +76,10 @@ const CURATED_ETC: &[&str] = &[
     "terminfo",
 ];
 
-fn pool_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RuntimeError + 'a {
+pub(super) fn pool_err<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> RuntimeError + 'a {
     move |source| RuntimeError::Pool {
         what,
         path: path.to_owned(),
@@ -254,10 +259,19 @@ impl StoragePool {
 
     /// What sandbox `id`'s subvolume holds and its limit.
     pub fn volume_usage(&self, id: &str) -> Result<VolumeUsage, RuntimeError> {
-        let path = self.volume_path(id);
-        let subvolume = btrfs::subvolume_id(&path).map_err(pool_err("inspect", &path))?;
+        self.subvolume_usage(&self.volume_path(id))
+    }
+
+    /// The host id range the pool's files are owned in.
+    pub(super) fn ids(&self) -> IdRange {
+        self.ids
+    }
+
+    /// What the subvolume at `path` holds and its limit (its quota group's figures).
+    pub(super) fn subvolume_usage(&self, path: &Path) -> Result<VolumeUsage, RuntimeError> {
+        let subvolume = btrfs::subvolume_id(path).map_err(pool_err("inspect", path))?;
         let usage = btrfs::qgroup_usage(&self.fs_uuid, subvolume)
-            .map_err(pool_err("read the quota group of", &path))?;
+            .map_err(pool_err("read the quota group of", path))?;
         Ok(VolumeUsage {
             bytes: usage.referenced,
             limit: usage.max_referenced,
@@ -448,7 +462,7 @@ impl StoragePool {
             .collect()
     }
 
-    /// Deletes every snapshot, unmounts the pool and removes its image and state (refused while
+    /// Deletes every snapshot and named volume, unmounts the pool and removes its image and state (refused while
     /// sandboxes exist).
     pub fn destroy(state_dir: &Path) -> Result<(), RuntimeError> {
         let root = state_dir.join("pool");
@@ -466,7 +480,7 @@ impl StoragePool {
         // Deleted one by one rather than left to the image's removal: a pool on the state directory's
         // own btrfs has no image.
         if btrfs::is_btrfs(&root).unwrap_or(false) {
-            for dir in ["snapshots", "trash"] {
+            for dir in ["snapshots", "trash", "volumes"] {
                 let dir = root.join(dir);
                 for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
                     let name = entry.file_name();

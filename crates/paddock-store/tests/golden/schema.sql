@@ -30,6 +30,12 @@ CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id, created_at_ms) WHERE del
 -- index snapshots_tenant
 CREATE INDEX snapshots_tenant ON snapshots(tenant, id) WHERE deleted_at_ms IS NULL;
 
+-- index volume_mounts_volume
+CREATE INDEX volume_mounts_volume ON volume_mounts(volume_id);
+
+-- index volumes_tenant_name
+CREATE UNIQUE INDEX volumes_tenant_name ON volumes(tenant, name) WHERE deleted_at_ms IS NULL;
+
 -- table api_keys
 CREATE TABLE api_keys (
     id              TEXT PRIMARY KEY NOT NULL,
@@ -109,6 +115,26 @@ CREATE TABLE tenants (
     max_memory_bytes INTEGER CHECK (max_memory_bytes IS NULL OR max_memory_bytes >= 0),
     max_cpu_millis   INTEGER CHECK (max_cpu_millis IS NULL OR max_cpu_millis >= 0),
     created_at_ms    INTEGER NOT NULL
+) STRICT;
+
+-- table volume_mounts
+CREATE TABLE volume_mounts (
+    sandbox_id TEXT NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+    volume_id  TEXT NOT NULL REFERENCES volumes(id),
+    path       TEXT NOT NULL,
+    read_only  INTEGER NOT NULL CHECK (read_only IN (0, 1)),
+    PRIMARY KEY (sandbox_id, path)
+) STRICT;
+
+-- table volumes
+CREATE TABLE volumes (
+    id            TEXT PRIMARY KEY NOT NULL,
+    tenant        TEXT NOT NULL REFERENCES tenants(name),
+    name          TEXT NOT NULL,
+    labels_json   TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(labels_json)),
+    size_bytes    INTEGER CHECK (size_bytes IS NULL OR size_bytes > 0),
+    created_at_ms INTEGER NOT NULL,
+    deleted_at_ms INTEGER
 ) STRICT;
 
 -- trigger audit_append_in_order

@@ -26,6 +26,12 @@ pub enum ErrorCode {
     KeyNotFound,
     /// No such snapshot for this tenant (404).
     SnapshotNotFound,
+    /// No such volume for this tenant (404; also for other tenants' volumes).
+    VolumeNotFound,
+    /// The tenant already has a volume of that name (409).
+    VolumeExists,
+    /// A live sandbox mounts the volume, so it cannot be deleted (409).
+    VolumeInUse,
     /// The target already exists (409).
     AlreadyExists,
     /// The sandbox's own permissions forbid the operation (403).
@@ -70,6 +76,9 @@ impl ErrorCode {
             Self::FileNotFound => "file_not_found",
             Self::KeyNotFound => "key_not_found",
             Self::SnapshotNotFound => "snapshot_not_found",
+            Self::VolumeNotFound => "volume_not_found",
+            Self::VolumeExists => "volume_exists",
+            Self::VolumeInUse => "volume_in_use",
             Self::AlreadyExists => "already_exists",
             Self::PermissionDenied => "permission_denied",
             Self::NotADirectory => "not_a_directory",
@@ -101,8 +110,13 @@ impl ErrorCode {
             | Self::ProcessNotFound
             | Self::FileNotFound
             | Self::KeyNotFound
-            | Self::SnapshotNotFound => 404,
-            Self::SandboxNotRunning | Self::AlreadyExists | Self::DirectoryNotEmpty => 409,
+            | Self::SnapshotNotFound
+            | Self::VolumeNotFound => 404,
+            Self::SandboxNotRunning
+            | Self::AlreadyExists
+            | Self::DirectoryNotEmpty
+            | Self::VolumeExists
+            | Self::VolumeInUse => 409,
             Self::QuotaExceeded => 429,
             Self::NoSpace => 507,
             Self::PayloadTooLarge => 413,
@@ -141,6 +155,9 @@ mod tests {
             ErrorCode::Internal,
             ErrorCode::DirectoryNotEmpty,
             ErrorCode::InvalidArchive,
+            ErrorCode::VolumeNotFound,
+            ErrorCode::VolumeExists,
+            ErrorCode::VolumeInUse,
         ] {
             let json = serde_json::to_string(&code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -13,6 +13,7 @@ mod keys;
 mod lists;
 mod sandboxes;
 mod snapshots;
+mod volumes;
 
 pub use audit::{AuditQuery, AuditRecord, AuditVerification, BrokenAuditRow};
 pub use error::{ApiErrorBody, ErrorCode};
@@ -32,4 +33,7 @@ pub use sandboxes::{
 pub use snapshots::{
     ChangeBody, CreateSnapshotRequest, DiffEntryBody, DiffQuery, DiffResult, ForkRequest, ForkResult,
     ImportSnapshotQuery, ListSnapshotsQuery, RollbackRequest, SnapshotInfo, SnapshotKindBody, SnapshotList,
+};
+pub use volumes::{
+    CreateVolumeRequest, ListVolumesQuery, VolumeInfo, VolumeList, VolumeMountInfo, VolumeMountRequest,
 };

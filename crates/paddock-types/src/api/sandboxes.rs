@@ -47,6 +47,11 @@ pub struct CreateSandboxRequest {
     /// start (a few milliseconds); concurrent processes' changes appear in each other's diffs.
     #[serde(default)]
     pub audit_exec_diff: bool,
+    /// Named volumes to mount (`POST /v1/volumes`), shared with every other sandbox mounting them.
+    /// They are not part of the sandbox's own file system: its snapshots and diffs leave them out,
+    /// and its forks mount the same volumes.
+    #[serde(default)]
+    pub volumes: Vec<super::VolumeMountRequest>,
 }
 
 /// What a sandbox's timeout does.
@@ -156,6 +161,9 @@ pub struct SandboxInfo {
     /// Every process's file changes are recorded in the audit log.
     #[serde(default)]
     pub audit_exec_diff: bool,
+    /// The named volumes it mounts.
+    #[serde(default)]
+    pub volumes: Vec<super::VolumeMountInfo>,
 }
 
 /// `GET /v1/sandboxes` query.

@@ -1,8 +1,10 @@
-//! Syntax of the HTTP client commands: `paddock sandbox ...` and `paddock audit ...`.
+//! Syntax of the HTTP client commands: `paddock sandbox ...`, `paddock snapshot ...`, `paddock volume
+//! ...` and `paddock audit ...`.
 
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand};
+use paddock_types::api::VolumeMountRequest;
 use paddock_types::{ByteSize, CpuQuota, EnvVar};
 
 use super::server::parse_human_duration;
@@ -165,6 +167,45 @@ pub enum SnapshotCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum VolumeCommand {
+    /// Create a named volume; prints its id.
+    Create {
+        /// Its name (unique among your volumes).
+        name: String,
+        /// The most it may hold (e.g. 1G); writes beyond fail with EDQUOT.
+        #[arg(long)]
+        size: Option<ByteSize>,
+        /// Label (repeatable).
+        #[arg(long = "label", short = 'l', value_name = "K=V", value_parser = parse_label)]
+        labels: Vec<(String, String)>,
+        /// Print the API's JSON instead of the id.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List volumes.
+    #[command(alias = "list")]
+    Ls {
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one volume (by id or name), with its usage and the sandboxes mounting it.
+    Get {
+        /// Volume id or name.
+        volume: String,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete volumes and free their storage (refused while a sandbox mounts one).
+    Rm {
+        /// Volume ids or names.
+        #[arg(required = true)]
+        volumes: Vec<String>,
+    },
+}
+
 /// `paddock sandbox create`.
 #[derive(Debug, Args)]
 pub struct CreateArgs {
@@ -207,6 +248,9 @@ pub struct CreateArgs {
     /// Record the file changes of every process in the audit log (a snapshot per process start).
     #[arg(long)]
     pub audit_exec_diff: bool,
+    /// Mount a named volume (repeatable): VOLUME:PATH[:ro], VOLUME being its name or id.
+    #[arg(long = "volume", value_name = "VOLUME:PATH[:ro]", value_parser = parse_volume_mount)]
+    pub volumes: Vec<VolumeMountRequest>,
     /// Print the API's JSON instead of the id.
     #[arg(long)]
     pub json: bool,
@@ -344,6 +388,29 @@ pub enum AuditCommand {
 }
 
 /// `k=v` (the key must not be empty).
+/// Parses `VOLUME:PATH[:ro|:rw]` (the path is checked by the server).
+pub fn parse_volume_mount(s: &str) -> Result<VolumeMountRequest, String> {
+    let err = || format!("invalid volume mount {s:?}: use VOLUME:PATH[:ro]");
+    let mut parts = s.split(':');
+    let (volume, path) = match (parts.next(), parts.next()) {
+        (Some(v), Some(p)) if !v.is_empty() && p.starts_with('/') => (v, p),
+        _ => return Err(err()),
+    };
+    let read_only = match parts.next() {
+        None | Some("rw") => false,
+        Some("ro") => true,
+        Some(_) => return Err(err()),
+    };
+    if parts.next().is_some() {
+        return Err(err());
+    }
+    Ok(VolumeMountRequest {
+        volume: volume.to_owned(),
+        path: path.to_owned(),
+        read_only,
+    })
+}
+
 pub fn parse_label(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
@@ -354,6 +421,30 @@ pub fn parse_label(s: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn volume_mounts() {
+        let m = parse_volume_mount("data:/data:ro").expect("valid");
+        assert_eq!(
+            (m.volume.as_str(), m.path.as_str(), m.read_only),
+            ("data", "/data", true)
+        );
+        assert!(
+            !parse_volume_mount("vol-0011223344556677:/home/user/x")
+                .expect("valid")
+                .read_only
+        );
+        for bad in [
+            "data",
+            "data:",
+            ":/data",
+            "data:rel",
+            "data:/d:rx",
+            "data:/d:ro:x",
+        ] {
+            assert!(parse_volume_mount(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 
     #[test]
     fn labels() {

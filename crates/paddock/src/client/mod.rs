@@ -10,6 +10,7 @@ mod sandboxes;
 mod snapshot_transfer;
 mod snapshots;
 mod table;
+mod volumes;
 
 use std::fmt;
 use std::path::Path;
@@ -24,7 +25,7 @@ use serde::Serialize;
 
 pub use table::Table;
 
-use crate::cli::{SandboxCommand, SnapshotCommand};
+use crate::cli::{SandboxCommand, SnapshotCommand, VolumeCommand};
 
 /// The server's address when `PADDOCK_URL` is not set.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:7420";
@@ -273,6 +274,24 @@ pub fn snapshot(state_dir: &Path, command: SnapshotCommand) -> anyhow::Result<Ex
                 labels,
                 json,
             } => snapshot_transfer::import(&client, &file, name, labels, json).await,
+        }
+    })
+}
+
+/// Runs a `paddock volume` command.
+pub fn volume(state_dir: &Path, command: VolumeCommand) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_environment(state_dir)?;
+    block_on(async move {
+        match command {
+            VolumeCommand::Create {
+                name,
+                size,
+                labels,
+                json,
+            } => volumes::create(&client, name, size, labels, json).await,
+            VolumeCommand::Ls { json } => volumes::list(&client, json).await,
+            VolumeCommand::Get { volume, json } => volumes::get(&client, &volume, json).await,
+            VolumeCommand::Rm { volumes } => volumes::remove(&client, &volumes).await,
         }
     })
 }

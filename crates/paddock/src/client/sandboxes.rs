@@ -32,6 +32,7 @@ pub async fn create(client: &ApiClient, args: CreateArgs) -> anyhow::Result<Exit
         snapshot: args.snapshot,
         on_timeout: args.on_timeout.map(Into::into),
         audit_exec_diff: args.audit_exec_diff,
+        volumes: args.volumes,
     };
     let info: SandboxInfo = client
         .json(client.request(Method::POST, &["v1", "sandboxes"]).json(&request))

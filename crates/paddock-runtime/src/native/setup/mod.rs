@@ -55,6 +55,10 @@ pub struct SetupSpec {
     pub rootfs: RootfsSpec,
     /// User mounts.
     pub mounts: Vec<MountSpec>,
+    /// Named volumes: the volume's subvolume on the host and where it goes (bound after the user
+    /// mounts, onto a mount point resolved inside the new root, `plan::MountStep::BindInRoot`).
+    #[serde(default)]
+    pub volumes: Vec<MountSpec>,
     /// The agent executable on the host.
     pub agent_binary: PathBuf,
     /// Where the agent's socket is bound (host path).
@@ -81,6 +85,7 @@ impl SetupSpec {
             volume: "/var/lib/paddock/pool/sandboxes/sb-test".into(),
             rootfs: RootfsSpec::Host,
             mounts: vec![],
+            volumes: vec![],
             agent_binary: "/usr/local/bin/paddock-agent".into(),
             agent_socket: "/var/lib/paddock/run/sb-test/agent.sock".into(),
             agent_log: "/var/lib/paddock/run/sb-test/agent.log".into(),

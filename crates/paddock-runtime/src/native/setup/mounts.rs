@@ -5,7 +5,11 @@ use std::io;
 use std::os::unix::fs::{symlink, DirBuilderExt};
 use std::path::{Path, PathBuf};
 
+use std::os::fd::AsFd;
+
+use paddock_sys::fs_in_root::Root;
 use paddock_sys::mount::{self, MountAttrs};
+use rustix::fs::OFlags;
 
 use super::plan::MountStep;
 
@@ -155,6 +159,22 @@ pub fn execute(
                     }
                     Err(_) => {}
                 }
+            }
+            MountStep::BindInRoot {
+                source,
+                target,
+                attrs,
+            } => {
+                let confined = Root::open(root).map_err(|e| ctx(e, "cannot open", root))?;
+                let target = Path::new(target);
+                confined
+                    .mkdir_all(target, 0o755, None)
+                    .map_err(|e| ctx(e, "cannot create mount point", &root.join(target)))?;
+                let dir = confined
+                    .open_with(target, OFlags::PATH | OFlags::DIRECTORY, 0)
+                    .map_err(|e| ctx(e, "cannot open mount point", &root.join(target)))?;
+                mount::bind_tree_onto(source, dir.as_fd(), *attrs)
+                    .map_err(|e| ctx(e, "cannot mount", &root.join(target)))?;
             }
             MountStep::SetAttrs { target, attrs } => {
                 mount::set_attrs(&at(root, target), *attrs, false)?;

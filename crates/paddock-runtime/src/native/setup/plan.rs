@@ -77,6 +77,19 @@ pub enum MountStep {
     },
     /// Block until the caller says the sandbox's volume exists; steps after this one may use it.
     WaitForVolume,
+    /// Bind a host directory tree onto `target`, a directory created if missing and resolved inside
+    /// the new root (`openat2(RESOLVE_IN_ROOT)`: a symlink on the way, which the sandbox itself may
+    /// have planted in its own files, resolves inside the new root, never to a host path), with
+    /// `attrs` set before the mount is attached. For named volumes, whose mount points may lie in the
+    /// sandbox's own writable directories.
+    BindInRoot {
+        /// Host path.
+        source: PathBuf,
+        /// Where.
+        target: String,
+        /// Attributes.
+        attrs: MountAttrs,
+    },
     /// Set attributes on an existing mount.
     SetAttrs {
         /// Where.
@@ -290,6 +303,17 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
             attrs,
         });
     }
+    for v in &spec.volumes {
+        steps.push(MountStep::BindInRoot {
+            source: v.host.clone(),
+            target: v.sandbox.relative().to_owned(),
+            attrs: if v.read_only {
+                MountAttrs::READ_ONLY_SYSTEM
+            } else {
+                MountAttrs::WRITABLE
+            },
+        });
+    }
     steps.push(MountStep::SetAttrs {
         target: String::new(),
         attrs: ROOT_FINAL,
@@ -333,6 +357,7 @@ pub fn writable_paths(spec: &SetupSpec) -> Vec<String> {
     paths.extend(
         spec.mounts
             .iter()
+            .chain(&spec.volumes)
             .filter(|m| !m.read_only)
             .map(|m| m.sandbox.to_string()),
     );
@@ -349,6 +374,7 @@ mod tests {
             .iter()
             .filter_map(|s| match s {
                 MountStep::Bind { target, .. }
+                | MountStep::BindInRoot { target, .. }
                 | MountStep::Tmpfs { target, .. }
                 | MountStep::Proc { target }
                 | MountStep::Devpts { target } => Some(target.clone()),
@@ -432,5 +458,51 @@ mod tests {
         assert!(!w
             .iter()
             .any(|p| p == "/" || p == "/usr" || p == "/proc" || p.starts_with("/proc")));
+    }
+
+    #[test]
+    fn volumes_are_bound_in_root_nosuid_nodev_and_writable_only_when_rw() {
+        let mut spec = SetupSpec::example();
+        spec.volumes = vec![
+            paddock_types::MountSpec {
+                host: "/var/lib/paddock/pool/volumes/vol-0000000000000001".into(),
+                sandbox: "/data".parse().expect("path"),
+                read_only: false,
+            },
+            paddock_types::MountSpec {
+                host: "/var/lib/paddock/pool/volumes/vol-0000000000000002".into(),
+                sandbox: "/home/user/ref".parse().expect("path"),
+                read_only: true,
+            },
+        ];
+        let steps = plan_mounts(&spec, &host_top_level());
+        let binds: Vec<_> = steps
+            .iter()
+            .filter_map(|s| match s {
+                MountStep::BindInRoot { target, attrs, .. } => Some((target.as_str(), *attrs)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            binds,
+            [
+                ("data", MountAttrs::WRITABLE),
+                ("home/user/ref", MountAttrs::READ_ONLY_SYSTEM)
+            ]
+        );
+        assert!(binds.iter().all(|(_, a)| a.nosuid && a.nodev));
+        // After /home is bound (a volume beneath it must land on top), before the root turns read-only.
+        let home = steps
+            .iter()
+            .position(|s| matches!(s, MountStep::Bind { target, .. } if target == "home"))
+            .expect("home");
+        let first = steps
+            .iter()
+            .position(|s| matches!(s, MountStep::BindInRoot { .. }))
+            .expect("volume");
+        assert!(home < first);
+        let w = writable_paths(&spec);
+        assert!(w.contains(&"/data".to_string()));
+        assert!(!w.contains(&"/home/user/ref".to_string()));
     }
 }

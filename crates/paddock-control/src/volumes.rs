@@ -1,0 +1,310 @@
+//! Named volumes: create, get, list, delete, and resolving the volumes a new sandbox mounts.
+//!
+//! A volume's storage lives in the pool, its record (owner, name, labels, size) in the store; the
+//! record is written with its audit row in one transaction, and storage without a record is garbage
+//! (collected at startup). Which sandbox mounts which volume is recorded with the sandbox's row, so a
+//! delete can refuse while a live sandbox mounts it, also after a restart. Another tenant's volume
+//! answers exactly like a missing one.
+
+use std::collections::BTreeMap;
+
+use paddock_runtime::Backend;
+use paddock_store::{NewVolume, StoreError, VolumeFilter, VolumeRecord};
+use paddock_types::api::{
+    CreateVolumeRequest, ErrorCode, ListVolumesQuery, VolumeInfo, VolumeList, VolumeMountRequest,
+};
+use paddock_types::{check_volume_mounts, SandboxPath, VolumeId, VolumeMount, VolumeName};
+
+use crate::lifecycle::{row_with_time, runtime_error};
+use crate::service::{blocking, now_ms, rfc3339, AuditEntry};
+use crate::{Principal, SandboxService, ServiceError};
+
+const MAX_LABELS: usize = 64;
+const MAX_LABEL_LEN: usize = 256;
+
+pub(crate) fn volume_not_found(id: &str) -> ServiceError {
+    ServiceError::new(ErrorCode::VolumeNotFound, format!("volume {id} not found"))
+}
+
+fn check_labels(labels: &BTreeMap<String, String>) -> Result<(), ServiceError> {
+    if labels.len() > MAX_LABELS {
+        return Err(ServiceError::invalid(
+            "labels",
+            format!("at most {MAX_LABELS} labels"),
+        ));
+    }
+    for (k, v) in labels {
+        if k.is_empty() || k.len() > MAX_LABEL_LEN || v.len() > MAX_LABEL_LEN {
+            return Err(ServiceError::invalid(
+                format!("labels.{k}"),
+                format!("label keys are 1-{MAX_LABEL_LEN} bytes, values at most {MAX_LABEL_LEN}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn parse_id(record: &VolumeRecord) -> Result<VolumeId, ServiceError> {
+    record
+        .id
+        .parse()
+        .map_err(|e| ServiceError::internal("parse a volume id", &e))
+}
+
+impl SandboxService {
+    /// Creates an empty volume for `p`'s tenant.
+    #[tracing::instrument(skip_all, fields(tenant = %p.tenant))]
+    pub async fn create_volume(
+        &self,
+        p: &Principal,
+        req: CreateVolumeRequest,
+    ) -> Result<VolumeInfo, ServiceError> {
+        let name: VolumeName = req
+            .name
+            .parse()
+            .map_err(|e: paddock_types::VolumeNameError| ServiceError::invalid("name", e.to_string()))?;
+        check_labels(&req.labels)?;
+        if req.size.is_some_and(|s| s.as_u64() == 0) {
+            return Err(ServiceError::invalid("size", "size must be at least 1 byte"));
+        }
+        // A volume is disk space like a sandbox's: the server's cap on sandbox disks caps it too.
+        if let Some(cap) = self.inner.config.max_limits.disk {
+            match req.size {
+                Some(size) if size > cap => {
+                    return Err(ServiceError::invalid(
+                        "size",
+                        format!("{size} is above this server's maximum of {cap}"),
+                    ))
+                }
+                None => {
+                    return Err(ServiceError::invalid(
+                        "size",
+                        format!("this server requires a size of at most {cap}"),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        let (tenant, lookup) = (p.tenant.clone(), name.to_string());
+        if self
+            .db("read a volume", move |s| s.find_volume(&tenant, &lookup))
+            .await?
+            .is_some()
+        {
+            return Err(volume_exists(name.as_str()));
+        }
+        let id = VolumeId::from_random(rand::random());
+        let backend = &self.inner.backend;
+        blocking(|| tokio::runtime::Handle::current().block_on(backend.create_volume(&id, req.size)))
+            .map_err(|e| runtime_error("create a volume", e))?;
+        let new = NewVolume {
+            id: id.to_string(),
+            tenant: p.tenant.clone(),
+            name: name.to_string(),
+            labels: req.labels,
+            size_bytes: req.size.map(|s| s.as_u64()),
+            created_at_ms: now_ms(),
+        };
+        let row = AuditEntry::ok(p, "volume.create", None)
+            .detail(serde_json::json!({ "volume": id.to_string(), "name": new.name, "size_bytes": new.size_bytes }))
+            .into_row();
+        let record = new.clone();
+        let stored = self
+            .db("record a volume", move |s| {
+                s.transaction(|tx| {
+                    tx.insert_volume(&record)?;
+                    tx.append_audit(&row_with_time(row))?;
+                    Ok::<_, StoreError>(())
+                })
+            })
+            .await;
+        if let Err(e) = stored {
+            // Storage without a record is garbage: remove it now rather than at the next start.
+            let _ = self.inner.backend.delete_volume(&id).await;
+            return Err(e);
+        }
+        let record = VolumeRecord {
+            id: new.id,
+            tenant: new.tenant,
+            name: new.name,
+            labels: new.labels,
+            size_bytes: new.size_bytes,
+            created_at_ms: new.created_at_ms,
+            deleted_at_ms: None,
+        };
+        self.volume_info(&record).await
+    }
+
+    /// The existing volume of `p`'s tenant whose id or name is `id_or_name`.
+    pub(crate) async fn owned_volume(
+        &self,
+        p: &Principal,
+        id_or_name: &str,
+    ) -> Result<VolumeRecord, ServiceError> {
+        let (tenant, lookup) = (p.tenant.clone(), id_or_name.to_owned());
+        self.db("read a volume", move |s| s.find_volume(&tenant, &lookup))
+            .await?
+            .ok_or_else(|| volume_not_found(id_or_name))
+    }
+
+    /// One volume (by id or name), with its usage and the live sandboxes mounting it.
+    pub async fn get_volume(&self, p: &Principal, id_or_name: &str) -> Result<VolumeInfo, ServiceError> {
+        let record = self.owned_volume(p, id_or_name).await?;
+        self.volume_info(&record).await
+    }
+
+    /// The caller's volumes.
+    pub async fn list_volumes(&self, p: &Principal, q: ListVolumesQuery) -> Result<VolumeList, ServiceError> {
+        let limit = crate::paging::page_limit(q.limit)?;
+        let filter = VolumeFilter {
+            tenant: Some(p.tenant.clone()),
+            after_id: q.cursor.clone(),
+            limit: limit + 1,
+        };
+        let mut records = self.db("list volumes", move |s| s.list_volumes(&filter)).await?;
+        let next_cursor = crate::paging::finish_page(&mut records, limit, |r| r.id.clone());
+        let mut volumes = Vec::with_capacity(records.len());
+        for record in &records {
+            volumes.push(self.volume_info(record).await?);
+        }
+        Ok(VolumeList { volumes, next_cursor })
+    }
+
+    /// Deletes a volume and frees its storage; refused (`volume_in_use`) while a live sandbox mounts
+    /// it.
+    #[tracing::instrument(skip_all, fields(tenant = %p.tenant))]
+    pub async fn delete_volume(&self, p: &Principal, id_or_name: &str) -> Result<(), ServiceError> {
+        let record = self.owned_volume(p, id_or_name).await?;
+        let id = parse_id(&record)?;
+        let row = AuditEntry::ok(p, "volume.delete", None)
+            .detail(serde_json::json!({ "volume": record.id, "name": record.name }))
+            .into_row();
+        let vid = record.id.clone();
+        // The check and the deletion are one transaction, as a sandbox's insert and its mounts are:
+        // a concurrent create either mounts the volume first (and this refuses) or finds it deleted.
+        let outcome = self
+            .db("delete a volume", move |s| {
+                s.transaction(|tx| {
+                    let users = tx.volume_users(&vid)?;
+                    if !users.is_empty() {
+                        return Ok(Err(users));
+                    }
+                    let deleted = tx.mark_volume_deleted(&vid, now_ms())?;
+                    if deleted {
+                        tx.append_audit(&row_with_time(row))?;
+                    }
+                    Ok::<_, StoreError>(Ok(deleted))
+                })
+            })
+            .await?;
+        match outcome {
+            Err(users) => {
+                let entry = AuditEntry::ok(p, "volume.delete", None)
+                    .outcome(ErrorCode::VolumeInUse.as_str())
+                    .detail(serde_json::json!({ "volume": record.id, "mounted_by": users }));
+                self.audit(entry).await?;
+                Err(ServiceError::new(
+                    ErrorCode::VolumeInUse,
+                    format!(
+                        "volume {} is mounted by {}; delete those sandboxes first",
+                        record.name,
+                        users.join(", ")
+                    ),
+                ))
+            }
+            Ok(false) => Err(volume_not_found(id_or_name)),
+            Ok(true) => {
+                let backend = &self.inner.backend;
+                if let Err(e) =
+                    blocking(|| tokio::runtime::Handle::current().block_on(backend.delete_volume(&id)))
+                {
+                    tracing::warn!(volume = %id, error = %e, "volume storage not freed; gc will");
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Resolves the volumes a create request mounts (by name or id, `p`'s tenant's only) and checks
+    /// where they go.
+    pub(crate) async fn resolve_volume_mounts(
+        &self,
+        p: &Principal,
+        requests: &[VolumeMountRequest],
+    ) -> Result<Vec<VolumeMount>, ServiceError> {
+        let mut mounts = Vec::with_capacity(requests.len());
+        for (i, r) in requests.iter().enumerate() {
+            let path: SandboxPath = r.path.parse().map_err(|e: paddock_types::SandboxPathError| {
+                ServiceError::invalid(format!("volumes[{i}].path"), e.to_string())
+            })?;
+            let record = self.owned_volume(p, &r.volume).await.map_err(|mut e| {
+                e.field = Some(format!("volumes[{i}].volume"));
+                e
+            })?;
+            mounts.push(VolumeMount {
+                volume: parse_id(&record)?,
+                path,
+                read_only: r.read_only,
+            });
+        }
+        check_volume_mounts(&mounts)
+            .map_err(|e| ServiceError::invalid(format!("volumes[{}].path", e.index), e.reason))?;
+        Ok(mounts)
+    }
+
+    /// Storage of volumes the store does not know (a crash between creation and record, or a
+    /// deletion whose storage removal failed) is removed; records whose storage is gone are marked
+    /// deleted.
+    pub(crate) async fn collect_volume_garbage(&self) -> Result<(), ServiceError> {
+        let known = self.db("list volumes", |s| s.existing_volume_ids()).await?;
+        let on_disk = self
+            .inner
+            .backend
+            .list_volumes()
+            .map_err(|e| runtime_error("list volumes", e))?;
+        for volume in &on_disk {
+            if !known.iter().any(|k| *k == volume.as_str()) {
+                tracing::info!(volume = %volume, "removing unrecorded volume storage");
+                let _ = self.inner.backend.delete_volume(volume).await;
+            }
+        }
+        for id in known {
+            if !on_disk.iter().any(|v| v.as_str() == id) {
+                tracing::warn!(volume = %id, "volume storage is gone; marking it deleted");
+                let vid = id.clone();
+                self.db("mark a volume deleted", move |s| {
+                    s.mark_volume_deleted(&vid, now_ms())
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn volume_info(&self, r: &VolumeRecord) -> Result<VolumeInfo, ServiceError> {
+        let vid = r.id.clone();
+        let mounted_by = self
+            .db("read a volume's users", move |s| s.volume_users(&vid))
+            .await?;
+        let used_bytes = match r.id.parse::<VolumeId>() {
+            Ok(id) => self.inner.backend.volume_usage(&id).await.ok().map(|u| u.bytes),
+            Err(_) => None,
+        };
+        Ok(VolumeInfo {
+            id: r.id.clone(),
+            name: r.name.clone(),
+            labels: r.labels.clone(),
+            size_bytes: r.size_bytes,
+            used_bytes,
+            mounted_by,
+            created_at: rfc3339(r.created_at_ms),
+        })
+    }
+}
+
+pub(crate) fn volume_exists(name: &str) -> ServiceError {
+    ServiceError::new(
+        ErrorCode::VolumeExists,
+        format!("a volume named {name} already exists"),
+    )
+}
