@@ -110,14 +110,18 @@ fn mounts_are_checked_in_the_transaction_and_only_live_sandboxes_use_a_volume() 
         s.sandbox_volume_mounts("sb-1").expect("mounts"),
         [mount("sb-1", "vol-1", "/data"), mount("sb-1", "vol-1", "/ro")]
     );
+    // A stopped sandbox still holds its volumes (it mounts them again when resumed).
+    s.transition_sandbox("sb-1", &[SandboxState::Creating], SandboxState::Stopped, 40, None)
+        .expect("stop");
+    assert_eq!(s.volume_users("vol-1").expect("users"), ["sb-1"]);
     s.transition_sandbox(
         "sb-1",
-        &[SandboxState::Creating],
-        SandboxState::Stopped,
+        &[SandboxState::Stopped],
+        SandboxState::Killed,
         50,
         Some("killed"),
     )
-    .expect("stop");
+    .expect("kill");
     assert!(s.volume_users("vol-1").expect("users").is_empty());
     // Purging the ended sandbox's row takes its mount rows along.
     s.purge_ended_sandboxes(100).expect("purge");
