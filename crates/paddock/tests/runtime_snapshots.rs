@@ -1192,3 +1192,93 @@ async fn measure_snapshot_rollback_and_fork_times() {
     }
     assert_all_clean(&env);
 }
+
+/// A sandbox's files travel in snapshots. One that turned its `/etc/resolv.conf` into a symlink to a
+/// host path must not get that host file mounted into a sandbox created from its snapshot on a
+/// `--rootfs` template (whose generated `/etc` files are bound from the volume by path; `passwd`,
+/// `group`, `hosts` and `hostname` are rewritten for the new sandbox, `resolv.conf` is not).
+#[tokio::test]
+async fn a_symlink_in_a_snapshot_never_binds_a_host_file() {
+    if !require_root() || !require_freezer() {
+        return;
+    }
+    let busybox = std::path::Path::new("/bin/busybox");
+    assert!(
+        busybox.exists(),
+        "this test needs busybox-static (/bin/busybox); scripts/test.sh installs it"
+    );
+    let env = TestEnv::new();
+    let _gc = GcOnDrop(&env);
+    let backend = backend(&env);
+    let secret_dir = tempfile::Builder::new()
+        .prefix("paddock-secret-")
+        .tempdir_in("/var/tmp")
+        .expect("secret dir");
+    std::fs::set_permissions(
+        secret_dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let secret = secret_dir.path().join("host-secret");
+    std::fs::write(&secret, "host-only\n").expect("secret");
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o644)).expect("chmod");
+
+    let handle = backend.create_sandbox(&spec("sb-evil")).await.expect("create");
+    let client = connect(&handle).await;
+    let (code, out) = sh_as(
+        &client,
+        Some("root"),
+        &format!(
+            "ln -sf {} /etc/resolv.conf && ls -l /etc/resolv.conf",
+            secret.display()
+        ),
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    let snapshot = snapshot_id("sn-evil");
+    backend
+        .snapshot_sandbox(&handle, &snapshot)
+        .await
+        .expect("snapshot");
+    drop(client);
+    backend.destroy_sandbox(handle).await.expect("destroy");
+
+    let rootfs = tempfile::Builder::new()
+        .prefix("paddock-rootfs-")
+        .tempdir_in("/var/tmp")
+        .expect("rootfs");
+    std::fs::set_permissions(rootfs.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let bin = rootfs.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    std::fs::create_dir_all(rootfs.path().join("etc")).expect("etc");
+    std::fs::copy(busybox, bin.join("busybox")).expect("copy busybox");
+    for applet in ["sh", "cat"] {
+        std::os::unix::fs::symlink("busybox", bin.join(applet)).expect("symlink");
+    }
+    std::fs::write(
+        rootfs.path().join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\n",
+    )
+    .expect("passwd");
+    std::fs::write(rootfs.path().join("etc/resolv.conf"), "nameserver 127.0.0.1\n").expect("resolv.conf");
+    let custom = SandboxSpec {
+        rootfs: RootfsSpec::Dir {
+            path: rootfs.path().to_owned(),
+        },
+        ..fork_spec("sb-victim", &snapshot)
+    };
+    match backend.create_sandbox(&custom).await {
+        Err(e) => assert!(e.to_string().contains("not a regular file"), "{e}"),
+        Ok(handle) => {
+            let client = connect(&handle).await;
+            let (_, out) = sh(&client, "cat /etc/resolv.conf").await;
+            drop(client);
+            backend.destroy_sandbox(handle).await.expect("destroy");
+            panic!("a sandbox was created on a symlinked /etc/resolv.conf; it reads: {out}");
+        }
+    }
+    assert_gone(&env, "sb-victim");
+    assert!(backend.delete_snapshot(&snapshot).await.expect("delete"));
+    assert_all_clean(&env);
+}

@@ -380,6 +380,13 @@ impl Shim {
         match serde_json::from_str::<SetupOutcome>(line.trim()) {
             Ok(SetupOutcome::Pid(pid)) => Ok(pid),
             Ok(SetupOutcome::Error(e)) => Err(RuntimeError::Setup(e)),
+            Ok(SetupOutcome::InitFailed { error, pid }) => {
+                // Killed by the shim; this process is its parent and must reap it.
+                if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                    let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+                }
+                Err(RuntimeError::Setup(error))
+            }
             Err(_) => Err(RuntimeError::Setup(format!(
                 "setup exited with {status} and no answer"
             ))),

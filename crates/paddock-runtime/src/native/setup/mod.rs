@@ -104,6 +104,32 @@ pub enum SetupOutcome {
     Pid(i32),
     /// Setup failed.
     Error(String),
+    /// Setup failed after the init was cloned: the init was killed, and its parent (the shim's
+    /// caller, through `CLONE_PARENT`) must reap it.
+    InitFailed {
+        /// What failed.
+        error: String,
+        /// The killed init's host pid.
+        pid: i32,
+    },
+}
+
+/// Why [`setup`] failed, and the init to reap if it had been cloned.
+struct SetupError {
+    message: String,
+    init: Option<i32>,
+}
+
+impl From<String> for SetupError {
+    fn from(message: String) -> Self {
+        Self { message, init: None }
+    }
+}
+
+impl From<&str> for SetupError {
+    fn from(message: &str) -> Self {
+        message.to_owned().into()
+    }
 }
 
 /// Capabilities the agent keeps in its bounding set (inside the sandbox's user namespace): enough to
@@ -140,7 +166,11 @@ pub fn run_setup_shim() -> i32 {
             Err(e) => SetupOutcome::Error(format!("malformed setup spec: {e}")),
             Ok(spec) => match setup(&spec, &mut input) {
                 Ok(pid) => SetupOutcome::Pid(pid),
-                Err(e) => SetupOutcome::Error(e),
+                Err(SetupError {
+                    message,
+                    init: Some(pid),
+                }) => SetupOutcome::InitFailed { error: message, pid },
+                Err(SetupError { message, init: None }) => SetupOutcome::Error(message),
             },
         },
     };
@@ -168,7 +198,7 @@ fn wait_for_volume(input: &mut impl BufRead) -> Result<(), String> {
 }
 
 /// Phase 1, in the shim.
-fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, String> {
+fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> {
     for procs in &spec.cgroup_procs {
         fs::write(procs, "0").map_err(|e| format!("failed to join cgroup {}: {e}", procs.display()))?;
     }
@@ -253,7 +283,10 @@ fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, String> {
                     let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
                 }
             }
-            outcome
+            outcome.map_err(|message| SetupError {
+                message,
+                init: Some(pid),
+            })
         }
     }
 }

@@ -116,6 +116,21 @@ pub fn execute(
             MountStep::Overlay { source, target } => {
                 let dst = at(root, target);
                 if fs::symlink_metadata(&dst).is_ok_and(|m| m.is_file()) {
+                    // The source lies in the sandbox's own file system, which a snapshot carries over
+                    // from another sandbox: a symlink there would be followed here, in the host's
+                    // view, and bind a host file. Only a regular file is taken (nothing runs in the
+                    // sandbox during its setup, so it cannot change between the check and the bind).
+                    let meta = fs::symlink_metadata(source).map_err(|e| ctx(e, "cannot inspect", source))?;
+                    if !meta.is_file() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!(
+                                "{} in the sandbox's file system is not a regular file (a symlink or \
+                                 a directory there is refused)",
+                                target
+                            ),
+                        ));
+                    }
                     mount::bind(source, &dst, false)?;
                     mount::set_attrs(&dst, MountAttrs::READ_ONLY_SYSTEM, false)?;
                 }
