@@ -5,9 +5,13 @@ of the same volume as the peer, in one run.
 Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
     python3 bench/snapshots.py [--runs 20]
 
-For a sandbox holding 10 MB (1,000 files) and one holding 1 GB (10,000 files):
-  checkpoint: POST .../checkpoint then POST .../commit (the commit is not timed), `--runs` times;
-  rollback:   POST .../checkpoint, write one file, POST .../rollback (timed: the rollback only);
+For a sandbox holding 10 MB and one holding 1 GB, each in 10,000 files:
+  checkpoint: POST .../checkpoint, an agent step (`--step-ms` of think time), POST .../commit (only
+              the checkpoint is timed), `--runs` times;
+  rollback:   POST .../checkpoint, write one file, the rest of the step, POST .../rollback (timed: the
+              rollback only). A checkpoint prepares its rollback in the background (a copy of the
+              sandbox booted on it, a few milliseconds of work): a step shorter than that makes the
+              rollback wait for it; `--step-ms 0` measures that worst case;
   fork:       POST .../fork {"count": 10}, timed whole, then the copies are removed;
   peer:       `btrfs subvolume snapshot -r` of the sandbox's volume (CLI start included).
 Reports medians (ms).
@@ -40,14 +44,17 @@ def fill(server, sid, files, size_bytes):
     assert r["exit"]["exit_code"] == 0, r
 
 
-def measure(server, sid, runs):
+def measure(server, sid, runs, step_s):
     cp, rb = [], []
     for _ in range(runs):
         cp.append(timed(lambda: server.json("POST", f"/v1/sandboxes/{sid}/checkpoint")))
+        time.sleep(step_s)
         server.json("POST", f"/v1/sandboxes/{sid}/commit")
+        time.sleep(step_s)
     for i in range(runs):
         server.json("POST", f"/v1/sandboxes/{sid}/checkpoint")
         server.json("POST", f"/v1/sandboxes/{sid}/exec", {"shell": f"echo {i} > /home/user/step"})
+        time.sleep(step_s)
         rb.append(timed(lambda: server.json("POST", f"/v1/sandboxes/{sid}/rollback", {})))
     forks = []
     for _ in range(3):
@@ -70,17 +77,19 @@ def measure(server, sid, runs):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--step-ms", type=float, default=100.0,
+                    help="think time of an agent step between checkpoint and commit/rollback")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/snapshots.py needs root")
     server = api.Server(warm_pool=0)
     results = {}
     try:
-        for label, files, size in (("10MB_1k_files", 1000, 10 << 20), ("1GB_10k_files", 10000, 1 << 30)):
+        for label, files, size in (("10MB_10k_files", 10000, 10 << 20), ("1GB_10k_files", 10000, 1 << 30)):
             sb = server.json("POST", "/v1/sandboxes", {"timeout_secs": 3600, "limits": {"disk": "4G"}})
             fill(server, sb["id"], files, size)
             subprocess.run(["sync"], check=True)
-            results[label] = measure(server, sb["id"], args.runs)
+            results[label] = measure(server, sb["id"], args.runs, args.step_ms / 1000)
     finally:
         server.stop()
         if os.environ.get("BENCH_LOG_FILE"):

@@ -60,6 +60,18 @@ impl InitRecord {
         Self::parse(&fs::read_to_string(run_dir.join(Self::FILE)).ok()?)
     }
 
+    /// Kills the init recorded in `run_dir` if that very process (same pid and start time) still
+    /// runs, which ends its PID namespace; for an init that shares its cgroups with another sandbox's
+    /// (one prepared for a rollback) and so cannot be killed through them.
+    pub(super) fn kill_recorded(run_dir: &Path) {
+        let Some(record) = Self::read(run_dir) else { return };
+        if process_start_time(record.pid).ok() == Some(record.start_time) {
+            if let Some(pid) = rustix::process::Pid::from_raw(record.pid) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
+
     fn parse(text: &str) -> Option<Self> {
         let mut fields = text.split_whitespace();
         let pid = fields.next()?.parse().ok().filter(|p| *p > 0)?;

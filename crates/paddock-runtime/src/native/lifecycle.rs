@@ -273,6 +273,17 @@ impl NativeBackend {
 
     /// Reclaims sandbox `id` whose owner is gone (the caller holds its lock, if it has a run dir).
     pub(super) fn reclaim(&self, id: &str) -> Result<(), RuntimeError> {
+        if id.ends_with(".next") {
+            // A sandbox prepared for a rollback runs in its sandbox's cgroups: killed by its record.
+            super::adopt::InitRecord::kill_recorded(&self.run_dir(id));
+            self.pool.delete_volume(id)?;
+            return match fs::remove_dir_all(self.run_dir(id)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(state_err("remove", &self.run_dir(id))(e))
+                }
+                _ => Ok(()),
+            };
+        }
         let cgroup = self.cgroups.sandbox(id);
         self.cleanup(id, &cgroup, &self.run_dir(id))
     }

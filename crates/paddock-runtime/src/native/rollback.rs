@@ -5,11 +5,14 @@
 //!
 //! - **Prepared** (`Backend::prepare_rollback`, run in the background after a checkpoint): a complete
 //!   second sandbox, `<id>.next`, is booted ahead of time on a writable copy of the snapshot, with the
-//!   sandbox's own hostname, mounts and user, its own run directory and cgroups, and an idle agent.
-//!   Nothing runs in it, so its files stay exactly the snapshot's. The rollback then only kills the
-//!   old init, moves the prepared sandbox's processes into the sandbox's cgroups, renames its volume
-//!   into place (the old one goes to the pool's trash, deleted in the background) and moves its agent
-//!   socket, log and init record into the sandbox's run directory: no transaction commit, no setup.
+//!   sandbox's own hostname, mounts and user, its own run directory and PID namespace, and an idle
+//!   agent, inside the sandbox's own cgroups (moving processes between cgroups at the rollback would
+//!   cost milliseconds of RCU synchronisation per hierarchy on cgroup v1; the idle agent counts
+//!   against the sandbox's limits meanwhile: one process and well under a MiB). Nothing runs in it,
+//!   so its files stay exactly the snapshot's. The rollback then only kills the old init, renames the
+//!   prepared volume into place (the old one goes to the pool's trash, deleted in the background) and
+//!   moves the agent socket, log and init record into the sandbox's run directory: no transaction
+//!   commit, no setup.
 //! - **Cold** (no prepared sandbox for this snapshot): the new setup shim is spawned (its exec overlaps
 //!   the rest), the init is killed (which ends its PID namespace) and reaped, the sandbox is thawed if
 //!   it was paused (a frozen cgroup would freeze the new init too), and then, as at creation, the shim
@@ -25,34 +28,23 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::PoisonError;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use paddock_types::{ByteSize, Limits, SandboxId, SnapshotId, VolumeSource};
+use paddock_types::{ByteSize, SandboxId, SnapshotId, VolumeSource};
 
 use super::adopt::InitRecord;
-use super::cgroup::SandboxCgroup;
 use super::lifecycle::{kill_init, reap, state_err, NativeSandbox, Shim, Slot, KILL_DEADLINE};
 use super::lock::StateLock;
 use super::NativeBackend;
 use crate::{RuntimeError, SandboxHandle};
 
-/// Limits of a prepared sandbox while it waits (only its idle agent runs; at the rollback its
-/// processes move into the sandbox's own cgroups and limits).
-const PREPARED_LIMITS: Limits = Limits {
-    memory: None,
-    cpus: None,
-    pids: Some(16),
-    disk: None,
-};
-
 /// A sandbox booted ahead of a rollback, on a writable copy of `snapshot` (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Prepared {
     snapshot: SnapshotId,
-    /// `<id>.next`: its run directory, cgroups and volume go by this name.
+    /// `<id>.next`: its run directory and volume go by this name.
     name: String,
     run_dir: PathBuf,
-    cgroup: SandboxCgroup,
     init_pid: i32,
     pidfd: Option<OwnedFd>,
     _lock: StateLock,
@@ -66,6 +58,15 @@ impl NativeBackend {
         let mut next = sb.next.lock().unwrap_or_else(PoisonError::into_inner);
         if next.as_ref().is_some_and(|p| &p.snapshot == snapshot) {
             return Ok(());
+        }
+        // The copy boots in the sandbox's cgroups: not while they are frozen (its setup would freeze
+        // with them), and a pause waits until it is up.
+        let _freezer = sb.freezer.lock().unwrap_or_else(PoisonError::into_inner);
+        if sb.cgroup.frozen()? {
+            return Err(RuntimeError::Unsupported(format!(
+                "sandbox {} is paused: a rollback is prepared only for a running sandbox",
+                handle.id
+            )));
         }
         if let Some(old) = next.take() {
             self.discard(old);
@@ -90,13 +91,6 @@ impl NativeBackend {
             self.reclaim(&name)?;
         }
         fs::rename(&staging, &run_dir).map_err(state_err("rename", &staging))?;
-        let cgroup = match self.cgroups.create_named(&name, &PREPARED_LIMITS) {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = fs::remove_dir_all(&run_dir);
-                return Err(e);
-            }
-        };
         let volume = self.pool.volume_path(&name);
         let source = VolumeSource::Snapshot(snapshot.clone());
         let started = self
@@ -105,7 +99,7 @@ impl NativeBackend {
                 boot,
                 Slot {
                     run_dir: &run_dir,
-                    cgroup: &cgroup,
+                    cgroup: &sb.cgroup,
                     volume: &volume,
                 },
                 shim,
@@ -115,7 +109,7 @@ impl NativeBackend {
         let init_pid = match started {
             Ok(pid) => pid,
             Err(e) => {
-                if let Err(cleanup) = self.cleanup(&name, &cgroup, &run_dir) {
+                if let Err(cleanup) = self.remove_prepared(&name, &run_dir) {
                     tracing::warn!(sandbox_id = %handle.id, error = %cleanup, "cleanup after a failed rollback preparation");
                 }
                 return Err(e);
@@ -125,7 +119,6 @@ impl NativeBackend {
             snapshot: snapshot.clone(),
             name,
             run_dir,
-            cgroup,
             init_pid,
             pidfd: paddock_sys::namespace::pidfd_open(init_pid).ok(),
             _lock: lock,
@@ -148,8 +141,17 @@ impl NativeBackend {
         if let Some(pid) = rustix::process::Pid::from_raw(prepared.init_pid) {
             let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
         }
-        if let Err(e) = self.cleanup(&prepared.name, &prepared.cgroup, &prepared.run_dir) {
+        if let Err(e) = self.remove_prepared(&prepared.name, &prepared.run_dir) {
             tracing::warn!(name = %prepared.name, error = %e, "cannot remove a prepared sandbox; gc will");
+        }
+    }
+
+    /// Removes a prepared sandbox's volume and run directory (its processes are gone).
+    fn remove_prepared(&self, name: &str, run_dir: &std::path::Path) -> Result<(), RuntimeError> {
+        self.pool.delete_volume(name)?;
+        match fs::remove_dir_all(run_dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(state_err("remove", run_dir)(e)),
+            _ => Ok(()),
         }
     }
 
@@ -210,17 +212,20 @@ impl NativeBackend {
         let start = Instant::now();
         // The limit in force now (it may have changed since creation), not the one created with.
         let disk = self.pool.volume_usage(id.as_str())?.limit.map(ByteSize::bytes);
-        self.kill_old(sb)?;
+        self.kill_old(sb, Some(prepared.init_pid))?;
         let killed = start.elapsed();
+        let mut steps = [Duration::ZERO; 2];
         let switched = (|| {
-            sb.cgroup.take_processes_of(&prepared.cgroup)?;
+            let t = Instant::now();
             self.pool.retire_volume(id.as_str())?;
+            steps[0] = t.elapsed();
             let from = self.pool.volume_path(&prepared.name);
             let to = self.pool.volume_path(id.as_str());
             fs::rename(&from, &to).map_err(state_err("move a prepared volume into place", &from))?;
             if disk.is_some() {
                 self.pool.set_disk_limit(id.as_str(), disk)?;
             }
+            steps[1] = t.elapsed();
             for file in ["agent.sock", "agent.log"] {
                 let from = prepared.run_dir.join(file);
                 fs::rename(&from, sb.run_dir.join(file)).map_err(state_err("move", &from))?;
@@ -230,7 +235,6 @@ impl NativeBackend {
         let Prepared {
             name,
             run_dir,
-            cgroup,
             init_pid,
             pidfd,
             ..
@@ -241,15 +245,19 @@ impl NativeBackend {
         sb.child = true;
         sb.reaped = false;
         if let Err(e) = switched {
-            let _ = self.cleanup(&name, &cgroup, &run_dir);
+            // The caller destroys the sandbox (and with it, now, the prepared init); its leftovers:
+            let _ = self.remove_prepared(&name, &run_dir);
             return Err(e);
         }
-        let _ = cgroup.remove();
+        let switched_at = start.elapsed();
         let _ = fs::remove_dir_all(&run_dir);
         let _ = fs::remove_dir(sb.run_dir.join("root"));
         tracing::debug!(
             sandbox_id = %id,
             kill_us = killed.as_micros() as u64,
+            retire_us = steps[0].as_micros() as u64,
+            volume_us = steps[1].as_micros() as u64,
+            switched_us = switched_at.as_micros() as u64,
             total_us = start.elapsed().as_micros() as u64,
             "rolled back to a prepared sandbox"
         );
@@ -258,14 +266,18 @@ impl NativeBackend {
 
     /// Ends the sandbox's current processes (its init, so its PID namespace, and anything left in its
     /// cgroups), thawing it first if it was paused.
-    fn kill_old(&self, sb: &mut NativeSandbox) -> Result<(), RuntimeError> {
+    /// `spared`: the init of a prepared sandbox sharing the cgroups, which lives on.
+    fn kill_old(&self, sb: &mut NativeSandbox, spared: Option<i32>) -> Result<(), RuntimeError> {
         kill_init(sb);
         // A paused sandbox's processes die frozen; the new init must not join a frozen cgroup.
         if sb.cgroup.frozen().unwrap_or(false) {
             sb.cgroup.thaw()?;
         }
         reap(sb);
-        sb.cgroup.kill_all(KILL_DEADLINE)
+        match spared {
+            None => sb.cgroup.kill_all(KILL_DEADLINE),
+            Some(init) => sb.cgroup.kill_all_but(Some(init), KILL_DEADLINE),
+        }
     }
 
     /// The cold path.
@@ -284,7 +296,7 @@ impl NativeBackend {
         })?;
         let disk = self.pool.volume_usage(id.as_str())?.limit.map(ByteSize::bytes);
         let shim = Shim::start(&self.config.setup_binary)?;
-        self.kill_old(sb)?;
+        self.kill_old(sb, None)?;
         let killed = start.elapsed();
 
         let root_mount = sb.run_dir.join("root");

@@ -283,35 +283,27 @@ impl SandboxCgroup {
         pids
     }
 
-    /// Moves every process of `other` into these cgroups, hierarchy by hierarchy (a prepared sandbox
-    /// taking the place of the one it replaces, which keeps its limits and usage counters).
-    pub fn take_processes_of(&self, other: &SandboxCgroup) -> Result<(), RuntimeError> {
-        for (from, to) in other.procs_files().iter().zip(self.procs_files()) {
-            let pids = fs::read_to_string(from).map_err(io_err(from, "read"))?;
-            for pid in pids.lines().filter(|l| !l.trim().is_empty()) {
-                match fs::write(&to, pid.trim()) {
-                    Ok(()) => {}
-                    // It exited meanwhile.
-                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-                    Err(e) => return Err(io_err(&to, "write")(e)),
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Kills every process in the sandbox and waits (up to `deadline`) until none is left.
     pub fn kill_all(&self, deadline: Duration) -> Result<(), RuntimeError> {
-        let start = Instant::now();
         if let Some(k) = &self.unified {
             let kill = k.join("cgroup.kill");
             if kill.exists() {
                 let _ = fs::write(&kill, "1");
             }
         }
+        self.kill_all_but(None, deadline)
+    }
+
+    /// Kills every process in the sandbox but `spared` (and what it holds: it must be the init of its
+    /// own PID namespace) and waits (up to `deadline`) until no other is left.
+    pub fn kill_all_but(&self, spared: Option<i32>, deadline: Duration) -> Result<(), RuntimeError> {
+        let start = Instant::now();
         let mut pause = Duration::from_micros(200);
         loop {
-            let pids = self.pids();
+            let mut pids = self.pids();
+            if let Some(spared) = spared {
+                pids.retain(|&p| p != spared && !in_pid_namespace_of(p, spared));
+            }
             if pids.is_empty() {
                 return Ok(());
             }
@@ -362,4 +354,13 @@ pub(crate) fn is_sandbox_name(name: &str) -> bool {
         .unwrap_or(name)
         .parse::<SandboxId>()
         .is_ok()
+}
+
+/// Whether process `pid` lives in the PID namespace whose init is `init` (so dies with it).
+fn in_pid_namespace_of(pid: i32, init: i32) -> bool {
+    let ns = |p: i32| fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+    match (ns(pid), ns(init)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
 }
