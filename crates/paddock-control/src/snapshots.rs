@@ -279,8 +279,20 @@ impl SandboxService {
             return Err(snapshot_not_found(&record.id));
         }
         if let Ok(snapshot) = record.id.parse::<SnapshotId>() {
-            if let Err(e) = self.inner.backend.delete_snapshot(&snapshot).await {
-                tracing::warn!(snapshot = %record.id, error = %e, "snapshot storage not freed; gc will");
+            let backend = self.inner.backend.clone();
+            let delete = async move {
+                if let Err(e) = backend.delete_snapshot(&snapshot).await {
+                    tracing::warn!(snapshot = %snapshot, error = %e, "snapshot storage not freed; gc will");
+                }
+            };
+            // A step transaction's checkpoint (commit, or consumed by its rollback) is deleted off the
+            // agent's path: the record is gone already, and storage without a record is garbage the
+            // next start collects if this is interrupted. An explicit delete frees it before answering.
+            if matches!(action, "sandbox.commit" | "snapshot.consume") {
+                let runtime = tokio::runtime::Handle::current();
+                tokio::task::spawn_blocking(move || runtime.block_on(delete));
+            } else {
+                delete.await;
             }
         }
         Ok(())
