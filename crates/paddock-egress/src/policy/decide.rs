@@ -57,8 +57,10 @@ pub enum Rule {
     },
     /// The name does not resolve (or resolves only to denied addresses).
     Unresolvable,
-    /// The query type is not A or AAAA, or the protocol is not TCP.
+    /// The query type is not A or AAAA, or the request is not one the proxy serves.
     UnsupportedQuery,
+    /// A transparent connection whose original destination is unknown (not redirected to us).
+    NoOriginalDestination,
 }
 
 impl fmt::Display for Rule {
@@ -73,6 +75,7 @@ impl fmt::Display for Rule {
             Self::Unreadable { reason } => write!(f, "unreadable: {reason}"),
             Self::Unresolvable => f.write_str("unresolvable"),
             Self::UnsupportedQuery => f.write_str("unsupported query"),
+            Self::NoOriginalDestination => f.write_str("no original destination"),
         }
     }
 }
@@ -87,7 +90,8 @@ pub struct Decision {
 }
 
 impl Decision {
-    pub(crate) fn deny(rule: Rule) -> Self {
+    /// A refusal by `rule`.
+    pub fn deny(rule: Rule) -> Self {
         Self { allowed: false, rule }
     }
     fn allow(index: usize) -> Self {

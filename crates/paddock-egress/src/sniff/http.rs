@@ -53,7 +53,7 @@ pub(super) fn request_host(buf: &[u8]) -> Progress<Option<DomainName>> {
 }
 
 /// The name in `host[:port]` (or `None` for an address, `[v6]` included).
-pub(crate) fn host_name(authority: &str) -> Progress<Option<DomainName>> {
+fn host_name(authority: &str) -> Progress<Option<DomainName>> {
     if authority.starts_with('[') {
         return match authority.split_once(']') {
             Some((v6, _)) if v6[1..].parse::<std::net::Ipv6Addr>().is_ok() => Progress::Done(None),

@@ -12,8 +12,6 @@ use std::time::Duration;
 use paddock_types::DomainName;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-pub(crate) use http::host_name;
-
 /// Bounds on sniffing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SniffLimits {
@@ -134,17 +132,23 @@ impl<T> Progress<T> {
     }
 }
 
-/// Read from `stream` until its first message says what it is. Returns the verdict and every byte
-/// read, which the caller must forward before relaying the rest.
+/// Read from `stream` until its first message says what it is, starting with `initial` (bytes
+/// already read). Returns the verdict and every byte read, `initial` included, which the caller must
+/// forward before relaying the rest.
 pub async fn sniff<S: AsyncRead + Unpin>(
     stream: &mut S,
+    initial: Vec<u8>,
     limits: SniffLimits,
 ) -> Result<(Sniffed, Vec<u8>), SniffError> {
-    let mut buf = Vec::with_capacity(1024);
-    let first = tokio::time::timeout(limits.first_byte, read_some(stream, &mut buf, limits.max_bytes)).await;
-    match first {
-        Err(_) => return Ok((Sniffed::Opaque, buf)),
-        Ok(r) => r?,
+    let mut buf = initial;
+    if buf.is_empty() {
+        buf.reserve(1024);
+        let first =
+            tokio::time::timeout(limits.first_byte, read_some(stream, &mut buf, limits.max_bytes)).await;
+        match first {
+            Err(_) => return Ok((Sniffed::Opaque, buf)),
+            Ok(r) => r?,
+        }
     }
     let rest = async {
         loop {
@@ -297,7 +301,9 @@ mod tests {
             }
             b
         });
-        let (s, bytes) = sniff(&mut a, SniffLimits::default()).await.expect("sniff");
+        let (s, bytes) = sniff(&mut a, Vec::new(), SniffLimits::default())
+            .await
+            .expect("sniff");
         assert_eq!(s, Sniffed::Tls(Some(name("bounded.example.com"))));
         assert_eq!(bytes, hello);
         drop(writer.await.expect("writer"));
@@ -312,7 +318,7 @@ mod tests {
             ..SniffLimits::default()
         };
         assert!(matches!(
-            sniff(&mut a, limits).await,
+            sniff(&mut a, Vec::new(), limits).await,
             Err(SniffError::TooLong { max: 64 })
         ));
         drop(b);
@@ -324,7 +330,7 @@ mod tests {
         }
         drop(b);
         assert!(matches!(
-            sniff(&mut a, SniffLimits::default()).await,
+            sniff(&mut a, Vec::new(), SniffLimits::default()).await,
             Err(SniffError::Truncated { read: 18 })
         ));
     }
@@ -333,7 +339,10 @@ mod tests {
     async fn a_silent_client_is_opaque_and_a_stalled_one_times_out() {
         let (mut a, _b) = tokio::io::duplex(64);
         assert_eq!(
-            sniff(&mut a, SniffLimits::default()).await.expect("silent").0,
+            sniff(&mut a, Vec::new(), SniffLimits::default())
+                .await
+                .expect("silent")
+                .0,
             Sniffed::Opaque
         );
         let (mut a, mut b) = tokio::io::duplex(64);
@@ -342,7 +351,7 @@ mod tests {
             b.write_all(b"\x16\x03\x01").await.expect("write");
         }
         assert!(matches!(
-            sniff(&mut a, SniffLimits::default()).await,
+            sniff(&mut a, Vec::new(), SniffLimits::default()).await,
             Err(SniffError::Timeout)
         ));
     }
