@@ -64,7 +64,9 @@ pub(super) async fn serve(
     };
     let leftover = buf[head_len..].to_vec();
     if method == "CONNECT" {
-        let Some((dest, port)) = parse_authority(target, None) else {
+        let authority = parse_authority(target, None);
+        drop(buf); // not kept for the tunnel's lifetime
+        let Some((dest, port)) = authority else {
             return refuse(
                 &mut client,
                 report,
@@ -181,7 +183,7 @@ async fn read_head(client: &mut Counted<TcpStream>, shared: &Shared) -> Result<(
                 ));
             }
             let start = buf.len();
-            buf.resize(max, 0);
+            buf.resize((start + 4096).min(max), 0);
             let n = client.read(&mut buf[start..]).await?;
             buf.truncate(start + n);
             if n == 0 {

@@ -209,10 +209,20 @@ async fn forward(
     report: &Report,
 ) -> Result<(), ConnError> {
     match tls_name.filter(|n| sandbox.secrets().any_bound_to(n)) {
+        // Boxed: the interception state machine is large, and most connections are plain relays.
         Some(name) => {
-            inject::intercept(shared, sandbox, client, prefix, name, upstream, &report.injected).await
+            Box::pin(inject::intercept(
+                shared,
+                sandbox,
+                client,
+                prefix,
+                name,
+                upstream,
+                &report.injected,
+            ))
+            .await
         }
-        None => relay::relay(&mut client, upstream, &prefix, shared.relay_buffer)
+        None => relay::relay(&mut client, upstream, prefix, shared.relay_buffer)
             .await
             .map_err(ConnError::Relay),
     }

@@ -37,6 +37,10 @@ impl<S> Counted<S> {
     pub(crate) fn new(inner: S, counters: Arc<Counters>) -> Self {
         Self { inner, counters }
     }
+    /// The wrapped stream (for readiness; reading through it would bypass the counters).
+    pub(crate) fn get_ref(&self) -> &S {
+        &self.inner
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {

@@ -176,7 +176,8 @@ async fn read_some<S: AsyncRead + Unpin>(
     max: usize,
 ) -> Result<(), SniffError> {
     let start = buf.len();
-    buf.resize(max.max(start + 1), 0);
+    // Grow in small steps: the buffer is kept as the connection's prefix.
+    buf.resize((start + 4096).min(max).max(start + 1), 0);
     let n = stream.read(&mut buf[start..]).await.map_err(SniffError::Read);
     let n = match n {
         Ok(n) => n,
