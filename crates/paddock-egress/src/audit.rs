@@ -91,3 +91,45 @@ impl AuditSink for tokio::sync::mpsc::UnboundedSender<AuditRecord> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The records' shape is what the control plane will store: frozen here.
+    #[test]
+    fn record_shapes_are_stable() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let conn = AuditRecord::Connection(ConnectionRecord {
+            sandbox: "sb-1".parse().expect("id"),
+            door: Door::Transparent,
+            name: Some("api.example.com".parse().expect("name")),
+            ip: Some("192.0.2.7".parse().expect("ip")),
+            port: 443,
+            allowed: true,
+            rule: Rule::TenantAllow { index: 2 },
+            secrets_injected: vec!["GH".into()],
+            bytes_up: 517,
+            bytes_down: 4096,
+            started: at,
+            duration: Duration::from_millis(1500),
+        });
+        assert_eq!(
+            serde_json::to_string(&conn).expect("json"),
+            r#"{"type":"connection","sandbox":"sb-1","door":"transparent","name":"api.example.com","ip":"192.0.2.7","port":443,"allowed":true,"rule":{"kind":"tenant_allow","index":2},"secrets_injected":["GH"],"bytes_up":517,"bytes_down":4096,"started":{"secs_since_epoch":1700000000,"nanos_since_epoch":0},"duration":{"secs":1,"nanos":500000000}}"#
+        );
+        let dns = AuditRecord::Dns(DnsRecord {
+            sandbox: "sb-1".parse().expect("id"),
+            name: "evil.example.".into(),
+            query_type: "TXT".into(),
+            allowed: false,
+            rule: Rule::UnsupportedQuery,
+            answers: vec![],
+            at,
+        });
+        assert_eq!(
+            serde_json::to_string(&dns).expect("json"),
+            r#"{"type":"dns","sandbox":"sb-1","name":"evil.example.","query_type":"TXT","allowed":false,"rule":{"kind":"unsupported_query"},"answers":[],"at":{"secs_since_epoch":1700000000,"nanos_since_epoch":0}}"#
+        );
+    }
+}

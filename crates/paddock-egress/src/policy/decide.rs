@@ -4,7 +4,7 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use paddock_types::{Cidr, DomainName, EgressRule, EgressTarget, NetworkPolicy};
+use paddock_types::{Cidr, DomainName, EgressRule, NetworkPolicy};
 use serde::Serialize;
 
 use super::operator::{OperatorDenial, OperatorPolicy};
@@ -114,9 +114,10 @@ pub fn decide(policy: &NetworkPolicy, operator: &OperatorPolicy, dest: &Destinat
     }
     let matches = |r: &EgressRule| {
         r.covers_port(dest.port)
-            && match r.target() {
-                EgressTarget::Domain(p) => dest.name.is_some_and(|n| p.matches(n)),
-                EgressTarget::Cidr(c) => c.contains(ip),
+            && match (r.domain(), r.cidr()) {
+                (Some(p), _) => dest.name.is_some_and(|n| p.matches(n)),
+                (None, Some(c)) => c.contains(ip),
+                (None, None) => false,
             }
     };
     if let Some(index) = policy.deny().iter().position(matches) {
@@ -159,7 +160,7 @@ pub fn allowed_by_domain(policy: &NetworkPolicy, decision: &Decision) -> bool {
 mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr};
 
-    use paddock_types::{DomainPattern, PortRange};
+    use paddock_types::{DomainPattern, EgressTarget, PortRange};
     use proptest::prelude::*;
 
     use super::*;
