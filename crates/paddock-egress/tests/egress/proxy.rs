@@ -185,3 +185,30 @@ async fn policy_changes_apply_to_new_connections_and_removal_closes_everything()
     }
     assert!(h.egress.set_policy(&sb, policy("{}")).is_err());
 }
+
+#[tokio::test]
+async fn api_errors_are_typed() {
+    let h = egress(operator(&[], &[]), None);
+    let sb = id("sb-proxy-5");
+    h.egress
+        .add_sandbox(sb.clone(), policy("{}"), LOOPBACK)
+        .await
+        .unwrap();
+    assert!(matches!(
+        h.egress.add_sandbox(sb.clone(), policy("{}"), LOOPBACK).await,
+        Err(paddock_egress::EgressError::SandboxExists { .. })
+    ));
+    assert!(matches!(
+        h.egress.remove_sandbox(&id("sb-nope")),
+        Err(paddock_egress::EgressError::UnknownSandbox { .. })
+    ));
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let config = paddock_egress::EgressConfig {
+        upstream_ca_pems: vec!["not a certificate".into()],
+        ..paddock_egress::EgressConfig::default()
+    };
+    assert!(matches!(
+        paddock_egress::Egress::new(config, std::sync::Arc::new(tx)),
+        Err(paddock_egress::EgressError::UpstreamCa { index: 0 })
+    ));
+}
