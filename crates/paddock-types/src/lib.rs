@@ -1,5 +1,5 @@
-//! Domain data of paddock: sandbox, snapshot and volume ids, sizes, limits, mounts and the sandbox
-//! spec.
+//! Domain data of paddock: sandbox, snapshot and volume ids, sizes, limits, mounts, the network
+//! policy and the sandbox spec.
 //!
 //! Everything here is plain data, parsed once at the edge (`FromStr`, and serde goes through the same
 //! parsers) so the rest of the code never handles an unvalidated id, size or path. No I/O, no tokio.
@@ -7,6 +7,7 @@
 mod id;
 mod limits;
 mod mounts;
+mod network;
 mod size;
 mod spec;
 mod volumes;
@@ -14,6 +15,10 @@ mod volumes;
 pub use id::{SandboxId, SandboxIdError, SnapshotId, SnapshotIdError};
 pub use limits::{CpuQuota, Limits};
 pub use mounts::{MountSpec, MountSpecError, SandboxPath, SandboxPathError};
+pub use network::{
+    Cidr, DomainName, DomainPattern, EgressRule, EgressTarget, NetworkPolicy, NetworkPolicyError, PortRange,
+    MAX_RULES,
+};
 pub use size::{ByteSize, SizeError};
 pub use spec::{EnvVar, EnvVarError, RootfsSpec, SandboxSpec, UserSpec, UserSpecError, VolumeSource};
 pub use volumes::{

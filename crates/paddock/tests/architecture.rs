@@ -72,15 +72,31 @@ fn crate_dependencies_follow_the_layering() {
             "paddock",
         ],
     );
-    // SQL lives in the store alone; HTTP in the api crate and the binary alone.
+    // SQL lives in the store alone; HTTP serving in the api crate and the binary alone. The egress
+    // proxy speaks HTTP/1.1 (hyper) to rewrite the headers of intercepted requests, but serves no API.
     for c in table.keys() {
         if c != "paddock-store" {
             forbid(c, &["rusqlite"]);
         }
         if c != "paddock-api" && c != "paddock" {
-            forbid(c, &["axum", "hyper", "tower-http"]);
+            forbid(c, &["axum", "tower-http"]);
+            if c != "paddock-egress" {
+                forbid(c, &["hyper"]);
+            }
         }
     }
+    // The egress proxy is a mechanism below the control plane, which will own it.
+    forbid(
+        "paddock-egress",
+        &[
+            "paddock-control",
+            "paddock-api",
+            "paddock-store",
+            "paddock-runtime",
+            "paddock-agent",
+            "paddock",
+        ],
+    );
     // The store records states; it does not run sandboxes or know the service.
     forbid(
         "paddock-store",

@@ -1,0 +1,328 @@
+//! The owner's handle: one `Egress` serves many sandboxes, each on its own listener addresses (which
+//! is how a connection is tied to its sandbox). Policies and secrets change live: every new
+//! connection and DNS question reads the current ones.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use paddock_types::{DomainName, NetworkPolicy, SandboxId};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::{AuditSink, Door};
+use crate::error::EgressError;
+use crate::inject::{SandboxCa, Secret, SecretSet};
+use crate::pins::Pins;
+use crate::policy::OperatorPolicy;
+use crate::resolve::Resolver;
+use crate::sniff::SniffLimits;
+use crate::{dns, proxy};
+
+/// Process-wide configuration of the egress proxy.
+#[derive(Debug, Clone)]
+pub struct EgressConfig {
+    /// The operator's deny list, exceptions and host map.
+    pub operator: OperatorPolicy,
+    /// Resolve names absent from the host map with the system resolver (off in tests: only the host
+    /// map answers, and nothing leaves the machine).
+    pub system_resolver: bool,
+    /// Bounds on reading the first bytes of a transparent connection.
+    pub sniff: SniffLimits,
+    /// Relay buffer size, each way, per connection.
+    pub relay_buffer: usize,
+    /// How long connecting upstream may take.
+    pub connect_timeout: Duration,
+    /// Trust the public web PKI roots (webpki-roots) for intercepted upstream connections.
+    pub public_roots: bool,
+    /// More CA certificates (PEM) trusted for intercepted upstream connections.
+    pub upstream_ca_pems: Vec<String>,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        Self {
+            operator: OperatorPolicy::default(),
+            system_resolver: true,
+            sniff: SniffLimits::default(),
+            relay_buffer: 32 * 1024,
+            connect_timeout: Duration::from_secs(10),
+            public_roots: true,
+            upstream_ca_pems: Vec::new(),
+        }
+    }
+}
+
+/// What a sandbox is given: where its proxy variables, its intercepted TCP and its DNS go, and the CA
+/// certificate it must trust.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxEgress {
+    /// `HTTP_PROXY`/`HTTPS_PROXY` (CONNECT and absolute-form HTTP).
+    pub proxy_addr: SocketAddr,
+    /// Where intercepted TCP is redirected (the original destination comes from `SO_ORIGINAL_DST`).
+    pub transparent_addr: SocketAddr,
+    /// The sandbox's DNS server (UDP and TCP on the same port).
+    pub dns_addr: SocketAddr,
+    /// The per-sandbox CA certificate (PEM) used to intercept TLS to hosts a secret is bound to.
+    pub ca_pem: String,
+}
+
+/// Everything the proxy tasks share across sandboxes.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) operator: OperatorPolicy,
+    pub(crate) resolver: Resolver,
+    pub(crate) audit: Arc<dyn AuditSink>,
+    pub(crate) sniff: SniffLimits,
+    pub(crate) relay_buffer: usize,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) upstream_tls: Arc<rustls::ClientConfig>,
+    pub(crate) provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+/// One sandbox's live state.
+#[derive(Debug)]
+pub(crate) struct Sandbox {
+    pub(crate) id: SandboxId,
+    policy: RwLock<Arc<NetworkPolicy>>,
+    secrets: RwLock<Arc<SecretSet>>,
+    pins: Mutex<Pins>,
+    pub(crate) ca: SandboxCa,
+    pub(crate) token: CancellationToken,
+}
+
+impl Sandbox {
+    pub(crate) fn policy(&self) -> Arc<NetworkPolicy> {
+        self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub(crate) fn secrets(&self) -> Arc<SecretSet> {
+        self.secrets.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub(crate) fn pin(&self, name: &DomainName, ips: &[IpAddr], ttl: Duration) {
+        self.pins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pin(name, ips, ttl, Instant::now());
+    }
+    pub(crate) fn is_pinned(&self, name: &DomainName, ip: IpAddr) -> bool {
+        self.pins
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_pinned(name, ip, Instant::now())
+    }
+}
+
+/// The egress proxy of one host: many sandboxes, each with its listeners.
+#[derive(Debug)]
+pub struct Egress {
+    shared: Arc<Shared>,
+    sandboxes: Mutex<HashMap<SandboxId, Arc<Sandbox>>>,
+}
+
+impl Egress {
+    /// An egress proxy with no sandboxes; records go to `audit`.
+    pub fn new(config: EgressConfig, audit: Arc<dyn AuditSink>) -> Result<Self, EgressError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        if config.public_roots {
+            roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        }
+        for (index, pem) in config.upstream_ca_pems.iter().enumerate() {
+            use rustls::pki_types::pem::PemObject;
+            let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|_| EgressError::UpstreamCa { index })?;
+            if certs.is_empty() {
+                return Err(EgressError::UpstreamCa { index });
+            }
+            for c in certs {
+                roots.add(c).map_err(|_| EgressError::UpstreamCa { index })?;
+            }
+        }
+        let mut upstream = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|source| EgressError::Tls {
+                what: "upstream client configuration",
+                source,
+            })?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        upstream.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Self {
+            shared: Arc::new(Shared {
+                resolver: Resolver::new(config.system_resolver),
+                operator: config.operator,
+                audit,
+                sniff: config.sniff,
+                relay_buffer: config.relay_buffer.max(1024),
+                connect_timeout: config.connect_timeout,
+                upstream_tls: Arc::new(upstream),
+                provider,
+            }),
+            sandboxes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Start serving sandbox `id` under `policy`, with listeners on `bind` (ephemeral ports).
+    #[tracing::instrument(skip_all, fields(sandbox_id = %id))]
+    pub async fn add_sandbox(
+        &self,
+        id: SandboxId,
+        policy: NetworkPolicy,
+        bind: IpAddr,
+    ) -> Result<SandboxEgress, EgressError> {
+        if self.lock().contains_key(&id) {
+            return Err(EgressError::SandboxExists { id });
+        }
+        let bind_tcp = |what, addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| EgressError::Bind { what, addr, source })
+        };
+        let any = SocketAddr::new(bind, 0);
+        let proxy_listener = bind_tcp("proxy", any).await?;
+        let transparent_listener = bind_tcp("transparent", any).await?;
+        let (udp, dns_tcp) = bind_dns(any).await?;
+        let local = |l: &TcpListener, what| {
+            l.local_addr().map_err(|source| EgressError::Bind {
+                what,
+                addr: any,
+                source,
+            })
+        };
+        let ca = SandboxCa::new(&id, self.shared.provider.clone())?;
+        let sandbox = Arc::new(Sandbox {
+            id: id.clone(),
+            policy: RwLock::new(Arc::new(policy)),
+            secrets: RwLock::new(Arc::new(SecretSet::default())),
+            pins: Mutex::new(Pins::default()),
+            ca,
+            token: CancellationToken::new(),
+        });
+        let out = SandboxEgress {
+            proxy_addr: local(&proxy_listener, "proxy")?,
+            transparent_addr: local(&transparent_listener, "transparent")?,
+            dns_addr: local(&dns_tcp, "dns (tcp)")?,
+            ca_pem: sandbox.ca.pem(),
+        };
+        {
+            let mut map = self.lock();
+            if map.contains_key(&id) {
+                return Err(EgressError::SandboxExists { id });
+            }
+            map.insert(id, sandbox.clone());
+        }
+        let shared = &self.shared;
+        tokio::spawn(proxy::accept_loop(
+            shared.clone(),
+            sandbox.clone(),
+            proxy_listener,
+            Door::Proxy,
+        ));
+        tokio::spawn(proxy::accept_loop(
+            shared.clone(),
+            sandbox.clone(),
+            transparent_listener,
+            Door::Transparent,
+        ));
+        tokio::spawn(dns::serve_udp(shared.clone(), sandbox.clone(), udp));
+        tokio::spawn(dns::serve_tcp(shared.clone(), sandbox, dns_tcp));
+        tracing::info!(proxy = %out.proxy_addr, transparent = %out.transparent_addr, dns = %out.dns_addr, "sandbox egress started");
+        Ok(out)
+    }
+
+    /// Replace the sandbox's policy; connections and questions from now on are decided by it.
+    /// Established connections are not re-judged.
+    pub fn set_policy(&self, id: &SandboxId, policy: NetworkPolicy) -> Result<(), EgressError> {
+        let sandbox = self.get(id)?;
+        *sandbox.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+        Ok(())
+    }
+
+    /// Replace the sandbox's secrets.
+    pub fn set_secrets(&self, id: &SandboxId, secrets: Vec<Secret>) -> Result<(), EgressError> {
+        let sandbox = self.get(id)?;
+        *sandbox.secrets.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(SecretSet::new(secrets));
+        Ok(())
+    }
+
+    /// Stop serving the sandbox: its listeners close and its open connections are cut (each still
+    /// audited).
+    pub fn remove_sandbox(&self, id: &SandboxId) -> Result<(), EgressError> {
+        let sandbox = self
+            .lock()
+            .remove(id)
+            .ok_or_else(|| EgressError::UnknownSandbox { id: id.clone() })?;
+        sandbox.token.cancel();
+        tracing::info!(sandbox_id = %id, "sandbox egress stopped");
+        Ok(())
+    }
+
+    /// Serve one intercepted connection whose original destination the caller already knows. The
+    /// transparent listener does this with `SO_ORIGINAL_DST`; a caller using another interception
+    /// mechanism (TPROXY, where the local address is the destination) passes it here.
+    pub async fn serve_intercepted(
+        &self,
+        id: &SandboxId,
+        stream: TcpStream,
+        original_dst: SocketAddr,
+    ) -> Result<(), EgressError> {
+        let sandbox = self.get(id)?;
+        proxy::run_connection(
+            self.shared.clone(),
+            sandbox,
+            stream,
+            Door::Transparent,
+            Some(original_dst),
+        )
+        .await;
+        Ok(())
+    }
+
+    fn get(&self, id: &SandboxId) -> Result<Arc<Sandbox>, EgressError> {
+        self.lock()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| EgressError::UnknownSandbox { id: id.clone() })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SandboxId, Arc<Sandbox>>> {
+        self.sandboxes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Egress {
+    fn drop(&mut self) {
+        for sandbox in self.lock().values() {
+            sandbox.token.cancel();
+        }
+    }
+}
+
+/// A UDP socket and a TCP listener on the same port (retrying when the TCP port is taken).
+async fn bind_dns(any: SocketAddr) -> Result<(UdpSocket, TcpListener), EgressError> {
+    let mut last = None;
+    for _ in 0..16 {
+        let udp = UdpSocket::bind(any).await.map_err(|source| EgressError::Bind {
+            what: "dns (udp)",
+            addr: any,
+            source,
+        })?;
+        let addr = udp.local_addr().map_err(|source| EgressError::Bind {
+            what: "dns (udp)",
+            addr: any,
+            source,
+        })?;
+        match TcpListener::bind(addr).await {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) => last = Some((addr, e)),
+        }
+    }
+    let (addr, source) = last.expect("the loop ran");
+    Err(EgressError::Bind {
+        what: "dns (tcp)",
+        addr,
+        source,
+    })
+}

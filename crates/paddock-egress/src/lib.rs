@@ -1,0 +1,28 @@
+//! paddock's egress proxy: the pure policy decision and the mechanism that enforces it.
+//!
+//! One [`Egress`] serves many sandboxes. Each gets its own listeners (the address a connection
+//! arrives on says which sandbox it is from): an explicit HTTP(S) proxy, a transparent listener for
+//! TCP redirected by netfilter, and a DNS responder that answers allowed names only and pins each
+//! answer so connections must go where DNS said. Every connection and DNS question is audited through
+//! an [`AuditSink`]. Hosts a secret is bound to have their TLS intercepted (a per-sandbox CA) so the
+//! proxy can replace `paddock-secret:NAME` placeholders in request headers.
+//!
+//! What this crate does not do: create network namespaces, veth pairs or nftables rules (the runtime
+//! does, pointing the sandbox at the addresses [`SandboxEgress`] reports), store policies or secrets
+//! (the control plane does), or carry UDP other than DNS (refused by the namespace's rules).
+
+mod audit;
+mod dns;
+mod egress;
+mod error;
+mod inject;
+mod pins;
+pub mod policy;
+mod proxy;
+mod resolve;
+pub mod sniff;
+
+pub use audit::{AuditRecord, AuditSink, ConnectionRecord, DnsRecord, Door};
+pub use egress::{Egress, EgressConfig, SandboxEgress};
+pub use error::EgressError;
+pub use inject::{Secret, SecretError, SecretName, PLACEHOLDER_PREFIX};
