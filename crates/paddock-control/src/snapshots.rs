@@ -348,19 +348,32 @@ impl SandboxService {
         });
     }
 
-    /// `commit`: drops the newest checkpoint (the step is kept).
-    pub async fn commit(&self, p: &Principal, id: &str) -> Result<SnapshotInfo, ServiceError> {
-        let sb = self.owned_live(p, id).await?;
+    /// Snapshot `snapshot` of `p`'s tenant, or with `None` the newest checkpoint of sandbox `id`
+    /// (`snapshot_not_found` when it has none).
+    async fn snapshot_or_checkpoint(
+        &self,
+        p: &Principal,
+        id: &str,
+        snapshot: Option<&str>,
+    ) -> Result<SnapshotRecord, ServiceError> {
+        if let Some(s) = snapshot {
+            return self.owned_snapshot(p, s).await;
+        }
         let sid = id.to_owned();
-        let record = self
-            .db("read a checkpoint", move |s| s.latest_checkpoint(&sid))
+        self.db("read a checkpoint", move |s| s.latest_checkpoint(&sid))
             .await?
             .ok_or_else(|| {
                 ServiceError::new(
                     ErrorCode::SnapshotNotFound,
                     format!("sandbox {id} has no checkpoint"),
                 )
-            })?;
+            })
+    }
+
+    /// `commit`: drops the newest checkpoint (the step is kept).
+    pub async fn commit(&self, p: &Principal, id: &str) -> Result<SnapshotInfo, ServiceError> {
+        let sb = self.owned_live(p, id).await?;
+        let record = self.snapshot_or_checkpoint(p, id, None).await?;
         self.drop_snapshot(Some(p), &record, "sandbox.commit").await?;
         self.discard_rollback(&sb);
         Ok(info(&record))
@@ -375,20 +388,9 @@ impl SandboxService {
         req: RollbackRequest,
     ) -> Result<SandboxInfo, ServiceError> {
         let sb = self.owned_live(p, id).await?;
-        let record = match &req.snapshot {
-            Some(s) => self.owned_snapshot(p, s).await?,
-            None => {
-                let sid = id.to_owned();
-                self.db("read a checkpoint", move |s| s.latest_checkpoint(&sid))
-                    .await?
-                    .ok_or_else(|| {
-                        ServiceError::new(
-                            ErrorCode::SnapshotNotFound,
-                            format!("sandbox {id} has no checkpoint"),
-                        )
-                    })?
-            }
-        };
+        let record = self
+            .snapshot_or_checkpoint(p, id, req.snapshot.as_deref())
+            .await?;
         if record.sandbox_id.as_deref() != Some(id) {
             return Err(ServiceError::invalid(
                 "snapshot",
@@ -696,20 +698,7 @@ impl SandboxService {
         use paddock_types::api::{ChangeBody, DiffEntryBody, DiffResult};
         // Reads the pool, not the agent: a paused sandbox can be diffed.
         let sb = self.owned_live_any(p, id).await?;
-        let record = match &q.snapshot {
-            Some(s) => self.owned_snapshot(p, s).await?,
-            None => {
-                let sid = id.to_owned();
-                self.db("read a checkpoint", move |s| s.latest_checkpoint(&sid))
-                    .await?
-                    .ok_or_else(|| {
-                        ServiceError::new(
-                            ErrorCode::SnapshotNotFound,
-                            format!("sandbox {id} has no checkpoint"),
-                        )
-                    })?
-            }
-        };
+        let record = self.snapshot_or_checkpoint(p, id, q.snapshot.as_deref()).await?;
         let snapshot: SnapshotId = record
             .id
             .parse()

@@ -152,10 +152,7 @@ impl SandboxService {
                 return Err(e);
             }
         };
-        let expires = now_ms()
-            + spec
-                .timeout_ms
-                .unwrap_or(self.inner.config.default_timeout.as_millis() as i64);
+        let expires = self.restarted_timeout(&spec);
         let owner = Ownership {
             tenant: Some(p.tenant.clone()),
             spec,
@@ -203,10 +200,7 @@ impl SandboxService {
 
     /// Restarts the timeout of a sandbox that a timeout paused (it has no expiry while paused).
     pub(crate) async fn rearm_timeout(&self, id: &str, spec: &StoredSpec) -> Result<(), ServiceError> {
-        let expires = now_ms()
-            + spec
-                .timeout_ms
-                .unwrap_or(self.inner.config.default_timeout.as_millis() as i64);
+        let expires = self.restarted_timeout(spec);
         let sid = id.to_owned();
         self.db("restart a timeout", move |s| {
             let record = s.get_sandbox(&sid)?;
@@ -216,6 +210,15 @@ impl SandboxService {
             Ok::<_, StoreError>(())
         })
         .await
+    }
+
+    /// When a timeout restarted now ends: the sandbox's own timeout, or the server's default for one
+    /// created before timeouts were recorded.
+    fn restarted_timeout(&self, spec: &StoredSpec) -> i64 {
+        now_ms()
+            + spec
+                .timeout_ms
+                .unwrap_or(self.inner.config.default_timeout.as_millis() as i64)
     }
 
     /// Deletes a stopped sandbox: its kept files go, its record ends as `killed`.
@@ -274,15 +277,9 @@ impl SandboxService {
                         .map_err(|e| runtime_error("pause a sandbox", e))?;
                     sb.set_paused(true);
                 }
-                let entry = AuditEntry {
-                    principal: None,
-                    tenant: sb.tenant(),
-                    action: "sandbox.pause",
-                    sandbox: Some(id),
-                    outcome: "ok".into(),
-                    detail: serde_json::json!({ "cause": "timeout" }),
-                }
-                .into_row();
+                let entry = AuditEntry::system("sandbox.pause", sb.tenant(), Some(id))
+                    .detail(serde_json::json!({ "cause": "timeout" }))
+                    .into_row();
                 let sid = id.to_owned();
                 self.db("record a timeout pause", move |s| {
                     s.transaction(|tx| {

@@ -276,13 +276,7 @@ impl NativeBackend {
         if id.ends_with(".next") {
             // A sandbox prepared for a rollback runs in its sandbox's cgroups: killed by its record.
             super::adopt::InitRecord::kill_recorded(&self.run_dir(id));
-            self.pool.delete_volume(id)?;
-            return match fs::remove_dir_all(self.run_dir(id)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(state_err("remove", &self.run_dir(id))(e))
-                }
-                _ => Ok(()),
-            };
+            return self.remove_prepared(id, &self.run_dir(id));
         }
         let cgroup = self.cgroups.sandbox(id);
         self.cleanup(id, &cgroup, &self.run_dir(id))
@@ -458,7 +452,7 @@ impl Backend for NativeBackend {
             Err(e) => {
                 if spec.volume == paddock_types::VolumeSource::Stopped {
                     // A failed resume must not lose the files it was resuming.
-                    let _ = kill_and_reap_cgroup(&cgroup);
+                    let _ = cgroup.kill_all(KILL_DEADLINE);
                     if let Err(keep) = self.pool.return_stopped(id) {
                         tracing::warn!(sandbox_id = %id, error = %keep, "cannot keep a stopped volume after a failed resume");
                     }
@@ -523,16 +517,8 @@ impl Backend for NativeBackend {
     async fn stop_sandbox(&self, mut handle: SandboxHandle) -> Result<(), RuntimeError> {
         self.discard_prepared(&handle.inner);
         let sb = &mut handle.inner;
-        if sb.cgroup.frozen().unwrap_or(false) {
-            // Thawed first, so every process can take its SIGKILL at once.
-            sb.cgroup.thaw()?;
-        }
-        if !sb.reaped {
-            kill_init(sb);
-            reap(sb);
-        }
+        self.kill_old(sb, None)?;
         let id = handle.id.as_str();
-        sb.cgroup.kill_all(KILL_DEADLINE)?;
         // Its files go aside first: a failure after this point loses processes, never files.
         self.pool.keep_stopped(id)?;
         self.cleanup(id, &sb.cgroup, &sb.run_dir)
@@ -672,20 +658,20 @@ impl Backend for NativeBackend {
     }
 }
 
-/// Kills whatever is left in the sandbox's cgroups (after a failed start).
-fn kill_and_reap_cgroup(cgroup: &SandboxCgroup) -> Result<(), RuntimeError> {
-    cgroup.kill_all(KILL_DEADLINE)
-}
-
 /// Sends SIGKILL to the sandbox's init (through its pidfd when there is one), which kills its whole PID
 /// namespace.
 pub(super) fn kill_init(sb: &NativeSandbox) {
-    match &sb.pidfd {
+    kill_pid(sb.pidfd.as_ref(), sb.init_pid);
+}
+
+/// SIGKILL to process `pid`, through its pidfd when there is one.
+pub(super) fn kill_pid(pidfd: Option<&OwnedFd>, pid: i32) {
+    match pidfd {
         Some(fd) => {
             let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
         }
         None => {
-            if let Some(p) = rustix::process::Pid::from_raw(sb.init_pid) {
+            if let Some(p) = rustix::process::Pid::from_raw(pid) {
                 let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
             }
         }

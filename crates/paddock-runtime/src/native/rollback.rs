@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use paddock_types::{ByteSize, SandboxId, SnapshotId, VolumeSource};
 
 use super::adopt::InitRecord;
-use super::lifecycle::{kill_init, reap, state_err, NativeSandbox, Shim, Slot, KILL_DEADLINE};
+use super::lifecycle::{kill_init, kill_pid, reap, state_err, NativeSandbox, Shim, Slot, KILL_DEADLINE};
 use super::lock::StateLock;
 use super::NativeBackend;
 use crate::{RuntimeError, SandboxHandle};
@@ -147,7 +147,7 @@ impl NativeBackend {
     }
 
     /// Removes a prepared sandbox's volume and run directory (its processes are gone).
-    fn remove_prepared(&self, name: &str, run_dir: &std::path::Path) -> Result<(), RuntimeError> {
+    pub(super) fn remove_prepared(&self, name: &str, run_dir: &std::path::Path) -> Result<(), RuntimeError> {
         self.pool.delete_volume(name)?;
         match fs::remove_dir_all(run_dir) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(state_err("remove", run_dir)(e)),
@@ -265,10 +265,13 @@ impl NativeBackend {
     }
 
     /// Ends the sandbox's current processes (its init, so its PID namespace, and anything left in its
-    /// cgroups), thawing it first if it was paused.
-    /// `spared`: the init of a prepared sandbox sharing the cgroups, which lives on.
-    fn kill_old(&self, sb: &mut NativeSandbox, spared: Option<i32>) -> Result<(), RuntimeError> {
-        kill_init(sb);
+    /// cgroups), thawing it if it was paused (SIGKILL reaches frozen processes; the thaw lets them
+    /// exit). `spared`: the init of a prepared sandbox sharing the cgroups, which lives on.
+    pub(super) fn kill_old(&self, sb: &mut NativeSandbox, spared: Option<i32>) -> Result<(), RuntimeError> {
+        if !sb.reaped {
+            // A reaped init's pid may belong to another process by now.
+            kill_init(sb);
+        }
         // A paused sandbox's processes die frozen; the new init must not join a frozen cgroup.
         if sb.cgroup.frozen().unwrap_or(false) {
             sb.cgroup.thaw()?;
@@ -335,19 +338,5 @@ impl NativeBackend {
             "rolled back by a restart"
         );
         Ok(())
-    }
-}
-
-/// SIGKILL to a process, through its pidfd when there is one.
-fn kill_pid(pidfd: Option<&OwnedFd>, pid: i32) {
-    match pidfd {
-        Some(fd) => {
-            let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
-        }
-        None => {
-            if let Some(p) = rustix::process::Pid::from_raw(pid) {
-                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-            }
-        }
     }
 }
