@@ -56,6 +56,7 @@ impl SandboxService {
             env: Vec::new(),
             volume,
             volumes: spec.volumes.clone(),
+            network: None,
         };
         let backend = self.inner.backend.clone();
         let runtime = tokio::runtime::Handle::current();

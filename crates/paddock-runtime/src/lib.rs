@@ -44,6 +44,8 @@ pub struct SandboxHandle {
     pub id: SandboxId,
     /// Where its agent listens.
     pub agent_socket: PathBuf,
+    /// Its link to the egress proxy, when it has network access (`SandboxSpec::network`).
+    pub network: Option<paddock_types::NetworkLink>,
     /// Backend-private state needed to tear it down.
     pub(crate) inner: native::NativeSandbox,
 }

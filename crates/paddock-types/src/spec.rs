@@ -160,6 +160,9 @@ pub struct SandboxSpec {
     /// sandbox's own file system, so snapshots and diffs leave them out).
     #[serde(default)]
     pub volumes: Vec<VolumeMount>,
+    /// Network access through the egress proxy; `None`: loopback only.
+    #[serde(default)]
+    pub network: Option<crate::NetworkSpec>,
 }
 
 #[cfg(test)]
@@ -213,10 +216,12 @@ mod tests {
             env: Vec::new(),
             volume: VolumeSource::Template,
             volumes: Vec::new(),
+            network: None,
         };
         let mut json = serde_json::to_value(&spec).expect("serialize");
         json.as_object_mut().expect("object").remove("volume");
         json.as_object_mut().expect("object").remove("volumes");
+        json.as_object_mut().expect("object").remove("network");
         assert_eq!(serde_json::from_value::<SandboxSpec>(json).ok(), Some(spec));
     }
 

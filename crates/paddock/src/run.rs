@@ -63,6 +63,7 @@ fn sandbox_spec(args: &RunArgs) -> SandboxSpec {
         env: args.env.clone(),
         volume: paddock_types::VolumeSource::Template,
         volumes: Vec::new(),
+        network: None,
     }
 }
 

@@ -52,6 +52,7 @@ fn spec(id: &str) -> SandboxSpec {
         env: Vec::new(),
         volume: paddock_types::VolumeSource::Template,
         volumes: Vec::new(),
+        network: None,
     }
 }
 

@@ -64,6 +64,7 @@ fn spec(id: &str) -> SandboxSpec {
         env: Vec::new(),
         volume: VolumeSource::Template,
         volumes: Vec::new(),
+        network: None,
     }
 }
 

@@ -154,6 +154,8 @@ impl NativeBackend {
                         return Ok(Adoption::Alive(SandboxHandle {
                             id: id.clone(),
                             agent_socket: socket,
+                            // TODO(network helper): read the link back from the run directory.
+                            network: None,
                             inner: NativeSandbox {
                                 run_dir,
                                 cgroup,

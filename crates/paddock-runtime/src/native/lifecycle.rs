@@ -467,6 +467,8 @@ impl Backend for NativeBackend {
         Ok(SandboxHandle {
             id: spec.id.clone(),
             agent_socket: run_dir.join("agent.sock"),
+            // TODO(network helper): the link made for `spec.network`.
+            network: None,
             inner: NativeSandbox {
                 run_dir,
                 cgroup,

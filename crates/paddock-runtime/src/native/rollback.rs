@@ -165,6 +165,7 @@ impl NativeBackend {
         let SandboxHandle {
             id,
             agent_socket,
+            network,
             inner: mut sb,
         } = handle;
         let prepared = {
@@ -186,6 +187,7 @@ impl NativeBackend {
             Ok(()) => Ok(SandboxHandle {
                 id,
                 agent_socket,
+                network,
                 inner: sb,
             }),
             Err(e) => {
