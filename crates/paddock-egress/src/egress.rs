@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::audit::{AuditSink, Door};
 use crate::error::EgressError;
-use crate::inject::{SandboxCa, Secret, SecretSet};
+use crate::inject::{SandboxCa, SandboxCaKey, Secret, SecretSet};
 use crate::pins::Pins;
 use crate::policy::OperatorPolicy;
 use crate::resolve::Resolver;
@@ -66,6 +66,32 @@ pub struct SandboxEgress {
     pub dns_addr: SocketAddr,
     /// The per-sandbox CA certificate (PEM) used to intercept TLS to hosts a secret is bound to.
     pub ca_pem: String,
+}
+
+/// Where a sandbox's listeners bind: one address (which says which sandbox a connection is from) and
+/// a port for each door (0: any free port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxListen {
+    /// The address, in the proxy's network namespace (the host side of the sandbox's link).
+    pub ip: IpAddr,
+    /// The explicit proxy's port.
+    pub proxy_port: u16,
+    /// The transparent listener's port.
+    pub transparent_port: u16,
+    /// The DNS port (UDP and TCP).
+    pub dns_port: u16,
+}
+
+impl SandboxListen {
+    /// Every door on `ip`, on free ports.
+    pub fn any_port(ip: IpAddr) -> Self {
+        Self {
+            ip,
+            proxy_port: 0,
+            transparent_port: 0,
+            dns_port: 0,
+        }
+    }
 }
 
 /// Everything the proxy tasks share across sandboxes.
@@ -164,13 +190,26 @@ impl Egress {
         })
     }
 
-    /// Start serving sandbox `id` under `policy`, with listeners on `bind` (ephemeral ports).
-    #[tracing::instrument(skip_all, fields(sandbox_id = %id))]
+    /// Start serving sandbox `id` under `policy`, with listeners on `bind` (free ports) and a fresh CA.
     pub async fn add_sandbox(
         &self,
         id: SandboxId,
         policy: NetworkPolicy,
         bind: IpAddr,
+    ) -> Result<SandboxEgress, EgressError> {
+        let ca = SandboxCaKey::generate(&id)?;
+        self.add_sandbox_at(id, policy, SandboxListen::any_port(bind), &ca).await
+    }
+
+    /// Start serving sandbox `id` under `policy`, with listeners where `listen` says and `ca` as the
+    /// CA its intercepted connections are presented under.
+    #[tracing::instrument(skip_all, fields(sandbox_id = %id))]
+    pub async fn add_sandbox_at(
+        &self,
+        id: SandboxId,
+        policy: NetworkPolicy,
+        listen: SandboxListen,
+        ca: &SandboxCaKey,
     ) -> Result<SandboxEgress, EgressError> {
         if self.lock().contains_key(&id) {
             return Err(EgressError::SandboxExists { id });
@@ -180,18 +219,18 @@ impl Egress {
                 .await
                 .map_err(|source| EgressError::Bind { what, addr, source })
         };
-        let any = SocketAddr::new(bind, 0);
-        let proxy_listener = bind_tcp("proxy", any).await?;
-        let transparent_listener = bind_tcp("transparent", any).await?;
-        let (udp, dns_tcp) = bind_dns(any).await?;
+        let at = |port| SocketAddr::new(listen.ip, port);
+        let proxy_listener = bind_tcp("proxy", at(listen.proxy_port)).await?;
+        let transparent_listener = bind_tcp("transparent", at(listen.transparent_port)).await?;
+        let (udp, dns_tcp) = bind_dns(at(listen.dns_port)).await?;
         let local = |l: &TcpListener, what| {
             l.local_addr().map_err(|source| EgressError::Bind {
                 what,
-                addr: any,
+                addr: at(0),
                 source,
             })
         };
-        let ca = SandboxCa::new(&id, self.shared.provider.clone())?;
+        let ca = SandboxCa::new(&id, ca, self.shared.provider.clone())?;
         let sandbox = Arc::new(Sandbox {
             id: id.clone(),
             policy: RwLock::new(Arc::new(policy)),

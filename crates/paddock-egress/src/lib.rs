@@ -23,6 +23,6 @@ mod resolve;
 pub mod sniff;
 
 pub use audit::{AuditRecord, AuditSink, ConnectionRecord, DnsRecord, Door};
-pub use egress::{Egress, EgressConfig, SandboxEgress};
+pub use egress::{Egress, EgressConfig, SandboxEgress, SandboxListen};
 pub use error::EgressError;
-pub use inject::{Secret, SecretError, SecretName, PLACEHOLDER_PREFIX};
+pub use inject::{SandboxCaKey, Secret, SecretError, SecretName, PLACEHOLDER_PREFIX};

@@ -8,15 +8,75 @@ use std::sync::{Arc, Mutex};
 use paddock_types::{DomainName, SandboxId};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, KeyPair, KeyUsagePurpose,
+    IsCa, Issuer, KeyPair, KeyUsagePurpose,
 };
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use zeroize::Zeroizing;
 
 use crate::error::EgressError;
 
+/// A sandbox's CA certificate and private key, as PEM: generated once per sandbox and kept by the
+/// owner (the control plane stores it so a restarted server keeps the CA the sandbox trusts). The key
+/// never enters the sandbox.
+#[derive(Clone)]
+pub struct SandboxCaKey {
+    cert_pem: String,
+    key_pem: Zeroizing<String>,
+}
+
+impl std::fmt::Debug for SandboxCaKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxCaKey").finish_non_exhaustive()
+    }
+}
+
+fn ca_params(id: &SandboxId) -> Result<CertificateParams, rcgen::Error> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, format!("paddock egress CA for {id}"));
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    Ok(params)
+}
+
+impl SandboxCaKey {
+    /// A fresh CA (ECDSA P-256) for sandbox `id`.
+    pub fn generate(id: &SandboxId) -> Result<Self, EgressError> {
+        let ca_err = |source| EgressError::Certificate {
+            what: "sandbox CA",
+            source,
+        };
+        let key = KeyPair::generate().map_err(ca_err)?;
+        let issuer = CertifiedIssuer::self_signed(ca_params(id).map_err(ca_err)?, key).map_err(ca_err)?;
+        Ok(Self {
+            cert_pem: issuer.pem(),
+            key_pem: Zeroizing::new(issuer.key().serialize_pem()),
+        })
+    }
+
+    /// A CA kept from an earlier [`SandboxCaKey::generate`].
+    pub fn from_pem(cert_pem: String, key_pem: Zeroizing<String>) -> Self {
+        Self { cert_pem, key_pem }
+    }
+
+    /// The certificate (what the sandbox trusts).
+    pub fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    /// The private key (for the owner's storage only).
+    pub fn key_pem(&self) -> &str {
+        &self.key_pem
+    }
+}
+
 /// A sandbox's CA and the server configurations it issued.
 pub(crate) struct SandboxCa {
-    issuer: CertifiedIssuer<'static, KeyPair>,
+    issuer: Issuer<'static, KeyPair>,
+    cert_der: CertificateDer<'static>,
+    cert_pem: String,
     provider: Arc<rustls::crypto::CryptoProvider>,
     leaves: Mutex<HashMap<DomainName, Arc<rustls::ServerConfig>>>,
 }
@@ -28,25 +88,25 @@ impl std::fmt::Debug for SandboxCa {
 }
 
 impl SandboxCa {
-    /// A fresh CA (ECDSA P-256) for `id`; its key never leaves this process.
+    /// The issuing side of `key`, the CA of sandbox `id`. The issuer is rebuilt from the same
+    /// parameters the certificate was made with (name, key usages, key identifier), so leaves chain to
+    /// the stored certificate.
     pub(crate) fn new(
         id: &SandboxId,
+        key: &SandboxCaKey,
         provider: Arc<rustls::crypto::CryptoProvider>,
     ) -> Result<Self, EgressError> {
         let ca_err = |source| EgressError::Certificate {
             what: "sandbox CA",
             source,
         };
-        let key = KeyPair::generate().map_err(ca_err)?;
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(ca_err)?;
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, format!("paddock egress CA for {id}"));
-        params.distinguished_name = dn;
-        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let issuer = CertifiedIssuer::self_signed(params, key).map_err(ca_err)?;
+        let signing = KeyPair::from_pem(&key.key_pem).map_err(ca_err)?;
+        let cert_der = CertificateDer::from_pem_slice(key.cert_pem.as_bytes())
+            .map_err(|_| ca_err(rcgen::Error::CouldNotParseCertificate))?;
         Ok(Self {
-            issuer,
+            issuer: Issuer::new(ca_params(id).map_err(ca_err)?, signing),
+            cert_der,
+            cert_pem: key.cert_pem.clone(),
             provider,
             leaves: Mutex::new(HashMap::new()),
         })
@@ -54,7 +114,7 @@ impl SandboxCa {
 
     /// The CA certificate, PEM, for the sandbox's trust store.
     pub(crate) fn pem(&self) -> String {
-        self.issuer.pem()
+        self.cert_pem.clone()
     }
 
     /// A TLS server configuration presenting a certificate for `host`, issued once and cached.
@@ -79,7 +139,7 @@ impl SandboxCa {
                 source,
             })?
             .with_no_client_auth()
-            .with_single_cert(vec![cert.der().clone(), self.issuer.der().clone()], key_der)
+            .with_single_cert(vec![cert.der().clone(), self.cert_der.clone()], key_der)
             .map_err(|source| EgressError::Tls {
                 what: "leaf server configuration",
                 source,

@@ -7,6 +7,7 @@ mod intercept;
 mod secret;
 
 pub(crate) use ca::SandboxCa;
+pub use ca::SandboxCaKey;
 pub(crate) use intercept::intercept;
 pub(crate) use secret::SecretSet;
 pub use secret::{Secret, SecretError, SecretName, PLACEHOLDER_PREFIX};
