@@ -63,6 +63,17 @@ CREATE TABLE audit (
     hash        TEXT NOT NULL
 ) STRICT;
 
+-- table sandbox_networks
+CREATE TABLE sandbox_networks (
+    sandbox_id    TEXT PRIMARY KEY NOT NULL REFERENCES sandboxes(id) ON DELETE CASCADE,
+    policy_json   TEXT NOT NULL CHECK (json_valid(policy_json)),
+    -- Names of the tenant's secrets injected for this sandbox, a JSON array.
+    secrets_json  TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(secrets_json)),
+    ca_cert_pem   TEXT NOT NULL,
+    ca_key_pem    TEXT NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+) STRICT;
+
 -- table sandboxes
 CREATE TABLE "sandboxes" (
     id            TEXT PRIMARY KEY NOT NULL,
@@ -90,6 +101,16 @@ CREATE TABLE "sandboxes" (
 CREATE TABLE schema_migrations (
     version       INTEGER PRIMARY KEY,
     applied_at_ms INTEGER NOT NULL
+) STRICT;
+
+-- table secrets
+CREATE TABLE secrets (
+    tenant        TEXT NOT NULL REFERENCES tenants(name),
+    name          TEXT NOT NULL,
+    value         BLOB NOT NULL,
+    hosts_json    TEXT NOT NULL CHECK (json_valid(hosts_json)),
+    created_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
 ) STRICT;
 
 -- table snapshots
