@@ -200,6 +200,7 @@ mod tests {
         ErrorCode::Unavailable,
         ErrorCode::Internal,
         ErrorCode::VolumeNotFound,
+        ErrorCode::SecretNotFound,
         ErrorCode::VolumeExists,
         ErrorCode::VolumeInUse,
     ];
@@ -241,6 +242,7 @@ mod tests {
             (ErrorCode::Unavailable, 503),
             (ErrorCode::Internal, 500),
             (ErrorCode::VolumeNotFound, 404),
+            (ErrorCode::SecretNotFound, 404),
             (ErrorCode::VolumeExists, 409),
             (ErrorCode::VolumeInUse, 409),
         ];

@@ -315,6 +315,7 @@ impl SandboxService {
                 .transpose()?,
             after_seq: q.after_seq,
             limit: limit + 1,
+            newest_first: false,
         };
         let mut rows = self
             .db("read the audit log", move |s| s.query_audit(&filter))

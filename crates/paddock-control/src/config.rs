@@ -24,6 +24,9 @@ pub struct ServiceConfig {
     pub history_retention: Duration,
     /// The largest snapshot archive an import accepts, in bytes (413 `payload_too_large` past it).
     pub max_import_bytes: u64,
+    /// The egress proxy that gives sandboxes a network; `None`: sandboxes have loopback only and a
+    /// request for a network is refused (`unsupported`).
+    pub network: Option<crate::NetworkConfig>,
 }
 
 /// A template: a root file system and how many sandboxes of it to keep warm.
@@ -59,6 +62,7 @@ impl Default for ServiceConfig {
             reaper_interval: Duration::from_secs(1),
             history_retention: Duration::from_secs(7 * 24 * 3600),
             max_import_bytes: 10 << 30,
+            network: None,
         }
     }
 }

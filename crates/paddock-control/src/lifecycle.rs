@@ -56,7 +56,11 @@ impl SandboxService {
             env: Vec::new(),
             volume,
             volumes: spec.volumes.clone(),
-            network: None,
+            network: if spec.network {
+                self.network_spec(id).await?
+            } else {
+                None
+            },
         };
         let backend = self.inner.backend.clone();
         let runtime = tokio::runtime::Handle::current();
@@ -68,14 +72,19 @@ impl SandboxService {
         .await
         .map_err(|e| ServiceError::internal("create a sandbox", &e))?
         .map_err(|e| runtime_error("create a sandbox", e))?;
-        match AgentClient::connect(&handle.agent_socket).await {
-            Ok(client) => Ok((handle, client)),
+        let client = match AgentClient::connect(&handle.agent_socket).await {
+            Ok(client) => client,
             Err(e) => {
                 let error = ServiceError::internal("connect to a new sandbox's agent", &e);
                 self.destroy_handle(handle).await;
-                Err(error)
+                return Err(error);
             }
+        };
+        if let Err(e) = self.attach_network(&handle).await {
+            self.destroy_handle(handle).await;
+            return Err(e);
         }
+        Ok((handle, client))
     }
 
     /// Tears a sandbox down on the backend (logging, not returning, a failure: the state is already
@@ -84,6 +93,7 @@ impl SandboxService {
         let backend = self.inner.backend.clone();
         let runtime = tokio::runtime::Handle::current();
         let id = handle.id.to_string();
+        self.detach_network(&handle.id);
         let result = tokio::task::spawn_blocking(move || {
             runtime.block_on(async move { backend.destroy_sandbox(handle).await })
         })
@@ -172,6 +182,10 @@ impl SandboxService {
             let spec: Option<StoredSpec> = serde_json::from_str(&record.spec_json).ok();
             match (adoption, spec) {
                 (Ok(Adoption::Alive(handle)), Some(spec)) if record.state != SandboxState::Creating => {
+                    if let Err(e) = self.attach_network(&handle).await {
+                        // Its link stays, unserved: every connection it tries is refused.
+                        tracing::error!(sandbox_id = %record.id, error = %e.message, "cannot serve an adopted sandbox on the egress proxy");
+                    }
                     match AgentClient::connect(&handle.agent_socket).await {
                         Ok(client) => {
                             let owner = Ownership {
@@ -369,6 +383,7 @@ impl SandboxService {
             audit_exec_diff: false,
             timeout_ms: None,
             volumes: Vec::new(),
+            network: false,
         };
         let new = NewSandbox {
             id: id.to_string(),

@@ -33,6 +33,9 @@ pub(crate) struct StoredSpec {
     /// Named volumes it mounts (also recorded in the store's `volume_mounts`).
     #[serde(default)]
     pub(crate) volumes: Vec<VolumeMount>,
+    /// It has a network (its policy, secrets and CA are in the store's `sandbox_networks`).
+    #[serde(default)]
+    pub(crate) network: bool,
 }
 
 /// Who owns a live sandbox and how its processes start.

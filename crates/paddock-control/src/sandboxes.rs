@@ -30,6 +30,8 @@ struct CreatePlan {
     timeout_ms: i64,
     memory_bytes: u64,
     cpu_millis: u32,
+    /// Its network, when it has one.
+    network: Option<crate::network::NetworkPlan>,
 }
 
 impl SandboxService {
@@ -76,9 +78,10 @@ impl SandboxService {
             return Ok(info);
         }
         let plan = self.plan_request(p, req).await?;
-        // A warm sandbox was booted without volumes: one that mounts some boots cold.
+        // A warm sandbox was booted without volumes or a network: one that has either boots cold.
         let warm = self.inner.config.templates[&plan.spec.template].warm_pool_size > 0
-            && plan.spec.volumes.is_empty();
+            && plan.spec.volumes.is_empty()
+            && plan.network.is_none();
         if warm {
             if let Some(info) = self.claim_warm(p, &plan).await? {
                 self.inner.metrics.observe_create("pool", started.elapsed());
@@ -97,8 +100,13 @@ impl SandboxService {
         req: CreateSandboxRequest,
     ) -> Result<CreatePlan, ServiceError> {
         let volumes = self.resolve_volume_mounts(p, &req.volumes).await?;
+        let network = self
+            .plan_network(p, req.network.clone(), req.secrets.clone())
+            .await?;
         let mut plan = self.plan_create(req)?;
         plan.spec.volumes = volumes;
+        plan.spec.network = network.is_some();
+        plan.network = network;
         Ok(plan)
     }
 
@@ -177,7 +185,9 @@ impl SandboxService {
                 audit_exec_diff: req.audit_exec_diff,
                 timeout_ms: Some(timeout.as_millis() as i64),
                 volumes: Vec::new(),
+                network: false,
             },
+            network: None,
             labels: req.labels,
             timeout_ms: timeout.as_millis() as i64,
             memory_bytes,
@@ -311,13 +321,22 @@ impl SandboxService {
             })
             .collect();
         let tenant = p.tenant.clone();
-        // The sandbox and the volumes it mounts are recorded together, each volume checked to still
-        // exist in the same transaction (a concurrent delete either sees this mount or wins).
+        let network = plan
+            .network
+            .as_ref()
+            .map(|n| Self::network_record(&id, n))
+            .transpose()?;
+        // The sandbox, the volumes it mounts and its network are recorded together, each volume
+        // checked to still exist in the same transaction (a concurrent delete either sees this mount
+        // or wins).
         self.db("record a new sandbox", move |s| {
             s.transaction(|tx| {
                 tx.insert_sandbox_checked(&new)?;
                 for m in &mounts {
                     tx.insert_volume_mount(&tenant, m)?;
+                }
+                if let Some(n) = &network {
+                    tx.put_sandbox_network(n)?;
                 }
                 Ok::<_, paddock_store::StoreError>(())
             })

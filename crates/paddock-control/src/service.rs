@@ -31,6 +31,11 @@ pub(crate) struct Inner {
     /// Wakes the warm-pool fillers (a claim happened).
     pub(crate) pool_wakeup: Notify,
     pub(crate) stop: CancellationToken,
+    /// The egress proxy, when sandboxes may have a network.
+    pub(crate) egress: Option<Arc<paddock_egress::Egress>>,
+    /// Names of the secrets injected for each networked sandbox served on the egress proxy (their
+    /// placeholders go into every process's environment).
+    pub(crate) secret_names: Mutex<HashMap<String, Vec<String>>>,
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -48,8 +53,19 @@ impl SandboxService {
                 "the `default` template must be configured",
             ));
         }
+        let (egress, egress_audit) = match &config.network {
+            Some(network) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let egress = paddock_egress::Egress::new(network.egress.clone(), Arc::new(tx))
+                    .map_err(|e| ServiceError::invalid("egress", e.to_string()))?;
+                (Some(Arc::new(egress)), Some(rx))
+            }
+            None => (None, None),
+        };
         let service = Self {
             inner: Arc::new(Inner {
+                egress,
+                secret_names: Mutex::new(HashMap::new()),
                 config,
                 backend: Arc::new(backend),
                 store: Arc::new(store),
@@ -60,8 +76,11 @@ impl SandboxService {
                 tasks: Mutex::new(Vec::new()),
             }),
         };
-        service.recover().await?;
         let mut tasks = Vec::new();
+        if let Some(rx) = egress_audit {
+            tasks.push(tokio::spawn(service.clone().run_network_audit(rx)));
+        }
+        service.recover().await?;
         tasks.push(tokio::spawn(service.clone().run_reaper()));
         for (name, template) in &service.inner.config.templates {
             if template.warm_pool_size > 0 {
@@ -195,6 +214,14 @@ pub(crate) fn store_error(what: &'static str, e: StoreError) -> ServiceError {
             what: "volume name",
             id,
         } => crate::volumes::volume_exists(&id),
+        StoreError::Conflict {
+            what: "secret name",
+            id,
+        } => ServiceError {
+            code: ErrorCode::AlreadyExists,
+            message: format!("secret {id:?} exists; delete it first to replace it"),
+            field: Some("name".into()),
+        },
         other => ServiceError::internal(what, &other),
     }
 }

@@ -509,7 +509,14 @@ impl SandboxService {
             .map_err(|e| ServiceError::internal("parse a snapshot id", &e))?;
         let spec = sb.spec();
         let labels = req.labels.clone().unwrap_or_else(|| source.labels.clone());
+        // The copies get the same network policy and secrets (each with its own link and CA).
+        let (network, secrets) = match self.network_of(id).await? {
+            Some((policy, secrets)) => (Some(policy), secrets),
+            None => (None, Vec::new()),
+        };
         let request = paddock_types::api::CreateSandboxRequest {
+            network,
+            secrets,
             template: Some(spec.template.clone()),
             limits: paddock_types::api::LimitsRequest {
                 memory: spec.limits.memory,

@@ -44,6 +44,7 @@ impl SandboxService {
             )
         })?;
         lock(&self.inner.live).remove(&sb.id);
+        self.detach_network(&handle.id);
         let backend = self.inner.backend.clone();
         let runtime = tokio::runtime::Handle::current();
         let stopped = tokio::task::spawn_blocking(move || {

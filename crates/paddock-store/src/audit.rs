@@ -54,6 +54,8 @@ pub struct AuditFilter {
     pub after_seq: Option<u64>,
     /// At most this many rows.
     pub limit: u32,
+    /// Newest rows first (seq descending); `after_seq` then means "before this seq".
+    pub newest_first: bool,
 }
 
 pub(crate) const AUDIT_COLUMNS: &str =
@@ -72,7 +74,7 @@ impl Store {
         })
     }
 
-    /// One page of the audit rows matching `filter`, in seq order.
+    /// One page of the audit rows matching `filter`, in seq order (or newest first).
     pub fn query_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
         let mut conditions = Vec::new();
         let mut params: Vec<Value> = Vec::new();
@@ -105,7 +107,7 @@ impl Store {
             params.push(Value::from(until_ms));
         }
         if let Some(after_seq) = filter.after_seq {
-            conditions.push("seq > ?");
+            conditions.push(if filter.newest_first { "seq < ?" } else { "seq > ?" });
             // A cursor beyond i64::MAX is past every row.
             params.push(Value::from(i64::try_from(after_seq).unwrap_or(i64::MAX)));
         }
@@ -118,7 +120,8 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn
             .prepare(&format!(
-                "SELECT {AUDIT_COLUMNS} FROM audit {where_clause} ORDER BY seq LIMIT ?"
+                "SELECT {AUDIT_COLUMNS} FROM audit {where_clause} ORDER BY seq {} LIMIT ?",
+                if filter.newest_first { "DESC" } else { "ASC" }
             ))
             .map_err(StoreError::read("audit rows"))?;
         let rows = stmt

@@ -28,6 +28,8 @@ pub enum ErrorCode {
     SnapshotNotFound,
     /// No such volume for this tenant (404; also for other tenants' volumes).
     VolumeNotFound,
+    /// No such secret for this tenant (404).
+    SecretNotFound,
     /// The tenant already has a volume of that name (409).
     VolumeExists,
     /// A live sandbox mounts the volume, so it cannot be deleted (409).
@@ -77,6 +79,7 @@ impl ErrorCode {
             Self::KeyNotFound => "key_not_found",
             Self::SnapshotNotFound => "snapshot_not_found",
             Self::VolumeNotFound => "volume_not_found",
+            Self::SecretNotFound => "secret_not_found",
             Self::VolumeExists => "volume_exists",
             Self::VolumeInUse => "volume_in_use",
             Self::AlreadyExists => "already_exists",
@@ -111,7 +114,8 @@ impl ErrorCode {
             | Self::FileNotFound
             | Self::KeyNotFound
             | Self::SnapshotNotFound
-            | Self::VolumeNotFound => 404,
+            | Self::VolumeNotFound
+            | Self::SecretNotFound => 404,
             Self::SandboxNotRunning
             | Self::AlreadyExists
             | Self::DirectoryNotEmpty
@@ -156,6 +160,7 @@ mod tests {
             ErrorCode::DirectoryNotEmpty,
             ErrorCode::InvalidArchive,
             ErrorCode::VolumeNotFound,
+            ErrorCode::SecretNotFound,
             ErrorCode::VolumeExists,
             ErrorCode::VolumeInUse,
         ] {

@@ -11,6 +11,7 @@ mod exec;
 mod files;
 mod keys;
 mod lists;
+mod network;
 mod sandboxes;
 mod snapshots;
 mod volumes;
@@ -25,6 +26,9 @@ pub use files::{
     FileEntry, FileKindBody, FileList, MkdirRequest, RenameRequest, WatchEvent, WatchEventKind, WrittenFile,
 };
 pub use keys::{CreateKeyRequest, CreatedKey, KeyInfo, TenantInfo, TenantQuotaBody, TenantUsageBody};
+pub use network::{
+    CreateSecretRequest, NetworkEvent, SandboxNetworkInfo, SecretInfo, SecretList, SetNetworkRequest,
+};
 pub use lists::{AuditPage, KeyList, ProcessList, TemplateInfo, TemplateList, TenantList};
 pub use sandboxes::{
     CreateSandboxRequest, LimitsRequest, ListSandboxesQuery, OnTimeout, SandboxInfo, SandboxList,

@@ -52,6 +52,16 @@ pub struct CreateSandboxRequest {
     /// and its forks mount the same volumes.
     #[serde(default)]
     pub volumes: Vec<super::VolumeMountRequest>,
+    /// Network access through paddock's egress proxy, allowed by this policy (loopback only when
+    /// absent; an empty policy gives a network on which every attempt is refused and recorded).
+    /// Change it live with `PUT /v1/sandboxes/{id}/network`.
+    #[serde(default)]
+    pub network: Option<crate::NetworkPolicy>,
+    /// Names of the tenant's secrets (`POST /v1/secrets`) to inject: each appears inside the sandbox
+    /// only as the placeholder `paddock-secret:NAME`, in the environment variable `NAME`. Implies a
+    /// network (with an empty policy when `network` is absent: allow the secrets' hosts there).
+    #[serde(default)]
+    pub secrets: Vec<String>,
 }
 
 /// What a sandbox's timeout does.

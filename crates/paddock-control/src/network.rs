@@ -1,0 +1,504 @@
+//! Sandbox networks: the egress proxy's owner. A sandbox created with a `network` policy (or
+//! secrets) gets a link to the host from the backend; this module serves it on the egress proxy
+//! (listeners on the link's host address, the sandbox's CA, its policy and secret values), writes the
+//! proxy's records to the audit log, and changes policies and secrets live.
+//!
+//! What lives where: the policy, secret names and CA of each networked sandbox in the store's
+//! `sandbox_networks` (so a restarted server serves it under the same CA); secret values in
+//! `secrets`, read only here and handed to the proxy; the link itself is the backend's.
+
+use std::sync::Arc;
+
+use paddock_egress::{AuditRecord, Egress, EgressConfig, SandboxCaKey, SandboxListen, Secret, SecretName};
+use paddock_runtime::SandboxHandle;
+use paddock_store::{AuditFilter, NewAuditEntry, SandboxNetworkRecord};
+use paddock_types::api::{
+    CreateSecretRequest, ErrorCode, NetworkEvent, SandboxNetworkInfo, SecretInfo, SecretList, SetNetworkRequest,
+};
+use paddock_types::{DomainPattern, EgressPorts, NetworkLink, NetworkPolicy, NetworkSpec, SandboxId};
+use zeroize::Zeroizing;
+
+use crate::service::{lock, now_ms, rfc3339, AuditEntry};
+use crate::{Principal, SandboxService, ServiceError};
+
+/// How many recent connections `GET /v1/sandboxes/{id}/network` shows.
+const RECENT_EVENTS: u32 = 50;
+/// Most secrets a tenant may hold, and most a sandbox may inject.
+const MAX_SECRETS: usize = 256;
+/// Most hosts a secret may be bound to.
+const MAX_SECRET_HOSTS: usize = 64;
+/// Longest secret value accepted (it goes into HTTP headers).
+const MAX_SECRET_VALUE: usize = 16 * 1024;
+
+/// The egress proxy's configuration, in the service's.
+#[derive(Debug, Clone)]
+pub struct NetworkConfig {
+    /// The ports the proxy listens on, on the host side of every sandbox's link.
+    pub ports: EgressPorts,
+    /// The proxy itself: the operator's deny list and exceptions, host map, resolver, upstream trust.
+    pub egress: EgressConfig,
+}
+
+/// A networked sandbox's egress state, decided at create time.
+#[derive(Debug, Clone)]
+pub(crate) struct NetworkPlan {
+    pub(crate) policy: NetworkPolicy,
+    pub(crate) secrets: Vec<String>,
+}
+
+impl SandboxService {
+    pub(crate) fn egress(&self) -> Result<&Arc<Egress>, ServiceError> {
+        self.inner.egress.as_ref().ok_or_else(|| {
+            ServiceError::new(
+                ErrorCode::Unsupported,
+                "this server gives sandboxes no network: it has no egress proxy configured",
+            )
+        })
+    }
+
+    /// Checks a create request's `network` and `secrets` for `p`'s tenant.
+    pub(crate) async fn plan_network(
+        &self,
+        p: &Principal,
+        policy: Option<NetworkPolicy>,
+        secrets: Vec<String>,
+    ) -> Result<Option<NetworkPlan>, ServiceError> {
+        if policy.is_none() && secrets.is_empty() {
+            return Ok(None);
+        }
+        self.egress()?;
+        let secrets = self.check_secret_names(p, secrets).await?;
+        Ok(Some(NetworkPlan {
+            policy: policy.unwrap_or_default(),
+            secrets,
+        }))
+    }
+
+    /// Every name must be one of the tenant's secrets.
+    async fn check_secret_names(&self, p: &Principal, mut names: Vec<String>) -> Result<Vec<String>, ServiceError> {
+        names.sort();
+        names.dedup();
+        if names.len() > MAX_SECRETS {
+            return Err(ServiceError::invalid("secrets", format!("at most {MAX_SECRETS} secrets")));
+        }
+        let (tenant, wanted) = (p.tenant.clone(), names.clone());
+        let found = self
+            .db("read secrets", move |s| s.secret_values(&tenant, &wanted))
+            .await?;
+        if let Some(missing) = names
+            .iter()
+            .find(|n| !found.iter().any(|f| &f.info.name == *n))
+        {
+            return Err(ServiceError {
+                code: ErrorCode::SecretNotFound,
+                message: format!("no secret {missing:?}; create it with POST /v1/secrets"),
+                field: Some("secrets".into()),
+            });
+        }
+        Ok(names)
+    }
+
+    /// The store row of a new networked sandbox: its plan and a fresh CA.
+    pub(crate) fn network_record(id: &SandboxId, plan: &NetworkPlan) -> Result<SandboxNetworkRecord, ServiceError> {
+        let ca = SandboxCaKey::generate(id).map_err(|e| ServiceError::internal("make a sandbox CA", &e))?;
+        Ok(SandboxNetworkRecord {
+            sandbox_id: id.to_string(),
+            policy: serde_json::to_value(&plan.policy)
+                .map_err(|e| ServiceError::internal("encode a network policy", &e))?,
+            secrets: plan.secrets.clone(),
+            ca_cert_pem: ca.cert_pem().to_owned(),
+            ca_key_pem: ca.key_pem().to_owned(),
+            updated_at_ms: now_ms(),
+        })
+    }
+
+    /// What the backend needs for a networked sandbox's boot (`None`: loopback only).
+    pub(crate) async fn network_spec(&self, id: &SandboxId) -> Result<Option<NetworkSpec>, ServiceError> {
+        let sid = id.to_string();
+        let Some(row) = self
+            .db("read a sandbox network", move |s| s.get_sandbox_network(&sid))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let ports = self
+            .inner
+            .config
+            .network
+            .as_ref()
+            .map(|n| n.ports)
+            .ok_or_else(|| self.egress().err().expect("no network configuration means no egress"))?;
+        Ok(Some(NetworkSpec {
+            ports,
+            ca_pem: row.ca_cert_pem,
+        }))
+    }
+
+    /// Serves a booted (or adopted) networked sandbox on the egress proxy. Nothing to do for one
+    /// without a link.
+    pub(crate) async fn attach_network(&self, handle: &SandboxHandle) -> Result<(), ServiceError> {
+        let Some(link) = handle.network else {
+            return Ok(());
+        };
+        let egress = self.egress()?.clone();
+        let sid = handle.id.to_string();
+        let (row, record) = self
+            .db("read a sandbox network", move |s| {
+                Ok((s.get_sandbox_network(&sid)?, s.get_sandbox(&sid)?))
+            })
+            .await?;
+        let row = row.ok_or_else(|| {
+            ServiceError::new(
+                ErrorCode::Internal,
+                format!("sandbox {} has a link but no network record", handle.id),
+            )
+        })?;
+        let policy = decode_policy(&row)?;
+        let ports = self.inner.config.network.as_ref().map(|n| n.ports).unwrap_or_default();
+        let listen = SandboxListen {
+            ip: link.host_ip.into(),
+            proxy_port: ports.proxy,
+            transparent_port: ports.transparent,
+            dns_port: ports.dns,
+        };
+        let ca = SandboxCaKey::from_pem(row.ca_cert_pem.clone(), Zeroizing::new(row.ca_key_pem.clone()));
+        // A previous serving of the same sandbox (a restart of its init) is replaced.
+        let _ = egress.remove_sandbox(&handle.id);
+        egress
+            .add_sandbox_at(handle.id.clone(), policy, listen, &ca)
+            .await
+            .map_err(|e| ServiceError::internal("serve a sandbox on the egress proxy", &e))?;
+        let tenant = record.and_then(|r| r.tenant);
+        if let Err(e) = self.push_secrets(&handle.id, tenant.as_deref(), &row.secrets).await {
+            let _ = egress.remove_sandbox(&handle.id);
+            return Err(e);
+        }
+        lock(&self.inner.secret_names).insert(handle.id.to_string(), row.secrets);
+        Ok(())
+    }
+
+    /// Stops serving a sandbox on the egress proxy (it ended or stopped).
+    pub(crate) fn detach_network(&self, id: &SandboxId) {
+        if let Some(egress) = &self.inner.egress {
+            let _ = egress.remove_sandbox(id);
+        }
+        lock(&self.inner.secret_names).remove(id.as_str());
+    }
+
+    /// Hands the proxy the current values of the sandbox's secrets.
+    async fn push_secrets(&self, id: &SandboxId, tenant: Option<&str>, names: &[String]) -> Result<(), ServiceError> {
+        let egress = self.egress()?.clone();
+        let Some(tenant) = tenant.map(str::to_owned) else {
+            return Ok(());
+        };
+        let wanted = names.to_vec();
+        let records = self
+            .db("read secrets", move |s| s.secret_values(&tenant, &wanted))
+            .await?;
+        let mut secrets = Vec::with_capacity(records.len());
+        for r in records {
+            let value = Zeroizing::new(r.value);
+            let text = Zeroizing::new(String::from_utf8_lossy(&value).into_owned());
+            secrets.push(to_secret(&r.info.name, &r.info.hosts, text)?);
+        }
+        egress
+            .set_secrets(id, secrets)
+            .map_err(|e| ServiceError::internal("give the egress proxy a sandbox's secrets", &e))
+    }
+
+    /// Environment every process of a networked sandbox gets: the proxy variables, trust bundle and
+    /// one placeholder variable per secret.
+    pub(crate) async fn network_env(&self, sb: &crate::live::LiveSandbox) -> Vec<(String, String)> {
+        let link = sb.handle.lock().await.as_ref().and_then(|h| h.network);
+        let Some(link) = link else {
+            return Vec::new();
+        };
+        let ports = self.inner.config.network.as_ref().map(|n| n.ports).unwrap_or_default();
+        let mut env = link.env(&ports);
+        let names = lock(&self.inner.secret_names).get(&sb.id).cloned().unwrap_or_default();
+        for name in &names {
+            if let Ok(n) = name.parse::<SecretName>() {
+                env.push((name.clone(), n.placeholder()));
+            }
+        }
+        env
+    }
+
+    /// `GET /v1/sandboxes/{id}/network`.
+    pub async fn get_network(&self, p: &Principal, id: &str) -> Result<SandboxNetworkInfo, ServiceError> {
+        self.owned_record(p, id).await?;
+        let row = self.network_row(id).await?;
+        let filter = AuditFilter {
+            sandbox_id: Some(id.to_owned()),
+            action: Some("network.".into()),
+            limit: RECENT_EVENTS,
+            newest_first: true,
+            ..Default::default()
+        };
+        let rows = self.db("read the audit log", move |s| s.query_audit(&filter)).await?;
+        let link: Option<NetworkLink> = match self.live_sandbox(id) {
+            Some(sb) => sb.handle.lock().await.as_ref().and_then(|h| h.network),
+            None => None,
+        };
+        let ports = self.inner.config.network.as_ref().map(|n| n.ports).unwrap_or_default();
+        Ok(SandboxNetworkInfo {
+            sandbox_id: id.to_owned(),
+            policy: decode_policy(&row)?,
+            secrets: row.secrets,
+            proxy_url: link.map(|l| l.proxy_url(&ports)),
+            sandbox_ip: link.map(|l| l.sandbox_ip.to_string()),
+            recent: rows
+                .into_iter()
+                .map(|r| NetworkEvent {
+                    kind: r.action.trim_start_matches("network.").to_owned(),
+                    at: rfc3339(r.ts_ms),
+                    allowed: r.outcome == "allowed",
+                    detail: r.detail,
+                })
+                .collect(),
+        })
+    }
+
+    /// `PUT /v1/sandboxes/{id}/network`: a new policy and/or secret list, recorded and applied to new
+    /// connections at once.
+    pub async fn set_network(
+        &self,
+        p: &Principal,
+        id: &str,
+        req: SetNetworkRequest,
+    ) -> Result<SandboxNetworkInfo, ServiceError> {
+        self.owned_record(p, id).await?;
+        let mut row = self.network_row(id).await?;
+        if let Some(names) = req.secrets {
+            row.secrets = self.check_secret_names(p, names).await?;
+        }
+        if let Some(policy) = &req.policy {
+            row.policy = serde_json::to_value(policy).map_err(|e| ServiceError::internal("encode a network policy", &e))?;
+        }
+        row.updated_at_ms = now_ms();
+        let entry = AuditEntry::ok(p, "network.policy", Some(id))
+            .detail(serde_json::json!({ "policy": row.policy, "secrets": row.secrets }))
+            .into_row();
+        let stored = row.clone();
+        self.db("record a network policy", move |s| {
+            s.transaction(|tx| {
+                tx.put_sandbox_network(&stored)?;
+                tx.append_audit(&entry)?;
+                Ok::<_, paddock_store::StoreError>(())
+            })
+        })
+        .await?;
+        if let Some(sb) = self.live_sandbox(id) {
+            let sid: SandboxId = id.parse().map_err(|e| ServiceError::internal("parse a sandbox id", &e))?;
+            if let Some(egress) = &self.inner.egress {
+                // A stopped sandbox is not served right now: the store has it for its resume.
+                if egress.set_policy(&sid, decode_policy(&row)?).is_ok() {
+                    self.push_secrets(&sid, Some(&p.tenant), &row.secrets).await?;
+                    lock(&self.inner.secret_names).insert(sb.id.clone(), row.secrets.clone());
+                }
+            }
+        }
+        self.get_network(p, id).await
+    }
+
+    /// The policy and secret names of a networked sandbox (for its forks), `None` for one with
+    /// loopback only.
+    pub(crate) async fn network_of(&self, id: &str) -> Result<Option<(NetworkPolicy, Vec<String>)>, ServiceError> {
+        let sid = id.to_owned();
+        let row = self
+            .db("read a sandbox network", move |s| s.get_sandbox_network(&sid))
+            .await?;
+        row.map(|r| Ok((decode_policy(&r)?, r.secrets))).transpose()
+    }
+
+    async fn network_row(&self, id: &str) -> Result<SandboxNetworkRecord, ServiceError> {
+        let sid = id.to_owned();
+        self.db("read a sandbox network", move |s| s.get_sandbox_network(&sid))
+            .await?
+            .ok_or_else(|| {
+                ServiceError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("sandbox {id} has no network: create it with a `network` policy"),
+                )
+            })
+    }
+
+    /// `POST /v1/secrets`.
+    pub async fn create_secret(&self, p: &Principal, req: CreateSecretRequest) -> Result<SecretInfo, ServiceError> {
+        let name: SecretName = req
+            .name
+            .parse()
+            .map_err(|e: paddock_egress::SecretError| ServiceError::invalid("name", e.to_string()))?;
+        if req.value.len() > MAX_SECRET_VALUE {
+            return Err(ServiceError::invalid("value", format!("at most {MAX_SECRET_VALUE} bytes")));
+        }
+        if req.hosts.is_empty() || req.hosts.len() > MAX_SECRET_HOSTS {
+            return Err(ServiceError::invalid(
+                "hosts",
+                format!("bind the secret to 1 to {MAX_SECRET_HOSTS} hosts"),
+            ));
+        }
+        let value = Zeroizing::new(req.value.clone());
+        // Validates the hosts and the value (it must fit in an HTTP header).
+        to_secret(name.as_str(), &req.hosts, value.clone())?;
+        let tenant = p.tenant.clone();
+        let count = {
+            let t = tenant.clone();
+            self.db("read secrets", move |s| s.list_secrets(&t)).await?.len()
+        };
+        if count >= MAX_SECRETS {
+            return Err(ServiceError::invalid("name", format!("a tenant holds at most {MAX_SECRETS} secrets")));
+        }
+        let info = paddock_store::SecretInfo {
+            tenant,
+            name: name.to_string(),
+            hosts: req.hosts.clone(),
+            created_at_ms: now_ms(),
+        };
+        let entry = AuditEntry::ok(p, "secret.create", None)
+            .detail(serde_json::json!({ "name": info.name, "hosts": info.hosts }))
+            .into_row();
+        let stored = info.clone();
+        let bytes = Zeroizing::new(value.as_bytes().to_vec());
+        self.db("record a secret", move |s| {
+            s.transaction(|tx| {
+                tx.insert_secret(&stored, &bytes)?;
+                tx.append_audit(&entry)?;
+                Ok::<_, paddock_store::StoreError>(())
+            })
+        })
+        .await?;
+        self.refresh_secrets(&p.tenant, &info.name).await;
+        Ok(secret_info(&info))
+    }
+
+    /// `GET /v1/secrets`.
+    pub async fn list_secrets(&self, p: &Principal) -> Result<SecretList, ServiceError> {
+        let tenant = p.tenant.clone();
+        let rows = self.db("read secrets", move |s| s.list_secrets(&tenant)).await?;
+        Ok(SecretList {
+            secrets: rows.iter().map(secret_info).collect(),
+        })
+    }
+
+    /// `DELETE /v1/secrets/{name}`: from now on no sandbox's requests carry it.
+    pub async fn delete_secret(&self, p: &Principal, name: &str) -> Result<(), ServiceError> {
+        let (tenant, n) = (p.tenant.clone(), name.to_owned());
+        let entry = AuditEntry::ok(p, "secret.delete", None)
+            .detail(serde_json::json!({ "name": name }))
+            .into_row();
+        let deleted = self
+            .db("delete a secret", move |s| {
+                s.transaction(|tx| {
+                    let deleted = tx.delete_secret(&tenant, &n)?;
+                    if deleted {
+                        tx.append_audit(&entry)?;
+                    }
+                    Ok::<_, paddock_store::StoreError>(deleted)
+                })
+            })
+            .await?;
+        if !deleted {
+            return Err(ServiceError::new(ErrorCode::SecretNotFound, format!("no secret {name:?}")));
+        }
+        self.refresh_secrets(&p.tenant, name).await;
+        Ok(())
+    }
+
+    /// Gives the proxy the current values for every live sandbox of `tenant` that injects `name`.
+    async fn refresh_secrets(&self, tenant: &str, name: &str) {
+        let live: Vec<_> = lock(&self.inner.live).values().cloned().collect();
+        for sb in live {
+            if sb.tenant().as_deref() != Some(tenant) {
+                continue;
+            }
+            let names = lock(&self.inner.secret_names).get(&sb.id).cloned().unwrap_or_default();
+            if !names.iter().any(|n| n == name) {
+                continue;
+            }
+            let Ok(id) = sb.id.parse::<SandboxId>() else { continue };
+            if let Err(e) = self.push_secrets(&id, Some(tenant), &names).await {
+                tracing::warn!(sandbox_id = %sb.id, error = %e.message, "cannot refresh a sandbox's secrets");
+            }
+        }
+    }
+
+    /// Writes the egress proxy's records to the audit log, in batches, until the service stops.
+    pub(crate) async fn run_network_audit(self, mut rx: tokio::sync::mpsc::UnboundedReceiver<AuditRecord>) {
+        let mut batch = Vec::new();
+        loop {
+            let first = tokio::select! {
+                r = rx.recv() => r,
+                () = self.inner.stop.cancelled() => None,
+            };
+            let Some(first) = first else { break };
+            batch.push(first);
+            while batch.len() < 512 {
+                match rx.try_recv() {
+                    Ok(r) => batch.push(r),
+                    Err(_) => break,
+                }
+            }
+            let rows: Vec<NewAuditEntry> = batch.drain(..).map(|r| self.network_audit_row(r)).collect();
+            if let Err(e) = self.db("write network audit rows", move |s| s.append_audit_batch(&rows).map(|_| ())).await {
+                tracing::error!(error = %e.message, "egress audit rows lost");
+            }
+        }
+        // Whatever is still queued at shutdown is written too.
+        rx.close();
+        let rest: Vec<NewAuditEntry> = std::iter::from_fn(|| rx.try_recv().ok()).map(|r| self.network_audit_row(r)).collect();
+        if !rest.is_empty() {
+            let store = self.inner.store.clone();
+            let _ = tokio::task::spawn_blocking(move || store.append_audit_batch(&rest)).await;
+        }
+    }
+
+    fn network_audit_row(&self, record: AuditRecord) -> NewAuditEntry {
+        let (action, sandbox, allowed) = match &record {
+            AuditRecord::Connection(c) => ("network.connection", c.sandbox.to_string(), c.allowed),
+            AuditRecord::Dns(d) => ("network.dns", d.sandbox.to_string(), d.allowed),
+        };
+        let tenant = self.live_sandbox(&sandbox).and_then(|sb| sb.tenant());
+        let mut detail = serde_json::to_value(&record).unwrap_or_default();
+        if let Some(map) = detail.as_object_mut() {
+            map.remove("type");
+            map.remove("sandbox");
+        }
+        NewAuditEntry {
+            ts_ms: now_ms(),
+            tenant,
+            key_id: None,
+            action: action.to_owned(),
+            sandbox_id: Some(sandbox),
+            outcome: if allowed { "allowed" } else { "denied" }.to_owned(),
+            detail,
+        }
+    }
+}
+
+fn decode_policy(row: &SandboxNetworkRecord) -> Result<NetworkPolicy, ServiceError> {
+    serde_json::from_value(row.policy.clone()).map_err(|e| ServiceError::internal("decode a stored network policy", &e))
+}
+
+fn to_secret(name: &str, hosts: &[String], value: Zeroizing<String>) -> Result<Secret, ServiceError> {
+    let name: SecretName = name
+        .parse()
+        .map_err(|e: paddock_egress::SecretError| ServiceError::invalid("name", e.to_string()))?;
+    let hosts = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            h.parse::<DomainPattern>()
+                .map_err(|e| ServiceError::invalid(format!("hosts.{i}"), e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Secret::new(name, value, hosts).map_err(|e| ServiceError::invalid("value", e.to_string()))
+}
+
+fn secret_info(info: &paddock_store::SecretInfo) -> SecretInfo {
+    SecretInfo {
+        name: info.name.clone(),
+        hosts: info.hosts.clone(),
+        created_at: rfc3339(info.created_at_ms),
+    }
+}
