@@ -176,7 +176,7 @@ pub(crate) fn panic_response(payload: Box<dyn Any + Send + 'static>) -> Response
 mod tests {
     use super::*;
 
-    const ALL_CODES: [ErrorCode; 25] = [
+    const ALL_CODES: [ErrorCode; 26] = [
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::InvalidRequest,
@@ -218,7 +218,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_code_is_answered_with_its_status_and_body() {
-        let expected: [(ErrorCode, u16); 25] = [
+        let expected: [(ErrorCode, u16); 26] = [
             (ErrorCode::Unauthorized, 401),
             (ErrorCode::Forbidden, 403),
             (ErrorCode::InvalidRequest, 400),

@@ -17,7 +17,9 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::rest::{admin, files, meta, processes, sandboxes, snapshot_transfer, snapshots, volumes, ws};
+use crate::rest::{
+    admin, files, meta, network, processes, sandboxes, snapshot_transfer, snapshots, volumes, ws,
+};
 use crate::{observe, ApiError};
 
 /// The API's router: every route of the table, JSON answers for unknown endpoints (404) and methods
@@ -81,6 +83,9 @@ where
         .routes(routes!(volumes::list_volumes))
         .routes(routes!(volumes::get_volume))
         .routes(routes!(volumes::delete_volume))
+        .routes(routes!(network::get_network, network::set_network))
+        .routes(routes!(network::create_secret, network::list_secrets))
+        .routes(routes!(network::delete_secret))
         .routes(routes!(processes::exec))
         .routes(routes!(ws::exec_ws))
         .routes(routes!(processes::list_processes))
@@ -145,6 +150,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         (name = "processes", description = "Running and talking to processes"),
         (name = "files", description = "Files inside a sandbox"),
         (name = "snapshots", description = "Snapshots of a sandbox's files (never its memory), forks, checkpoint / rollback / commit, pause, stop and resume"),
+        (name = "network", description = "Sandbox networks through paddock's egress proxy: policies, recent connections, and secrets injected into requests to bound hosts"),
         (name = "volumes", description = "Named volumes: persistent storage shared by the sandboxes that mount it, outliving them; not part of a sandbox's snapshots or diffs"),
         (name = "admin", description = "Audit log, API keys and tenants"),
     ),
@@ -255,6 +261,11 @@ mod tests {
         ("GET", "/v1/volumes"),
         ("GET", "/v1/volumes/{volume_id}"),
         ("DELETE", "/v1/volumes/{volume_id}"),
+        ("GET", "/v1/sandboxes/{id}/network"),
+        ("PUT", "/v1/sandboxes/{id}/network"),
+        ("POST", "/v1/secrets"),
+        ("GET", "/v1/secrets"),
+        ("DELETE", "/v1/secrets/{secret_name}"),
     ];
 
     const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];
@@ -281,6 +292,7 @@ mod tests {
             .replace("{key_id}", "key-1")
             .replace("{name}", "acme")
             .replace("{volume_id}", "data")
+            .replace("{secret_name}", "GH")
     }
 
     async fn call(app: &Router, method: &str, path: &str) -> (StatusCode, serde_json::Value) {

@@ -340,6 +340,12 @@ fn probes_for(method: &str, template: &str) -> Option<Vec<Probe>> {
         ("POST", "/v1/sandboxes/{id}/pause") => vec![http(Method::POST, "/v1/sandboxes/{id}/pause")],
         ("POST", "/v1/sandboxes/{id}/stop") => vec![http(Method::POST, "/v1/sandboxes/{id}/stop")],
         ("POST", "/v1/sandboxes/{id}/resume") => vec![http(Method::POST, "/v1/sandboxes/{id}/resume")],
+        ("GET", "/v1/sandboxes/{id}/network") => vec![http(Method::GET, "/v1/sandboxes/{id}/network")],
+        ("PUT", "/v1/sandboxes/{id}/network") => vec![
+            http(Method::PUT, "/v1/sandboxes/{id}/network")
+                .json(json!({"policy": {"allow": [{"domain": "evil.test"}]}})),
+            http(Method::PUT, "/v1/sandboxes/{id}/network").json(json!({"secrets": ["GH"]})),
+        ],
         ("GET", "/v1/sandboxes/{id}/diff") => vec![
             http(Method::GET, "/v1/sandboxes/{id}/diff"),
             http(Method::GET, "/v1/sandboxes/{id}/diff").query("text", "true"),
