@@ -13,7 +13,8 @@ use paddock_egress::{AuditRecord, Egress, EgressConfig, SandboxCaKey, SandboxLis
 use paddock_runtime::SandboxHandle;
 use paddock_store::{AuditFilter, NewAuditEntry, SandboxNetworkRecord};
 use paddock_types::api::{
-    CreateSecretRequest, ErrorCode, NetworkEvent, SandboxNetworkInfo, SecretInfo, SecretList, SetNetworkRequest,
+    CreateSecretRequest, ErrorCode, NetworkEvent, SandboxNetworkInfo, SecretInfo, SecretList,
+    SetNetworkRequest,
 };
 use paddock_types::{DomainPattern, EgressPorts, NetworkLink, NetworkPolicy, NetworkSpec, SandboxId};
 use zeroize::Zeroizing;
@@ -75,20 +76,24 @@ impl SandboxService {
     }
 
     /// Every name must be one of the tenant's secrets.
-    async fn check_secret_names(&self, p: &Principal, mut names: Vec<String>) -> Result<Vec<String>, ServiceError> {
+    async fn check_secret_names(
+        &self,
+        p: &Principal,
+        mut names: Vec<String>,
+    ) -> Result<Vec<String>, ServiceError> {
         names.sort();
         names.dedup();
         if names.len() > MAX_SECRETS {
-            return Err(ServiceError::invalid("secrets", format!("at most {MAX_SECRETS} secrets")));
+            return Err(ServiceError::invalid(
+                "secrets",
+                format!("at most {MAX_SECRETS} secrets"),
+            ));
         }
         let (tenant, wanted) = (p.tenant.clone(), names.clone());
         let found = self
             .db("read secrets", move |s| s.secret_values(&tenant, &wanted))
             .await?;
-        if let Some(missing) = names
-            .iter()
-            .find(|n| !found.iter().any(|f| &f.info.name == *n))
-        {
+        if let Some(missing) = names.iter().find(|n| !found.iter().any(|f| &f.info.name == *n)) {
             return Err(ServiceError {
                 code: ErrorCode::SecretNotFound,
                 message: format!("no secret {missing:?}; create it with POST /v1/secrets"),
@@ -99,7 +104,10 @@ impl SandboxService {
     }
 
     /// The store row of a new networked sandbox: its plan and a fresh CA.
-    pub(crate) fn network_record(id: &SandboxId, plan: &NetworkPlan) -> Result<SandboxNetworkRecord, ServiceError> {
+    pub(crate) fn network_record(
+        id: &SandboxId,
+        plan: &NetworkPlan,
+    ) -> Result<SandboxNetworkRecord, ServiceError> {
         let ca = SandboxCaKey::generate(id).map_err(|e| ServiceError::internal("make a sandbox CA", &e))?;
         Ok(SandboxNetworkRecord {
             sandbox_id: id.to_string(),
@@ -121,13 +129,16 @@ impl SandboxService {
         else {
             return Ok(None);
         };
+        // A sandbox recorded with a network on a server now configured without one is refused
+        // rather than booted with a network nobody serves.
+        self.egress()?;
         let ports = self
             .inner
             .config
             .network
             .as_ref()
             .map(|n| n.ports)
-            .ok_or_else(|| self.egress().err().expect("no network configuration means no egress"))?;
+            .unwrap_or_default();
         Ok(Some(NetworkSpec {
             ports,
             ca_pem: row.ca_cert_pem,
@@ -154,7 +165,13 @@ impl SandboxService {
             )
         })?;
         let policy = decode_policy(&row)?;
-        let ports = self.inner.config.network.as_ref().map(|n| n.ports).unwrap_or_default();
+        let ports = self
+            .inner
+            .config
+            .network
+            .as_ref()
+            .map(|n| n.ports)
+            .unwrap_or_default();
         let listen = SandboxListen {
             ip: link.host_ip.into(),
             proxy_port: ports.proxy,
@@ -169,7 +186,10 @@ impl SandboxService {
             .await
             .map_err(|e| ServiceError::internal("serve a sandbox on the egress proxy", &e))?;
         let tenant = record.and_then(|r| r.tenant);
-        if let Err(e) = self.push_secrets(&handle.id, tenant.as_deref(), &row.secrets).await {
+        if let Err(e) = self
+            .push_secrets(&handle.id, tenant.as_deref(), &row.secrets)
+            .await
+        {
             let _ = egress.remove_sandbox(&handle.id);
             return Err(e);
         }
@@ -186,7 +206,12 @@ impl SandboxService {
     }
 
     /// Hands the proxy the current values of the sandbox's secrets.
-    async fn push_secrets(&self, id: &SandboxId, tenant: Option<&str>, names: &[String]) -> Result<(), ServiceError> {
+    async fn push_secrets(
+        &self,
+        id: &SandboxId,
+        tenant: Option<&str>,
+        names: &[String],
+    ) -> Result<(), ServiceError> {
         let egress = self.egress()?.clone();
         let Some(tenant) = tenant.map(str::to_owned) else {
             return Ok(());
@@ -213,9 +238,18 @@ impl SandboxService {
         let Some(link) = link else {
             return Vec::new();
         };
-        let ports = self.inner.config.network.as_ref().map(|n| n.ports).unwrap_or_default();
+        let ports = self
+            .inner
+            .config
+            .network
+            .as_ref()
+            .map(|n| n.ports)
+            .unwrap_or_default();
         let mut env = link.env(&ports);
-        let names = lock(&self.inner.secret_names).get(&sb.id).cloned().unwrap_or_default();
+        let names = lock(&self.inner.secret_names)
+            .get(&sb.id)
+            .cloned()
+            .unwrap_or_default();
         for name in &names {
             if let Ok(n) = name.parse::<SecretName>() {
                 env.push((name.clone(), n.placeholder()));
@@ -235,12 +269,20 @@ impl SandboxService {
             newest_first: true,
             ..Default::default()
         };
-        let rows = self.db("read the audit log", move |s| s.query_audit(&filter)).await?;
+        let rows = self
+            .db("read the audit log", move |s| s.query_audit(&filter))
+            .await?;
         let link: Option<NetworkLink> = match self.live_sandbox(id) {
             Some(sb) => sb.handle.lock().await.as_ref().and_then(|h| h.network),
             None => None,
         };
-        let ports = self.inner.config.network.as_ref().map(|n| n.ports).unwrap_or_default();
+        let ports = self
+            .inner
+            .config
+            .network
+            .as_ref()
+            .map(|n| n.ports)
+            .unwrap_or_default();
         Ok(SandboxNetworkInfo {
             sandbox_id: id.to_owned(),
             policy: decode_policy(&row)?,
@@ -273,7 +315,8 @@ impl SandboxService {
             row.secrets = self.check_secret_names(p, names).await?;
         }
         if let Some(policy) = &req.policy {
-            row.policy = serde_json::to_value(policy).map_err(|e| ServiceError::internal("encode a network policy", &e))?;
+            row.policy = serde_json::to_value(policy)
+                .map_err(|e| ServiceError::internal("encode a network policy", &e))?;
         }
         row.updated_at_ms = now_ms();
         let entry = AuditEntry::ok(p, "network.policy", Some(id))
@@ -289,7 +332,9 @@ impl SandboxService {
         })
         .await?;
         if let Some(sb) = self.live_sandbox(id) {
-            let sid: SandboxId = id.parse().map_err(|e| ServiceError::internal("parse a sandbox id", &e))?;
+            let sid: SandboxId = id
+                .parse()
+                .map_err(|e| ServiceError::internal("parse a sandbox id", &e))?;
             if let Some(egress) = &self.inner.egress {
                 // A stopped sandbox is not served right now: the store has it for its resume.
                 if egress.set_policy(&sid, decode_policy(&row)?).is_ok() {
@@ -303,7 +348,10 @@ impl SandboxService {
 
     /// The policy and secret names of a networked sandbox (for its forks), `None` for one with
     /// loopback only.
-    pub(crate) async fn network_of(&self, id: &str) -> Result<Option<(NetworkPolicy, Vec<String>)>, ServiceError> {
+    pub(crate) async fn network_of(
+        &self,
+        id: &str,
+    ) -> Result<Option<(NetworkPolicy, Vec<String>)>, ServiceError> {
         let sid = id.to_owned();
         let row = self
             .db("read a sandbox network", move |s| s.get_sandbox_network(&sid))
@@ -324,13 +372,20 @@ impl SandboxService {
     }
 
     /// `POST /v1/secrets`.
-    pub async fn create_secret(&self, p: &Principal, req: CreateSecretRequest) -> Result<SecretInfo, ServiceError> {
+    pub async fn create_secret(
+        &self,
+        p: &Principal,
+        req: CreateSecretRequest,
+    ) -> Result<SecretInfo, ServiceError> {
         let name: SecretName = req
             .name
             .parse()
             .map_err(|e: paddock_egress::SecretError| ServiceError::invalid("name", e.to_string()))?;
         if req.value.len() > MAX_SECRET_VALUE {
-            return Err(ServiceError::invalid("value", format!("at most {MAX_SECRET_VALUE} bytes")));
+            return Err(ServiceError::invalid(
+                "value",
+                format!("at most {MAX_SECRET_VALUE} bytes"),
+            ));
         }
         if req.hosts.is_empty() || req.hosts.len() > MAX_SECRET_HOSTS {
             return Err(ServiceError::invalid(
@@ -347,7 +402,10 @@ impl SandboxService {
             self.db("read secrets", move |s| s.list_secrets(&t)).await?.len()
         };
         if count >= MAX_SECRETS {
-            return Err(ServiceError::invalid("name", format!("a tenant holds at most {MAX_SECRETS} secrets")));
+            return Err(ServiceError::invalid(
+                "name",
+                format!("a tenant holds at most {MAX_SECRETS} secrets"),
+            ));
         }
         let info = paddock_store::SecretInfo {
             tenant,
@@ -399,7 +457,10 @@ impl SandboxService {
             })
             .await?;
         if !deleted {
-            return Err(ServiceError::new(ErrorCode::SecretNotFound, format!("no secret {name:?}")));
+            return Err(ServiceError::new(
+                ErrorCode::SecretNotFound,
+                format!("no secret {name:?}"),
+            ));
         }
         self.refresh_secrets(&p.tenant, name).await;
         Ok(())
@@ -412,11 +473,16 @@ impl SandboxService {
             if sb.tenant().as_deref() != Some(tenant) {
                 continue;
             }
-            let names = lock(&self.inner.secret_names).get(&sb.id).cloned().unwrap_or_default();
+            let names = lock(&self.inner.secret_names)
+                .get(&sb.id)
+                .cloned()
+                .unwrap_or_default();
             if !names.iter().any(|n| n == name) {
                 continue;
             }
-            let Ok(id) = sb.id.parse::<SandboxId>() else { continue };
+            let Ok(id) = sb.id.parse::<SandboxId>() else {
+                continue;
+            };
             if let Err(e) = self.push_secrets(&id, Some(tenant), &names).await {
                 tracing::warn!(sandbox_id = %sb.id, error = %e.message, "cannot refresh a sandbox's secrets");
             }
@@ -440,13 +506,20 @@ impl SandboxService {
                 }
             }
             let rows: Vec<NewAuditEntry> = batch.drain(..).map(|r| self.network_audit_row(r)).collect();
-            if let Err(e) = self.db("write network audit rows", move |s| s.append_audit_batch(&rows).map(|_| ())).await {
+            if let Err(e) = self
+                .db("write network audit rows", move |s| {
+                    s.append_audit_batch(&rows).map(|_| ())
+                })
+                .await
+            {
                 tracing::error!(error = %e.message, "egress audit rows lost");
             }
         }
         // Whatever is still queued at shutdown is written too.
         rx.close();
-        let rest: Vec<NewAuditEntry> = std::iter::from_fn(|| rx.try_recv().ok()).map(|r| self.network_audit_row(r)).collect();
+        let rest: Vec<NewAuditEntry> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|r| self.network_audit_row(r))
+            .collect();
         if !rest.is_empty() {
             let store = self.inner.store.clone();
             let _ = tokio::task::spawn_blocking(move || store.append_audit_batch(&rest)).await;
@@ -477,7 +550,8 @@ impl SandboxService {
 }
 
 fn decode_policy(row: &SandboxNetworkRecord) -> Result<NetworkPolicy, ServiceError> {
-    serde_json::from_value(row.policy.clone()).map_err(|e| ServiceError::internal("decode a stored network policy", &e))
+    serde_json::from_value(row.policy.clone())
+        .map_err(|e| ServiceError::internal("decode a stored network policy", &e))
 }
 
 fn to_secret(name: &str, hosts: &[String], value: Zeroizing<String>) -> Result<Secret, ServiceError> {

@@ -198,7 +198,8 @@ impl Egress {
         bind: IpAddr,
     ) -> Result<SandboxEgress, EgressError> {
         let ca = SandboxCaKey::generate(&id)?;
-        self.add_sandbox_at(id, policy, SandboxListen::any_port(bind), &ca).await
+        self.add_sandbox_at(id, policy, SandboxListen::any_port(bind), &ca)
+            .await
     }
 
     /// Start serving sandbox `id` under `policy`, with listeners where `listen` says and `ca` as the

@@ -212,7 +212,10 @@ impl StoreTx<'_> {
     pub fn delete_secret(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
         let n = self
             .tx
-            .execute("DELETE FROM secrets WHERE tenant = ?1 AND name = ?2", (tenant, name))
+            .execute(
+                "DELETE FROM secrets WHERE tenant = ?1 AND name = ?2",
+                (tenant, name),
+            )
             .map_err(StoreError::write("secret"))?;
         Ok(n > 0)
     }
@@ -237,15 +240,17 @@ fn get_sandbox_network(conn: &Connection, id: &str) -> Result<Option<SandboxNetw
         )
         .optional()
         .map_err(StoreError::read("sandbox network"))?;
-    row.map(|(sandbox_id, policy, secrets, ca_cert_pem, ca_key_pem, updated_at_ms)| {
-        Ok(SandboxNetworkRecord {
-            sandbox_id,
-            policy: from_json("network policy", &policy)?,
-            secrets: from_json("secret names", &secrets)?,
-            ca_cert_pem,
-            ca_key_pem,
-            updated_at_ms,
-        })
-    })
+    row.map(
+        |(sandbox_id, policy, secrets, ca_cert_pem, ca_key_pem, updated_at_ms)| {
+            Ok(SandboxNetworkRecord {
+                sandbox_id,
+                policy: from_json("network policy", &policy)?,
+                secrets: from_json("secret names", &secrets)?,
+                ca_cert_pem,
+                ca_key_pem,
+                updated_at_ms,
+            })
+        },
+    )
     .transpose()
 }

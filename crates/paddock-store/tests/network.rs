@@ -39,7 +39,8 @@ fn a_sandbox_network_is_written_replaced_and_purged_with_its_sandbox() {
         updated_at_ms: 9,
         ..first
     };
-    s.transaction(|tx| tx.put_sandbox_network(&second)).expect("replace");
+    s.transaction(|tx| tx.put_sandbox_network(&second))
+        .expect("replace");
     assert_eq!(s.get_sandbox_network("sb-1").expect("get"), Some(second.clone()));
     // The CA key never shows in a debug print (logs).
     assert!(!format!("{second:?}").contains("KEY"));
@@ -48,7 +49,13 @@ fn a_sandbox_network_is_written_replaced_and_purged_with_its_sandbox() {
         .transaction(|tx| tx.put_sandbox_network(&net("sb-none", serde_json::json!({}))))
         .is_err());
     assert!(s
-        .transition_sandbox("sb-1", &[SandboxState::Running], SandboxState::Killed, 10, Some("test"))
+        .transition_sandbox(
+            "sb-1",
+            &[SandboxState::Running],
+            SandboxState::Killed,
+            10,
+            Some("test")
+        )
         .expect("end"));
     assert_eq!(s.purge_ended_sandboxes(100).expect("purge"), 1);
     assert_eq!(s.get_sandbox_network("sb-1").expect("get"), None);
@@ -81,8 +88,13 @@ fn secrets_are_per_tenant_and_only_values_returns_the_value() {
     assert_eq!(values.len(), 1);
     assert_eq!(values[0].value, b"ghp_real");
     assert!(!format!("{values:?}").contains("ghp_real"));
-    assert!(s.transaction(|tx| tx.delete_secret("acme", "GH")).expect("delete"));
+    assert!(s
+        .transaction(|tx| tx.delete_secret("acme", "GH"))
+        .expect("delete"));
     assert!(!s.transaction(|tx| tx.delete_secret("acme", "GH")).expect("again"));
-    assert!(s.secret_values("acme", &["GH".into()]).expect("values").is_empty());
+    assert!(s
+        .secret_values("acme", &["GH".into()])
+        .expect("values")
+        .is_empty());
     assert_eq!(s.list_secrets("beta").expect("list").len(), 1);
 }

@@ -7,12 +7,14 @@ use clap::{Args, Parser, Subcommand};
 use paddock_types::{ByteSize, CpuQuota, EnvVar, MountSpec, SandboxPath, UserSpec};
 
 mod client;
+mod network;
 mod server;
 
 pub use client::{
-    AuditArgs, AuditCommand, CpArgs, CreateArgs, ExecArgs, LogsArgs, LsArgs, SandboxCommand, ShellArgs,
-    SnapshotCommand, VolumeCommand,
+    AuditArgs, AuditCommand, CpArgs, CreateArgs, ExecArgs, LogsArgs, LsArgs, NetworkCmdArgs, SandboxCommand,
+    SecretCommand, ShellArgs, SnapshotCommand, VolumeCommand,
 };
+pub use network::NetworkArgs;
 pub use server::{parse_human_duration, ConfigCommand, KeysCommand, ServeArgs};
 
 /// paddock: a self-hosted execution sandbox for AI agents.
@@ -88,6 +90,11 @@ pub enum Command {
         #[command(subcommand)]
         command: VolumeCommand,
     },
+    /// Secrets the egress proxy injects into requests to their hosts (`--secret` on create).
+    Secret {
+        #[command(subcommand)]
+        command: SecretCommand,
+    },
     /// Read (through the API) or verify (on the server host) the audit log.
     Audit(AuditArgs),
 }
@@ -134,6 +141,13 @@ pub struct RunArgs {
     /// Run the command on a pseudo-terminal connected to this terminal.
     #[arg(long, short = 't')]
     pub tty: bool,
+    #[command(flatten)]
+    pub net: NetworkArgs,
+    /// Inject a secret: `NAME:HOST[,HOST...]`. Its value is taken from paddock's own environment
+    /// variable NAME and sent only in requests to those hosts; inside the sandbox, NAME holds the
+    /// placeholder `paddock-secret:NAME` (repeatable; implies a network).
+    #[arg(long = "secret", value_name = "NAME:HOSTS")]
+    pub secrets: Vec<String>,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,

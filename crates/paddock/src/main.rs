@@ -91,6 +91,7 @@ fn main() -> ExitCode {
         Command::Sandbox { .. }
             | Command::Snapshot { .. }
             | Command::Volume { .. }
+            | Command::Secret { .. }
             | Command::Audit(_)
             | Command::Keys { .. }
     );
@@ -134,14 +135,22 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Sandbox { .. }
         | Command::Snapshot { .. }
         | Command::Volume { .. }
+        | Command::Secret { .. }
         | Command::Audit(_) => {
             return dispatch_client(cli);
         }
         Command::Run(_) | Command::Gc | Command::Pool { .. } => {}
     }
     let config = config::Config::resolve(&cli.global)?;
+    // `run`'s egress proxy takes the operator's settings from the server's configuration file.
+    let run_network = match &cli.command {
+        Command::Run(args) if args.net.policy()?.is_some() || !args.secrets.is_empty() => {
+            serve_config(&cli, &ServeArgs::default())?.network_config()?
+        }
+        _ => None,
+    };
     match cli.command {
-        Command::Run(args) => run::run(&config, args),
+        Command::Run(args) => run::run(&config, args, run_network),
         Command::Gc => {
             let backend = config.open_backend(false)?;
             let reclaimed = backend.collect_garbage_now()?;
@@ -173,6 +182,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Sandbox { .. }
         | Command::Snapshot { .. }
         | Command::Volume { .. }
+        | Command::Secret { .. }
         | Command::Audit(_) => {
             unreachable!("dispatched above")
         }
@@ -195,6 +205,7 @@ fn dispatch_client(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sandbox { command } => client::sandbox(&client_state_dir(&cli.global, config), command),
         Command::Snapshot { command } => client::snapshot(&client_state_dir(&cli.global, config), command),
         Command::Volume { command } => client::volume(&client_state_dir(&cli.global, config), command),
+        Command::Secret { command } => client::secret(&client_state_dir(&cli.global, config), command),
         _ => unreachable!("only client commands come here"),
     }
 }

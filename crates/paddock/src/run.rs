@@ -14,6 +14,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::cli::RunArgs;
 use crate::config::Config;
 use crate::tty::TerminalSession;
+use paddock_control::NetworkConfig;
 
 /// The exit code of a command killed by `--timeout`, as timeout(1) uses.
 const EXIT_TIMEOUT: u8 = 124;
@@ -28,14 +29,14 @@ enum Outcome {
 }
 
 /// Runs the command; returns paddock's exit code.
-pub fn run(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
+pub fn run(config: &Config, args: RunArgs, network: Option<NetworkConfig>) -> anyhow::Result<ExitCode> {
     // One thread: the sandbox's init is a child of this thread, and its parent-death signal fires when
     // the thread that started it exits.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
-    let result = rt.block_on(run_async(config, args));
+    let result = rt.block_on(run_async(config, args, network));
     // A read of this process's stdin may still block on a helper thread (a terminal, an open pipe);
     // dropping the runtime would wait for it forever.
     rt.shutdown_background();
@@ -84,7 +85,7 @@ fn rand_bytes(out: &mut [u8]) {
     }
 }
 
-fn environment(args: &RunArgs, spec: &SandboxSpec) -> BTreeMap<String, String> {
+fn environment(args: &RunArgs, spec: &SandboxSpec, network: &[(String, String)]) -> BTreeMap<String, String> {
     let home = if spec.user.as_str() == "root" {
         "/root"
     } else {
@@ -97,13 +98,103 @@ fn environment(args: &RunArgs, spec: &SandboxSpec) -> BTreeMap<String, String> {
         ("LANG".to_owned(), "C.UTF-8".to_owned()),
         ("TERM".to_owned(), term),
     ]);
+    env.extend(network.iter().cloned());
     for var in &args.env {
         env.insert(var.key.clone(), var.value.clone());
     }
     env
 }
 
-async fn run_async(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
+/// The sandbox's network: the egress proxy serving it in this process, and what its processes'
+/// environment gets.
+struct Network {
+    egress: paddock_egress::Egress,
+    env: Vec<(String, String)>,
+}
+
+/// `--secret NAME:HOST[,HOST...]`: the value from this process's environment variable NAME.
+fn parse_secret(arg: &str) -> anyhow::Result<paddock_egress::Secret> {
+    let (name, hosts) = arg
+        .split_once(':')
+        .ok_or_else(|| anyhow::anyhow!("--secret {arg:?}: use NAME:HOST[,HOST...]"))?;
+    let name: paddock_egress::SecretName = name.parse()?;
+    let hosts = hosts
+        .split(',')
+        .map(|h| h.parse::<paddock_types::DomainPattern>())
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("--secret {arg:?}"))?;
+    let value = std::env::var(name.as_str()).map_err(|_| {
+        anyhow::anyhow!(
+            "--secret {name}: paddock's environment has no variable {name} to take the value from"
+        )
+    })?;
+    Ok(paddock_egress::Secret::new(
+        name,
+        zeroize::Zeroizing::new(value),
+        hosts,
+    )?)
+}
+
+/// Serves a created sandbox's link on an egress proxy in this process.
+async fn serve_network(
+    config: NetworkConfig,
+    handle: &SandboxHandle,
+    policy: paddock_types::NetworkPolicy,
+    secrets: Vec<paddock_egress::Secret>,
+    ca: &paddock_egress::SandboxCaKey,
+) -> anyhow::Result<Network> {
+    let link = handle
+        .network
+        .context("the backend made no network link for the sandbox")?;
+    let egress = paddock_egress::Egress::new(config.egress, std::sync::Arc::new(LogAudit))?;
+    let listen = paddock_egress::SandboxListen {
+        ip: link.host_ip.into(),
+        proxy_port: config.ports.proxy,
+        transparent_port: config.ports.transparent,
+        dns_port: config.ports.dns,
+    };
+    let names: Vec<String> = secrets.iter().map(|s| s.name().to_string()).collect();
+    egress
+        .add_sandbox_at(handle.id.clone(), policy, listen, ca)
+        .await?;
+    egress.set_secrets(&handle.id, secrets)?;
+    let mut env = link.env(&config.ports);
+    for name in names {
+        env.push((
+            name.clone(),
+            format!("{}{name}", paddock_egress::PLACEHOLDER_PREFIX),
+        ));
+    }
+    Ok(Network { egress, env })
+}
+
+/// `paddock run` keeps no audit log: the proxy's records go to the log (refusals as warnings, so a
+/// user sees why a connection failed).
+#[derive(Debug)]
+struct LogAudit;
+
+impl paddock_egress::AuditSink for LogAudit {
+    fn record(&self, record: paddock_egress::AuditRecord) {
+        use paddock_egress::AuditRecord;
+        match &record {
+            AuditRecord::Connection(c) if !c.allowed => {
+                let name = c.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
+                let ip = c.ip.map(|i| i.to_string()).unwrap_or_default();
+                tracing::warn!(target: "paddock::egress", name, ip, port = c.port, rule = ?c.rule, "connection refused");
+            }
+            AuditRecord::Dns(d) if !d.allowed => {
+                tracing::warn!(target: "paddock::egress", name = d.name, rule = ?d.rule, "DNS question refused");
+            }
+            _ => tracing::info!(target: "paddock::egress", record = ?record, "egress"),
+        }
+    }
+}
+
+async fn run_async(
+    config: &Config,
+    args: RunArgs,
+    network: Option<NetworkConfig>,
+) -> anyhow::Result<ExitCode> {
     let t = std::time::Instant::now();
     let backend = config.open_backend(true)?;
     tracing::debug!(step = "open backend", us = t.elapsed().as_micros() as u64);
@@ -112,14 +203,51 @@ async fn run_async(config: &Config, args: RunArgs) -> anyhow::Result<ExitCode> {
         tracing::warn!(error = %e, "garbage collection failed");
     }
     tracing::debug!(step = "gc", us = t.elapsed().as_micros() as u64);
-    let spec = sandbox_spec(&args);
+    let mut spec = sandbox_spec(&args);
+    let policy = args.net.policy()?;
+    let secrets = args
+        .secrets
+        .iter()
+        .map(|s| parse_secret(s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let wants_network = policy.is_some() || !secrets.is_empty();
+    let network_config = match (wants_network, network) {
+        (false, _) => None,
+        (true, Some(n)) => Some(n),
+        (true, None) => {
+            anyhow::bail!("sandbox networks are disabled by the configuration ([egress] enabled = false)")
+        }
+    };
+    let ca = match &network_config {
+        Some(n) => {
+            let ca = paddock_egress::SandboxCaKey::generate(&spec.id)?;
+            spec.network = Some(paddock_types::NetworkSpec {
+                ports: n.ports,
+                ca_pem: ca.cert_pem().to_owned(),
+            });
+            Some(ca)
+        }
+        None => None,
+    };
     // Signals arriving during creation must still lead to teardown: install handlers first.
     let mut signals = Signals::new()?;
     let handle = backend
         .create_sandbox(&spec)
         .await
         .context("failed to create the sandbox")?;
-    let outcome = drive(&handle, &args, &spec, &mut signals).await;
+    let served = match (network_config, &ca) {
+        (Some(n), Some(ca)) => Some(serve_network(n, &handle, policy.unwrap_or_default(), secrets, ca).await),
+        _ => None,
+    };
+    let outcome = match served {
+        Some(Err(e)) => Err(e.context("failed to serve the sandbox's network")),
+        Some(Ok(net)) => {
+            let outcome = drive(&handle, &args, &spec, &net.env, &mut signals).await;
+            let _ = net.egress.remove_sandbox(&handle.id);
+            outcome
+        }
+        None => drive(&handle, &args, &spec, &[], &mut signals).await,
+    };
     let teardown = backend.destroy_sandbox(handle).await;
     let outcome = outcome?;
     if let Err(e) = teardown {
@@ -155,6 +283,7 @@ async fn drive(
     handle: &SandboxHandle,
     args: &RunArgs,
     spec: &SandboxSpec,
+    network_env: &[(String, String)],
     signals: &mut Signals,
 ) -> anyhow::Result<Outcome> {
     let t = std::time::Instant::now();
@@ -171,7 +300,7 @@ async fn drive(
         command: CommandSpec::Argv {
             argv: args.command.clone(),
         },
-        env: environment(args, spec),
+        env: environment(args, spec, network_env),
         cwd: args.workdir.as_ref().map(|p| p.to_string()),
         user: Some(args.user.to_string()),
         stdin: true,

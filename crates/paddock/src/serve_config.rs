@@ -23,6 +23,23 @@
 //!
 //! [templates.debian]
 //! rootfs = "/srv/rootfs/debian"
+//!
+//! # Sandbox networks (file only). Sandboxes created with a `network` policy reach the outside
+//! # through the egress proxy; the operator's deny list (link-local and metadata, private ranges,
+//! # loopback, the host's own addresses) applies whatever the policy says, except where `allow` lifts it.
+//! [egress]
+//! enabled = true                  # false: requests for a network are refused
+//! system_resolver = true          # resolve names absent from `hosts` with the host's resolver
+//! upstream_ca_files = []          # more CAs trusted for TLS-intercepted upstreams (secret hosts)
+//! [egress.hosts]                  # names answered from here, not DNS
+//! "pypi.internal" = ["10.0.0.5"]
+//! [[egress.allow]]                # an exception to the deny list (the tenant must still allow it)
+//! cidr = "10.0.0.5/32"
+//! ports = [443]
+//! reason = "internal package mirror"
+//! [[egress.deny]]                 # more networks no sandbox may reach
+//! cidr = "203.0.113.0/24"
+//! reason = "partner network"
 //! ```
 
 use std::collections::BTreeMap;
@@ -78,6 +95,50 @@ pub struct ServeConfig {
     pub max_import: ByteSize,
     /// Templates by name; `default` is always present.
     pub templates: BTreeMap<String, Template>,
+    /// Sandbox networks.
+    pub egress: EgressSettings,
+}
+
+/// The `[egress]` section: whether sandboxes may have a network, and the operator's part of every
+/// egress decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressSettings {
+    /// Whether sandboxes may have a network at all.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Resolve names absent from `hosts` with the host's resolver.
+    #[serde(default = "yes")]
+    pub system_resolver: bool,
+    /// PEM files of more CAs trusted for TLS-intercepted upstream connections.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upstream_ca_files: Vec<PathBuf>,
+    /// Names answered from this map instead of DNS.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hosts: BTreeMap<paddock_types::DomainName, Vec<std::net::IpAddr>>,
+    /// Exceptions to the deny list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<paddock_egress::policy::OperatorAllow>,
+    /// Networks denied on top of the built-in list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<paddock_egress::policy::OperatorDeny>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for EgressSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            system_resolver: true,
+            upstream_ca_files: Vec::new(),
+            hosts: BTreeMap::new(),
+            allow: Vec::new(),
+            deny: Vec::new(),
+        }
+    }
 }
 
 /// A template: its root file system and its warm pool.
@@ -123,6 +184,7 @@ impl ServeConfig {
             reaper_interval: Some(Human(self.reaper_interval)),
             history_retention: Some(Human(self.history_retention)),
             max_import: Some(Size(self.max_import)),
+            egress: Some(self.egress.clone()),
             default_limits: LimitsLayer::from(&self.default_limits),
             max_limits: LimitsLayer::from(&self.max_limits),
             templates: self
@@ -161,7 +223,42 @@ impl ServeConfig {
             reaper_interval: self.reaper_interval,
             history_retention: self.history_retention,
             max_import_bytes: self.max_import.as_u64(),
+            network: None,
         }
+    }
+
+    /// The egress proxy's configuration (`None` when sandbox networks are disabled). Reads the
+    /// upstream CA files and the host's own addresses (which the deny list covers).
+    pub fn network_config(&self) -> anyhow::Result<Option<paddock_control::NetworkConfig>> {
+        let e = &self.egress;
+        if !e.enabled {
+            return Ok(None);
+        }
+        let mut upstream_ca_pems = Vec::new();
+        for path in &e.upstream_ca_files {
+            upstream_ca_pems.push(
+                std::fs::read_to_string(path)
+                    .with_context(|| format!("egress.upstream_ca_files: cannot read {}", path.display()))?,
+            );
+        }
+        let mut deny = paddock_egress::policy::OperatorPolicy::default_deny();
+        deny.extend(e.deny.iter().cloned());
+        let operator = paddock_egress::policy::OperatorPolicy {
+            deny,
+            host_addresses: paddock_egress::host_addresses()
+                .context("cannot list the host's addresses (for the egress deny list)")?,
+            allow: e.allow.clone(),
+            hosts: e.hosts.clone(),
+        };
+        Ok(Some(paddock_control::NetworkConfig {
+            ports: paddock_types::EgressPorts::default(),
+            egress: paddock_egress::EgressConfig {
+                operator,
+                system_resolver: e.system_resolver,
+                upstream_ca_pems,
+                ..Default::default()
+            },
+        }))
     }
 
     /// The backend's part (state directory, agent, pool, cgroups).
@@ -212,6 +309,8 @@ struct Layer {
     history_retention: Option<Human>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_import: Option<Size>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    egress: Option<EgressSettings>,
     #[serde(default)]
     default_limits: LimitsLayer,
     #[serde(default)]
@@ -297,6 +396,7 @@ impl Layer {
             reaper_interval: top.reaper_interval.or(self.reaper_interval),
             history_retention: top.history_retention.or(self.history_retention),
             max_import: top.max_import.or(self.max_import),
+            egress: top.egress.or(self.egress),
             default_limits: self.default_limits.overlay(top.default_limits),
             max_limits: self.max_limits.overlay(top.max_limits),
             templates,
@@ -377,6 +477,7 @@ impl Layer {
                 .map_or(Duration::from_secs(7 * 24 * 3600), |h| h.0),
             max_import: self.max_import.map_or(DEFAULT_MAX_IMPORT, |s| s.0),
             templates,
+            egress: self.egress.unwrap_or_default(),
         })
     }
 }
@@ -524,6 +625,7 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         reaper_interval: args.reaper_interval.map(Human),
         history_retention: args.history_retention.map(Human),
         max_import: args.max_import.map(Size),
+        egress: None,
         default_limits: LimitsLayer {
             memory: args.default_memory.map(Size),
             cpus: args.default_cpus,

@@ -4,7 +4,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use paddock_control::SandboxService;
-use paddock_types::api::{CreateSecretRequest, SandboxNetworkInfo, SecretInfo, SecretList, SetNetworkRequest};
+use paddock_types::api::{
+    CreateSecretRequest, SandboxNetworkInfo, SecretInfo, SecretList, SetNetworkRequest,
+};
 
 use crate::{ApiError, ApiJson, ApiPath, Auth};
 

@@ -26,10 +26,10 @@ pub use files::{
     FileEntry, FileKindBody, FileList, MkdirRequest, RenameRequest, WatchEvent, WatchEventKind, WrittenFile,
 };
 pub use keys::{CreateKeyRequest, CreatedKey, KeyInfo, TenantInfo, TenantQuotaBody, TenantUsageBody};
+pub use lists::{AuditPage, KeyList, ProcessList, TemplateInfo, TemplateList, TenantList};
 pub use network::{
     CreateSecretRequest, NetworkEvent, SandboxNetworkInfo, SecretInfo, SecretList, SetNetworkRequest,
 };
-pub use lists::{AuditPage, KeyList, ProcessList, TemplateInfo, TemplateList, TenantList};
 pub use sandboxes::{
     CreateSandboxRequest, LimitsRequest, ListSandboxesQuery, OnTimeout, SandboxInfo, SandboxList,
     SandboxStateBody, SandboxUsageBody, SetTimeoutRequest,

@@ -109,6 +109,9 @@ pub enum SandboxCommand {
         /// Sandbox id.
         id: String,
     },
+    /// Show a sandbox's network policy, secrets and recent connections; with `--set`, replace its
+    /// policy (and, when `--secret` is given, its secrets) by the flags'.
+    Network(NetworkCmdArgs),
     /// Thaw a paused sandbox, or start a stopped one again on its files.
     Resume {
         /// Sandbox id.
@@ -251,9 +254,61 @@ pub struct CreateArgs {
     /// Mount a named volume (repeatable): VOLUME:PATH[:ro], VOLUME being its name or id.
     #[arg(long = "volume", value_name = "VOLUME:PATH[:ro]", value_parser = parse_volume_mount)]
     pub volumes: Vec<VolumeMountRequest>,
+    #[command(flatten)]
+    pub net: super::NetworkArgs,
+    /// Inject a stored secret (`paddock secret create`) by name (repeatable; implies a network).
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
     /// Print the API's JSON instead of the id.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `paddock sandbox network`.
+#[derive(Debug, Args)]
+pub struct NetworkCmdArgs {
+    /// Sandbox id.
+    pub id: String,
+    /// Replace the policy by the one the flags give (new connections follow it at once).
+    #[arg(long)]
+    pub set: bool,
+    #[command(flatten)]
+    pub net: super::NetworkArgs,
+    /// With `--set`: inject these stored secrets from now on (repeatable).
+    #[arg(long = "secret", value_name = "NAME")]
+    pub secrets: Vec<String>,
+    /// Print the API's JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `paddock secret ...`.
+#[derive(Debug, Subcommand)]
+pub enum SecretCommand {
+    /// Store a secret; its value is read from standard input (one line, or all of it) or from
+    /// paddock's environment variable named by `--from-env`.
+    Create {
+        /// Its name (A-Z, a-z, 0-9, _).
+        name: String,
+        /// A host it may be sent to: a name or `*.suffix` (repeatable, at least one).
+        #[arg(long = "host", required = true)]
+        hosts: Vec<String>,
+        /// Read the value from this environment variable instead of standard input.
+        #[arg(long, value_name = "VAR")]
+        from_env: Option<String>,
+    },
+    /// List your secrets (names and hosts; values are never shown).
+    Ls {
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete secrets.
+    Rm {
+        /// Secret names.
+        #[arg(required = true)]
+        names: Vec<String>,
+    },
 }
 
 /// `paddock sandbox ls`.

@@ -6,6 +6,7 @@
 mod attach;
 mod cp;
 mod exec;
+mod network;
 mod sandboxes;
 mod snapshot_transfer;
 mod snapshots;
@@ -25,7 +26,7 @@ use serde::Serialize;
 
 pub use table::Table;
 
-use crate::cli::{SandboxCommand, SnapshotCommand, VolumeCommand};
+use crate::cli::{SandboxCommand, SecretCommand, SnapshotCommand, VolumeCommand};
 
 /// The server's address when `PADDOCK_URL` is not set.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:7420";
@@ -253,6 +254,7 @@ pub fn sandbox(state_dir: &Path, command: SandboxCommand) -> anyhow::Result<Exit
             SandboxCommand::Pause { id } => snapshots::step(&client, &id, "pause").await,
             SandboxCommand::Stop { id } => snapshots::step(&client, &id, "stop").await,
             SandboxCommand::Resume { id } => snapshots::step(&client, &id, "resume").await,
+            SandboxCommand::Network(args) => network::show_or_set(&client, args).await,
         }
     })
 }
@@ -292,6 +294,21 @@ pub fn volume(state_dir: &Path, command: VolumeCommand) -> anyhow::Result<ExitCo
             VolumeCommand::Ls { json } => volumes::list(&client, json).await,
             VolumeCommand::Get { volume, json } => volumes::get(&client, &volume, json).await,
             VolumeCommand::Rm { volumes } => volumes::remove(&client, &volumes).await,
+        }
+    })
+}
+
+pub fn secret(state_dir: &Path, command: SecretCommand) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_environment(state_dir)?;
+    block_on(async move {
+        match command {
+            SecretCommand::Create {
+                name,
+                hosts,
+                from_env,
+            } => network::create_secret(&client, name, hosts, from_env).await,
+            SecretCommand::Ls { json } => network::list_secrets(&client, json).await,
+            SecretCommand::Rm { names } => network::remove_secrets(&client, &names).await,
         }
     })
 }

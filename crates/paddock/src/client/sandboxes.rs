@@ -33,6 +33,8 @@ pub async fn create(client: &ApiClient, args: CreateArgs) -> anyhow::Result<Exit
         on_timeout: args.on_timeout.map(Into::into),
         audit_exec_diff: args.audit_exec_diff,
         volumes: args.volumes,
+        network: args.net.policy()?,
+        secrets: args.secrets,
     };
     let info: SandboxInfo = client
         .json(client.request(Method::POST, &["v1", "sandboxes"]).json(&request))
