@@ -37,6 +37,8 @@ pub struct Options {
     pub reaper_interval: Duration,
     /// The largest snapshot archive an import accepts.
     pub max_import_bytes: u64,
+    /// The egress proxy (sandbox networks); none by default.
+    pub network: Option<paddock_control::NetworkConfig>,
 }
 
 impl Default for Options {
@@ -51,6 +53,7 @@ impl Default for Options {
             },
             reaper_interval: Duration::from_millis(250),
             max_import_bytes: ServiceConfig::default().max_import_bytes,
+            network: None,
         }
     }
 }
@@ -125,6 +128,7 @@ impl Harness {
             templates,
             reaper_interval: options.reaper_interval,
             max_import_bytes: options.max_import_bytes,
+            network: options.network,
             ..ServiceConfig::default()
         };
         let service = rt.block_on(async {
