@@ -132,6 +132,16 @@ pub const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tt
 /// Files generated per sandbox that replace a `--rootfs` directory's own.
 pub const GENERATED_ETC: [&str; 5] = ["passwd", "group", "hosts", "hostname", "resolv.conf"];
 
+/// Files a networked sandbox gets over a `--rootfs` directory's own, where that has them: generated
+/// into the volume's `etc/` under flat names (so their sources never lie below a directory that the
+/// sandbox's files, carried over by a snapshot, could have made a symlink) and bound over
+/// `etc/<target>`. (source, target)
+pub const NETWORK_ETC_OVERLAYS: [(&str, &str); 3] = [
+    ("paddock-egress-ca.pem", "paddock/egress-ca.pem"),
+    ("paddock-ca-bundle.pem", "paddock/ca-bundle.pem"),
+    ("paddock-ca-certificates.crt", "ssl/certs/ca-certificates.crt"),
+];
+
 const ROOT_ATTRS: MountAttrs = MountAttrs {
     readonly: false,
     nosuid: true,
@@ -283,6 +293,14 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
                     source: volume.join("etc").join(file),
                     target: format!("etc/{file}"),
                 });
+            }
+            if spec.netns.is_some() {
+                for (file, target) in NETWORK_ETC_OVERLAYS {
+                    steps.push(MountStep::Overlay {
+                        source: volume.join("etc").join(file),
+                        target: format!("etc/{target}"),
+                    });
+                }
             }
         }
     }
