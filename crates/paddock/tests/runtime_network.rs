@@ -766,6 +766,82 @@ async fn a_failed_create_leaves_no_link() {
 }
 
 #[tokio::test]
+async fn a_rootfs_directory_gets_the_files_through_a_layer() {
+    if !require_root() {
+        return;
+    }
+    let busybox = std::path::Path::new("/bin/busybox");
+    assert!(
+        busybox.exists(),
+        "this test needs busybox-static (/bin/busybox); scripts/test.sh installs it"
+    );
+    let env = TestEnv::new();
+    let _gc = GcOnDrop(&env);
+    let backend = backend(&env, "10.252.10.0/24");
+    if !require_network(&backend) {
+        return;
+    }
+    let rootfs = tempfile::Builder::new()
+        .prefix("paddock-rootfs-")
+        .tempdir_in("/var/tmp")
+        .expect("rootfs");
+    let dir = rootfs.path();
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    for d in ["bin", "etc/ssl/certs"] {
+        std::fs::create_dir_all(dir.join(d)).expect("mkdir");
+    }
+    std::fs::copy(busybox, dir.join("bin/busybox")).expect("copy busybox");
+    for applet in ["sh", "cat", "nc", "ls"] {
+        std::os::unix::fs::symlink("busybox", dir.join("bin").join(applet)).expect("symlink");
+    }
+    std::fs::write(dir.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").expect("passwd");
+    std::fs::write(dir.join("etc/ssl/certs/ca-certificates.crt"), "ROOTFS BUNDLE\n").expect("bundle");
+    std::fs::write(dir.join("etc/ssl/certs/other.pem"), "OTHER\n").expect("other");
+    std::fs::write(dir.join("etc/motd"), "hello from the rootfs\n").expect("motd");
+    let networked = SandboxSpec {
+        rootfs: RootfsSpec::Dir { path: dir.to_owned() },
+        user: "root".parse().expect("user"),
+        ..spec("sb-1")
+    };
+    let handle = backend.create_sandbox(&networked).await.expect("create");
+    let m = made(&env, &handle);
+    let proxy = FakeProxy::start(&m.link, Vec::new());
+    let client = connect(&handle).await;
+    let bundle = format!("ROOTFS BUNDLE\n{TEST_CA}");
+    assert_eq!(
+        ok_as(&client, None, &format!("cat {EGRESS_CA_PATH}")).await,
+        TEST_CA
+    );
+    assert_eq!(
+        ok_as(&client, None, &format!("cat {CA_BUNDLE_PATH}")).await,
+        bundle
+    );
+    assert_eq!(
+        ok_as(&client, None, "cat /etc/ssl/certs/ca-certificates.crt").await,
+        bundle
+    );
+    // The directory's own files are all still there.
+    assert_eq!(
+        ok_as(&client, None, "cat /etc/ssl/certs/other.pem /etc/motd").await,
+        "OTHER\nhello from the rootfs\n"
+    );
+    let resolv = ok_as(&client, None, "cat /etc/resolv.conf").await;
+    assert!(
+        resolv.contains(&format!("nameserver {}", m.link.host_ip)),
+        "{resolv}"
+    );
+    // The layer is read-only, like the rest of the directory's etc.
+    let (code, _) = sh_as(&client, None, &format!("echo x > {EGRESS_CA_PATH}")).await;
+    assert_ne!(code, 0, "the CA was overwritten");
+    let out = ok_as(&client, None, "echo hi | nc 192.0.2.1 443").await;
+    assert_eq!(out, "transparent 192.0.2.1:443\n");
+    drop((proxy, client));
+    backend.destroy_sandbox(handle).await.expect("destroy");
+    assert_link_gone(&m);
+    env.assert_clean();
+}
+
+#[tokio::test]
 async fn a_sandbox_without_network_sees_only_loopback() {
     if !require_root() {
         return;

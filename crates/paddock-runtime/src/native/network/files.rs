@@ -9,11 +9,11 @@
 //!   system bundle plus the CA) and the sandbox's own copy of the system bundle,
 //!   `etc/ssl/certs/ca-certificates.crt`, replaced by the same bundle, so that programs that ignore
 //!   `SSL_CERT_FILE` (curl's and OpenSSL's defaults) trust the CA too.
-//! - a `--rootfs` directory: its `etc` is read-only, so the files are generated under flat names
-//!   (`plan::NETWORK_ETC_OVERLAYS`) and bound over the directory's own files where it has them
-//!   (`resolv.conf`, like the other generated files, `ssl/certs/ca-certificates.crt`, and the two
-//!   `etc/paddock/` files only if the directory has them: paddock cannot add files to it). The system
-//!   bundle is the directory's own, read inside it.
+//! - a `--rootfs` directory: its `etc` is read-only and paddock's, so the files go into a layer,
+//!   `etc/.paddock-etc/` of the volume (`plan::NETWORK_ETC_LAYER`), rebuilt at every boot and laid
+//!   over the directory's `etc` with a read-only overlayfs: `resolv.conf`, `paddock/*`, and
+//!   `ssl/certs/ca-certificates.crt` where the directory has `etc/ssl/certs`. The system bundle is
+//!   the directory's own, read inside it (its symlinks resolve inside it too).
 
 use std::fs;
 use std::io::{self, Write};
@@ -24,7 +24,7 @@ use paddock_types::{NetworkLink, RootfsSpec, CA_BUNDLE_PATH, EGRESS_CA_PATH};
 
 use super::error::file_err;
 use super::NetworkError;
-use crate::native::setup::plan::NETWORK_ETC_OVERLAYS;
+use crate::native::setup::plan::NETWORK_ETC_LAYER;
 
 /// Where the system trust bundle is, relative to a root.
 const SYSTEM_BUNDLE: &str = "etc/ssl/certs/ca-certificates.crt";
@@ -62,7 +62,7 @@ pub fn write_network_files(
     let mut bundle = with_newline(&String::from_utf8_lossy(&bundle));
     bundle.push_str(&ca);
     let in_etc = |p: &'static str| p.strip_prefix("/etc/").unwrap_or(p);
-    let files: Vec<(&str, &str)> = match rootfs {
+    let files: Vec<(String, &str)> = match rootfs {
         RootfsSpec::Host => {
             let dir = Path::new(in_etc(EGRESS_CA_PATH))
                 .parent()
@@ -78,35 +78,68 @@ pub fn write_network_files(
             etc.mkdir_all(dir, 0o755, Some(owner))
                 .map_err(file_err("create", &volume_etc.join(dir)))?;
             let mut files = vec![
-                ("resolv.conf", resolv.as_str()),
-                (in_etc(EGRESS_CA_PATH), ca.as_str()),
-                (in_etc(CA_BUNDLE_PATH), bundle.as_str()),
+                ("resolv.conf".to_owned(), resolv.as_str()),
+                (in_etc(EGRESS_CA_PATH).to_owned(), ca.as_str()),
+                (in_etc(CA_BUNDLE_PATH).to_owned(), bundle.as_str()),
             ];
             // Only where the template put it: paddock adds no directories to the system's.
             let system = Path::new(SYSTEM_BUNDLE)
                 .strip_prefix("etc")
                 .unwrap_or(Path::new(SYSTEM_BUNDLE));
             if etc.lstat(system).is_ok_and(|s| s.kind == EntryKind::File) {
-                files.push(("ssl/certs/ca-certificates.crt", bundle.as_str()));
+                files.push(("ssl/certs/ca-certificates.crt".to_owned(), bundle.as_str()));
             }
             files
         }
-        RootfsSpec::Dir { .. } => {
-            let mut files = vec![("resolv.conf", resolv.as_str())];
-            for (name, target) in NETWORK_ETC_OVERLAYS {
-                let content = if Path::new("/etc").join(target) == Path::new(EGRESS_CA_PATH) {
-                    ca.as_str()
-                } else {
-                    bundle.as_str()
-                };
-                files.push((name, content));
+        RootfsSpec::Dir { path } => {
+            // The layer laid over the directory's etc, rebuilt whole (whatever a snapshot left there
+            // goes, symlinks unlinked, never followed).
+            match etc.remove_tree(Path::new(NETWORK_ETC_LAYER)) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                    return Err(file_err("remove", &volume_etc.join(NETWORK_ETC_LAYER))(e));
+                }
+                _ => {}
+            }
+            let layer = Path::new(NETWORK_ETC_LAYER);
+            let mut dirs = vec![layer
+                .join(in_etc(EGRESS_CA_PATH))
+                .parent()
+                .map(Path::to_owned)
+                .unwrap_or_default()];
+            let has_system_dir = Root::open(path)
+                .and_then(|r| r.lstat(Path::new("etc/ssl/certs")))
+                .is_ok_and(|s| s.kind == EntryKind::Dir);
+            if has_system_dir {
+                dirs.push(layer.join("ssl/certs"));
+            }
+            for dir in dirs {
+                etc.mkdir_all(&dir, 0o755, Some(owner))
+                    .map_err(file_err("create", &volume_etc.join(&dir)))?;
+            }
+            let mut files = vec![
+                ("resolv.conf".to_owned(), resolv.as_str()),
+                (format!("{NETWORK_ETC_LAYER}/resolv.conf"), resolv.as_str()),
+                (
+                    format!("{NETWORK_ETC_LAYER}/{}", in_etc(EGRESS_CA_PATH)),
+                    ca.as_str(),
+                ),
+                (
+                    format!("{NETWORK_ETC_LAYER}/{}", in_etc(CA_BUNDLE_PATH)),
+                    bundle.as_str(),
+                ),
+            ];
+            if has_system_dir {
+                files.push((
+                    format!("{NETWORK_ETC_LAYER}/ssl/certs/ca-certificates.crt"),
+                    bundle.as_str(),
+                ));
             }
             files
         }
     };
     for (name, content) in files {
-        replace_file(&etc, Path::new(name), content.as_bytes(), owner)
-            .map_err(file_err("write", &volume_etc.join(name)))?;
+        replace_file(&etc, Path::new(&name), content.as_bytes(), owner)
+            .map_err(file_err("write", &volume_etc.join(&name)))?;
     }
     Ok(())
 }
@@ -163,20 +196,35 @@ mod tests {
     const CA: &str = "-----BEGIN CERTIFICATE-----\nTEST\n-----END CERTIFICATE-----";
 
     #[test]
-    fn a_rootfs_directory_gets_flat_files_with_its_own_bundle() {
+    fn a_rootfs_directory_gets_a_layer_with_its_own_bundle() {
         let rootfs = tempfile::tempdir().expect("tempdir");
         fs::create_dir_all(rootfs.path().join("etc/ssl/certs")).expect("mkdir");
         fs::write(rootfs.path().join(SYSTEM_BUNDLE), "SYSTEM").expect("bundle");
         let volume = tempfile::tempdir().expect("tempdir");
+        // A snapshot's leftover in the layer's place: a symlink out of the volume.
+        let outside = tempfile::tempdir().expect("tempdir");
+        symlink(outside.path(), volume.path().join(NETWORK_ETC_LAYER)).expect("symlink");
         let spec = RootfsSpec::Dir {
             path: rootfs.path().to_owned(),
         };
         write_network_files(volume.path(), &spec, &link(), CA, owner()).expect("write");
         let read = |name: &str| fs::read_to_string(volume.path().join(name)).expect(name);
         assert!(read("resolv.conf").ends_with("nameserver 10.253.0.5\n"));
-        assert_eq!(read("paddock-egress-ca.pem"), format!("{CA}\n"));
-        assert_eq!(read("paddock-ca-bundle.pem"), format!("SYSTEM\n{CA}\n"));
-        assert_eq!(read("paddock-ca-certificates.crt"), format!("SYSTEM\n{CA}\n"));
+        assert!(read(".paddock-etc/resolv.conf").ends_with("nameserver 10.253.0.5\n"));
+        assert_eq!(read(".paddock-etc/paddock/egress-ca.pem"), format!("{CA}\n"));
+        assert_eq!(
+            read(".paddock-etc/paddock/ca-bundle.pem"),
+            format!("SYSTEM\n{CA}\n")
+        );
+        assert_eq!(
+            read(".paddock-etc/ssl/certs/ca-certificates.crt"),
+            format!("SYSTEM\n{CA}\n")
+        );
+        assert_eq!(
+            fs::read_dir(outside.path()).expect("read").count(),
+            0,
+            "nothing written outside"
+        );
     }
 
     #[test]
@@ -191,7 +239,8 @@ mod tests {
             path: rootfs.path().to_owned(),
         };
         write_network_files(volume.path(), &spec, &link(), CA, owner()).expect("write");
-        let bundle = fs::read_to_string(volume.path().join("paddock-ca-bundle.pem")).expect("bundle");
+        let bundle =
+            fs::read_to_string(volume.path().join(".paddock-etc/paddock/ca-bundle.pem")).expect("bundle");
         assert_eq!(bundle, format!("INSIDE\n{CA}\n"));
     }
 
