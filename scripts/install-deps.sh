@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages paddock needs on a fresh Debian 12 machine (run as root).
 #   btrfs-progs   mkfs.btrfs for the storage pool image
-#   util-linux    mount (loop devices), unshare, setsid
+#   util-linux    mount (loop devices), unshare, nsenter, setsid
+#   iproute2      ip: networked sandboxes' network namespaces and veth links
+#   nftables      nft: networked sandboxes' firewall (redirects to the egress proxy)
 #   busybox-static  a tiny root file system for the --rootfs tests
 #   bubblewrap    the peer the benchmarks compare against
 #   python3, procps  used by the tests inside sandboxes
 set -euo pipefail
 need=()
-for pkg in btrfs-progs util-linux busybox-static bubblewrap python3 procps; do
+for pkg in btrfs-progs util-linux iproute2 nftables busybox-static bubblewrap python3 procps; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

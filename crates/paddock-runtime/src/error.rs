@@ -48,6 +48,9 @@ pub enum RuntimeError {
         #[source]
         source: io::Error,
     },
+    /// A networked sandbox's link could not be made or removed.
+    #[error("sandbox network")]
+    Network(#[source] crate::native::NetworkError),
     /// The setup shim could not build the sandbox.
     #[error("sandbox setup failed: {0}")]
     Setup(String),

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 
 pub use error::RuntimeError;
 pub use native::transfer::{ImportLimits, TransferSummary};
-pub use native::{NativeBackend, NativeConfig, VolumeUsage};
+pub use native::{NativeBackend, NativeConfig, NetworkSubnet, VolumeUsage};
 use paddock_types::{ByteSize, Limits, SandboxId, SandboxSpec, SnapshotId, VolumeId};
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +35,8 @@ pub struct Capabilities {
     pub custom_rootfs: bool,
     /// Host directories can be mounted into a sandbox.
     pub host_mounts: bool,
+    /// A sandbox can be given a link to the egress proxy (`SandboxSpec::network`).
+    pub network: bool,
 }
 
 /// A live sandbox as a backend hands it out.

@@ -36,6 +36,13 @@ impl Namespaces {
         cgroup: true,
     };
 
+    /// Every namespace but the network one: the sandbox joins a network namespace its host made
+    /// (see [`join_network_namespace`]) instead of getting an empty one.
+    pub const ALL_BUT_NET: Self = Self {
+        net: false,
+        ..Self::ALL
+    };
+
     fn clone_flags(self) -> libc::c_ulong {
         let mut f = 0;
         let pairs = [
@@ -199,6 +206,34 @@ pub fn bring_loopback_up() -> io::Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Moves the calling thread into the network namespace pinned at `path` (an nsfs file, or a bind
+/// mount of one), with `setns(CLONE_NEWNET)`. Processes it forks or clones afterwards are born in
+/// that namespace. Needs `CAP_SYS_ADMIN` in the namespace's owning user namespace (the setup shim is
+/// host root).
+pub fn join_network_namespace(path: &std::path::Path) -> io::Result<()> {
+    let fd = rustix::fs::open(
+        path,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| {
+        io::Error::other(format!(
+            "failed to open the network namespace {}: {e}",
+            path.display()
+        ))
+    })?;
+    rustix::thread::move_into_link_name_space(
+        std::os::fd::AsFd::as_fd(&fd),
+        Some(rustix::thread::LinkNameSpaceType::Network),
+    )
+    .map_err(|e| {
+        io::Error::other(format!(
+            "failed to join the network namespace {}: {e}",
+            path.display()
+        ))
+    })
 }
 
 /// Opens a pidfd for `pid` (`pidfd_open(2)`), for waiting on a process that is not our child.

@@ -74,6 +74,7 @@ impl Config {
             setup_binary,
             cgroup_parent: self.cgroup_parent.clone(),
             die_with_parent,
+            network_subnet: paddock_runtime::NetworkSubnet::DEFAULT,
         };
         Ok(NativeBackend::open(config)?)
     }

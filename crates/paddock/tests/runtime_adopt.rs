@@ -32,6 +32,7 @@ fn backend(state: &Path, cgroup_parent: &str) -> NativeBackend {
         setup_binary: paddock_bin(),
         cgroup_parent: cgroup_parent.to_owned(),
         die_with_parent: false,
+        network_subnet: Default::default(),
     })
     .expect("open the native backend")
 }

@@ -32,6 +32,7 @@ fn backend(env: &TestEnv) -> NativeBackend {
         // Sandboxes are created from several threads here, and a parent-death signal fires when the
         // creating *thread* exits; `GcOnDrop` reclaims them when a test fails instead.
         die_with_parent: false,
+        network_subnet: Default::default(),
     })
     .expect("open the native backend")
 }
@@ -979,6 +980,7 @@ async fn helper_creates_a_sandbox_then_exits() {
         setup_binary: paddock_bin(),
         cgroup_parent: parent.to_owned(),
         die_with_parent: false,
+        network_subnet: Default::default(),
     })
     .expect("open the native backend");
     let handle = backend.create_sandbox(&spec(id)).await.expect("create");

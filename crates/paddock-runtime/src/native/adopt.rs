@@ -154,8 +154,7 @@ impl NativeBackend {
                         return Ok(Adoption::Alive(SandboxHandle {
                             id: id.clone(),
                             agent_socket: socket,
-                            // TODO(network helper): read the link back from the run directory.
-                            network: None,
+                            network: boot.as_ref().and_then(|b| b.network.as_ref()).map(|n| n.link()),
                             inner: NativeSandbox {
                                 run_dir,
                                 cgroup,

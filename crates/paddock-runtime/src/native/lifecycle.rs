@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::adopt::InitRecord;
 use super::cgroup::SandboxCgroup;
 use super::lock::StateLock;
+use super::network::{netns_pin, BootNetwork, PendingLink};
 use super::setup::{SetupOutcome, SetupSpec};
 use super::NativeBackend;
 use crate::{
@@ -76,17 +77,22 @@ pub(super) struct BootSpec {
     /// Named volumes (absent from records written before volumes existed).
     #[serde(default)]
     pub(super) volumes: Vec<VolumeMount>,
+    /// A networked sandbox's link (absent from records written before networking existed): every
+    /// init of the sandbox joins its namespace, pinned in the run directory.
+    #[serde(default)]
+    pub(super) network: Option<BootNetwork>,
 }
 
 impl BootSpec {
     const FILE: &'static str = "boot.json";
 
-    fn of(spec: &SandboxSpec) -> Self {
+    fn of(spec: &SandboxSpec, network: Option<BootNetwork>) -> Self {
         Self {
             rootfs: spec.rootfs.clone(),
             mounts: spec.mounts.clone(),
             user: spec.user.clone(),
             volumes: spec.volumes.clone(),
+            network,
         }
     }
 
@@ -136,6 +142,9 @@ impl NativeBackend {
                 )));
             }
             _ => {}
+        }
+        if spec.network.is_some() {
+            self.check_network()?;
         }
         paddock_types::check_volume_mounts(&spec.volumes)
             .map_err(|e| RuntimeError::InvalidSpec(format!("volume mount {}: {e}", e.index)))?;
@@ -230,6 +239,11 @@ impl NativeBackend {
             default_user: boot.user.to_string(),
             die_with_parent: self.config.die_with_parent,
             parent_pid: std::process::id() as i32,
+            // The sandbox's own run directory's (a prepared rollback boots in another).
+            netns: boot
+                .network
+                .as_ref()
+                .map(|_| netns_pin(&self.run_dir(id.as_str()))),
         };
         let t = std::time::Instant::now();
         // The shim starts, joins the cgroups, clones and maps ids while the volume is snapshotted here
@@ -259,6 +273,14 @@ impl NativeBackend {
             errors.push(e.to_string());
         }
         tracing::debug!(step = "delete volume", us = t.elapsed().as_micros() as u64);
+        // After the processes (none may be left in the namespace) and before the run directory,
+        // which holds the namespace's pin.
+        let t = std::time::Instant::now();
+        let network = BootSpec::read(run_dir).and_then(|b| b.network);
+        if let Err(e) = self.unlink_sandbox(run_dir, network.as_ref()) {
+            errors.push(format!("{e}: {}", error_chain(&e)));
+        }
+        tracing::debug!(step = "remove link", us = t.elapsed().as_micros() as u64);
         if let Err(e) = fs::remove_dir_all(run_dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 errors.push(format!("failed to remove {}: {e}", run_dir.display()));
@@ -281,6 +303,17 @@ impl NativeBackend {
         let cgroup = self.cgroups.sandbox(id);
         self.cleanup(id, &cgroup, &self.run_dir(id))
     }
+}
+
+/// `e`'s sources, `: `-separated (teardown errors are collected as text).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut parts = Vec::new();
+    let mut source = e.source();
+    while let Some(s) = source {
+        parts.push(s.to_string());
+        source = s.source();
+    }
+    parts.join(": ")
 }
 
 /// The sandbox's init mounts host paths as an unprivileged host uid, so every directory above them must
@@ -429,9 +462,40 @@ impl Backend for NativeBackend {
             }
         };
         tracing::debug!(step = "create cgroups", us = t.elapsed().as_micros() as u64);
-        let boot = BootSpec::of(spec);
-        let started = boot
-            .write(&run_dir)
+        // The link's host end and firewall are configured (`pending`) while the shim and the
+        // volume are made.
+        let mut pending: Option<PendingLink> = None;
+        let linked = match &spec.network {
+            None => Ok(None),
+            Some(network) => self.link_sandbox(&run_dir, network).map(|p| {
+                let made = p.record();
+                pending = Some(p);
+                Some(BootNetwork {
+                    spec: network.clone(),
+                    made,
+                })
+            }),
+        };
+        let boot = match linked {
+            Ok(network) => BootSpec::of(spec, network),
+            Err(e) => {
+                // Nothing of the link is left (create_link cleans up after itself).
+                if let Err(cleanup) = self.cleanup(id, &cgroup, &run_dir) {
+                    tracing::warn!(sandbox_id = %id, error = %cleanup, "cleanup after failed create");
+                }
+                return Err(e);
+            }
+        };
+        let link = boot.network.as_ref().map(BootNetwork::link);
+        let written = boot.write(&run_dir);
+        if written.is_err() {
+            // Without its record, cleanup would find only the pin: the link goes now.
+            drop(pending.take());
+            if let Err(e) = self.unlink_sandbox(&run_dir, boot.network.as_ref()) {
+                tracing::warn!(sandbox_id = %id, error = %e, "cannot remove the link of a failed create");
+            }
+        }
+        let started = written
             .and_then(|()| {
                 let volume = self.pool.volume_path(id);
                 let slot = Slot {
@@ -443,10 +507,25 @@ impl Backend for NativeBackend {
                     let volume = self
                         .pool
                         .create_volume(&spec.id, &spec.volume, spec.limits.disk)?;
-                    self.write_identity(&spec.id, &spec.rootfs, &volume)
+                    self.write_identity(&spec.id, &spec.rootfs, &volume)?;
+                    if let Some(network) = &boot.network {
+                        self.write_sandbox_network_files(&volume, &spec.rootfs, network)?;
+                    }
+                    Ok(())
                 })
             })
-            .and_then(|pid| InitRecord::of(pid).and_then(|r| r.write(&run_dir)).map(|()| pid));
+            .and_then(|pid| InitRecord::of(pid).and_then(|r| r.write(&run_dir)).map(|()| pid))
+            .and_then(|pid| match pending.take() {
+                None => Ok(pid),
+                Some(p) => {
+                    let t = std::time::Instant::now();
+                    let finished = p.finish().map_err(RuntimeError::Network);
+                    tracing::debug!(step = "finish link", us = t.elapsed().as_micros() as u64);
+                    finished.map(|()| pid)
+                }
+            });
+        // Killed and reaped if unfinished, before anything of the link is removed.
+        drop(pending);
         let init_pid = match started {
             Ok(pid) => pid,
             Err(e) => {
@@ -467,8 +546,7 @@ impl Backend for NativeBackend {
         Ok(SandboxHandle {
             id: spec.id.clone(),
             agent_socket: run_dir.join("agent.sock"),
-            // TODO(network helper): the link made for `spec.network`.
-            network: None,
+            network: link,
             inner: NativeSandbox {
                 run_dir,
                 cgroup,

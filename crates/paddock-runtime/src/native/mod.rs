@@ -6,7 +6,9 @@
 //! <state>/pool.img, <state>/pool/      the storage pool (see pool.rs)
 //! <state>/run/<id>/lock                flock held by the process that owns the sandbox
 //! <state>/run/<id>/init.pid            the init's host pid and start time (for adoption, adopt.rs)
-//! <state>/run/<id>/boot.json           rootfs, mounts, volumes and user, to restart the init (rollback.rs)
+//! <state>/run/<id>/boot.json           rootfs, mounts, volumes, user and network link, to restart the
+//!                                      init (rollback.rs)
+//! <state>/run/<id>/netns               a networked sandbox's network namespace, pinned (network/)
 //! <state>/run/<id>/agent.sock          the agent's socket
 //! <state>/run/<id>/agent.log           the agent's stderr
 //! <state>/run/<id>/root/               mount point of the sandbox root (inside its mount ns only)
@@ -26,6 +28,7 @@ mod gc;
 mod lifecycle;
 mod lock;
 mod named_volumes;
+mod network;
 mod pool;
 mod resources;
 mod rollback;
@@ -39,6 +42,7 @@ use std::path::{Path, PathBuf};
 
 pub use cgroup::{CgroupKind, CgroupLayout};
 pub(crate) use lifecycle::NativeSandbox;
+pub use network::{ruleset, NetworkError, NetworkSubnet, ParseSubnetError};
 pub use pool::{StoragePool, VolumeUsage};
 pub use users::IdRange;
 
@@ -65,6 +69,10 @@ pub struct NativeConfig {
     /// Kill sandboxes when the creating process dies (`paddock run`), instead of letting them outlive
     /// it (`paddock serve`, which re-adopts them).
     pub die_with_parent: bool,
+    /// The subnet networked sandboxes' links are cut from (one /30 each); default `10.253.0.0/16`.
+    /// Pools on one host may share it: a slot is taken by creating its host interface, which the
+    /// kernel lets only one process do.
+    pub network_subnet: NetworkSubnet,
 }
 
 /// The native backend.
@@ -73,6 +81,8 @@ pub struct NativeBackend {
     config: NativeConfig,
     pool: StoragePool,
     cgroups: CgroupLayout,
+    /// The tools that make networked sandboxes' links, or the names of those missing.
+    network_tools: Result<network::NetworkTools, String>,
 }
 
 impl NativeBackend {
@@ -102,10 +112,15 @@ impl NativeBackend {
         }
         prepare_state_dir(&config)?;
         let pool = StoragePool::open(&config.state_dir, config.pool_size, config.ids)?;
+        let network_tools = network::NetworkTools::find();
+        if let Err(missing) = &network_tools {
+            tracing::info!(%missing, "sandboxes cannot have network access on this host (tools missing)");
+        }
         Ok(Self {
             config,
             pool,
             cgroups,
+            network_tools,
         })
     }
 
@@ -116,6 +131,7 @@ impl NativeBackend {
             cheap_snapshots: true,
             custom_rootfs: true,
             host_mounts: true,
+            network: self.network_tools.is_ok(),
         }
     }
 

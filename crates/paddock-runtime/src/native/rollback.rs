@@ -103,7 +103,13 @@ impl NativeBackend {
                     volume: &volume,
                 },
                 shim,
-                || self.pool.create_volume_as(&name, &source, None).map(drop),
+                || {
+                    let volume = self.pool.create_volume_as(&name, &source, None)?;
+                    match &boot.network {
+                        Some(network) => self.write_sandbox_network_files(&volume, &boot.rootfs, network),
+                        None => Ok(()),
+                    }
+                },
             )
             .and_then(|pid| InitRecord::of(pid).and_then(|r| r.write(&run_dir)).map(|()| pid));
         let init_pid = match started {
@@ -323,6 +329,10 @@ impl NativeBackend {
             let hostname = fs::read_to_string(volume.join("etc/hostname")).unwrap_or_default();
             if hostname.trim_end() != id.as_str() {
                 self.write_identity(id, &boot.rootfs, &volume)?;
+            }
+            // Always: the snapshot may hold another link's files (taken before a stop and resume).
+            if let Some(network) = &boot.network {
+                self.write_sandbox_network_files(&volume, &boot.rootfs, network)?;
             }
             Ok(())
         })?;

@@ -263,6 +263,7 @@ fn native_config(env: &TestEnv) -> NativeConfig {
         setup_binary: paddock_bin(),
         cgroup_parent: env.cgroup_parent.clone(),
         die_with_parent: false,
+        network_subnet: Default::default(),
     }
 }
 

@@ -8,9 +8,11 @@
 //! Order of operations (each step's failure is reported and the half-built sandbox is killed):
 //! 1. shim (host root, host namespaces): join the sandbox's cgroups, bind the agent's listening socket,
 //!    open the agent binary, clone the init into new user/mount/pid/net/ipc/uts/cgroup namespaces as a
-//!    sibling (`CLONE_PARENT`), write its uid/gid maps, release it, wait for its exec or its error.
+//!    sibling (`CLONE_PARENT`), write its uid/gid maps, release it, wait for its exec or its error. A
+//!    networked sandbox's shim first joins the network namespace its host made and clones without
+//!    `CLONE_NEWNET`.
 //! 2. init (in the namespaces): become the namespace's root (an unprivileged host uid), hostname,
-//!    loopback, build the root (see [`plan`]), `pivot_root`, drop the capability bounding set to what
+//!    loopback (not in a host-made network namespace), build the root (see [`plan`]), `pivot_root`, drop the capability bounding set to what
 //!    the agent needs, Landlock, `no_new_privs`, seccomp, reset what the caller's process state would
 //!    otherwise pass on (open-file limit, signal dispositions and mask), exec the agent from its file
 //!    descriptor.
@@ -72,6 +74,12 @@ pub struct SetupSpec {
     /// The pid of the process that started the shim (to detect it dying before the parent-death
     /// signal is armed).
     pub parent_pid: i32,
+    /// A network namespace the host made and configured (a networked sandbox's, `native/network/`):
+    /// the shim joins it before cloning, so the init is born in it instead of in a new, empty one.
+    /// It belongs to the host's user namespace, so the sandbox's root cannot change its addresses,
+    /// routes or firewall; and the host already brought its loopback up.
+    #[serde(default)]
+    pub netns: Option<PathBuf>,
 }
 
 #[cfg(test)]
@@ -92,6 +100,7 @@ impl SetupSpec {
             default_user: "user".into(),
             die_with_parent: true,
             parent_pid: 1,
+            netns: None,
         }
     }
 }
@@ -232,7 +241,16 @@ fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> 
         None
     };
 
-    match namespace::clone_into_namespaces(Namespaces::ALL, true).map_err(|e| format!("clone: {e}"))? {
+    let namespaces = match &spec.netns {
+        None => Namespaces::ALL,
+        Some(netns) => {
+            // Only this process moves (the shim is single-threaded and exits right after); the init
+            // inherits the namespace through the clone below.
+            namespace::join_network_namespace(netns).map_err(|e| e.to_string())?;
+            Namespaces::ALL_BUT_NET
+        }
+    };
+    match namespace::clone_into_namespaces(namespaces, true).map_err(|e| format!("clone: {e}"))? {
         CloneResult::Child => {
             drop(go_tx);
             drop(err_rx);
@@ -372,7 +390,11 @@ fn init(
         }
     }
     namespace::set_hostname(&spec.hostname).map_err(|e| e.to_string())?;
-    namespace::bring_loopback_up().map_err(|e| e.to_string())?;
+    if spec.netns.is_none() {
+        // A host-made network namespace is not the init's to configure (it has no right to), and
+        // the host brought its loopback up already.
+        namespace::bring_loopback_up().map_err(|e| e.to_string())?;
+    }
     paddock_sys::mount::make_private_recursive().map_err(|e| e.to_string())?;
     let steps = plan::plan_mounts(spec, top_level);
     mounts::execute(&spec.root_mount, &steps, || {

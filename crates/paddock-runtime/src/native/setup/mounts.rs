@@ -25,6 +25,21 @@ fn ctx(e: io::Error, what: &str, path: &Path) -> io::Error {
     io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
 }
 
+/// `path` as an overlayfs layer option: refused when it holds the option syntax's separators.
+fn overlay_path(path: &Path) -> io::Result<&str> {
+    path.to_str()
+        .filter(|p| !p.contains([':', ',', '\\']))
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} cannot be an overlay layer (`:`, `,` or `\\` in it)",
+                    path.display()
+                ),
+            )
+        })
+}
+
 /// Creates an empty file or directory at `target` to bind `source` onto.
 fn ensure_mount_point(source: &Path, target: &Path) -> io::Result<()> {
     let meta = fs::metadata(source).map_err(|e| ctx(e, "cannot mount missing source", source))?;
@@ -134,6 +149,22 @@ pub fn execute(
                     mount::bind(source, &dst, false)?;
                     mount::set_attrs(&dst, MountAttrs::READ_ONLY_SYSTEM, false)?;
                 }
+            }
+            MountStep::Layer { layer, target } => {
+                let dst = at(root, target);
+                // Nothing runs in the sandbox during its setup: the layer cannot change in between.
+                let meta = fs::symlink_metadata(layer).map_err(|e| ctx(e, "cannot inspect", layer))?;
+                if !meta.is_dir() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{} is not a directory (a symlink there is refused)",
+                            layer.display()
+                        ),
+                    ));
+                }
+                let options = format!("lowerdir={}:{}", overlay_path(layer)?, overlay_path(&dst)?);
+                mount::mount_fs("overlay", &dst, MountAttrs::READ_ONLY_SYSTEM, &options)?;
             }
             MountStep::ReadOnly { target } => {
                 let dst = at(root, target);

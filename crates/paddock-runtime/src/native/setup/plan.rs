@@ -64,6 +64,16 @@ pub enum MountStep {
         /// Where.
         target: String,
     },
+    /// Lay `layer`, a directory of the sandbox's volume, over the existing directory `target` with a
+    /// read-only overlayfs (`layer` on top): the directory's files plus the layer's. The layer must
+    /// be a real directory (the volume is the sandbox's: a symlink there would be followed in the
+    /// host's view); inside it, symlinks are shown as they are, never followed by the mount.
+    Layer {
+        /// Host path of the layer.
+        layer: PathBuf,
+        /// Where.
+        target: String,
+    },
     /// Make an existing path read-only by binding it onto itself (skipped if absent).
     ReadOnly {
         /// Where.
@@ -131,6 +141,11 @@ const PROC_MASKED: [&str; 8] = [
 pub const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 /// Files generated per sandbox that replace a `--rootfs` directory's own.
 pub const GENERATED_ETC: [&str; 5] = ["passwd", "group", "hosts", "hostname", "resolv.conf"];
+
+/// The directory of a networked sandbox's volume (under `etc/`) laid over a `--rootfs` directory's
+/// read-only `etc` ([`MountStep::Layer`]): the resolver, the egress CA and the trust bundles, which
+/// paddock cannot add to that directory itself. Rebuilt at every boot (`native/network/files.rs`).
+pub const NETWORK_ETC_LAYER: &str = ".paddock-etc";
 
 const ROOT_ATTRS: MountAttrs = MountAttrs {
     readonly: false,
@@ -283,6 +298,17 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
                     source: volume.join("etc").join(file),
                     target: format!("etc/{file}"),
                 });
+            }
+            if spec.netns.is_some() {
+                // First: the generated files above go over it.
+                let at = steps.len() - GENERATED_ETC.len();
+                steps.insert(
+                    at,
+                    MountStep::Layer {
+                        layer: volume.join("etc").join(NETWORK_ETC_LAYER),
+                        target: "etc".into(),
+                    },
+                );
             }
         }
     }
