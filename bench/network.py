@@ -5,7 +5,7 @@ host's network (unfiltered), in one run.
 Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
     python3 bench/network.py [--requests 300] [--rounds 3]
 
-Sets up its own "outside": a dummy interface with 198.51.100.254/32 (TEST-NET-2; nothing leaves the
+Sets up its own "outside": a host-side veth pair with 198.51.100.254/32 (TEST-NET-2; nothing leaves the
 machine) and a Python HTTPS server on it (HTTP/1.1, keep-alive) under a CA of its own. The same client
 script (bench/network_client.py) runs:
   - `bwrap`: bubblewrap with `--share-net`, connecting straight to the server (the peer: no filtering);
@@ -96,9 +96,11 @@ def main():
     server = None
     try:
         make_certs(work)
-        sh("ip", "link", "add", IFACE, "type", "dummy")
+        # Both ends of a veth pair stay on the host (some kernels have no dummy interfaces).
+        sh("ip", "link", "add", IFACE, "type", "veth", "peer", "name", IFACE + "p")
         sh("ip", "addr", "add", IP + "/32", "dev", IFACE)
         sh("ip", "link", "set", IFACE, "up")
+        sh("ip", "link", "set", IFACE + "p", "up")
         server = subprocess.Popen([sys.executable, "-c", SERVER, IP, os.path.join(work, "leaf.pem"),
                                    os.path.join(work, "leaf.key")], stdout=subprocess.PIPE, text=True)
         port = int(server.stdout.readline())

@@ -33,6 +33,8 @@ pub struct Config {
     pub pool_size: ByteSize,
     /// Parent cgroup name.
     pub cgroup_parent: String,
+    /// Addresses of networked sandboxes' links (`[egress] subnet`).
+    pub network_subnet: paddock_runtime::NetworkSubnet,
 }
 
 impl Config {
@@ -60,6 +62,7 @@ impl Config {
                 .cgroup_parent
                 .clone()
                 .unwrap_or_else(|| DEFAULT_CGROUP_PARENT.to_owned()),
+            network_subnet: paddock_runtime::NetworkSubnet::DEFAULT,
         })
     }
 
@@ -74,7 +77,7 @@ impl Config {
             setup_binary,
             cgroup_parent: self.cgroup_parent.clone(),
             die_with_parent,
-            network_subnet: paddock_runtime::NetworkSubnet::DEFAULT,
+            network_subnet: self.network_subnet,
         };
         Ok(NativeBackend::open(config)?)
     }

@@ -141,11 +141,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Run(_) | Command::Gc | Command::Pool { .. } => {}
     }
-    let config = config::Config::resolve(&cli.global)?;
+    let mut config = config::Config::resolve(&cli.global)?;
     // `run`'s egress proxy takes the operator's settings from the server's configuration file.
     let run_network = match &cli.command {
         Command::Run(args) if args.net.policy()?.is_some() || !args.secrets.is_empty() => {
-            serve_config(&cli, &ServeArgs::default())?.network_config()?
+            let serve = serve_config(&cli, &ServeArgs::default())?;
+            config.network_subnet = serve.egress.subnet;
+            serve.network_config()?
         }
         _ => None,
     };

@@ -30,6 +30,7 @@
 //! [egress]
 //! enabled = true                  # false: requests for a network are refused
 //! system_resolver = true          # resolve names absent from `hosts` with the host's resolver
+//! subnet = "10.253.0.0/16"        # sandboxes' link addresses, one /30 each
 //! upstream_ca_files = []          # more CAs trusted for TLS-intercepted upstreams (secret hosts)
 //! [egress.hosts]                  # names answered from here, not DNS
 //! "pypi.internal" = ["10.0.0.5"]
@@ -110,6 +111,10 @@ pub struct EgressSettings {
     /// Resolve names absent from `hosts` with the host's resolver.
     #[serde(default = "yes")]
     pub system_resolver: bool,
+    /// Where networked sandboxes' links get their addresses: one /30 per sandbox (the host side is
+    /// where the proxy listens). Pick a range no real network of the host uses.
+    #[serde(default = "default_subnet", with = "display_fromstr")]
+    pub subnet: paddock_runtime::NetworkSubnet,
     /// PEM files of more CAs trusted for TLS-intercepted upstream connections.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub upstream_ca_files: Vec<PathBuf>,
@@ -128,11 +133,37 @@ fn yes() -> bool {
     true
 }
 
+fn default_subnet() -> paddock_runtime::NetworkSubnet {
+    paddock_runtime::NetworkSubnet::DEFAULT
+}
+
+/// Serde through `Display` and `FromStr`.
+mod display_fromstr {
+    use std::fmt::Display;
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<T: Display, S: Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    pub fn deserialize<'de, T, D>(d: D) -> Result<T, D::Error>
+    where
+        T: FromStr,
+        T::Err: Display,
+        D: Deserializer<'de>,
+    {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl Default for EgressSettings {
     fn default() -> Self {
         Self {
             enabled: true,
             system_resolver: true,
+            subnet: default_subnet(),
             upstream_ca_files: Vec::new(),
             hosts: BTreeMap::new(),
             allow: Vec::new(),
@@ -268,6 +299,7 @@ impl ServeConfig {
             agent: self.agent.clone(),
             pool_size: self.pool_size,
             cgroup_parent: self.cgroup_parent.clone(),
+            network_subnet: self.egress.subnet,
         }
     }
 

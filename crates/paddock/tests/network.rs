@@ -1,5 +1,5 @@
 //! Sandbox networks end to end: a real service and backend, the egress proxy, and a stand-in for the
-//! outside world on an address of a dummy interface this test creates (198.51.100.0/24, TEST-NET-2),
+//! outside world on an address of a veth pair this test creates on the host (198.51.100.0/24, TEST-NET-2),
 //! reached only through the operator's host map and an operator exception. Nothing leaves the
 //! machine: every name resolves from the host map, the system resolver is off, and any other
 //! destination the sandbox tries is refused by the proxy before it connects anywhere.
@@ -24,7 +24,7 @@ const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/network_fixtu
 /// The secret's value: it must reach the bound HTTPS server and nothing inside the sandbox.
 const SECRET_VALUE: &str = "ghp_paddock_test_value_8c1f";
 
-/// The outside world: a dummy interface with one address, an HTTP and an HTTPS server on it (the
+/// The outside world: a host-side veth pair with one address, an HTTP and an HTTPS server on it (the
 /// HTTPS one under a CA of its own), and a package index.
 struct Outside {
     iface: String,
@@ -115,7 +115,10 @@ fn outside() -> Outside {
     let n = std::process::id();
     let iface = format!("pdt{}", n % 1_000_000);
     let ip = Ipv4Addr::new(198, 51, 100, 20 + (n % 200) as u8);
-    run(Command::new("ip").args(["link", "add", &iface, "type", "dummy"]));
+    // A veth pair whose ends both stay on the host (this kernel has no dummy interfaces): one end
+    // carries the address.
+    let peer = format!("{iface}p");
+    run(Command::new("ip").args(["link", "add", &iface, "type", "veth", "peer", "name", &peer]));
     let mut outside = Outside {
         iface: iface.clone(),
         ip,
@@ -127,6 +130,7 @@ fn outside() -> Outside {
     };
     run(Command::new("ip").args(["addr", "add", &format!("{ip}/32"), "dev", &iface]));
     run(Command::new("ip").args(["link", "set", &iface, "up"]));
+    run(Command::new("ip").args(["link", "set", &peer, "up"]));
     let _ = outside.server.wait();
     let d = outside._dir.path();
     outside.server = Command::new("python3")
@@ -151,6 +155,9 @@ fn outside() -> Outside {
     (outside.http, outside.https) = (ports[0], ports[1]);
     outside
 }
+
+/// A test of one audit row's detail.
+type Check = dyn Fn(&serde_json::Value) -> bool;
 
 fn network_config(o: &Outside) -> paddock_control::NetworkConfig {
     let mut operator = OperatorPolicy {
@@ -274,7 +281,10 @@ fn a_networked_sandbox_reaches_only_what_its_policy_allows() {
             .await;
         assert!(out.starts_with("ERR"), "UDP: {out}");
 
-        // The credential: a placeholder inside, the value only on the wire to the bound host.
+        // The credential: a placeholder inside, the value only on the wire to the bound host. (The
+        // search pattern is a regex that matches the value but not its own text, or grep would find
+        // itself in /proc/<pid>/cmdline.)
+        let pattern = format!("{}[{}]", &SECRET_VALUE[..SECRET_VALUE.len() - 1], &SECRET_VALUE[SECRET_VALUE.len() - 1..]);
         let out = c.sh(&id, "echo \"$GH\"").await;
         assert_eq!(out.trim(), "paddock-secret:GH");
         let out = c
@@ -286,7 +296,7 @@ fn a_networked_sandbox_reaches_only_what_its_policy_allows() {
             .await;
         assert!(out.contains("auth=Bearer paddock-secret:GH"), "unbound host: {out}");
         let out = c
-            .sh(&id, &format!("grep -rsla '{SECRET_VALUE}' /etc /home /tmp /root /var /run /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null; env | grep -c '{SECRET_VALUE}'; true"))
+            .sh(&id, &format!("grep -rsla '{pattern}' /etc /home /tmp /root /var /run /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null; env | grep -c '{pattern}'; true"))
             .await;
         assert_eq!(out.trim(), "0", "the secret's value is inside the sandbox: {out}");
 
@@ -308,27 +318,50 @@ fn a_networked_sandbox_reaches_only_what_its_policy_allows() {
         let out = c.sh(&id, &fetch(&format!("http://allowed.test:{http}/hello.txt"), None)).await;
         assert!(out.starts_with("ERR"), "allowed.test after it left the policy: {out}");
 
-        // Every attempt is recorded, allowed and refused, with its destination and decision.
-        let mut info = serde_json::Value::Null;
+        // Every attempt is recorded in the audit log, allowed and refused, with its destination,
+        // decision and bytes (rows arrive a moment after a connection ends).
+        let mut missing = Vec::new();
         for _ in 0..50 {
-            info = c.get(&format!("/v1/sandboxes/{id}/network")).await.ok(200);
-            let recent = info["recent"].as_array().cloned().unwrap_or_default();
-            let has = |allowed: bool, f: &dyn Fn(&serde_json::Value) -> bool| {
-                recent.iter().any(|e| e["allowed"] == allowed && f(&e["detail"]))
+            let rows = c.audit_rows(&[("sandbox", id.as_str()), ("action", "network.")]).await;
+            let has = |action: &str, outcome: &str, f: &dyn Fn(&serde_json::Value) -> bool| {
+                rows.iter()
+                    .any(|r| r["action"] == action && r["outcome"] == outcome && f(&r["detail"]))
             };
-            if has(true, &|d| d["name"] == "allowed.test" && d["bytes_down"].as_u64() > Some(0))
-                && has(false, &|d| d["ip"] == "169.254.169.254")
-                && has(false, &|d| d["ip"] == "192.0.2.77")
-                && has(false, &|d| d["name"] == "other.test" && d["query_type"].is_string())
-            {
+            missing.clear();
+            let expected: [(&str, &str, &str, &Check); 6] = [
+                ("allowed allowed.test with bytes", "network.connection", "allowed", &|d| {
+                    d["name"] == "allowed.test" && d["bytes_down"].as_u64() > Some(0)
+                }),
+                ("metadata refused", "network.connection", "denied", &|d| d["ip"] == "169.254.169.254"),
+                ("private refused", "network.connection", "denied", &|d| d["ip"] == "10.1.2.3"),
+                ("rebinding refused", "network.connection", "denied", &|d| d["ip"] == "192.0.2.77"),
+                ("secret injected by name", "network.connection", "allowed", &|d| {
+                    d["name"] == "secret.test" && d["secrets_injected"] == json!(["GH"])
+                }),
+                ("DNS for other.test refused", "network.dns", "denied", &|d| {
+                    d["name"].as_str().map(|n| n.trim_end_matches('.')) == Some("other.test")
+                }),
+            ];
+            for (what, action, outcome, f) in expected {
+                if !has(action, outcome, f) {
+                    missing.push(what);
+                }
+            }
+            if missing.is_empty() {
+                assert!(!serde_json::to_string(&rows).expect("json").contains(SECRET_VALUE));
                 break;
             }
-            info = serde_json::Value::Null;
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        assert!(!info.is_null(), "the audit does not show every attempt");
-        assert!(!info.to_string().contains(SECRET_VALUE));
+        assert!(missing.is_empty(), "the audit log lacks: {missing:?}");
+        // `paddock sandbox network` shows the policy, the secrets by name and the newest attempts.
+        let info = c.get(&format!("/v1/sandboxes/{id}/network")).await.ok(200);
         assert_eq!(info["secrets"], json!(["GH"]));
+        assert_eq!(info["policy"]["allow"], json!([{"domain": "other.test"}]));
+        let recent = info["recent"].as_array().expect("recent");
+        assert!(!recent.is_empty() && recent.len() <= 50, "{info}");
+        assert!(recent.iter().any(|e| e["allowed"] == true) && recent.iter().any(|e| e["allowed"] == false));
+        assert!(!info.to_string().contains(SECRET_VALUE));
         c.delete(&format!("/v1/sandboxes/{id}")).await.ok(204);
     });
     drop(h);
