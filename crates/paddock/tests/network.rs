@@ -385,3 +385,85 @@ fn a_sandbox_without_a_network_is_refused_one_by_a_server_without_egress() {
         r.err(501, "unsupported");
     });
 }
+
+/// `paddock run` serves its sandbox's network in its own process, with the operator settings of the
+/// configuration file and the secret's value from its own environment.
+#[test]
+fn paddock_run_filters_and_injects_like_the_server() {
+    if !common::require_root() {
+        return;
+    }
+    let o = outside();
+    let env = common::TestEnv::new();
+    let config = env.state().with_extension("toml");
+    let ca = o._dir.path().join("ca.pem");
+    std::fs::write(
+        &config,
+        format!(
+            "[egress]\nsystem_resolver = false\nupstream_ca_files = [{ca:?}]\n[egress.hosts]\n\"allowed.test\" = [\"{ip}\"]\n\"other.test\" = [\"{ip}\"]\n\"secret.test\" = [\"{ip}\"]\n[[egress.allow]]\ncidr = \"{ip}/32\"\nreason = \"the test's outside world\"\n",
+            ip = o.ip
+        ),
+    )
+    .expect("config");
+    let script = [
+        fetch(&format!("http://allowed.test:{}/hello.txt", o.http), None),
+        fetch(&format!("http://other.test:{}/hello.txt", o.http), None),
+        "echo \"placeholder=$GH\"\n".to_owned(),
+        fetch(
+            &format!("https://secret.test:{}/echo", o.https),
+            Some("'Bearer ' + os.environ['GH']"),
+        ),
+    ]
+    .concat();
+    let out = env
+        .cmd()
+        .env("GH", SECRET_VALUE)
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "run",
+            "--allow-domain",
+            "allowed.test",
+            "--allow-domain",
+            "secret.test",
+            "--secret",
+            "GH:secret.test",
+            "--",
+            "/bin/sh",
+            "-c",
+        ])
+        .arg(&script)
+        .stdin(Stdio::null())
+        .output()
+        .expect("paddock run");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].contains("GOT hello from outside"), "{stdout}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("ERR")),
+        "other.test was reached: {stdout}"
+    );
+    assert!(stdout.contains("placeholder=paddock-secret:GH"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("auth=Bearer {SECRET_VALUE}")),
+        "{stdout}"
+    );
+    // The refusal is reported on stderr (paddock run keeps no audit log).
+    assert!(stderr.contains("refused"), "{stderr}");
+    // Without an [egress] section the defaults apply: the operator's deny list has no exception for
+    // the test's address, so nothing gets through, and a bad flag is one line and a failure.
+    let out = env
+        .cmd()
+        .args(["run", "--allow-cidr", "10.0.0.1/8", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("paddock run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("host bits"), "{stderr}");
+    let _ = std::fs::remove_file(&config);
+    env.assert_clean();
+}
