@@ -129,6 +129,13 @@ impl IntoResponse for ApiError {
             body,
         )
             .into_response();
+        if self.body.code == ErrorCode::PayloadTooLarge {
+            // The rest of the body stays unread, so the connection cannot carry another request:
+            // saying so keeps a client from reusing it (and losing its next request to the close).
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if self.body.code == ErrorCode::Unauthorized {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,

@@ -71,17 +71,20 @@ pub fn parse_domain_rule(s: &str) -> Result<EgressRule, String> {
 
 /// `CIDR`, `CIDR:PORTS`, or `[IPV6-CIDR]:PORTS`.
 pub fn parse_cidr_rule(s: &str) -> Result<EgressRule, String> {
-    if let Ok(c) = s.parse::<Cidr>() {
-        return Ok(EgressRule::new(EgressTarget::Cidr(c), Vec::new()));
+    let whole = match s.parse::<Cidr>() {
+        Ok(c) => return Ok(EgressRule::new(EgressTarget::Cidr(c), Vec::new())),
+        Err(e) => e,
+    };
+    if let Some((net, ports)) = s.rsplit_once(':') {
+        if let Ok(ports) = parse_ports(ports) {
+            let net = net.trim_start_matches('[').trim_end_matches(']');
+            let cidr: Cidr = net
+                .parse()
+                .map_err(|e: paddock_types::NetworkPolicyError| e.to_string())?;
+            return Ok(EgressRule::new(EgressTarget::Cidr(cidr), ports));
+        }
     }
-    let (net, ports) = s.rsplit_once(':').ok_or_else(|| {
-        format!("invalid CIDR {s:?}: use 10.0.0.0/8, 10.0.0.0/8:443 or [2001:db8::/32]:443")
-    })?;
-    let net = net.trim_start_matches('[').trim_end_matches(']');
-    let cidr: Cidr = net
-        .parse()
-        .map_err(|e: paddock_types::NetworkPolicyError| e.to_string())?;
-    Ok(EgressRule::new(EgressTarget::Cidr(cidr), parse_ports(ports)?))
+    Err(whole.to_string())
 }
 
 #[cfg(test)]
