@@ -39,6 +39,7 @@ SERVER = r'''
 import http.server, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed-ACK stall
     def do_GET(self):
         body = b"ok " + (self.headers.get("Authorization") or "-").encode() + b"\n"
         self.send_response(200)
@@ -90,6 +91,7 @@ def main():
     if os.geteuid() != 0:
         sys.exit("run as root")
     work = tempfile.mkdtemp(prefix="paddock-netbench-")
+    os.chmod(work, 0o755)  # the sandboxes' user reads the client script (and the CA) from here
     state = tempfile.mkdtemp(prefix="paddock-netbench-", dir="/var/tmp")
     os.rmdir(state)
     cgroup = "paddock-netbench-%d" % os.getpid()
@@ -122,15 +124,17 @@ def main():
         results = {}
 
         def collect(name, argv):
-            out = subprocess.run(argv, check=True, capture_output=True, text=True, env=env)
+            out = subprocess.run(argv, capture_output=True, text=True, env=env)
+            if out.returncode != 0:
+                sys.exit("%s failed (%d): %s" % (name, out.returncode, out.stderr.strip()))
             got = json.loads(out.stdout.strip().splitlines()[-1])
             for kind, xs in got.items():
                 results.setdefault((name, kind), []).extend(xs)
 
         for _ in range(args.rounds):
             collect("bwrap (direct)", [*peer, *peer_args])
-            collect("paddock proxy", [*paddock, "proxy", "bench.test", str(port), n, ""])
-            collect("paddock transparent", [*paddock, "transparent", "bench.test", str(port), n, ""])
+            collect("paddock proxy", [*paddock, "proxy", "bench.test", str(port), n, "/bench/ca.pem"])
+            collect("paddock transparent", [*paddock, "transparent", "bench.test", str(port), n, "/bench/ca.pem"])
             collect("paddock inject", [*paddock, "inject", "inject.test", str(port), n, ""])
         report = {}
         for kind in ("new", "keepalive"):
