@@ -57,6 +57,16 @@ impl SandboxService {
         })
     }
 
+    /// The proxy's ports on every link.
+    fn egress_ports(&self) -> EgressPorts {
+        self.inner
+            .config
+            .network
+            .as_ref()
+            .map(|n| n.ports)
+            .unwrap_or_default()
+    }
+
     /// Checks a create request's `network` and `secrets` for `p`'s tenant.
     pub(crate) async fn plan_network(
         &self,
@@ -132,13 +142,7 @@ impl SandboxService {
         // A sandbox recorded with a network on a server now configured without one is refused
         // rather than booted with a network nobody serves.
         self.egress()?;
-        let ports = self
-            .inner
-            .config
-            .network
-            .as_ref()
-            .map(|n| n.ports)
-            .unwrap_or_default();
+        let ports = self.egress_ports();
         Ok(Some(NetworkSpec {
             ports,
             ca_pem: row.ca_cert_pem,
@@ -165,19 +169,8 @@ impl SandboxService {
             )
         })?;
         let policy = decode_policy(&row)?;
-        let ports = self
-            .inner
-            .config
-            .network
-            .as_ref()
-            .map(|n| n.ports)
-            .unwrap_or_default();
-        let listen = SandboxListen {
-            ip: link.host_ip.into(),
-            proxy_port: ports.proxy,
-            transparent_port: ports.transparent,
-            dns_port: ports.dns,
-        };
+        let ports = self.egress_ports();
+        let listen = SandboxListen::on_link(&link, &ports);
         let ca = SandboxCaKey::from_pem(row.ca_cert_pem.clone(), Zeroizing::new(row.ca_key_pem.clone()));
         // A previous serving of the same sandbox (a restart of its init) is replaced.
         let _ = egress.remove_sandbox(&handle.id);
@@ -238,13 +231,7 @@ impl SandboxService {
         let Some(link) = link else {
             return Vec::new();
         };
-        let ports = self
-            .inner
-            .config
-            .network
-            .as_ref()
-            .map(|n| n.ports)
-            .unwrap_or_default();
+        let ports = self.egress_ports();
         let mut env = link.env(&ports);
         let names = lock(&self.inner.secret_names)
             .get(&sb.id)
@@ -276,13 +263,7 @@ impl SandboxService {
             Some(sb) => sb.handle.lock().await.as_ref().and_then(|h| h.network),
             None => None,
         };
-        let ports = self
-            .inner
-            .config
-            .network
-            .as_ref()
-            .map(|n| n.ports)
-            .unwrap_or_default();
+        let ports = self.egress_ports();
         Ok(SandboxNetworkInfo {
             sandbox_id: id.to_owned(),
             policy: decode_policy(&row)?,
@@ -508,6 +489,7 @@ impl SandboxService {
             let rows: Vec<NewAuditEntry> = batch.drain(..).map(|r| self.network_audit_row(r)).collect();
             if let Err(e) = self
                 .db("write network audit rows", move |s| {
+                    let rows = with_tenants(s, rows)?;
                     s.append_audit_batch(&rows).map(|_| ())
                 })
                 .await
@@ -522,7 +504,10 @@ impl SandboxService {
             .collect();
         if !rest.is_empty() {
             let store = self.inner.store.clone();
-            let _ = tokio::task::spawn_blocking(move || store.append_audit_batch(&rest)).await;
+            let _ = tokio::task::spawn_blocking(move || {
+                with_tenants(&store, rest).and_then(|rows| store.append_audit_batch(&rows))
+            })
+            .await;
         }
     }
 
@@ -547,6 +532,26 @@ impl SandboxService {
             detail,
         }
     }
+}
+
+/// Fills in the tenant of rows whose sandbox has already left the live map (the records of
+/// connections cut when it ended arrive after it did), from its store record.
+fn with_tenants(
+    store: &paddock_store::Store,
+    mut rows: Vec<NewAuditEntry>,
+) -> Result<Vec<NewAuditEntry>, paddock_store::StoreError> {
+    let mut known: std::collections::HashMap<String, Option<String>> = std::collections::HashMap::new();
+    for row in rows.iter_mut().filter(|r| r.tenant.is_none()) {
+        let Some(id) = row.sandbox_id.clone() else {
+            continue;
+        };
+        if !known.contains_key(&id) {
+            let tenant = store.get_sandbox(&id)?.and_then(|r| r.tenant);
+            known.insert(id.clone(), tenant);
+        }
+        row.tenant = known[&id].clone();
+    }
+    Ok(rows)
 }
 
 fn decode_policy(row: &SandboxNetworkRecord) -> Result<NetworkPolicy, ServiceError> {

@@ -83,6 +83,16 @@ pub struct SandboxListen {
 }
 
 impl SandboxListen {
+    /// The doors on the host side of a sandbox's link, on the given ports.
+    pub fn on_link(link: &paddock_types::NetworkLink, ports: &paddock_types::EgressPorts) -> Self {
+        Self {
+            ip: link.host_ip.into(),
+            proxy_port: ports.proxy,
+            transparent_port: ports.transparent,
+            dns_port: ports.dns,
+        }
+    }
+
     /// Every door on `ip`, on free ports.
     pub fn any_port(ip: IpAddr) -> Self {
         Self {

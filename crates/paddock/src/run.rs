@@ -147,12 +147,7 @@ async fn serve_network(
         .network
         .context("the backend made no network link for the sandbox")?;
     let egress = paddock_egress::Egress::new(config.egress, std::sync::Arc::new(LogAudit))?;
-    let listen = paddock_egress::SandboxListen {
-        ip: link.host_ip.into(),
-        proxy_port: config.ports.proxy,
-        transparent_port: config.ports.transparent,
-        dns_port: config.ports.dns,
-    };
+    let listen = paddock_egress::SandboxListen::on_link(&link, &config.ports);
     let names: Vec<String> = secrets.iter().map(|s| s.name().to_string()).collect();
     egress
         .add_sandbox_at(handle.id.clone(), policy, listen, ca)

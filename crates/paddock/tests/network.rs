@@ -365,6 +365,8 @@ fn a_networked_sandbox_reaches_only_what_its_policy_allows() {
             }
             if missing.is_empty() {
                 assert!(!serde_json::to_string(&rows).expect("json").contains(SECRET_VALUE));
+                // Each row is the tenant's (a tenant reads its own audit log by that column).
+                assert!(rows.iter().all(|r| r["tenant"].is_string()), "{rows:?}");
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
