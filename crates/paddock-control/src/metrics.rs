@@ -36,6 +36,17 @@ struct CodeLabel {
     code: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EgressLabels {
+    kind: String,
+    decision: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: String,
+}
+
 /// Every metric the service exports.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -50,6 +61,8 @@ pub(crate) struct Metrics {
     requests: Family<RequestLabels, Counter>,
     request_seconds: Family<RequestLabels, Histogram>,
     errors: Family<CodeLabel, Counter>,
+    egress: Family<EgressLabels, Counter>,
+    egress_bytes: Family<DirectionLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -131,6 +144,18 @@ impl Metrics {
         );
         let errors = Family::<CodeLabel, Counter>::default();
         registry.register("api_errors", "Error responses, by error code", errors.clone());
+        let egress = Family::<EgressLabels, Counter>::default();
+        registry.register(
+            "egress",
+            "Sandbox connections and DNS questions through the egress proxy (kind=connection|dns), by decision",
+            egress.clone(),
+        );
+        let egress_bytes = Family::<DirectionLabel, Counter>::default();
+        registry.register(
+            "egress_bytes",
+            "Bytes relayed by the egress proxy (direction=up: from sandboxes, down: to them)",
+            egress_bytes.clone(),
+        );
         Self {
             registry,
             sandboxes,
@@ -144,6 +169,27 @@ impl Metrics {
             requests,
             request_seconds,
             errors,
+            egress,
+            egress_bytes,
+        }
+    }
+
+    pub(crate) fn count_egress(&self, kind: &str, allowed: bool, bytes_up: u64, bytes_down: u64) {
+        let decision = if allowed { "allowed" } else { "denied" };
+        self.egress
+            .get_or_create(&EgressLabels {
+                kind: kind.into(),
+                decision: decision.into(),
+            })
+            .inc();
+        for (direction, n) in [("up", bytes_up), ("down", bytes_down)] {
+            if n > 0 {
+                self.egress_bytes
+                    .get_or_create(&DirectionLabel {
+                        direction: direction.into(),
+                    })
+                    .inc_by(n);
+            }
         }
     }
 

@@ -513,8 +513,16 @@ impl SandboxService {
 
     fn network_audit_row(&self, record: AuditRecord) -> NewAuditEntry {
         let (action, sandbox, allowed) = match &record {
-            AuditRecord::Connection(c) => ("network.connection", c.sandbox.to_string(), c.allowed),
-            AuditRecord::Dns(d) => ("network.dns", d.sandbox.to_string(), d.allowed),
+            AuditRecord::Connection(c) => {
+                self.inner
+                    .metrics
+                    .count_egress("connection", c.allowed, c.bytes_up, c.bytes_down);
+                ("network.connection", c.sandbox.to_string(), c.allowed)
+            }
+            AuditRecord::Dns(d) => {
+                self.inner.metrics.count_egress("dns", d.allowed, 0, 0);
+                ("network.dns", d.sandbox.to_string(), d.allowed)
+            }
         };
         let tenant = self.live_sandbox(&sandbox).and_then(|sb| sb.tenant());
         let mut detail = serde_json::to_value(&record).unwrap_or_default();

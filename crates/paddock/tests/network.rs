@@ -372,6 +372,16 @@ fn a_networked_sandbox_reaches_only_what_its_policy_allows() {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
         assert!(missing.is_empty(), "the audit log lacks: {missing:?}");
+        // And counted in the metrics.
+        let metrics = c.get("/metrics").await.text();
+        for series in [
+            "paddock_egress_total{kind=\"connection\",decision=\"allowed\"}",
+            "paddock_egress_total{kind=\"connection\",decision=\"denied\"}",
+            "paddock_egress_total{kind=\"dns\",decision=\"denied\"}",
+            "paddock_egress_bytes_total{direction=\"down\"}",
+        ] {
+            assert!(metrics.contains(series), "{series} missing from:\n{metrics}");
+        }
         // `paddock sandbox network` shows the policy, the secrets by name and the newest attempts.
         let info = c.get(&format!("/v1/sandboxes/{id}/network")).await.ok(200);
         assert_eq!(info["secrets"], json!(["GH"]));
