@@ -512,10 +512,12 @@ fn the_cli_manages_secrets_and_sandbox_networks_on_a_server() {
     let o = outside();
     let env = common::TestEnv::new();
     let config = egress_toml(&o, &env);
-    let server = server::Server::start(&env, &["--config", config.to_str().expect("utf-8")], "info");
+    let serve_args = ["--config", config.to_str().expect("utf-8")];
+    let server = server::Server::start(&env, &serve_args, "info");
+    let url = std::cell::RefCell::new(server.url.clone());
     let cli = |args: &[&str]| {
         env.cmd()
-            .env("PADDOCK_URL", &server.url)
+            .env("PADDOCK_URL", url.borrow().as_str())
             .env("GH", SECRET_VALUE)
             .stdin(Stdio::null())
             .args(args)
@@ -624,10 +626,46 @@ fn the_cli_manages_secrets_and_sandbox_networks_on_a_server() {
         &["sandbox", "network", &id, "--allow-domain", "other.test"],
         "--set",
     );
-    let shown = ok(&["sandbox", "network", &id, "--set", "--allow-domain", "other.test"]);
-    assert!(shown.contains("allow:   other.test"), "{shown}");
+    let shown = ok(&[
+        "sandbox",
+        "network",
+        &id,
+        "--set",
+        "--allow-domain",
+        "other.test",
+        "--allow-domain",
+        "secret.test",
+    ]);
+    assert!(shown.contains("allow:   other.test secret.test"), "{shown}");
     let out = ok(&["sandbox", "exec", &id, "--", "sh", "-c", &fetch_allowed]);
     assert!(out.starts_with("ERR"), "after the change: {out}");
+    // A restarted server serves the adopted sandbox again: the changed policy, the same CA (the
+    // sandbox's trust store still holds it) and the secret.
+    server.stop();
+    let server = server::Server::restart(&env, &serve_args, "info");
+    *url.borrow_mut() = server.url.clone();
+    let fetch_other = fetch(&format!("http://other.test:{}/hello.txt", o.http), None);
+    let out = ok(&["sandbox", "exec", &id, "--", "sh", "-c", &fetch_other]);
+    assert!(out.contains("GOT hello from outside"), "after a restart: {out}");
+    let out = ok(&["sandbox", "exec", &id, "--", "sh", "-c", &fetch_allowed]);
+    assert!(out.starts_with("ERR"), "after a restart: {out}");
+    let echoed = cli(&[
+        "sandbox",
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        &fetch(
+            &format!("https://secret.test:{}/echo", o.https),
+            Some("'Bearer ' + os.environ['GH']"),
+        ),
+    ]);
+    let out = String::from_utf8_lossy(&echoed.stdout);
+    assert!(
+        out.contains(&format!("auth=Bearer {SECRET_VALUE}")),
+        "after a restart: {out}"
+    );
     ok(&["secret", "rm", "GH"]);
     fails(&["secret", "rm", "GH"], "no secret");
     ok(&["sandbox", "rm", &id]);
