@@ -202,7 +202,7 @@ impl SandboxService {
         // The network's variables first: the sandbox's and the request's own may override them (the
         // transparent interception filters a client that ignores or changes its proxy anyway).
         let mut env: std::collections::BTreeMap<String, String> =
-            self.network_env(&sb).await.into_iter().collect();
+            self.network_env(&sb.id).into_iter().collect();
         env.extend(spec.env.clone());
         env.extend(req.env.clone());
         let user = req.user.clone().unwrap_or_else(|| spec.user.clone());

@@ -46,6 +46,12 @@ impl SandboxService {
             .user
             .parse()
             .map_err(|e: paddock_types::UserSpecError| ServiceError::invalid("user", e.to_string()))?;
+        // Read once: the backend needs its CA certificate, the proxy all of it.
+        let network = if spec.network {
+            self.stored_network(id.as_str()).await?
+        } else {
+            None
+        };
         let sandbox_spec = SandboxSpec {
             id: id.clone(),
             limits: spec.limits.clone(),
@@ -56,11 +62,7 @@ impl SandboxService {
             env: Vec::new(),
             volume,
             volumes: spec.volumes.clone(),
-            network: if spec.network {
-                self.network_spec(id).await?
-            } else {
-                None
-            },
+            network: network.as_ref().map(|row| self.network_spec(row)).transpose()?,
         };
         let backend = self.inner.backend.clone();
         let runtime = tokio::runtime::Handle::current();
@@ -80,7 +82,7 @@ impl SandboxService {
                 return Err(error);
             }
         };
-        if let Err(e) = self.attach_network(&handle).await {
+        if let Err(e) = self.attach_network(&handle, network).await {
             self.destroy_handle(handle).await;
             return Err(e);
         }
@@ -182,7 +184,7 @@ impl SandboxService {
             let spec: Option<StoredSpec> = serde_json::from_str(&record.spec_json).ok();
             match (adoption, spec) {
                 (Ok(Adoption::Alive(handle)), Some(spec)) if record.state != SandboxState::Creating => {
-                    if let Err(e) = self.attach_network(&handle).await {
+                    if let Err(e) = self.attach_network(&handle, None).await {
                         // Its link stays, unserved: every connection it tries is refused.
                         tracing::error!(sandbox_id = %record.id, error = %e.message, "cannot serve an adopted sandbox on the egress proxy");
                     }

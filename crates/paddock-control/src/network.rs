@@ -40,6 +40,14 @@ pub struct NetworkConfig {
     pub egress: EgressConfig,
 }
 
+/// A networked sandbox being served on the egress proxy: what its processes' environment is made of.
+#[derive(Debug, Clone)]
+pub(crate) struct Served {
+    pub(crate) link: NetworkLink,
+    /// Names of the secrets it injects (as recorded; checked to be valid names when recorded).
+    pub(crate) secrets: Vec<SecretName>,
+}
+
 /// A networked sandbox's egress state, decided at create time.
 #[derive(Debug, Clone)]
 pub(crate) struct NetworkPlan {
@@ -99,11 +107,10 @@ impl SandboxService {
                 format!("at most {MAX_SECRETS} secrets"),
             ));
         }
-        let (tenant, wanted) = (p.tenant.clone(), names.clone());
-        let found = self
-            .db("read secrets", move |s| s.secret_values(&tenant, &wanted))
-            .await?;
-        if let Some(missing) = names.iter().find(|n| !found.iter().any(|f| &f.info.name == *n)) {
+        let tenant = p.tenant.clone();
+        // Names only: checking that they exist needs no value.
+        let found = self.db("read secrets", move |s| s.list_secrets(&tenant)).await?;
+        if let Some(missing) = names.iter().find(|n| !found.iter().any(|f| &f.name == *n)) {
             return Err(ServiceError {
                 code: ErrorCode::SecretNotFound,
                 message: format!("no secret {missing:?}; create it with POST /v1/secrets"),
@@ -130,63 +137,65 @@ impl SandboxService {
         })
     }
 
-    /// What the backend needs for a networked sandbox's boot (`None`: loopback only).
-    pub(crate) async fn network_spec(&self, id: &SandboxId) -> Result<Option<NetworkSpec>, ServiceError> {
-        let sid = id.to_string();
-        let Some(row) = self
-            .db("read a sandbox network", move |s| s.get_sandbox_network(&sid))
-            .await?
-        else {
-            return Ok(None);
-        };
+    /// The egress state of sandbox `id`, if it is networked.
+    pub(crate) async fn stored_network(
+        &self,
+        id: &str,
+    ) -> Result<Option<SandboxNetworkRecord>, ServiceError> {
+        let sid = id.to_owned();
+        self.db("read a sandbox network", move |s| s.get_sandbox_network(&sid))
+            .await
+    }
+
+    /// What the backend needs to boot the networked sandbox recorded as `row`.
+    pub(crate) fn network_spec(&self, row: &SandboxNetworkRecord) -> Result<NetworkSpec, ServiceError> {
         // A sandbox recorded with a network on a server now configured without one is refused
         // rather than booted with a network nobody serves.
         self.egress()?;
-        let ports = self.egress_ports();
-        Ok(Some(NetworkSpec {
-            ports,
-            ca_pem: row.ca_cert_pem,
-        }))
+        Ok(NetworkSpec {
+            ports: self.egress_ports(),
+            ca_pem: row.ca_cert_pem.clone(),
+        })
     }
 
-    /// Serves a booted (or adopted) networked sandbox on the egress proxy. Nothing to do for one
-    /// without a link.
-    pub(crate) async fn attach_network(&self, handle: &SandboxHandle) -> Result<(), ServiceError> {
+    /// Serves a booted (or adopted) networked sandbox on the egress proxy; `row` is its record when
+    /// the caller has read it already. Nothing to do for one without a link.
+    pub(crate) async fn attach_network(
+        &self,
+        handle: &SandboxHandle,
+        row: Option<SandboxNetworkRecord>,
+    ) -> Result<(), ServiceError> {
         let Some(link) = handle.network else {
             return Ok(());
         };
         let egress = self.egress()?.clone();
-        let sid = handle.id.to_string();
-        let (row, record) = self
-            .db("read a sandbox network", move |s| {
-                Ok((s.get_sandbox_network(&sid)?, s.get_sandbox(&sid)?))
-            })
-            .await?;
-        let row = row.ok_or_else(|| {
+        let row = match row {
+            Some(row) => Some(row),
+            None => self.stored_network(handle.id.as_str()).await?,
+        }
+        .ok_or_else(|| {
             ServiceError::new(
                 ErrorCode::Internal,
                 format!("sandbox {} has a link but no network record", handle.id),
             )
         })?;
-        let policy = decode_policy(&row)?;
-        let ports = self.egress_ports();
-        let listen = SandboxListen::on_link(&link, &ports);
+        let sid = handle.id.to_string();
+        let tenant = self
+            .db("read a sandbox", move |s| s.get_sandbox(&sid))
+            .await?
+            .and_then(|r| r.tenant);
+        let listen = SandboxListen::on_link(&link, &self.egress_ports());
         let ca = SandboxCaKey::from_pem(row.ca_cert_pem.clone(), Zeroizing::new(row.ca_key_pem.clone()));
-        // A previous serving of the same sandbox (a restart of its init) is replaced.
-        let _ = egress.remove_sandbox(&handle.id);
         egress
-            .add_sandbox_at(handle.id.clone(), policy, listen, &ca)
+            .add_sandbox_at(handle.id.clone(), decode_policy(&row)?, listen, &ca)
             .await
             .map_err(|e| ServiceError::internal("serve a sandbox on the egress proxy", &e))?;
-        let tenant = record.and_then(|r| r.tenant);
-        if let Err(e) = self
-            .push_secrets(&handle.id, tenant.as_deref(), &row.secrets)
-            .await
-        {
+        let secrets = secret_names(&row.secrets)?;
+        if let Err(e) = self.push_secrets(&handle.id, tenant.as_deref(), &secrets).await {
             let _ = egress.remove_sandbox(&handle.id);
             return Err(e);
         }
-        lock(&self.inner.secret_names).insert(handle.id.to_string(), row.secrets);
+        lock(&self.inner.served).insert(handle.id.to_string(), Served { link, secrets });
         Ok(())
     }
 
@@ -195,7 +204,7 @@ impl SandboxService {
         if let Some(egress) = &self.inner.egress {
             let _ = egress.remove_sandbox(id);
         }
-        lock(&self.inner.secret_names).remove(id.as_str());
+        lock(&self.inner.served).remove(id.as_str());
     }
 
     /// Hands the proxy the current values of the sandbox's secrets.
@@ -203,13 +212,13 @@ impl SandboxService {
         &self,
         id: &SandboxId,
         tenant: Option<&str>,
-        names: &[String],
+        names: &[SecretName],
     ) -> Result<(), ServiceError> {
         let egress = self.egress()?.clone();
         let Some(tenant) = tenant.map(str::to_owned) else {
             return Ok(());
         };
-        let wanted = names.to_vec();
+        let wanted: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let records = self
             .db("read secrets", move |s| s.secret_values(&tenant, &wanted))
             .await?;
@@ -226,22 +235,12 @@ impl SandboxService {
 
     /// Environment every process of a networked sandbox gets: the proxy variables, trust bundle and
     /// one placeholder variable per secret.
-    pub(crate) async fn network_env(&self, sb: &crate::live::LiveSandbox) -> Vec<(String, String)> {
-        let link = sb.handle.lock().await.as_ref().and_then(|h| h.network);
-        let Some(link) = link else {
+    pub(crate) fn network_env(&self, id: &str) -> Vec<(String, String)> {
+        let Some(served) = lock(&self.inner.served).get(id).cloned() else {
             return Vec::new();
         };
-        let ports = self.egress_ports();
-        let mut env = link.env(&ports);
-        let names = lock(&self.inner.secret_names)
-            .get(&sb.id)
-            .cloned()
-            .unwrap_or_default();
-        for name in &names {
-            if let Ok(n) = name.parse::<SecretName>() {
-                env.push((name.clone(), n.placeholder()));
-            }
-        }
+        let mut env = served.link.env(&self.egress_ports());
+        env.extend(served.secrets.iter().map(SecretName::env_var));
         env
     }
 
@@ -249,6 +248,15 @@ impl SandboxService {
     pub async fn get_network(&self, p: &Principal, id: &str) -> Result<SandboxNetworkInfo, ServiceError> {
         self.owned_record(p, id).await?;
         let row = self.network_row(id).await?;
+        self.network_info(id, row).await
+    }
+
+    /// What `GET` and `PUT /v1/sandboxes/{id}/network` answer: `row` and the newest events.
+    async fn network_info(
+        &self,
+        id: &str,
+        row: SandboxNetworkRecord,
+    ) -> Result<SandboxNetworkInfo, ServiceError> {
         let filter = AuditFilter {
             sandbox_id: Some(id.to_owned()),
             action: Some("network.".into()),
@@ -259,10 +267,7 @@ impl SandboxService {
         let rows = self
             .db("read the audit log", move |s| s.query_audit(&filter))
             .await?;
-        let link: Option<NetworkLink> = match self.live_sandbox(id) {
-            Some(sb) => sb.handle.lock().await.as_ref().and_then(|h| h.network),
-            None => None,
-        };
+        let link = lock(&self.inner.served).get(id).map(|s| s.link);
         let ports = self.egress_ports();
         Ok(SandboxNetworkInfo {
             sandbox_id: id.to_owned(),
@@ -312,19 +317,22 @@ impl SandboxService {
             })
         })
         .await?;
-        if let Some(sb) = self.live_sandbox(id) {
+        // A sandbox not served right now (stopped) gets the new state from the store when it resumes.
+        let served = lock(&self.inner.served).contains_key(id);
+        if served {
             let sid: SandboxId = id
                 .parse()
                 .map_err(|e| ServiceError::internal("parse a sandbox id", &e))?;
-            if let Some(egress) = &self.inner.egress {
-                // A stopped sandbox is not served right now: the store has it for its resume.
-                if egress.set_policy(&sid, decode_policy(&row)?).is_ok() {
-                    self.push_secrets(&sid, Some(&p.tenant), &row.secrets).await?;
-                    lock(&self.inner.secret_names).insert(sb.id.clone(), row.secrets.clone());
-                }
+            self.egress()?
+                .set_policy(&sid, decode_policy(&row)?)
+                .map_err(|e| ServiceError::internal("change a sandbox's egress policy", &e))?;
+            let secrets = secret_names(&row.secrets)?;
+            self.push_secrets(&sid, Some(&p.tenant), &secrets).await?;
+            if let Some(s) = lock(&self.inner.served).get_mut(id) {
+                s.secrets = secrets;
             }
         }
-        self.get_network(p, id).await
+        self.network_info(id, row).await
     }
 
     /// The policy and secret names of a networked sandbox (for its forks), `None` for one with
@@ -333,23 +341,19 @@ impl SandboxService {
         &self,
         id: &str,
     ) -> Result<Option<(NetworkPolicy, Vec<String>)>, ServiceError> {
-        let sid = id.to_owned();
-        let row = self
-            .db("read a sandbox network", move |s| s.get_sandbox_network(&sid))
-            .await?;
-        row.map(|r| Ok((decode_policy(&r)?, r.secrets))).transpose()
+        self.stored_network(id)
+            .await?
+            .map(|r| Ok((decode_policy(&r)?, r.secrets)))
+            .transpose()
     }
 
     async fn network_row(&self, id: &str) -> Result<SandboxNetworkRecord, ServiceError> {
-        let sid = id.to_owned();
-        self.db("read a sandbox network", move |s| s.get_sandbox_network(&sid))
-            .await?
-            .ok_or_else(|| {
-                ServiceError::new(
-                    ErrorCode::InvalidRequest,
-                    format!("sandbox {id} has no network: create it with a `network` policy"),
-                )
-            })
+        self.stored_network(id).await?.ok_or_else(|| {
+            ServiceError::new(
+                ErrorCode::InvalidRequest,
+                format!("sandbox {id} has no network: create it with a `network` policy"),
+            )
+        })
     }
 
     /// `POST /v1/secrets`.
@@ -449,23 +453,20 @@ impl SandboxService {
 
     /// Gives the proxy the current values for every live sandbox of `tenant` that injects `name`.
     async fn refresh_secrets(&self, tenant: &str, name: &str) {
-        let live: Vec<_> = lock(&self.inner.live).values().cloned().collect();
-        for sb in live {
-            if sb.tenant().as_deref() != Some(tenant) {
+        let served: Vec<(String, Vec<SecretName>)> = lock(&self.inner.served)
+            .iter()
+            .filter(|(_, s)| s.secrets.iter().any(|n| n.as_str() == name))
+            .map(|(id, s)| (id.clone(), s.secrets.clone()))
+            .collect();
+        for (id, secrets) in served {
+            if self.live_sandbox(&id).and_then(|sb| sb.tenant()).as_deref() != Some(tenant) {
                 continue;
             }
-            let names = lock(&self.inner.secret_names)
-                .get(&sb.id)
-                .cloned()
-                .unwrap_or_default();
-            if !names.iter().any(|n| n == name) {
-                continue;
-            }
-            let Ok(id) = sb.id.parse::<SandboxId>() else {
+            let Ok(sid) = id.parse::<SandboxId>() else {
                 continue;
             };
-            if let Err(e) = self.push_secrets(&id, Some(tenant), &names).await {
-                tracing::warn!(sandbox_id = %sb.id, error = %e.message, "cannot refresh a sandbox's secrets");
+            if let Err(e) = self.push_secrets(&sid, Some(tenant), &secrets).await {
+                tracing::warn!(sandbox_id = %id, error = %e.message, "cannot refresh a sandbox's secrets");
             }
         }
     }
@@ -486,16 +487,8 @@ impl SandboxService {
                     Err(_) => break,
                 }
             }
-            let rows: Vec<NewAuditEntry> = batch.drain(..).map(|r| self.network_audit_row(r)).collect();
-            if let Err(e) = self
-                .db("write network audit rows", move |s| {
-                    let rows = with_tenants(s, rows)?;
-                    s.append_audit_batch(&rows).map(|_| ())
-                })
-                .await
-            {
-                tracing::error!(error = %e.message, "egress audit rows lost");
-            }
+            let rows = batch.drain(..).map(|r| self.network_audit_row(r)).collect();
+            self.write_network_rows(rows).await;
         }
         // Whatever is still queued at shutdown is written too.
         rx.close();
@@ -503,11 +496,19 @@ impl SandboxService {
             .map(|r| self.network_audit_row(r))
             .collect();
         if !rest.is_empty() {
-            let store = self.inner.store.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                with_tenants(&store, rest).and_then(|rows| store.append_audit_batch(&rows))
+            self.write_network_rows(rest).await;
+        }
+    }
+
+    async fn write_network_rows(&self, rows: Vec<NewAuditEntry>) {
+        let written = self
+            .db("write network audit rows", move |s| {
+                let rows = with_tenants(s, rows)?;
+                s.append_audit_batch(&rows).map(|_| ())
             })
             .await;
+        if let Err(e) = written {
+            tracing::error!(error = %e.message, "egress audit rows lost");
         }
     }
 
@@ -560,6 +561,17 @@ fn with_tenants(
         row.tenant = known[&id].clone();
     }
     Ok(rows)
+}
+
+/// Recorded secret names (checked when recorded).
+fn secret_names(names: &[String]) -> Result<Vec<SecretName>, ServiceError> {
+    names
+        .iter()
+        .map(|n| {
+            n.parse()
+                .map_err(|e| ServiceError::internal("parse a stored secret name", &e))
+        })
+        .collect()
 }
 
 fn decode_policy(row: &SandboxNetworkRecord) -> Result<NetworkPolicy, ServiceError> {

@@ -33,9 +33,8 @@ pub(crate) struct Inner {
     pub(crate) stop: CancellationToken,
     /// The egress proxy, when sandboxes may have a network.
     pub(crate) egress: Option<Arc<paddock_egress::Egress>>,
-    /// Names of the secrets injected for each networked sandbox served on the egress proxy (their
-    /// placeholders go into every process's environment).
-    pub(crate) secret_names: Mutex<HashMap<String, Vec<String>>>,
+    /// Networked sandboxes being served on the egress proxy, by id.
+    pub(crate) served: Mutex<HashMap<String, crate::network::Served>>,
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -65,7 +64,7 @@ impl SandboxService {
         let service = Self {
             inner: Arc::new(Inner {
                 egress,
-                secret_names: Mutex::new(HashMap::new()),
+                served: Mutex::new(HashMap::new()),
                 config,
                 backend: Arc::new(backend),
                 store: Arc::new(store),

@@ -68,6 +68,24 @@ fn from_json<T: for<'de> Deserialize<'de>>(what: &'static str, text: &str) -> Re
     })
 }
 
+/// The first four columns of a secret row: `tenant, name, hosts_json, created_at_ms`.
+struct InfoColumns(String, String, String, i64);
+
+impl InfoColumns {
+    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self(row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+    }
+
+    fn into_info(self) -> Result<SecretInfo, StoreError> {
+        Ok(SecretInfo {
+            tenant: self.0,
+            name: self.1,
+            hosts: from_json("secret hosts", &self.2)?,
+            created_at_ms: self.3,
+        })
+    }
+}
+
 impl Store {
     /// The egress state of sandbox `id`, if it is networked.
     pub fn get_sandbox_network(&self, id: &str) -> Result<Option<SandboxNetworkRecord>, StoreError> {
@@ -83,25 +101,10 @@ impl Store {
             )
             .map_err(StoreError::read("secrets"))?;
         let rows = stmt
-            .query_map([tenant], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, String>(2)?,
-                    row.get::<_, i64>(3)?,
-                ))
-            })
+            .query_map([tenant], InfoColumns::read)
             .map_err(StoreError::read("secrets"))?;
-        rows.map(|r| {
-            let (tenant, name, hosts, created_at_ms) = r.map_err(StoreError::read("secrets"))?;
-            Ok(SecretInfo {
-                tenant,
-                name,
-                hosts: from_json("secret hosts", &hosts)?,
-                created_at_ms,
-            })
-        })
-        .collect()
+        rows.map(|r| r.map_err(StoreError::read("secrets"))?.into_info())
+            .collect()
     }
 
     /// The tenant's secrets named in `names` that exist, with their values, in name order.
@@ -120,24 +123,13 @@ impl Store {
         for name in names {
             let row = stmt
                 .query_row((tenant, name), |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, String>(2)?,
-                        row.get::<_, i64>(3)?,
-                        row.get::<_, Vec<u8>>(4)?,
-                    ))
+                    Ok((InfoColumns::read(row)?, row.get::<_, Vec<u8>>(4)?))
                 })
                 .optional()
                 .map_err(StoreError::read("secret"))?;
-            if let Some((tenant, name, hosts, created_at_ms, value)) = row {
+            if let Some((info, value)) = row {
                 out.push(SecretRecord {
-                    info: SecretInfo {
-                        tenant,
-                        name,
-                        hosts: from_json("secret hosts", &hosts)?,
-                        created_at_ms,
-                    },
+                    info: info.into_info()?,
                     value,
                 });
             }

@@ -385,6 +385,10 @@ impl EgressRule {
     pub fn cidr(&self) -> Option<Cidr> {
         self.cidr
     }
+    /// The ports it covers (every port when empty).
+    pub fn ports(&self) -> &[PortRange] {
+        &self.ports
+    }
     /// Whether the rule covers `port`.
     pub fn covers_port(&self, port: u16) -> bool {
         self.ports.is_empty() || self.ports.iter().any(|r| r.contains(port))

@@ -153,6 +153,13 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
+impl RunArgs {
+    /// Whether the sandbox gets a network (a network flag or a secret).
+    pub fn wants_network(&self) -> bool {
+        self.net.any() || !self.secrets.is_empty()
+    }
+}
+
 /// Parses `10s`, `500ms`, `2m`, `1h` or a plain number of seconds (fractions allowed).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let err = || format!("invalid duration {s:?}: use e.g. 10s, 500ms, 2m or 1.5");

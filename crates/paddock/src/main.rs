@@ -144,7 +144,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let mut config = config::Config::resolve(&cli.global)?;
     // `run`'s egress proxy takes the operator's settings from the server's configuration file.
     let run_network = match &cli.command {
-        Command::Run(args) if args.net.policy()?.is_some() || !args.secrets.is_empty() => {
+        Command::Run(args) if args.wants_network() => {
             let serve = serve_config(&cli, &ServeArgs::default())?;
             config.network_subnet = serve.egress.subnet;
             serve.network_config()?

@@ -148,18 +148,12 @@ async fn serve_network(
         .context("the backend made no network link for the sandbox")?;
     let egress = paddock_egress::Egress::new(config.egress, std::sync::Arc::new(LogAudit))?;
     let listen = paddock_egress::SandboxListen::on_link(&link, &config.ports);
-    let names: Vec<String> = secrets.iter().map(|s| s.name().to_string()).collect();
+    let mut env = link.env(&config.ports);
+    env.extend(secrets.iter().map(|s| s.name().env_var()));
     egress
         .add_sandbox_at(handle.id.clone(), policy, listen, ca)
         .await?;
     egress.set_secrets(&handle.id, secrets)?;
-    let mut env = link.env(&config.ports);
-    for name in names {
-        env.push((
-            name.clone(),
-            format!("{}{name}", paddock_egress::PLACEHOLDER_PREFIX),
-        ));
-    }
     Ok(Network { egress, env })
 }
 
@@ -199,30 +193,26 @@ async fn run_async(
     }
     tracing::debug!(step = "gc", us = t.elapsed().as_micros() as u64);
     let mut spec = sandbox_spec(&args);
-    let policy = args.net.policy()?;
     let secrets = args
         .secrets
         .iter()
         .map(|s| parse_secret(s))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let wants_network = policy.is_some() || !secrets.is_empty();
-    let network_config = match (wants_network, network) {
+    let policy = args.net.policy()?.unwrap_or_default();
+    // The network's configuration and its CA, when the sandbox has one.
+    let network = match (args.wants_network(), network) {
         (false, _) => None,
-        (true, Some(n)) => Some(n),
         (true, None) => {
             anyhow::bail!("sandbox networks are disabled by the configuration ([egress] enabled = false)")
         }
-    };
-    let ca = match &network_config {
-        Some(n) => {
+        (true, Some(config)) => {
             let ca = paddock_egress::SandboxCaKey::generate(&spec.id)?;
             spec.network = Some(paddock_types::NetworkSpec {
-                ports: n.ports,
+                ports: config.ports,
                 ca_pem: ca.cert_pem().to_owned(),
             });
-            Some(ca)
+            Some((config, ca))
         }
-        None => None,
     };
     // Signals arriving during creation must still lead to teardown: install handlers first.
     let mut signals = Signals::new()?;
@@ -230,9 +220,9 @@ async fn run_async(
         .create_sandbox(&spec)
         .await
         .context("failed to create the sandbox")?;
-    let served = match (network_config, &ca) {
-        (Some(n), Some(ca)) => Some(serve_network(n, &handle, policy.unwrap_or_default(), secrets, ca).await),
-        _ => None,
+    let served = match network {
+        Some((config, ca)) => Some(serve_network(config, &handle, policy, secrets, &ca).await),
+        None => None,
     };
     let outcome = match served {
         Some(Err(e)) => Err(e.context("failed to serve the sandbox's network")),

@@ -588,20 +588,17 @@ fn the_cli_manages_secrets_and_sandbox_networks_on_a_server() {
     let fetch_allowed = fetch(&format!("http://allowed.test:{}/hello.txt", o.http), None);
     let out = ok(&["sandbox", "exec", &id, "--", "sh", "-c", &fetch_allowed]);
     assert!(out.contains("GOT hello from outside"), "{out}");
-    // (The server echoes the header, so this output does hold the value: read it directly.)
-    let echoed = cli(&[
-        "sandbox",
-        "exec",
-        &id,
-        "--",
-        "sh",
-        "-c",
-        &fetch(
-            &format!("https://secret.test:{}/echo", o.https),
-            Some("'Bearer ' + os.environ['GH']"),
-        ),
-    ]);
-    let out = String::from_utf8_lossy(&echoed.stdout);
+    // What the bound host received from the sandbox. (The server echoes the header, so this output
+    // does hold the value: it is read directly, not through `ok`.)
+    let fetch_secret = fetch(
+        &format!("https://secret.test:{}/echo", o.https),
+        Some("'Bearer ' + os.environ['GH']"),
+    );
+    let echo_of_secret = || {
+        let out = cli(&["sandbox", "exec", &id, "--", "sh", "-c", &fetch_secret]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = echo_of_secret();
     assert!(
         out.contains(&format!("auth=Bearer {SECRET_VALUE}")),
         "{out}\n{}",
@@ -649,19 +646,7 @@ fn the_cli_manages_secrets_and_sandbox_networks_on_a_server() {
     assert!(out.contains("GOT hello from outside"), "after a restart: {out}");
     let out = ok(&["sandbox", "exec", &id, "--", "sh", "-c", &fetch_allowed]);
     assert!(out.starts_with("ERR"), "after a restart: {out}");
-    let echoed = cli(&[
-        "sandbox",
-        "exec",
-        &id,
-        "--",
-        "sh",
-        "-c",
-        &fetch(
-            &format!("https://secret.test:{}/echo", o.https),
-            Some("'Bearer ' + os.environ['GH']"),
-        ),
-    ]);
-    let out = String::from_utf8_lossy(&echoed.stdout);
+    let out = echo_of_secret();
     assert!(
         out.contains(&format!("auth=Bearer {SECRET_VALUE}")),
         "after a restart: {out}"

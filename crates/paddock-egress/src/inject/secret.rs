@@ -38,6 +38,10 @@ impl SecretName {
     pub fn placeholder(&self) -> String {
         format!("{PLACEHOLDER_PREFIX}{}", self.0)
     }
+    /// The environment variable a sandbox's processes get for the secret: `NAME=paddock-secret:NAME`.
+    pub fn env_var(&self) -> (String, String) {
+        (self.0.clone(), self.placeholder())
+    }
 }
 
 impl FromStr for SecretName {

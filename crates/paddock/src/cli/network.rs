@@ -25,14 +25,18 @@ pub struct NetworkArgs {
 }
 
 impl NetworkArgs {
-    /// The policy, when any network flag was given.
-    pub fn policy(&self) -> anyhow::Result<Option<NetworkPolicy>> {
-        let any = self.network
+    /// Whether any network flag was given.
+    pub fn any(&self) -> bool {
+        self.network
             || !self.allow_domains.is_empty()
             || !self.allow_cidrs.is_empty()
             || !self.deny_domains.is_empty()
-            || !self.deny_cidrs.is_empty();
-        if !any {
+            || !self.deny_cidrs.is_empty()
+    }
+
+    /// The policy, when any network flag was given.
+    pub fn policy(&self) -> anyhow::Result<Option<NetworkPolicy>> {
+        if !self.any() {
             return Ok(None);
         }
         let allow = self

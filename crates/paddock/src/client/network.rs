@@ -24,7 +24,7 @@ pub async fn show_or_set(client: &ApiClient, args: NetworkCmdArgs) -> anyhow::Re
             .json(client.request(Method::PUT, &path).json(&request))
             .await?
     } else {
-        if args.net.policy()?.is_some() || !args.secrets.is_empty() {
+        if args.net.any() || !args.secrets.is_empty() {
             anyhow::bail!("policy flags change the network only with --set");
         }
         client.json(client.request(Method::GET, &path)).await?
@@ -45,11 +45,7 @@ fn rule_text(rule: &paddock_types::EgressRule) -> String {
     if rule.covers_all_ports() {
         target
     } else {
-        let json = serde_json::to_value(rule).unwrap_or_default();
-        let ports: Vec<String> = json["ports"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|p| p.as_str().map(str::to_owned)).collect())
-            .unwrap_or_default();
+        let ports: Vec<String> = rule.ports().iter().map(|p| p.to_string()).collect();
         format!("{target}:{}", ports.join(","))
     }
 }
