@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use paddock_protocol::{CommandSpec, FsEventKind, SpawnRequest, Stream};
 use paddock_runtime::agent_client::{AgentClient, ProcessEvent, WatchUpdate};
-use paddock_runtime::native::{IdRange, NativeBackend, NativeConfig};
+use paddock_runtime::native::NativeBackend;
 use paddock_runtime::{Adoption, Backend, RuntimeError, SandboxHandle};
 use paddock_types::{ByteSize, CpuQuota, Limits, RootfsSpec, SandboxId, SandboxSpec};
 
@@ -24,17 +24,7 @@ const CREATOR_ENV: &str = "PADDOCK_TEST_ADOPT_CREATOR";
 const MIB: u64 = 1 << 20;
 
 fn backend(state: &Path, cgroup_parent: &str) -> NativeBackend {
-    NativeBackend::open(NativeConfig {
-        state_dir: state.to_owned(),
-        pool_size: "8G".parse().expect("size"),
-        ids: IdRange::DEFAULT,
-        agent_binary: agent_bin(),
-        setup_binary: paddock_bin(),
-        cgroup_parent: cgroup_parent.to_owned(),
-        die_with_parent: false,
-        network_subnet: Default::default(),
-    })
-    .expect("open the native backend")
+    NativeBackend::open(native_config(state, cgroup_parent)).expect("open the native backend")
 }
 
 fn spec(id: &str) -> SandboxSpec {

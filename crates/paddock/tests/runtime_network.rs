@@ -20,25 +20,19 @@ use std::time::{Duration, Instant};
 use common::*;
 use paddock_protocol::{CommandSpec, SpawnRequest, Stream};
 use paddock_runtime::agent_client::{AgentClient, ProcessEvent};
-use paddock_runtime::native::{IdRange, NativeBackend, NativeConfig};
+use paddock_runtime::native::{NativeBackend, NativeConfig};
 use paddock_runtime::{Adoption, Backend, SandboxHandle};
 use paddock_types::{
-    ByteSize, EgressPorts, Limits, MountSpec, NetworkLink, NetworkSpec, RootfsSpec, SandboxId, SandboxSpec,
-    SnapshotId, VolumeSource, CA_BUNDLE_PATH, EGRESS_CA_PATH,
+    EgressPorts, MountSpec, NetworkLink, NetworkSpec, RootfsSpec, SandboxSpec, SnapshotId, VolumeSource,
+    CA_BUNDLE_PATH, EGRESS_CA_PATH,
 };
 
 const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBpaddocktestca\n-----END CERTIFICATE-----\n";
 
 fn backend(env: &TestEnv, subnet: &str) -> NativeBackend {
     NativeBackend::open(NativeConfig {
-        state_dir: env.state().to_owned(),
-        pool_size: "8G".parse().expect("size"),
-        ids: IdRange::DEFAULT,
-        agent_binary: agent_bin(),
-        setup_binary: paddock_bin(),
-        cgroup_parent: env.cgroup_parent.clone(),
-        die_with_parent: false,
         network_subnet: subnet.parse().expect("subnet"),
+        ..env.native_config()
     })
     .expect("open the native backend")
 }
@@ -52,45 +46,13 @@ fn require_network(backend: &NativeBackend) -> bool {
     true
 }
 
-/// Reclaims a failed test's sandboxes (their handles, dropped first, release their locks) before the
-/// environment destroys the pool.
-struct GcOnDrop<'a>(&'a TestEnv);
-
-impl Drop for GcOnDrop<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let _ = self.0.cmd().arg("gc").output();
-        }
-    }
-}
-
-fn plain_spec(id: &str) -> SandboxSpec {
-    SandboxSpec {
-        id: id.parse::<SandboxId>().expect("sandbox id"),
-        limits: Limits {
-            memory: Some(ByteSize::gib(1)),
-            cpus: None,
-            pids: Some(64),
-            disk: Some(ByteSize::gib(2)),
-        },
-        rootfs: RootfsSpec::Host,
-        mounts: Vec::new(),
-        workdir: None,
-        user: "user".parse().expect("user"),
-        env: Vec::new(),
-        volume: VolumeSource::Template,
-        volumes: Vec::new(),
-        network: None,
-    }
-}
-
 fn spec(id: &str) -> SandboxSpec {
     SandboxSpec {
         network: Some(NetworkSpec {
             ports: EgressPorts::default(),
             ca_pem: TEST_CA.to_owned(),
         }),
-        ..plain_spec(id)
+        ..host_spec(id)
     }
 }
 
@@ -100,12 +62,6 @@ fn link_of(handle: &SandboxHandle) -> NetworkLink {
 
 fn snapshot_id(s: &str) -> SnapshotId {
     s.parse().expect("snapshot id")
-}
-
-async fn connect(handle: &SandboxHandle) -> AgentClient {
-    AgentClient::connect(&handle.agent_socket)
-        .await
-        .expect("connect to the agent")
 }
 
 /// What a shell script (run as `user`, the default when `None`) printed, and its exit code.
@@ -849,7 +805,7 @@ async fn a_sandbox_without_network_sees_only_loopback() {
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env, "10.252.8.0/24");
-    let handle = backend.create_sandbox(&plain_spec("sb-1")).await.expect("create");
+    let handle = backend.create_sandbox(&host_spec("sb-1")).await.expect("create");
     assert_eq!(handle.network, None);
     assert!(!env.state().join("run/sb-1/netns").exists());
     let client = connect(&handle).await;
@@ -873,7 +829,7 @@ async fn create_time_with_and_without_network() {
     let _gc = GcOnDrop(&env);
     let backend = backend(&env, "10.252.9.0/24");
     // Warm up (template, caches).
-    for spec in [plain_spec("sb-warm"), spec("sb-warm-net")] {
+    for spec in [host_spec("sb-warm"), spec("sb-warm-net")] {
         let h = backend.create_sandbox(&spec).await.expect("create");
         backend.destroy_sandbox(h).await.expect("destroy");
     }
@@ -887,7 +843,7 @@ async fn create_time_with_and_without_network() {
             (true, &mut networked, &mut destroy_networked),
         ] {
             let id = format!("sb-{i}-{with}");
-            let s = if with { spec(&id) } else { plain_spec(&id) };
+            let s = if with { spec(&id) } else { host_spec(&id) };
             let t = Instant::now();
             let h = backend.create_sandbox(&s).await.expect("create");
             times.push(t.elapsed());

@@ -17,56 +17,16 @@ use paddock_protocol::{CommandSpec, SpawnRequest, Stream};
 use paddock_runtime::agent_client::{AgentClient, ProcessEvent};
 use paddock_runtime::native::{IdRange, NativeBackend, NativeConfig};
 use paddock_runtime::{Backend, RuntimeError, SandboxHandle};
-use paddock_types::{ByteSize, Limits, RootfsSpec, SandboxId, SandboxSpec, SnapshotId, VolumeSource};
+use paddock_types::{ByteSize, RootfsSpec, SandboxId, SandboxSpec, SnapshotId, VolumeSource};
 
 const MIB: u64 = 1 << 20;
 
 fn backend(env: &TestEnv) -> NativeBackend {
-    NativeBackend::open(NativeConfig {
-        state_dir: env.state().to_owned(),
-        pool_size: "8G".parse().expect("size"),
-        ids: IdRange::DEFAULT,
-        agent_binary: agent_bin(),
-        setup_binary: paddock_bin(),
-        cgroup_parent: env.cgroup_parent.clone(),
-        // Sandboxes are created from several threads here, and a parent-death signal fires when the
-        // creating *thread* exits; `GcOnDrop` reclaims them when a test fails instead.
-        die_with_parent: false,
-        network_subnet: Default::default(),
-    })
-    .expect("open the native backend")
-}
-
-/// Reclaims the sandboxes of a failed test (their handles, dropped first, release their locks) before
-/// the environment destroys the pool; a passing test has nothing left to reclaim.
-struct GcOnDrop<'a>(&'a TestEnv);
-
-impl Drop for GcOnDrop<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let _ = self.0.cmd().arg("gc").output();
-        }
-    }
+    NativeBackend::open(env.native_config()).expect("open the native backend")
 }
 
 fn spec(id: &str) -> SandboxSpec {
-    SandboxSpec {
-        id: sandbox_id(id),
-        limits: Limits {
-            memory: Some(ByteSize::gib(1)),
-            cpus: None,
-            pids: Some(64),
-            disk: Some(ByteSize::gib(2)),
-        },
-        rootfs: RootfsSpec::Host,
-        mounts: Vec::new(),
-        workdir: None,
-        user: "user".parse().expect("user"),
-        env: Vec::new(),
-        volume: VolumeSource::Template,
-        volumes: Vec::new(),
-        network: None,
-    }
+    host_spec(id)
 }
 
 fn fork_spec(id: &str, snapshot: &SnapshotId) -> SandboxSpec {
@@ -160,12 +120,6 @@ async fn background(client: &AgentClient, script: &str) {
         .spawn(request(script, None, true))
         .await
         .expect("spawn a background process");
-}
-
-async fn connect(handle: &SandboxHandle) -> AgentClient {
-    AgentClient::connect(&handle.agent_socket)
-        .await
-        .expect("connect to the agent")
 }
 
 fn process_gone(pid: i32) -> bool {

@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use paddock_control::{SandboxService, ServiceConfig, TemplateConfig};
-use paddock_runtime::native::{IdRange, NativeBackend, NativeConfig};
+use paddock_runtime::native::NativeBackend;
 use paddock_runtime::AnyBackend;
 use paddock_store::Store;
 use paddock_types::{Limits, RootfsSpec};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::common::{agent_bin, paddock_bin, require_root, TestEnv};
+use crate::common::{require_root, TestEnv};
 
 /// How long one plain (non-streaming) request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -106,7 +106,7 @@ impl Harness {
         };
         // The backend first: it only takes over a state directory that is new, empty or its own, and
         // the database file would make the fresh directory look foreign.
-        let backend = NativeBackend::open(native_config(h.env())).expect("open the native backend");
+        let backend = NativeBackend::open(h.env().native_config()).expect("open the native backend");
         let store = Store::open(&h.env().state().join("paddock.db")).expect("open the store");
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(4)
@@ -254,23 +254,10 @@ impl Drop for Harness {
     }
 }
 
-fn native_config(env: &TestEnv) -> NativeConfig {
-    NativeConfig {
-        state_dir: env.state().to_owned(),
-        pool_size: "8G".parse().expect("size"),
-        ids: IdRange::DEFAULT,
-        agent_binary: agent_bin(),
-        setup_binary: paddock_bin(),
-        cgroup_parent: env.cgroup_parent.clone(),
-        die_with_parent: false,
-        network_subnet: Default::default(),
-    }
-}
-
 /// Reclaims what the service left running (warm sandboxes belong to no tenant, so no API call can
 /// kill them) and reaps their inits, which are this process's children.
 fn reclaim_leftovers(env: &TestEnv) -> Vec<String> {
-    let reclaimed = match NativeBackend::open(native_config(env)) {
+    let reclaimed = match NativeBackend::open(env.native_config()) {
         Ok(backend) => backend.collect_garbage_now().unwrap_or_else(|e| {
             eprintln!("teardown: gc failed: {e}");
             Vec::new()
