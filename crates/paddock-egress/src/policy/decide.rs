@@ -230,8 +230,18 @@ mod tests {
     fn label() -> impl Strategy<Value = String> {
         "[a-z0-9]([a-z0-9-]{0,8}[a-z0-9])?"
     }
+    /// A domain name: labels, the last one starting with a letter as top-level domains do (all-digit
+    /// labels could otherwise spell an IPv4 literal, such as `1.3.4.9` below a suffix `3.4.9`,
+    /// which is no name).
     fn domain() -> impl Strategy<Value = String> {
-        prop::collection::vec(label(), 1..4).prop_map(|l| l.join("."))
+        (
+            prop::collection::vec(label(), 0..3),
+            "[a-z]([a-z0-9-]{0,8}[a-z0-9])?",
+        )
+            .prop_map(|(mut l, tld)| {
+                l.push(tld);
+                l.join(".")
+            })
     }
     fn any_rule() -> impl Strategy<Value = EgressRule> {
         let ports = prop::collection::vec(1u16..=65535, 0..3);
