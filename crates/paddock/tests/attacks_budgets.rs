@@ -3,7 +3,9 @@
 //! (its user namespace is owned by a uid of its own, so the kernel counts its instances apart from
 //! host root's); kernel AIO is refused, so `fs.aio-nr`, a host-wide budget, does not move; and a
 //! sandbox with 128 MiB of memory cannot park much more than that in loopback TCP buffers (on this
-//! cgroup v1 host they are counted apart from `memory.limit_in_bytes`).
+//! cgroup v1 host they are counted apart from `memory.limit_in_bytes`); a sandbox holding every
+//! pseudo-terminal it can leaves other sandboxes theirs (the host-wide pool of PTYs outside the
+//! host's own is 3,072).
 
 #[path = "common/api_harness.rs"]
 #[expect(dead_code, reason = "api.rs uses the rest of the harness")]
@@ -224,5 +226,41 @@ fn loopback_socket_buffers_count_against_the_memory_limit() {
         if let Ok(tcp) = std::fs::read_to_string(tcp) {
             eprintln!("memory.kmem.tcp.max_usage_in_bytes: {}", tcp.trim());
         }
+    });
+}
+
+/// Holds as many pseudo-terminals as it can open (with its open-file limit raised as far as it may),
+/// reports `count errno`.
+const HOLD_PTYS: &str = r#"
+import os, resource, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+held, errno = [], 0
+while len(held) < 10000:
+    try:
+        held.append(os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY))
+    except OSError as e:
+        errno = e.errno
+        break
+with open("/tmp/report.new", "w") as f:
+    f.write(f"{len(held)} {errno}")
+os.rename("/tmp/report.new", "/tmp/report")
+time.sleep(3600)
+"#;
+
+#[test]
+fn pseudo_terminals_are_capped_per_sandbox() {
+    let Some(h) = Harness::start() else { return };
+    let cap = u64::from(paddock_runtime::native::setup::plan::SANDBOX_MAX_PTYS);
+    h.block_on(async {
+        let a = h.admin.new_tenant("pty-a").await;
+        let b = h.admin.new_tenant("pty-b").await;
+        let greedy = a.create_sandbox(json!({})).await;
+        let other = b.create_sandbox(json!({})).await;
+        let (held, errno) = parse_pair(&background_report(&a, &greedy, HOLD_PTYS).await);
+        eprintln!("the first sandbox holds {held} pseudo-terminals (then errno {errno})");
+        assert_eq!((held, errno), (cap, libc::ENOSPC), "the per-sandbox cap");
+        let (other_held, _) = parse_pair(&background_report(&b, &other, HOLD_PTYS).await);
+        assert_eq!(other_held, cap, "the other sandbox's pseudo-terminals");
     });
 }
