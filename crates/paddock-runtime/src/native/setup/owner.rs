@@ -10,7 +10,7 @@
 //! other sandbox and for every root service of the host. Owned by a uid of its own, a sandbox
 //! exhausts only its own budget.
 //!
-//! The uids come from [`OwnerPool::DEFAULT`]: a range no host user, no sandbox (the sandbox id
+//! The uids come from [`OwnerPool::default_pool`]: a range no host user, no sandbox (the sandbox id
 //! range [`IdRange`]) and no host process uses; a uid owns capabilities over the namespaces it
 //! owns, so it must never be a uid anything on the host runs as. Which one a sandbox gets is
 //! arbitrated by the kernel with `flock(2)`: uid `N` is taken while someone holds the lock on
@@ -24,9 +24,10 @@
 //! epoll watches, SCM_RIGHTS in flight) are charged to the uid a process runs as, and every
 //! sandbox's `user` is the same host uid; ARCHITECTURE.md says how those are bounded.
 
-use std::io;
+use std::collections::BTreeSet;
+use std::io::{self, Read};
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use serde::{Deserialize, Serialize};
@@ -77,11 +78,16 @@ pub struct OwnerUid {
 }
 
 /// Takes the lowest free uid of `pool` (`flock(LOCK_EX | LOCK_NB)` on `<dir>/<uid>`, created if
-/// missing). Refuses a lock directory that is not a root-owned directory writable by root alone (or
-/// that is a symlink): anyone able to hold those locks could make two sandboxes share a uid.
+/// missing), skipping any uid `/etc/passwd` names (a real host user must never own a sandbox's
+/// namespace). Refuses a lock directory that is not a root-owned directory writable by root alone
+/// (or that is a symlink): anyone able to hold those locks could make two sandboxes share a uid.
 pub fn allocate_owner(pool: &OwnerPool) -> Result<OwnerUid, String> {
     let dir = open_lock_dir(pool)?;
+    let users = host_user_uids(Path::new("/etc/passwd"));
     for uid in pool.base..pool.base.saturating_add(pool.count) {
+        if users.contains(&uid) {
+            continue;
+        }
         let name = uid.to_string();
         let file = rustix::fs::openat(
             &dir,
@@ -100,6 +106,19 @@ pub fn allocate_owner(pool: &OwnerPool) -> Result<OwnerUid, String> {
         "no free user-namespace owner uid: all {} of {}.. are taken by live sandboxes",
         pool.count, pool.base
     ))
+}
+
+/// The uids `passwd` (a file in `/etc/passwd`'s format) names; empty if it cannot be read (the pool's
+/// range is far above the ranges distributions give users anyway). At most 16 MiB are read.
+fn host_user_uids(passwd: &Path) -> BTreeSet<u32> {
+    let mut text = String::new();
+    let read = std::fs::File::open(passwd).and_then(|f| f.take(16 << 20).read_to_string(&mut text));
+    if read.is_err() {
+        return BTreeSet::new();
+    }
+    text.lines()
+        .filter_map(|line| line.split(':').nth(2)?.trim().parse().ok())
+        .collect()
 }
 
 /// Opens (creating it and its parent if missing, mode 0700) the lock directory, checked.
@@ -171,6 +190,19 @@ mod tests {
         assert_eq!(allocate_owner(&pool).expect("released").uid, 5_001);
         let mode = std::fs::metadata(&pool.dir).expect("dir").permissions();
         assert_eq!(std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777, 0o700);
+    }
+
+    #[test]
+    fn uids_of_host_users_are_read_from_passwd() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let passwd = dir.path().join("passwd");
+        std::fs::write(
+            &passwd,
+            "root:x:0:0:root:/root:/bin/bash\nodd\nbig:x:1000065537:100::/:/bin/sh\nbad:x:x:1::/:\n",
+        )
+        .expect("write");
+        assert_eq!(host_user_uids(&passwd), BTreeSet::from([0, 1_000_065_537]));
+        assert!(host_user_uids(&dir.path().join("missing")).is_empty());
     }
 
     #[test]
