@@ -191,7 +191,10 @@ fn tiocsti_is_refused_under_tty() {
     assert_eq!(code, Some(0), "{out}");
     // ENOTTY is the seccomp ioctl allowlist's answer; the kernel itself never gives it for TIOCSTI
     // on a terminal (it injects, or answers EIO/EPERM), so this shows the filter refused it.
-    assert!(out.contains("refused 25"), "TIOCSTI not refused by the filter with ENOTTY: {out}");
+    assert!(
+        out.contains("refused 25"),
+        "TIOCSTI not refused by the filter with ENOTTY: {out}"
+    );
     assert!(!out.contains("INJECTED"), "{out}");
     env.assert_clean();
 }
