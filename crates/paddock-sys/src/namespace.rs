@@ -89,7 +89,15 @@ pub fn is_single_threaded() -> io::Result<bool> {
 /// exit while the process that spawned it keeps waiting for the sandbox. Refuses with `EINVAL`-kind
 /// error unless the process is single-threaded, because a forked child of a multi-threaded process
 /// may only call async-signal-safe functions.
-pub fn clone_into_namespaces(ns: Namespaces, sibling: bool) -> io::Result<CloneResult> {
+///
+/// With `owner` (and a new user namespace), the namespace is owned by that host uid and gid instead
+/// of the caller's: the kernel makes the creator's effective ids the owner, so the caller (host
+/// root) takes them as its effective uid and gid for the clone alone, keeping its real and saved
+/// ids (root) and, through `SECBIT_NO_SETUID_FIXUP`, its capabilities, and takes back uid and gid
+/// 0 right after, in the parent. A real uid of root also keeps the child's process count out of
+/// the owner's `RLIMIT_NPROC`. The child's credentials are the new namespace's (all capabilities
+/// in it, the securebits reset); it becomes the namespace's root with [`become_namespace_root`].
+pub fn clone_into_namespaces(ns: Namespaces, sibling: bool, owner: Option<u32>) -> io::Result<CloneResult> {
     if !is_single_threaded()? {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -100,7 +108,79 @@ pub fn clone_into_namespaces(ns: Namespaces, sibling: bool) -> io::Result<CloneR
     if sibling {
         flags |= libc::CLONE_PARENT as libc::c_ulong;
     }
-    // SAFETY: the process is single-threaded (checked above), so the child is an exact copy with one
+    let Some(owner) = owner.filter(|_| ns.user) else {
+        return raw_clone(flags);
+    };
+    let assumed = OwnerIds::assume(owner)?;
+    let cloned = raw_clone(flags);
+    // The child's credentials are the new namespace's: nothing to restore there.
+    if !matches!(cloned, Ok(CloneResult::Child)) {
+        assumed.restore()?;
+    }
+    cloned
+}
+
+/// `SECBIT_NO_SETUID_FIXUP`: changing uids does not clear the capability sets.
+const SECBIT_NO_SETUID_FIXUP: libc::c_ulong = 1 << 2;
+
+/// The caller's securebits while it acts with a namespace owner's effective ids.
+struct OwnerIds {
+    securebits: libc::c_ulong,
+}
+
+impl OwnerIds {
+    /// Keeps capabilities across uid changes, then takes `owner` as effective uid and gid (real and
+    /// saved stay 0). The caller must be root, single-threaded (checked by the caller).
+    fn assume(owner: u32) -> io::Result<Self> {
+        // SAFETY: PR_GET_SECUREBITS takes no pointer; it returns the bits or -1.
+        let securebits = unsafe { libc::prctl(libc::PR_GET_SECUREBITS) };
+        if securebits < 0 {
+            return Err(io::Error::other(format!(
+                "failed to read the securebits: {}",
+                io::Error::last_os_error()
+            )));
+        }
+        let securebits = securebits as libc::c_ulong;
+        set_securebits(securebits | SECBIT_NO_SETUID_FIXUP)?;
+        let root_u = nix::unistd::Uid::from_raw(0);
+        let root_g = nix::unistd::Gid::from_raw(0);
+        let assumed = nix::unistd::setresgid(root_g, nix::unistd::Gid::from_raw(owner), root_g)
+            .and_then(|()| nix::unistd::setresuid(root_u, nix::unistd::Uid::from_raw(owner), root_u));
+        let this = Self { securebits };
+        if let Err(e) = assumed {
+            let _ = this.restore();
+            return Err(io::Error::other(format!(
+                "failed to take uid {owner} to own the user namespace: {e}"
+            )));
+        }
+        Ok(this)
+    }
+
+    /// Back to uid and gid 0 and the securebits found.
+    fn restore(self) -> io::Result<()> {
+        let root_u = nix::unistd::Uid::from_raw(0);
+        let root_g = nix::unistd::Gid::from_raw(0);
+        nix::unistd::setresuid(root_u, root_u, root_u)
+            .and_then(|()| nix::unistd::setresgid(root_g, root_g, root_g))
+            .map_err(|e| io::Error::other(format!("failed to become root again after the clone: {e}")))?;
+        set_securebits(self.securebits)
+    }
+}
+
+fn set_securebits(bits: libc::c_ulong) -> io::Result<()> {
+    // SAFETY: PR_SET_SECUREBITS takes the bits by value, no pointer.
+    if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, bits) } < 0 {
+        return Err(io::Error::other(format!(
+            "failed to set the securebits: {}",
+            io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
+/// `clone(2)` with `flags`, fork-style; the caller checked that the process is single-threaded.
+fn raw_clone(flags: libc::c_ulong) -> io::Result<CloneResult> {
+    // SAFETY: the process is single-threaded (checked by the caller), so the child is an exact copy with one
     // thread and may run arbitrary code; a null stack makes clone behave like fork (the child continues
     // on a copy-on-write duplicate of the caller's stack); the remaining pointer arguments (parent tid,
     // child tid, tls) are unused for these flags and passed as null.
@@ -242,4 +322,30 @@ pub fn pidfd_open(pid: i32) -> io::Result<std::os::fd::OwnedFd> {
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pid must be positive"))?;
     rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
         .map_err(|e| io::Error::other(format!("failed to open a pidfd for {pid:?}: {e}")))
+}
+
+/// `NS_GET_OWNER_UID`: `_IO(0xb7, 0x4)` from `linux/nsfs.h`.
+const NS_GET_OWNER_UID: libc::c_ulong = 0xb704;
+
+/// The host uid that owns the user namespace of process `pid` (`NS_GET_OWNER_UID` on
+/// `/proc/<pid>/ns/user`), as seen from the caller's user namespace.
+pub fn user_namespace_owner(pid: i32) -> io::Result<u32> {
+    let path = format!("/proc/{pid}/ns/user");
+    let ns = rustix::fs::open(
+        path.as_str(),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| io::Error::other(format!("failed to open {path}: {e}")))?;
+    let mut uid: libc::uid_t = 0;
+    use std::os::fd::AsRawFd;
+    // SAFETY: `ns` is an open nsfs descriptor; NS_GET_OWNER_UID writes one `uid_t` through the
+    // pointer, which points to the live, exclusively borrowed `uid`.
+    if unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_OWNER_UID, std::ptr::from_mut(&mut uid)) } < 0 {
+        return Err(io::Error::other(format!(
+            "failed to read the owner of {path}: {}",
+            io::Error::last_os_error()
+        )));
+    }
+    Ok(uid)
 }

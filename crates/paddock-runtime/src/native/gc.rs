@@ -6,6 +6,10 @@
 //! an import whose process died (`transfer/staging.rs`), and the pool's trash (subvolumes whose
 //! deletion a crash interrupted). A sandbox prepared for a rollback (`<id>.next`) is a sandbox like any
 //! other here: its own run directory, lock, cgroups and subvolume.
+//!
+//! Garbage collection never fails because of one item: whatever a sandbox left (nested subvolumes
+//! included, which the pool deletes too), an item that cannot be reclaimed is logged and skipped,
+//! and the next gc tries again. `paddock serve` runs it at start, so a start never depends on it.
 
 use std::fs;
 use std::time::Duration;
@@ -18,7 +22,8 @@ use crate::RuntimeError;
 const STAGING_GRACE: Duration = Duration::from_secs(60);
 
 impl NativeBackend {
-    /// Reclaims every abandoned sandbox; returns their ids.
+    /// Reclaims every abandoned sandbox; returns the ids of those reclaimed. One that cannot be
+    /// reclaimed (completely) is logged and left for the next gc, never an error of the whole.
     pub fn collect_garbage_now(&self) -> Result<Vec<String>, RuntimeError> {
         self.pool.empty_trash();
         let run = self.config.state_dir.join("run");
@@ -50,14 +55,19 @@ impl NativeBackend {
                 match StateLock::try_acquire(&entry.path().join("lock")) {
                     Ok(Some(_lock)) => {
                         tracing::info!(sandbox_id = %id, "reclaiming abandoned sandbox");
-                        self.reclaim(&id)?;
-                        reclaimed.push(id);
+                        if self.reclaim_logged(&id) {
+                            reclaimed.push(id);
+                        } else {
+                            // Its leftovers are not an orphan's: do not try them twice.
+                            alive.push(id);
+                        }
                     }
                     Ok(None) => alive.push(id),
                     Err(e) => {
                         // The run dir may vanish under us when its owner finishes teardown.
                         if entry.path().exists() {
-                            return Err(e);
+                            tracing::warn!(sandbox_id = %id, error = %e, "cannot check a sandbox's lock; gc will retry");
+                            alive.push(id);
                         }
                     }
                 }
@@ -74,9 +84,21 @@ impl NativeBackend {
                 continue;
             }
             tracing::info!(sandbox_id = %id, "reclaiming orphaned cgroup or subvolume");
-            self.reclaim(&id)?;
-            reclaimed.push(id);
+            if self.reclaim_logged(&id) {
+                reclaimed.push(id);
+            }
         }
         Ok(reclaimed)
+    }
+
+    /// [`Self::reclaim`], logging a failure instead of returning it; whether it succeeded.
+    fn reclaim_logged(&self, id: &str) -> bool {
+        match self.reclaim(id) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(sandbox_id = %id, error = %e, "cannot reclaim all of a sandbox; gc will retry");
+                false
+            }
+        }
     }
 }

@@ -18,6 +18,7 @@ use super::adopt::InitRecord;
 use super::cgroup::SandboxCgroup;
 use super::lock::StateLock;
 use super::network::{netns_pin, BootNetwork, PendingLink};
+use super::setup::owner::OwnerPool;
 use super::setup::{SetupOutcome, SetupSpec};
 use super::NativeBackend;
 use crate::{
@@ -244,6 +245,7 @@ impl NativeBackend {
                 .network
                 .as_ref()
                 .map(|_| netns_pin(&self.run_dir(id.as_str()))),
+            owners: OwnerPool::default_pool(),
         };
         let t = std::time::Instant::now();
         // The shim starts, joins the cgroups, clones and maps ids while the volume is snapshotted here

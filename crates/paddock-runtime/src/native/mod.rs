@@ -103,6 +103,12 @@ impl NativeBackend {
                 config.agent_binary.display()
             )));
         }
+        if setup::owner::OwnerPool::default_pool().overlaps(config.ids) {
+            return Err(RuntimeError::InvalidConfig(format!(
+                "the sandbox id range {}..+{} overlaps the uids that own sandboxes' user namespaces",
+                config.ids.base, config.ids.count
+            )));
+        }
         let cgroups = CgroupLayout::detect(&config.cgroup_parent)?;
         if paddock_sys::landlock::kernel_abi().is_none() {
             tracing::warn!(

@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use super::ioctls::{allowed_ioctls, IOCTL_REFUSED_ERRNO};
+
 /// A system-call policy: what happens to each listed system call, and the errno for the rest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SeccompPolicy {
@@ -77,6 +79,7 @@ pub enum Decision {
 pub(super) const EPERM: u32 = libc::EPERM as u32;
 pub(super) const ENOSYS: u32 = libc::ENOSYS as u32;
 pub(super) const EAFNOSUPPORT: u32 = libc::EAFNOSUPPORT as u32;
+pub(super) const ENOTTY: u32 = libc::ENOTTY as u32;
 
 /// System call numbers: libc's, plus the x86_64 numbers of calls newer than the libc crate in use.
 #[expect(non_upper_case_globals, reason = "named like libc's SYS_* constants")]
@@ -113,7 +116,7 @@ fn strip_sys(name: &'static str) -> &'static str {
 
 /// The default sandbox policy for x86_64 (see the module docs).
 pub fn default_policy() -> SeccompPolicy {
-    use RuleAction::{Allow, AllowIfArgEquals, AllowUnlessArgEquals, AllowUnlessArgMasked, Errno};
+    use RuleAction::{Allow, AllowIfArgEquals, AllowUnlessArgMasked, Errno};
     let namespaces = [
         libc::CLONE_NEWNS,
         libc::CLONE_NEWUTS,
@@ -125,7 +128,6 @@ pub fn default_policy() -> SeccompPolicy {
     ]
     .iter()
     .fold(0, |mask, &flag| mask | flag as u64);
-    let injecting_ioctls = [libc::TIOCSTI, libc::TIOCLINUX].map(|cmd| cmd & 0xffff_ffff);
     // PER_LINUX, PER_LINUX32, UNAME26, UNAME26 | PER_LINUX32, and 0xffffffff which only queries.
     let personalities = [0, 0x0008, 0x2_0000, 0x2_0008, 0xffff_ffff];
     let families = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK].map(|af| af as u64);
@@ -183,11 +185,9 @@ pub fn default_policy() -> SeccompPolicy {
             SYS_time, SYS_getitimer, SYS_setitimer, SYS_timer_create, SYS_timer_settime, SYS_timer_gettime,
             SYS_timer_getoverrun, SYS_timer_delete, SYS_timerfd_create, SYS_timerfd_settime,
             SYS_timerfd_gettime;
-        Allow, "waiting for events, and asynchronous I/O other than io_uring":
+        Allow, "waiting for events":
             SYS_poll, SYS_ppoll, SYS_select, SYS_pselect6, SYS_epoll_create, SYS_epoll_create1,
-            SYS_epoll_ctl, SYS_epoll_wait, SYS_epoll_pwait, SYS_epoll_pwait2, SYS_eventfd, SYS_eventfd2,
-            SYS_io_setup, SYS_io_destroy, SYS_io_submit, SYS_io_cancel, SYS_io_getevents,
-            SYS_io_pgetevents;
+            SYS_epoll_ctl, SYS_epoll_wait, SYS_epoll_pwait, SYS_epoll_pwait2, SYS_eventfd, SYS_eventfd2;
         Allow, "socket operations, bounded by the network namespace and the egress proxy":
             SYS_bind, SYS_connect, SYS_listen, SYS_accept, SYS_accept4, SYS_getsockname, SYS_getpeername,
             SYS_sendto, SYS_recvfrom, SYS_sendmsg, SYS_recvmsg, SYS_sendmmsg, SYS_recvmmsg, SYS_shutdown,
@@ -203,13 +203,19 @@ pub fn default_policy() -> SeccompPolicy {
         "new processes and threads, but no new namespaces": SYS_clone;
         Errno(ENOSYS), "clone3's flags are in memory BPF cannot read; ENOSYS makes libc fall back to clone":
             SYS_clone3;
-        AllowUnlessArgEquals { arg: 1, values: injecting_ioctls.to_vec(), errno: EPERM },
-        "device control, except TIOCSTI and TIOCLINUX which inject input into a terminal": SYS_ioctl;
+        AllowIfArgEquals { arg: 1, values: allowed_ioctls(), errno: IOCTL_REFUSED_ERRNO },
+        "device control: only the requests of the ioctl allowlist (ioctls.rs, a reason per group); \
+         the rest, btrfs subvolume requests and TIOCSTI included, fail as not supported": SYS_ioctl;
         AllowIfArgEquals { arg: 0, values: personalities.to_vec(), errno: EPERM },
         "execution domains: no ADDR_NO_RANDOMIZE or other flags weakening hardening": SYS_personality;
         AllowIfArgEquals { arg: 0, values: families.to_vec(), errno: EAFNOSUPPORT },
         "only UNIX, IPv4, IPv6 and netlink sockets": SYS_socket, SYS_socketpair;
 
+        Errno(ENOSYS), "kernel AIO: io_setup reserves events from the host-wide fs.aio-max-nr budget, \
+         which no cgroup bounds (one call can take all of it from every other tenant); ENOSYS is \
+         what a kernel without AIO answers, so libaio users fall back to threads":
+            SYS_io_setup, SYS_io_destroy, SYS_io_submit, SYS_io_cancel, SYS_io_getevents,
+            SYS_io_pgetevents;
         Errno(EPERM), "io_uring escapes seccomp and has been a rich source of kernel bugs":
             SYS_io_uring_setup, SYS_io_uring_enter, SYS_io_uring_register;
         Errno(EPERM), "kernel attack surface with no use in a sandbox":
@@ -281,6 +287,7 @@ mod tests {
             | (libc::CLONE_THREAD | libc::CLONE_SYSVSEM | libc::CLONE_SETTLS) as u64
             | (libc::CLONE_PARENT_SETTID | libc::CLONE_CHILD_CLEARTID) as u64;
         let (allow, eperm) = (Decision::Allow, Decision::Errno(EPERM));
+        let (enotty, enosys) = (Decision::Errno(ENOTTY), Decision::Errno(ENOSYS));
         let cases = [
             (libc::SYS_getpid, 0, 0, allow),
             (libc::SYS_unshare, 0, NEWUSER, eperm),
@@ -289,10 +296,19 @@ mod tests {
             (libc::SYS_clone, 0, SIGCHLD, allow),
             (libc::SYS_clone, 0, thread, allow),
             (libc::SYS_clone3, 0, 0, Decision::Errno(ENOSYS)),
-            (libc::SYS_ioctl, 1, TIOCSTI, eperm),
-            (libc::SYS_ioctl, 1, 0xdead_0000_0000 | TIOCSTI, eperm),
-            (libc::SYS_ioctl, 1, TIOCLINUX, eperm),
+            (libc::SYS_ioctl, 1, TIOCSTI, enotty),
+            (libc::SYS_ioctl, 1, 0xdead_0000_0000 | TIOCSTI, enotty),
+            (libc::SYS_ioctl, 1, TIOCLINUX, enotty),
             (libc::SYS_ioctl, 1, TCGETS, allow),
+            (libc::SYS_ioctl, 1, 0xdead_0000_0000 | TCGETS, allow),
+            (libc::SYS_ioctl, 1, libc::TIOCGPTPEER, allow),
+            (libc::SYS_ioctl, 1, libc::FICLONE, allow),
+            (libc::SYS_ioctl, 1, BTRFS_IOC_SUBVOL_CREATE, enotty),
+            (libc::SYS_ioctl, 1, BTRFS_IOC_SNAP_CREATE_V2, enotty),
+            (libc::SYS_ioctl, 1, BTRFS_IOC_TREE_SEARCH, enotty),
+            (libc::SYS_ioctl, 1, 0, enotty),
+            (libc::SYS_io_setup, 0, 0, enosys),
+            (libc::SYS_io_submit, 0, 0, enosys),
             (libc::SYS_io_uring_setup, 0, 0, eperm),
             (libc::SYS_personality, 0, 0xffff_ffff, allow),
             (libc::SYS_personality, 0, NO_ASLR, eperm),

@@ -1,7 +1,7 @@
 //! Values and policies that the tests feed to both [`decide`](super::decide) and the compiled filter.
 
 use super::compile::MAX_ERRNO;
-pub(super) use super::policy::{EAFNOSUPPORT, ENOSYS, EPERM};
+pub(super) use super::policy::{EAFNOSUPPORT, ENOSYS, ENOTTY, EPERM};
 use super::{default_policy, RuleAction, SeccompPolicy, SyscallRule};
 
 pub(super) const EINVAL: u32 = libc::EINVAL as u32;
@@ -11,6 +11,12 @@ pub(super) const NEWNET: u64 = libc::CLONE_NEWNET as u64;
 pub(super) const TCGETS: u64 = libc::TCGETS;
 pub(super) const TIOCSTI: u64 = libc::TIOCSTI;
 pub(super) const TIOCLINUX: u64 = libc::TIOCLINUX;
+/// `BTRFS_IOC_SUBVOL_CREATE`: `_IOW(0x94, 14, struct btrfs_ioctl_vol_args)` (4096 bytes).
+pub(super) const BTRFS_IOC_SUBVOL_CREATE: u64 = 0x5000_940e;
+/// `BTRFS_IOC_SNAP_CREATE_V2`: `_IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2)` (4096 bytes).
+pub(super) const BTRFS_IOC_SNAP_CREATE_V2: u64 = 0x5000_9417;
+/// `BTRFS_IOC_TREE_SEARCH`: `_IOWR(0x94, 17, struct btrfs_ioctl_search_args)` (4096 bytes).
+pub(super) const BTRFS_IOC_TREE_SEARCH: u64 = 0xd000_9411;
 pub(super) const NO_ASLR: u64 = libc::ADDR_NO_RANDOMIZE as u64;
 pub(super) const AF_INET6: u64 = libc::AF_INET6 as u64;
 pub(super) const AF_PACKET: u64 = libc::AF_PACKET as u64;

@@ -1,7 +1,8 @@
 //! Writing a sandbox's cgroup limits: once at creation and again whenever they change (a warm sandbox
 //! claimed with other limits). One code path for both, so a limit set at creation and the same limit
 //! set later are the same files with the same values. A limit that is `None` is removed (`max`, or
-//! `-1` on v1), which at creation is the kernel's default anyway.
+//! `-1` on v1), which at creation is the kernel's default anyway. On v1 the memory limit also bounds
+//! socket buffers (`memory.kmem.tcp.limit_in_bytes`), which that hierarchy counts apart.
 
 use std::fs;
 use std::io;
@@ -41,6 +42,7 @@ impl SandboxCgroup {
             return Ok(());
         }
         let value = bytes.map_or("-1".to_owned(), |b| b.to_string());
+        self.set_socket_memory(&value, bytes)?;
         let limit = self.memory.join("memory.limit_in_bytes");
         let memsw = self.memory.join("memory.memsw.limit_in_bytes");
         if !memsw.exists() {
@@ -58,6 +60,23 @@ impl SandboxCgroup {
             write_file(file, &value).map_err(|e| memory_error(e, bytes))?;
         }
         Ok(())
+    }
+
+    /// On cgroup v1, socket buffers (TCP, and UDP, which the kernel charges to the same counter) are
+    /// not part of `memory.limit_in_bytes`: without a limit of their own a sandbox could park
+    /// gigabytes of host memory in loopback connections. `memory.kmem.tcp.limit_in_bytes` gets the
+    /// memory limit (`-1`, no limit, when it has none: writing it also turns the accounting on).
+    /// A host whose v1 memory controller lacks the file cannot bound them: refused. (On v2 socket
+    /// memory is part of `memory.max`.)
+    fn set_socket_memory(&self, value: &str, bytes: Option<u64>) -> Result<(), RuntimeError> {
+        let tcp = self.memory.join("memory.kmem.tcp.limit_in_bytes");
+        if !tcp.exists() {
+            return Err(RuntimeError::Unsupported(format!(
+                "{} is missing: this cgroup v1 memory controller cannot bound a sandbox's socket buffers,                  and paddock refuses to run sandboxes without that bound",
+                tcp.display()
+            )));
+        }
+        write_file(&tcp, value).map_err(|e| memory_error(e, bytes))
     }
 
     fn set_cpu(&self, cpus: Option<CpuQuota>) -> Result<(), RuntimeError> {

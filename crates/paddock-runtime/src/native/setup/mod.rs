@@ -7,7 +7,8 @@
 //!
 //! Order of operations (each step's failure is reported and the half-built sandbox is killed):
 //! 1. shim (host root, host namespaces): join the sandbox's cgroups, bind the agent's listening socket,
-//!    open the agent binary, clone the init into new user/mount/pid/net/ipc/uts/cgroup namespaces as a
+//!    open the agent binary, take a user-namespace owner uid of the sandbox's own (see [`owner`]),
+//!    clone the init into new user/mount/pid/net/ipc/uts/cgroup namespaces owned by it as a
 //!    sibling (`CLONE_PARENT`), write its uid/gid maps, release it, wait for its exec or its error. A
 //!    networked sandbox's shim first joins the network namespace its host made and clones without
 //!    `CLONE_NEWNET`.
@@ -24,6 +25,7 @@
 //! signals); no signal is blocked.
 
 mod mounts;
+pub mod owner;
 pub mod plan;
 
 use std::fs;
@@ -37,6 +39,7 @@ use paddock_types::{MountSpec, RootfsSpec};
 use serde::{Deserialize, Serialize};
 
 use super::users::IdRange;
+use owner::{OwnerPool, OWNER_LOCK_FD};
 use plan::HostEntry;
 
 /// Everything the shim needs, as typed JSON (never environment variables).
@@ -80,6 +83,8 @@ pub struct SetupSpec {
     /// routes or firewall; and the host already brought its loopback up.
     #[serde(default)]
     pub netns: Option<PathBuf>,
+    /// Where the owner of the sandbox's user namespace comes from ([`owner`]).
+    pub owners: OwnerPool,
 }
 
 #[cfg(test)]
@@ -101,6 +106,7 @@ impl SetupSpec {
             die_with_parent: true,
             parent_pid: 1,
             netns: None,
+            owners: OwnerPool::default_pool(),
         }
     }
 }
@@ -250,11 +256,15 @@ fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> 
             Namespaces::ALL_BUT_NET
         }
     };
-    match namespace::clone_into_namespaces(namespaces, true).map_err(|e| format!("clone: {e}"))? {
+    // Held by the init from here on (the clone shares the locked file description).
+    let owner = owner::allocate_owner(&spec.owners)?;
+    let cloned = namespace::clone_into_namespaces(namespaces, true, Some(owner.uid));
+    match cloned.map_err(|e| format!("clone: {e}"))? {
         CloneResult::Child => {
             drop(go_tx);
             drop(err_rx);
             let inherited = Inherited {
+                owner_lock: &owner.lock,
                 go: go_rx,
                 caller: caller.as_ref(),
                 listener: &listener,
@@ -346,6 +356,8 @@ fn read_top_level(spec: &SetupSpec) -> Result<Vec<(String, HostEntry)>, String> 
 
 /// Descriptors the init inherits from the shim.
 struct Inherited<'a> {
+    /// The lock on its user namespace's owner uid, kept by the agent for the sandbox's life.
+    owner_lock: &'a OwnedFd,
     /// Readable once the shim has written the uid/gid maps.
     go: OwnedFd,
     /// A pidfd of the caller, when the sandbox dies with it.
@@ -431,11 +443,14 @@ fn init(
     use paddock_sys::exec;
     // Move the agent's descriptor out of the way of the numbers installed below.
     let agent = rustix::io::fcntl_dupfd_cloexec(fds.agent, 10).map_err(|e| format!("dup agent fd: {e}"))?;
+    let owner_lock =
+        rustix::io::fcntl_dupfd_cloexec(fds.owner_lock, 10).map_err(|e| format!("dup owner lock fd: {e}"))?;
     exec::install_fd(fds.null.as_fd(), 0).map_err(|e| format!("stdin: {e}"))?;
     exec::install_fd(fds.null.as_fd(), 1).map_err(|e| format!("stdout: {e}"))?;
     exec::install_fd(fds.log.as_fd(), 2).map_err(|e| format!("stderr: {e}"))?;
     exec::install_fd(fds.listener.as_fd(), 3).map_err(|e| format!("listener: {e}"))?;
-    exec::cloexec_from(4).map_err(|e| format!("close_range: {e}"))?;
+    exec::install_fd(owner_lock.as_fd(), OWNER_LOCK_FD).map_err(|e| format!("owner lock: {e}"))?;
+    exec::cloexec_from(OWNER_LOCK_FD as u32 + 1).map_err(|e| format!("close_range: {e}"))?;
     exec::reset_signal_dispositions();
     exec::unblock_all_signals().map_err(|e| format!("signal mask: {e}"))?;
     let err = exec::exec_fd(

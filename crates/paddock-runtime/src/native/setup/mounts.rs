@@ -102,7 +102,7 @@ pub fn execute(
                 };
                 mount::mount_fs("proc", &at(root, target), attrs, "")?;
             }
-            MountStep::Devpts { target } => {
+            MountStep::Devpts { target, max_ptys } => {
                 let attrs = MountAttrs {
                     readonly: false,
                     nosuid: true,
@@ -113,7 +113,7 @@ pub fn execute(
                     "devpts",
                     &at(root, target),
                     attrs,
-                    "newinstance,ptmxmode=0666,mode=0620,gid=5",
+                    &format!("newinstance,ptmxmode=0666,mode=0620,gid=5,max={max_ptys}"),
                 )?;
             }
             MountStep::Mkdir { target } => {

@@ -11,6 +11,13 @@ use paddock_types::RootfsSpec;
 
 use super::SetupSpec;
 
+/// The most pseudo-terminals one sandbox holds at once. Every devpts instance but the host's draws
+/// from one host-wide pool (`kernel.pty.max` minus `kernel.pty.reserve`: 3,072 by default), so
+/// without a cap one sandbox could take them all and every other sandbox's PTY sessions would fail
+/// (measured: 3,071 held by one, then `ENOSPC` in the next). 64 is far more than interactive
+/// sessions need.
+pub const SANDBOX_MAX_PTYS: u32 = 64;
+
 /// One step, with `target` relative to the new root ("" is the root itself).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MountStep {
@@ -43,6 +50,8 @@ pub enum MountStep {
     Devpts {
         /// Where.
         target: String,
+        /// The most pseudo-terminals it may hold at once (`max=`).
+        max_ptys: u32,
     },
     /// Create a directory.
     Mkdir {
@@ -249,6 +258,7 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
     });
     steps.push(MountStep::Devpts {
         target: "dev/pts".into(),
+        max_ptys: SANDBOX_MAX_PTYS,
     });
     steps.push(MountStep::Symlink {
         target: "dev/ptmx".into(),
@@ -403,7 +413,7 @@ mod tests {
                 | MountStep::BindInRoot { target, .. }
                 | MountStep::Tmpfs { target, .. }
                 | MountStep::Proc { target }
-                | MountStep::Devpts { target } => Some(target.clone()),
+                | MountStep::Devpts { target, .. } => Some(target.clone()),
                 MountStep::Symlink { target, .. } => Some(target.clone()),
                 _ => None,
             })
