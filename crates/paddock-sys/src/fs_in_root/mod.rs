@@ -9,6 +9,12 @@
 //! refused (`InvalidInput`). Recursive removal walks directory descriptors opened with `O_NOFOLLOW`,
 //! so a symlink inside the tree is removed, never followed.
 //!
+//! For the host's own code touching trees a sandbox wrote (its volume, snapshots, stopped copies,
+//! imports): [`Root::read_regular`] reads a regular file, bounded, with no symlink anywhere on the
+//! way, without ever opening a fifo or device for reading; [`Root::replace_file`] puts a new file in
+//! place of whatever is there; [`walk_tree`] walks a tree depth-first holding one directory
+//! descriptor at a time, however deep or wide it is.
+//!
 //! Everything goes through rustix's safe wrappers; this module has no `unsafe` of its own.
 //!
 //! What this module does not do: decide which user may touch what (the caller runs with the
@@ -22,6 +28,12 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
+
+mod regular;
+mod walk;
+
+pub use regular::{open_regular_at, reopen, Symlinks};
+pub use walk::{walk_tree, WalkEntry, WalkError, WalkStep};
 
 /// How many times a resolution is retried when the kernel reports a concurrent rename (`EAGAIN`).
 const RESOLVE_RETRIES: usize = 16;
@@ -251,7 +263,22 @@ impl Root {
 /// `openat2(dirfd, path, flags, mode, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, retried on `EAGAIN`
 /// (a concurrent rename or mount was detected during `..` resolution).
 fn resolve(dirfd: BorrowedFd<'_>, path: &OsStr, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
-    let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+    resolve_with(dirfd, path, flags, mode, Symlinks::FollowInRoot)
+}
+
+/// [`resolve`], refusing every symlink on the way (`RESOLVE_NO_SYMLINKS`, `ELOOP`) with
+/// [`Symlinks::Refuse`].
+fn resolve_with(
+    dirfd: BorrowedFd<'_>,
+    path: &OsStr,
+    flags: OFlags,
+    mode: Mode,
+    symlinks: Symlinks,
+) -> io::Result<OwnedFd> {
+    let resolve = match symlinks {
+        Symlinks::FollowInRoot => ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+        Symlinks::Refuse => ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_SYMLINKS,
+    };
     let path = if path.is_empty() { OsStr::new(".") } else { path };
     let mut attempt = 0;
     loop {
