@@ -37,6 +37,7 @@ pub use error::ServiceError;
 pub use exec::stream_bytes;
 pub use files::WriteFileOptions;
 pub use network::NetworkConfig;
+pub use paddock_runtime::ExportOptions;
 pub use principal::Principal;
 pub use service::SandboxService;
 pub use streams::{ByteStream, ExecStream, FileDownload, WatchStream};

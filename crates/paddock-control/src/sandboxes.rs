@@ -564,8 +564,16 @@ impl SandboxService {
                 format!("sandbox {id} is already {}", record.state.as_str()),
             ));
         }
-        self.end_sandbox(id, SandboxState::Killed, "killed", Some(p), "sandbox.kill")
+        let ended = self
+            .end_sandbox(id, SandboxState::Killed, "killed", Some(p), "sandbox.kill")
             .await?;
+        if !ended {
+            // A stop finished in between: it is a stopped sandbox now, killed as one.
+            let record = self.owned_record(p, id).await?;
+            if record.state == SandboxState::Stopped {
+                return self.kill_stopped(p, id).await;
+            }
+        }
         Ok(())
     }
 

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use paddock_runtime::{Backend, ImportLimits, RuntimeError, TransferSummary};
+use paddock_runtime::{Backend, ExportOptions, ImportLimits, RuntimeError, TransferSummary};
 use paddock_store::{NewSnapshot, SnapshotKind, SnapshotRecord, StoreError};
 use paddock_types::api::{ErrorCode, SnapshotInfo};
 use paddock_types::SnapshotId;
@@ -91,8 +91,14 @@ fn transfer_error(what: &'static str, e: RuntimeError) -> ServiceError {
 }
 
 impl SandboxService {
-    /// Streams a snapshot of `p`'s tenant as a POSIX tar archive.
-    pub async fn export_snapshot(&self, p: &Principal, id: &str) -> Result<ByteStream, ServiceError> {
+    /// Streams a snapshot of `p`'s tenant as a POSIX tar archive (setuid and setgid bits cleared
+    /// unless `options` keep them; the audit row says which, and how many were cleared).
+    pub async fn export_snapshot(
+        &self,
+        p: &Principal,
+        id: &str,
+        options: ExportOptions,
+    ) -> Result<ByteStream, ServiceError> {
         let record = self.owned_snapshot(p, id).await?;
         let snapshot: SnapshotId = record.id.parse().map_err(|_| snapshot_not_found(id))?;
         let (tx, mut rx) = mpsc::channel::<Piece>(4);
@@ -104,7 +110,7 @@ impl SandboxService {
         };
         let job = tokio::task::spawn_blocking(move || {
             let mut writer = writer;
-            let result = backend.export_snapshot(&snapshot, &mut writer);
+            let result = backend.export_snapshot(&snapshot, &options, &mut writer);
             (result, writer.buf, writer.sent)
         });
         let service = self.clone();
@@ -122,7 +128,7 @@ impl SandboxService {
                 ),
             };
             let piece = service
-                .finish_export(&principal, &record, result, tail, sent)
+                .finish_export(&principal, &record, &options, result, tail, sent)
                 .await;
             let _ = tx.send(piece).await;
         });
@@ -157,12 +163,13 @@ impl SandboxService {
         &self,
         p: &Principal,
         record: &SnapshotRecord,
+        options: &ExportOptions,
         result: Result<TransferSummary, RuntimeError>,
         tail: Vec<u8>,
         sent: u64,
     ) -> Piece {
-        let (outcome, error, entries) = match result {
-            Ok(summary) => ("ok".to_owned(), None, Some(summary.entries)),
+        let (outcome, error, summary) = match result {
+            Ok(summary) => ("ok".to_owned(), None, Some(summary)),
             Err(e) => {
                 let error = transfer_error("export a snapshot", e);
                 (error.code.as_str().to_owned(), Some(error), None)
@@ -174,7 +181,9 @@ impl SandboxService {
             .detail(serde_json::json!({
                 "snapshot": record.id,
                 "bytes_out": bytes_out,
-                "entries": entries,
+                "entries": summary.map(|s| s.entries),
+                "keep_setid": options.keep_setid,
+                "setid_cleared": summary.map(|s| s.setid_cleared),
             }));
         match (self.audit(entry).await, error) {
             (_, Some(e)) | (Err(e), None) => Piece::Failed(e),

@@ -405,8 +405,13 @@ impl SandboxService {
             .parse()
             .map_err(|e| ServiceError::internal("parse a snapshot id", &e))?;
         let started = Instant::now();
+        // The handle's lock is the sandbox's operation lock, held until the rolled-back sandbox is
+        // in place: an end (kill, expiry, stop, the reaper) coming meanwhile waits for it and ends
+        // the new sandbox, or, if it took the old one out of the live map first, the commit below
+        // sees that and tears down what the rollback made. No init is left that nothing holds.
         sb.set_restarting(true);
-        let handle = sb.handle.lock().await.take().ok_or_else(|| {
+        let mut guard = sb.handle.lock().await;
+        let handle = guard.take().ok_or_else(|| {
             ServiceError::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
         })?;
         let backend = self.inner.backend.clone();
@@ -419,6 +424,8 @@ impl SandboxService {
         let handle = match restarted {
             Ok(handle) => handle,
             Err(e) => {
+                // The backend removed everything of the sandbox.
+                drop(guard);
                 let error = runtime_error("roll a sandbox back", e);
                 self.end_sandbox(
                     id,
@@ -431,9 +438,9 @@ impl SandboxService {
                 return Err(error);
             }
         };
-        let replaced = self.replace_live(&sb, handle).await;
+        let committed = self.commit_restart(p, &sb, guard, handle).await;
         sb.set_restarting(false);
-        replaced?;
+        committed?;
         let consumed = req.snapshot.is_none();
         let row = AuditEntry::ok(p, "sandbox.rollback", Some(id))
             .detail(serde_json::json!({ "snapshot": record.id, "consumed": consumed }))
@@ -459,19 +466,56 @@ impl SandboxService {
         self.get_sandbox(p, id).await
     }
 
-    /// Puts a restarted sandbox's new handle and agent connection in place of the old ones.
-    async fn replace_live(&self, old: &Arc<LiveSandbox>, handle: SandboxHandle) -> Result<(), ServiceError> {
+    /// Puts a restarted sandbox's new handle and agent connection in place of `old`, whose handle
+    /// lock (`guard`, emptied) the caller held through the restart. The live map is changed only if
+    /// it still holds `old`: if an end took it out meanwhile, the new sandbox is destroyed here
+    /// (the end found no handle to destroy) and the restart fails with `sandbox_not_running`.
+    async fn commit_restart(
+        &self,
+        p: &Principal,
+        old: &Arc<LiveSandbox>,
+        guard: tokio::sync::MutexGuard<'_, Option<SandboxHandle>>,
+        handle: SandboxHandle,
+    ) -> Result<(), ServiceError> {
         let client = match AgentClient::connect(&handle.agent_socket).await {
             Ok(c) => c,
             Err(e) => {
                 let error = ServiceError::internal("connect to a restarted agent", &e);
+                drop(guard);
                 self.destroy_handle(handle).await;
+                self.end_sandbox(
+                    &old.id,
+                    paddock_store::SandboxState::Failed,
+                    "rollback_failed",
+                    Some(p),
+                    "sandbox.lost",
+                )
+                .await?;
                 return Err(error);
             }
         };
         let owner = lock(&old.owner).clone();
         let fresh = Arc::new(LiveSandbox::new(old.id.clone(), client, handle, owner));
-        lock(&self.inner.live).insert(old.id.clone(), fresh);
+        let replaced = {
+            let mut live = lock(&self.inner.live);
+            match live.get(&old.id) {
+                Some(current) if Arc::ptr_eq(current, old) => {
+                    live.insert(old.id.clone(), fresh.clone());
+                    true
+                }
+                _ => false,
+            }
+        };
+        drop(guard);
+        if !replaced {
+            if let Some(handle) = fresh.handle.lock().await.take() {
+                self.destroy_handle(handle).await;
+            }
+            return Err(ServiceError::new(
+                ErrorCode::SandboxNotRunning,
+                format!("sandbox {} ended during its rollback", old.id),
+            ));
+        }
         Ok(())
     }
 

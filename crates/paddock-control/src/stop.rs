@@ -37,21 +37,30 @@ impl SandboxService {
     ) -> Result<(), ServiceError> {
         // Its agent goes away on purpose: the reaper must not take it for a death.
         sb.set_restarting(true);
-        let handle = sb.handle.lock().await.take().ok_or_else(|| {
+        // Held until the backend is done: an operation that restarts the sandbox (a rollback) is
+        // either finished or not begun.
+        let mut guard = sb.handle.lock().await;
+        let handle = guard.take().ok_or_else(|| {
             ServiceError::new(
                 ErrorCode::SandboxNotRunning,
                 format!("sandbox {} is ending", sb.id),
             )
         })?;
-        lock(&self.inner.live).remove(&sb.id);
+        {
+            let mut live = lock(&self.inner.live);
+            if live.get(&sb.id).is_some_and(|current| Arc::ptr_eq(current, sb)) {
+                live.remove(&sb.id);
+            }
+        }
         self.detach_network(&handle.id);
         let backend = self.inner.backend.clone();
         let runtime = tokio::runtime::Handle::current();
         let stopped = tokio::task::spawn_blocking(move || {
             runtime.block_on(async move { backend.stop_sandbox(handle).await })
         })
-        .await
-        .map_err(|e| ServiceError::internal("stop a sandbox", &e))?;
+        .await;
+        drop(guard);
+        let stopped = stopped.map_err(|e| ServiceError::internal("stop a sandbox", &e))?;
         if let Err(e) = stopped {
             let error = runtime_error("stop a sandbox", e);
             self.end_sandbox(
@@ -74,23 +83,37 @@ impl SandboxService {
         }
         .into_row();
         let sid = sb.id.clone();
-        self.db("record a stop", move |s| {
-            s.transaction(|tx| {
-                tx.set_sandbox_paused(&sid, false)?;
-                if tx.transition_sandbox(
-                    &sid,
-                    &[SandboxState::Running],
-                    SandboxState::Stopped,
-                    now_ms(),
-                    None,
-                )? {
-                    tx.set_sandbox_expiry(&sid, None)?;
-                    tx.append_audit(&row_with_time(entry))?;
-                }
-                Ok::<_, StoreError>(())
+        let recorded = self
+            .db("record a stop", move |s| {
+                s.transaction(|tx| {
+                    tx.set_sandbox_paused(&sid, false)?;
+                    let stopped = tx.transition_sandbox(
+                        &sid,
+                        &[SandboxState::Running],
+                        SandboxState::Stopped,
+                        now_ms(),
+                        None,
+                    )?;
+                    if stopped {
+                        tx.set_sandbox_expiry(&sid, None)?;
+                        tx.append_audit(&row_with_time(entry))?;
+                    }
+                    Ok::<_, StoreError>(stopped)
+                })
             })
-        })
-        .await?;
+            .await?;
+        if !recorded {
+            // Ended (killed, expired) while it was stopping: the files it kept go with it.
+            if let Ok(id) = sb.id.parse::<SandboxId>() {
+                if let Err(e) = self.inner.backend.delete_stopped(&id).await {
+                    tracing::warn!(sandbox_id = %sb.id, error = %e, "stopped file system not freed; the next start will");
+                }
+            }
+            return Err(ServiceError::new(
+                ErrorCode::SandboxNotRunning,
+                format!("sandbox {} ended while it was being stopped", sb.id),
+            ));
+        }
         self.inner.metrics.sandbox_ended("stopped");
         Ok(())
     }
@@ -136,20 +159,27 @@ impl SandboxService {
                     .outcome(format!("error: {}", e.message))
                     .into_row();
                 let sid = id.to_owned();
-                self.db("record a failed resume", move |s| {
-                    s.transaction(|tx| {
-                        tx.transition_sandbox(
-                            &sid,
-                            &[SandboxState::Creating],
-                            SandboxState::Stopped,
-                            now_ms(),
-                            None,
-                        )?;
-                        tx.append_audit(&row_with_time(row))?;
-                        Ok::<_, StoreError>(())
+                let kept = self
+                    .db("record a failed resume", move |s| {
+                        s.transaction(|tx| {
+                            let kept = tx.transition_sandbox(
+                                &sid,
+                                &[SandboxState::Creating],
+                                SandboxState::Stopped,
+                                now_ms(),
+                                None,
+                            )?;
+                            tx.append_audit(&row_with_time(row))?;
+                            Ok::<_, StoreError>(kept)
+                        })
                     })
-                })
-                .await?;
+                    .await?;
+                if !kept {
+                    // Killed while it was resuming: the files put back go too.
+                    if let Err(e) = self.inner.backend.delete_stopped(&sandbox_id).await {
+                        tracing::warn!(sandbox_id = %id, error = %e, "stopped file system not freed; the next start will");
+                    }
+                }
                 return Err(e);
             }
         };

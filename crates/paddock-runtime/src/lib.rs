@@ -19,7 +19,7 @@ pub mod native;
 use std::path::PathBuf;
 
 pub use error::RuntimeError;
-pub use native::transfer::{ImportLimits, TransferSummary};
+pub use native::transfer::{ExportOptions, ImportLimits, TransferSummary};
 pub use native::{NativeBackend, NativeConfig, NetworkSubnet, VolumeUsage};
 use paddock_types::{ByteSize, Limits, SandboxId, SandboxSpec, SnapshotId, VolumeId};
 use serde::{Deserialize, Serialize};
@@ -183,12 +183,14 @@ pub trait Backend {
     /// Every snapshot that exists, whoever took it (for garbage collection against records).
     fn list_snapshots(&self) -> Result<Vec<SnapshotId>, RuntimeError>;
     /// Writes `snapshot` to `out` as a POSIX (pax) tar stream: its tree with owners as the sandbox
-    /// sees them, modes, mtimes, symlinks, hard links and file contents (fifos, sockets and devices
-    /// are skipped). [`RuntimeError::InvalidSpec`] if it does not exist; [`RuntimeError::Stream`] if
-    /// `out` fails. Blocking, and as long as the stream: call it from a blocking thread.
+    /// sees them, modes (setuid and setgid cleared unless `options` keep them), mtimes, symlinks,
+    /// hard links and file contents (fifos, sockets and devices are skipped).
+    /// [`RuntimeError::InvalidSpec`] if it does not exist; [`RuntimeError::Stream`] if `out` fails.
+    /// Blocking, and as long as the stream: call it from a blocking thread.
     fn export_snapshot(
         &self,
         snapshot: &SnapshotId,
+        options: &ExportOptions,
         out: &mut dyn std::io::Write,
     ) -> Result<TransferSummary, RuntimeError>;
     /// Creates the read-only snapshot `snapshot` from the tar stream `input` (as
@@ -348,10 +350,11 @@ impl Backend for AnyBackend {
     fn export_snapshot(
         &self,
         snapshot: &SnapshotId,
+        options: &ExportOptions,
         out: &mut dyn std::io::Write,
     ) -> Result<TransferSummary, RuntimeError> {
         match self {
-            Self::Native(b) => b.export_snapshot(snapshot, out),
+            Self::Native(b) => b.export_snapshot(snapshot, options, out),
         }
     }
     fn import_snapshot(

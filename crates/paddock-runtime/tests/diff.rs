@@ -838,3 +838,58 @@ proptest! {
         prop_assert_eq!(diff(&t2, &text_options()).entries, vec![]);
     }
 }
+
+/// This process's open descriptors now.
+fn open_fds() -> usize {
+    fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+/// A walk 100 levels deep holds a bounded number of descriptors (outer directories are closed and
+/// reopened when the walk comes back), and still sees what comes after a deep subtree at every level:
+/// through `..` where both sides were entered, from the root where the subtree exists on one side only.
+#[test]
+fn deep_trees_are_compared_with_bounded_descriptors() {
+    let t = trees();
+    let depth = 100;
+    let mut rel = String::from("home");
+    for level in 0..depth {
+        // After the deeper `d` in byte order: compared once the walk is back at this level.
+        both(&t, &format!("{rel}/z"), "same");
+        write(&t.new, &format!("{rel}/z"), format!("changed at {level}"));
+        if level % 10 == 5 {
+            // A subtree on the new side only, deeper than the descriptors kept.
+            write(&t.new, &format!("{rel}/c{}/leaf", "/c".repeat(20)), "added");
+        }
+        rel.push_str("/d");
+    }
+    let baseline = open_fds();
+    let (done, watch) = mpsc::channel::<()>();
+    let sampler = std::thread::spawn(move || {
+        let mut most = 0;
+        while watch.try_recv().is_err() {
+            most = most.max(open_fds());
+            std::thread::yield_now();
+        }
+        most
+    });
+    let d = diff(&t, &DiffOptions::default());
+    done.send(()).expect("stop the sampler");
+    let most = sampler.join().expect("sampler");
+    assert!(!d.truncated);
+    let modified: Vec<_> = d
+        .entries
+        .iter()
+        .filter(|e| e.change == Change::Modified && e.path.ends_with("/z"))
+        .collect();
+    assert_eq!(modified.len(), depth, "{:#?}", d.entries);
+    let added_leaves = d
+        .entries
+        .iter()
+        .filter(|e| e.change == Change::Added && e.path.ends_with("/leaf"))
+        .count();
+    assert_eq!(added_leaves, depth / 10);
+    assert!(
+        most <= baseline + 24,
+        "the diff held up to {most} descriptors (baseline {baseline}) at depth {depth}"
+    );
+}

@@ -8,7 +8,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -181,6 +181,21 @@ pub fn bind_tree_onto(source: &Path, target: BorrowedFd<'_>, attrs: MountAttrs) 
         MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
     )
     .map_err(|e| with_path(source, "failed to attach a clone of", e))
+}
+
+/// A new mount of the file (or directory) `file` alone, attached nowhere: `open_tree(file, "",
+/// AT_EMPTY_PATH | OPEN_TREE_CLONE)`, which returns an `O_PATH` descriptor of the same inode as the
+/// root of the clone. The kernel names a file on such a mount relative to the mount's root, so a
+/// process holding it (its executable, an open descriptor, a mapping) shows `/` in
+/// `/proc/<pid>/exe`, `fd/` and `maps` instead of the file's path on the host. The mount lives as
+/// long as a descriptor or mapping refers to it; its attributes are the original mount's.
+pub fn clone_detached(file: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    use rustix::mount::OpenTreeFlags;
+    Ok(rustix::mount::open_tree(
+        file,
+        "",
+        OpenTreeFlags::AT_EMPTY_PATH | OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+    )?)
 }
 
 /// Mounts a new file system of type `fstype` (tmpfs, proc, devpts, mqueue) at `target`.

@@ -12,7 +12,7 @@
 mod api_harness;
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -118,6 +118,15 @@ async fn export(c: &Client, snapshot: &str) -> Reply {
     Client::send(c.request(Method::GET, &format!("/v1/snapshots/{snapshot}/export"))).await
 }
 
+/// An export that keeps setuid and setgid bits (a default export clears them).
+async fn export_keeping_setid(c: &Client, snapshot: &str) -> Reply {
+    Client::send(
+        c.request(Method::GET, &format!("/v1/snapshots/{snapshot}/export"))
+            .query(&[("keep_setid", "true")]),
+    )
+    .await
+}
+
 async fn import(c: &Client, archive: Vec<u8>, query: &[(&str, &str)]) -> Reply {
     Client::send(
         c.request(Method::POST, "/v1/snapshots/import")
@@ -166,11 +175,31 @@ fn a_snapshot_round_trips_through_export_and_import() {
             .ok(201);
         let sid = snap["id"].as_str().expect("id").to_owned();
 
-        let exported = export(&a, &sid).await;
+        // The round trip is exact when set-id bits are asked for ...
+        let exported = export_keeping_setid(&a, &sid).await;
         assert_eq!(exported.status, 200, "{exported:?}");
         assert_eq!(exported.content_type, "application/x-tar");
         let archive = exported.body.to_vec();
         assert!(archive.len() > 3_000_000 && archive.len().is_multiple_of(512), "{}", archive.len());
+
+        // ... and by default the same members come without them.
+        let plain = export(&a, &sid).await;
+        assert_eq!(plain.status, 200, "{plain:?}");
+        let modes: BTreeMap<String, u32> = tar::Archive::new(&plain.body[..])
+            .entries()
+            .expect("entries")
+            .map(|e| {
+                let e = e.expect("entry");
+                (
+                    String::from_utf8_lossy(&e.path_bytes()).into_owned(),
+                    e.header().mode().expect("mode"),
+                )
+            })
+            .collect();
+        assert_eq!(modes["home/user/t/run.sh"], 0o755, "setuid cleared");
+        assert_eq!(modes["home/user/t/shared/"], 0o775, "setgid cleared");
+        assert_eq!(modes["home/user/t/empty/"], 0o1777, "sticky kept");
+        assert_eq!(plain.body.len(), archive.len());
 
         // Another tenant cannot export it (nor tell it exists).
         let foreign = export(&b, &sid).await;
@@ -217,7 +246,7 @@ fn a_snapshot_round_trips_through_export_and_import() {
         assert_eq!(a.sh(&again, "cat /home/user/t/plain").await, "hello\n");
 
         // Export of the imported snapshot gives an equivalent archive (same size: same members).
-        let re = export(&a, &iid).await;
+        let re = export_keeping_setid(&a, &iid).await;
         assert_eq!(re.status, 200);
         assert_eq!(re.body.len(), archive.len());
 
@@ -528,9 +557,12 @@ fn cli_export_and_import() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let size = std::fs::metadata(&file).expect("written").len();
     assert!(size > 0 && size.is_multiple_of(512), "{size}");
-    // To stdout (not a terminal here) it is the same archive.
+    // To stdout (not a terminal here) it is the same archive, with set-id bits kept or not.
     let out = cli(&h, &key, &["snapshot", "export", &sid], None);
     assert!(out.status.success());
+    assert_eq!(out.stdout.len() as u64, size);
+    let out = cli(&h, &key, &["snapshot", "export", "--keep-setid", &sid], None);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.stdout.len() as u64, size);
 
     let out = cli(

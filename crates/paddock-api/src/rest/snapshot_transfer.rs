@@ -7,8 +7,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
-use paddock_control::SandboxService;
-use paddock_types::api::{ImportSnapshotQuery, SnapshotInfo};
+use paddock_control::{ExportOptions, SandboxService};
+use paddock_types::api::{ExportSnapshotQuery, ImportSnapshotQuery, SnapshotInfo};
 
 use crate::rest::files::{body_stream, download};
 use crate::{ApiError, ApiPath, ApiQuery, Auth};
@@ -17,13 +17,16 @@ use crate::{ApiError, ApiPath, ApiQuery, Auth};
 ///
 /// The archive holds the snapshot's tree (`etc/`, `home/`, `root/`, `tmp/`) with owners as the
 /// sandbox sees them, permission bits, modification times, symlinks, hard links and file contents;
-/// fifos, sockets and devices are left out. A download that breaks off ends with a connection error,
-/// never as a shorter archive.
+/// fifos, sockets and devices are left out. Setuid and setgid bits are cleared from every member
+/// unless `keep_setid=true` (files the sandbox's root made are owned by uid 0 in the archive: a host
+/// root unpacking it with permissions would otherwise create setuid-root programs); the
+/// `snapshot.export` audit row says which, and from how many members they were cleared. A download
+/// that breaks off ends with a connection error, never as a shorter archive.
 #[utoipa::path(
     get,
     path = "/v1/snapshots/{snapshot_id}/export",
     tag = "snapshots",
-    params(("snapshot_id" = String, Path, description = "Snapshot id")),
+    params(("snapshot_id" = String, Path, description = "Snapshot id"), ExportSnapshotQuery),
     responses(
         (status = 200, description = "The archive", content(("application/x-tar"))),
         (status = "4XX", response = ApiError),
@@ -34,8 +37,12 @@ pub(crate) async fn export_snapshot(
     Auth(p): Auth,
     State(service): State<SandboxService>,
     ApiPath(snapshot_id): ApiPath<String>,
+    ApiQuery(q): ApiQuery<ExportSnapshotQuery>,
 ) -> Result<Response, ApiError> {
-    let stream = service.export_snapshot(&p, &snapshot_id).await?;
+    let options = ExportOptions {
+        keep_setid: q.keep_setid.unwrap_or(false),
+    };
+    let stream = service.export_snapshot(&p, &snapshot_id, options).await?;
     Ok(download("application/x-tar", None, stream))
 }
 

@@ -10,9 +10,12 @@
 //!   subvolume is listed but not entered, and files on it are not read);
 //! - fifos, sockets and devices are compared by metadata only and never opened; regular files are
 //!   opened `O_NONBLOCK`, so a file swapped for a fifo after its `statx` cannot block the walk;
-//! - the work is bounded: entries listed, directory entries scanned, depth (which also bounds open
-//!   descriptors: two per level), bytes read to compare contents, bytes of text diffs, and the time
-//!   of each text diff;
+//! - the work is bounded: entries listed, directory entries scanned, depth, bytes read to compare
+//!   contents, bytes of text diffs, and the time of each text diff; and so are open descriptors:
+//!   only the innermost [`OPEN_LEVELS`] directories of the walk keep theirs (two per level, one per
+//!   tree), an outer one is closed and reopened when the walk returns to it, through `..` of the
+//!   directory it comes back from (checked to be the same inode) or else component by component
+//!   from the root (a directory moved away meanwhile is then seen as gone);
 //! - something that vanishes or changes type between listing and use is not an error: it is reported
 //!   as seen (absent, or "modified" when its content could not be compared).
 //!
@@ -44,6 +47,10 @@ use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Statx, StatxAttributes, S
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 use similar::TextDiff;
+
+/// How many of the innermost directories of the walk keep their descriptors open (see the module
+/// docs): the walk holds at most twice as many, whatever the depth.
+const OPEN_LEVELS: usize = 8;
 
 /// Chunk size of streamed content comparison.
 const CHUNK: usize = 64 * 1024;
@@ -443,6 +450,46 @@ impl Tree {
         Ok((m.is_file() && m.ino == expected.ino && self.same_fs(&m)).then_some(fd))
     }
 
+    /// Reopens the directory at `rel` that `expected` describes (its descriptor was closed to bound
+    /// descriptors): through `..` of `child`, a directory the walk entered from it, when that is it;
+    /// else component by component from the root. `None` if it is no longer there.
+    fn reopen(
+        &self,
+        child: Option<&OwnedFd>,
+        rel: &[u8],
+        expected: &Meta,
+    ) -> Result<Option<OwnedFd>, DiffError> {
+        let is_it = |m: &Meta| m.file_type == FileType::Directory && m.ino == expected.ino && self.same_fs(m);
+        if let Some(child) = child {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            if let Ok(up) = rustix::fs::openat(child, c"..", flags, Mode::empty()) {
+                if Meta::of_fd(up.as_fd()).is_ok_and(|m| is_it(&m)) {
+                    return Ok(Some(up));
+                }
+            }
+        }
+        let mut current = rustix::io::dup(&self.fd).map_err(|e| self.err("open the directory", rel, e))?;
+        let mut at = Vec::new();
+        for component in rel.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+            let Ok(name) = CString::new(component) else {
+                return Ok(None);
+            };
+            at = join(&at, &name);
+            let Some(m) = self.stat(current.as_fd(), &name, &at)? else {
+                return Ok(None);
+            };
+            if m.file_type != FileType::Directory || !self.same_fs(&m) {
+                return Ok(None);
+            }
+            let Some(next) = self.open_dir(current.as_fd(), &name, &at, &m)? else {
+                return Ok(None);
+            };
+            current = next;
+        }
+        let m = Meta::of_fd(current.as_fd()).map_err(|e| self.err("stat", rel, e))?;
+        Ok(is_it(&m).then_some(current))
+    }
+
     /// The target of the symlink `name`; `None` if it is no longer one.
     fn read_link(&self, dir: BorrowedFd<'_>, name: &CStr, rel: &[u8]) -> Result<Option<CString>, DiffError> {
         match rustix::fs::readlinkat(dir, name, Vec::new()) {
@@ -458,6 +505,8 @@ struct Frame {
     rel: Vec<u8>,
     old: Option<OwnedFd>,
     new: Option<OwnedFd>,
+    /// The old and new side's directory while its descriptor is closed ([`Walker::park`]).
+    parked: [Option<Meta>; 2],
     names: Vec<CString>,
     next: usize,
     depth: usize,
@@ -490,6 +539,7 @@ impl Walker<'_> {
             rel: Vec::new(),
             old: Some(old),
             new: Some(new),
+            parked: [None, None],
             names,
             next: 0,
             depth: 0,
@@ -534,6 +584,7 @@ impl Walker<'_> {
             rel,
             old,
             new,
+            parked: [None, None],
             names: vec![last.clone()],
             next: 0,
             depth: ancestors.len(),
@@ -609,7 +660,10 @@ impl Walker<'_> {
                 break;
             }
             let Some(name) = frame.names.get(frame.next).cloned() else {
-                stack.pop();
+                let done = stack.pop();
+                if let (Some(parent), Some(done)) = (stack.last_mut(), done) {
+                    self.unpark(parent, &done)?;
+                }
                 continue;
             };
             frame.next += 1;
@@ -659,10 +713,42 @@ impl Walker<'_> {
                 rel,
                 old: old_fd,
                 new: new_fd,
+                parked: [None, None],
                 names,
                 next: 0,
                 depth,
             });
+            if let Some(outer) = stack.len().checked_sub(OPEN_LEVELS + 1) {
+                self.park(&mut stack[outer])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes a frame's descriptors, remembering which directories they were.
+    fn park(&self, frame: &mut Frame) -> Result<(), DiffError> {
+        for (i, (tree, side)) in [(&self.old, &mut frame.old), (&self.new, &mut frame.new)]
+            .into_iter()
+            .enumerate()
+        {
+            if let Some(fd) = side.take() {
+                let m = Meta::of_fd(fd.as_fd()).map_err(|e| tree.err("stat", &frame.rel, e))?;
+                frame.parked[i] = Some(m);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reopens what [`Walker::park`] closed of `frame`, which the walk returns to from `child`.
+    fn unpark(&self, frame: &mut Frame, child: &Frame) -> Result<(), DiffError> {
+        let sides = [
+            (&self.old, &mut frame.old, child.old.as_ref()),
+            (&self.new, &mut frame.new, child.new.as_ref()),
+        ];
+        for (i, (tree, side, from)) in sides.into_iter().enumerate() {
+            if let Some(expected) = frame.parked[i].take() {
+                *side = tree.reopen(from, &frame.rel, &expected)?;
+            }
         }
         Ok(())
     }

@@ -3,12 +3,12 @@
 use std::fs;
 use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::chown;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use paddock_sys::fs_in_root::{Owner, Root, Symlinks};
 use paddock_types::{
     Limits, MountSpec, RootfsSpec, SandboxId, SandboxSpec, SnapshotId, UserSpec, VolumeId, VolumeMount,
 };
@@ -164,14 +164,18 @@ impl NativeBackend {
         Ok(())
     }
 
-    /// Writes the per-sandbox files of the volume's `/etc`.
+    /// Writes the per-sandbox files of the volume's `/etc` (`hostname`, `hosts`, and for a `--rootfs`
+    /// directory `passwd` and `group`). The volume is the sandbox's (or a snapshot's) to fill: `etc`
+    /// is opened without following a symlink and each file is replaced, never written through
+    /// ([`Root::replace_file`]).
     pub(super) fn write_identity(
         &self,
         id: &SandboxId,
         rootfs: &RootfsSpec,
         volume: &Path,
     ) -> Result<(), RuntimeError> {
-        let etc = volume.join("etc");
+        let etc_path = volume.join("etc");
+        let etc = volume_etc(volume)?;
         let id = id.as_str();
         let mut files = vec![
             ("hostname", format!("{id}\n")),
@@ -183,19 +187,17 @@ impl NativeBackend {
         if let RootfsSpec::Dir { path } = rootfs {
             files.push((
                 "passwd",
-                with_user_line(
-                    &path.join("etc/passwd"),
-                    "user:x:1000:1000:user:/home/user:/bin/sh",
-                ),
+                with_user_line(path, "etc/passwd", "user:x:1000:1000:user:/home/user:/bin/sh"),
             ));
-            files.push(("group", with_user_line(&path.join("etc/group"), "user:x:1000:")));
+            files.push(("group", with_user_line(path, "etc/group", "user:x:1000:")));
         }
-        let owner = (self.config.ids.host_uid(0), self.config.ids.host_gid(0));
+        let owner = Owner {
+            uid: self.config.ids.host_uid(0),
+            gid: self.config.ids.host_gid(0),
+        };
         for (name, content) in files {
-            let p = etc.join(name);
-            let _ = fs::remove_file(&p);
-            fs::write(&p, content).map_err(state_err("write", &p))?;
-            chown(&p, Some(owner.0), Some(owner.1)).map_err(state_err("chown", &p))?;
+            etc.replace_file(Path::new(name), content.as_bytes(), 0o644, Some(owner))
+                .map_err(state_err("write", &etc_path.join(name)))?;
         }
         Ok(())
     }
@@ -331,8 +333,24 @@ fn check_searchable(path: &Path, what: &str) -> Result<(), RuntimeError> {
     }
 }
 
-fn with_user_line(source: &Path, line: &str) -> String {
-    let mut content = fs::read_to_string(source).unwrap_or_default();
+/// The volume's `etc`, opened without following a symlink.
+pub(super) fn volume_etc(volume: &Path) -> Result<Root, RuntimeError> {
+    Root::open(volume)
+        .and_then(|v| v.open_dir(Path::new("etc")))
+        .map_err(state_err("open", &volume.join("etc")))
+}
+
+/// Most bytes of a `--rootfs` directory's `passwd` or `group` read to generate the sandbox's.
+const MAX_ACCOUNTS_BYTES: u64 = 4 << 20;
+
+/// The `--rootfs` directory's `file` (read inside it: its symlinks resolve inside it, a fifo or
+/// device is not read, at most [`MAX_ACCOUNTS_BYTES`]; anything else counts as empty) with `line`
+/// added unless it has a `user` entry already.
+fn with_user_line(rootfs: &Path, file: &str, line: &str) -> String {
+    let content = Root::open(rootfs)
+        .and_then(|r| r.read_regular(Path::new(file), MAX_ACCOUNTS_BYTES, Symlinks::FollowInRoot))
+        .unwrap_or_default();
+    let mut content = String::from_utf8_lossy(&content).into_owned();
     if !content.lines().any(|l| l.starts_with("user:")) {
         if !content.is_empty() && !content.ends_with('\n') {
             content.push('\n');
@@ -674,9 +692,10 @@ impl Backend for NativeBackend {
     fn export_snapshot(
         &self,
         snapshot: &SnapshotId,
+        options: &crate::ExportOptions,
         out: &mut dyn std::io::Write,
     ) -> Result<TransferSummary, RuntimeError> {
-        self.export(snapshot, out)
+        self.export(snapshot, options, out)
     }
 
     fn import_snapshot(

@@ -26,17 +26,23 @@
 use std::fs;
 use std::io;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
+use paddock_sys::fs_in_root::Symlinks;
 use paddock_types::{ByteSize, SandboxId, SnapshotId, VolumeSource};
 
 use super::adopt::InitRecord;
-use super::lifecycle::{kill_init, kill_pid, reap, state_err, NativeSandbox, Shim, Slot, KILL_DEADLINE};
+use super::lifecycle::{
+    kill_init, kill_pid, reap, state_err, volume_etc, NativeSandbox, Shim, Slot, KILL_DEADLINE,
+};
 use super::lock::StateLock;
 use super::NativeBackend;
 use crate::{RuntimeError, SandboxHandle};
+
+/// Most bytes of a snapshot's `/etc/hostname` read (a sandbox id is 27).
+const MAX_HOSTNAME_BYTES: u64 = 256;
 
 /// A sandbox booted ahead of a rollback, on a writable copy of `snapshot` (see the module docs).
 #[derive(Debug)]
@@ -325,9 +331,16 @@ impl NativeBackend {
         let pid = self.start(id, &boot, slot, shim, || {
             self.pool.retire_volume(id.as_str())?;
             let volume = self.pool.create_volume(id, &source, disk)?;
-            // A snapshot of another sandbox carries that one's hostname.
-            let hostname = fs::read_to_string(volume.join("etc/hostname")).unwrap_or_default();
-            if hostname.trim_end() != id.as_str() {
+            // A snapshot carries the hostname it was taken with, which its sandbox may have changed
+            // (or replaced with a symlink, a fifo, a huge file: read as the sandbox's, bounded,
+            // never followed, never opened unless it is a regular file).
+            let hostname = volume_etc(&volume)
+                .and_then(|etc| {
+                    etc.read_regular(Path::new("hostname"), MAX_HOSTNAME_BYTES, Symlinks::Refuse)
+                        .map_err(state_err("read", &volume.join("etc/hostname")))
+                })
+                .unwrap_or_default();
+            if hostname.trim_ascii_end() != id.as_str().as_bytes() {
                 self.write_identity(id, &boot.rootfs, &volume)?;
             }
             // Always: the snapshot may hold another link's files (taken before a stop and resume).

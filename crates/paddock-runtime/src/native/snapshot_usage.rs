@@ -10,22 +10,14 @@
 
 use std::collections::HashSet;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{Dir, FileType, Mode, OFlags};
+use paddock_sys::fs_in_root::{open_regular_at, walk_tree, WalkError, WalkStep};
+use rustix::fs::{FileType, Mode, OFlags};
 
 use crate::{RuntimeError, SnapshotUsage};
-
-const DIR_FLAGS: OFlags = OFlags::RDONLY
-    .union(OFlags::DIRECTORY)
-    .union(OFlags::NOFOLLOW)
-    .union(OFlags::CLOEXEC);
-const FILE_FLAGS: OFlags = OFlags::RDONLY
-    .union(OFlags::NOFOLLOW)
-    .union(OFlags::CLOEXEC)
-    .union(OFlags::NONBLOCK);
 
 fn measure_err(path: PathBuf) -> impl FnOnce(io::Error) -> RuntimeError {
     move |source| RuntimeError::Pool {
@@ -35,65 +27,59 @@ fn measure_err(path: PathBuf) -> impl FnOnce(io::Error) -> RuntimeError {
     }
 }
 
-/// Measures the snapshot (or any subvolume) at `root`.
+impl From<WalkError> for RuntimeError {
+    fn from(e: WalkError) -> Self {
+        RuntimeError::Pool {
+            what: "walk",
+            path: PathBuf::from(String::from_utf8_lossy(&e.path).into_owned()),
+            source: io::Error::new(e.source.kind(), format!("{}: {}", e.step, e.source)),
+        }
+    }
+}
+
+/// Measures the snapshot (or any subvolume) at `root`, walking it with one directory descriptor
+/// open at a time ([`walk_tree`]), however deep or wide it is.
 pub(super) fn measure(root: &Path) -> Result<SnapshotUsage, RuntimeError> {
     let start = std::time::Instant::now();
-    let open_root = rustix::fs::open(root, DIR_FLAGS, Mode::empty())
-        .map_err(|e| measure_err(root.to_owned())(e.into()))?;
+    let open_root = rustix::fs::open(
+        root,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| measure_err(root.to_owned())(e.into()))?;
     let mut usage = SnapshotUsage {
         referenced_bytes: 0,
         exclusive_bytes: 0,
     };
     let mut seen_inodes = HashSet::new();
     let mut seen_extents = HashSet::new();
-    let mut pending: Vec<(OwnedFd, PathBuf)> = vec![(open_root, root.to_owned())];
     let mut files = 0u64;
-    while let Some((fd, path)) = pending.pop() {
-        // Entries are opened relative to `parent` while the stream (its own descriptor) is read.
-        let parent = fd;
-        let dir = Dir::read_from(&parent).map_err(|e| measure_err(path.clone())(e.into()))?;
-        for entry in dir {
-            let entry = entry.map_err(|e| measure_err(path.clone())(e.into()))?;
-            let name = entry.file_name();
-            if name.to_bytes() == b"." || name.to_bytes() == b".." {
-                continue;
-            }
-            let mut kind = entry.file_type();
-            if kind == FileType::Unknown {
-                kind = rustix::fs::statat(&parent, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-                    .map(|st| FileType::from_raw_mode(st.st_mode))
-                    .unwrap_or(FileType::Unknown);
-            }
-            let child = || path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
-            match kind {
-                FileType::Directory => {
-                    let fd = rustix::fs::openat(&parent, name, DIR_FLAGS, Mode::empty())
-                        .map_err(|e| measure_err(child())(e.into()))?;
-                    pending.push((fd, child()));
-                }
-                // Hard links are the same data: counted once.
-                FileType::RegularFile if seen_inodes.insert(entry.ino()) => {
-                    files += 1;
-                    let fd = rustix::fs::openat(&parent, name, FILE_FLAGS, Mode::empty())
-                        .map_err(|e| measure_err(child())(e.into()))?;
-                    paddock_sys::fiemap::for_each_extent(fd.as_fd(), |extent| {
-                        if extent.inline() || extent.delayed() {
-                            usage.referenced_bytes += extent.length;
-                            return;
-                        }
-                        if seen_extents.insert(extent.physical) {
-                            usage.referenced_bytes += extent.length;
-                            if !extent.shared() {
-                                usage.exclusive_bytes += extent.length;
-                            }
-                        }
-                    })
-                    .map_err(measure_err(child()))?;
-                }
-                _ => {}
-            }
+    walk_tree::<RuntimeError>(open_root.as_fd(), |entry| {
+        match entry.file_type() {
+            FileType::Directory => return Ok(WalkStep::Descend),
+            // Hard links are the same data: counted once.
+            FileType::RegularFile if seen_inodes.insert(entry.stat.st_ino) => {}
+            _ => return Ok(WalkStep::Continue),
         }
-    }
+        files += 1;
+        let child = || root.join(std::ffi::OsStr::from_bytes(entry.path));
+        // Checked to be a regular file before it is opened for reading (FIEMAP needs that).
+        let (fd, _) = open_regular_at(entry.dir, entry.name).map_err(measure_err(child()))?;
+        paddock_sys::fiemap::for_each_extent(fd.as_fd(), |extent| {
+            if extent.inline() || extent.delayed() {
+                usage.referenced_bytes += extent.length;
+                return;
+            }
+            if seen_extents.insert(extent.physical) {
+                usage.referenced_bytes += extent.length;
+                if !extent.shared() {
+                    usage.exclusive_bytes += extent.length;
+                }
+            }
+        })
+        .map_err(measure_err(child()))?;
+        Ok(WalkStep::Continue)
+    })?;
     tracing::debug!(
         path = %root.display(),
         files,

@@ -35,8 +35,9 @@ pub use sandboxes::{
     SandboxStateBody, SandboxUsageBody, SetTimeoutRequest,
 };
 pub use snapshots::{
-    ChangeBody, CreateSnapshotRequest, DiffEntryBody, DiffQuery, DiffResult, ForkRequest, ForkResult,
-    ImportSnapshotQuery, ListSnapshotsQuery, RollbackRequest, SnapshotInfo, SnapshotKindBody, SnapshotList,
+    ChangeBody, CreateSnapshotRequest, DiffEntryBody, DiffQuery, DiffResult, ExportSnapshotQuery,
+    ForkRequest, ForkResult, ImportSnapshotQuery, ListSnapshotsQuery, RollbackRequest, SnapshotInfo,
+    SnapshotKindBody, SnapshotList,
 };
 pub use volumes::{
     CreateVolumeRequest, ListVolumesQuery, VolumeInfo, VolumeList, VolumeMountInfo, VolumeMountRequest,

@@ -84,6 +84,18 @@ pub struct ListSnapshotsQuery {
     pub cursor: Option<String>,
 }
 
+/// `GET /v1/snapshots/{id}/export` query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ExportSnapshotQuery {
+    /// Keep setuid and setgid bits in the archive. By default they are cleared from every member:
+    /// files the sandbox's root made are owned by uid 0 in the archive, and a host root unpacking it
+    /// with permissions would otherwise create setuid-root programs of the sandbox's choosing.
+    #[serde(default)]
+    pub keep_setid: Option<bool>,
+}
+
 /// `POST /v1/snapshots/import` query: the request body is the tar archive.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

@@ -146,13 +146,18 @@ pub enum SnapshotCommand {
         #[arg(required = true)]
         ids: Vec<String>,
     },
-    /// Download a snapshot as a tar archive (to move it to another host with `import`).
+    /// Download a snapshot as a tar archive (to move it to another host with `import`). Setuid and
+    /// setgid bits are cleared from every member unless `--keep-setid`.
     Export {
         /// Snapshot id.
         id: String,
         /// Write the archive to this file (default: stdout, which must not be a terminal).
         #[arg(long, short = 'o', value_name = "FILE")]
         output: Option<std::path::PathBuf>,
+        /// Keep setuid and setgid bits (files the sandbox's root made are owned by uid 0 in the
+        /// archive: unpacked by root with permissions, they would be setuid-root programs).
+        #[arg(long)]
+        keep_setid: bool,
     },
     /// Create a snapshot from a tar archive made by `export`; prints its id.
     Import {

@@ -267,9 +267,11 @@ pub fn snapshot(state_dir: &Path, command: SnapshotCommand) -> anyhow::Result<Ex
             SnapshotCommand::Ls { sandbox, json } => snapshots::list(&client, sandbox, json).await,
             SnapshotCommand::Get { id, json } => snapshots::get(&client, &id, json).await,
             SnapshotCommand::Rm { ids } => snapshots::remove(&client, &ids).await,
-            SnapshotCommand::Export { id, output } => {
-                snapshot_transfer::export(&client, &id, output.as_deref()).await
-            }
+            SnapshotCommand::Export {
+                id,
+                output,
+                keep_setid,
+            } => snapshot_transfer::export(&client, &id, output.as_deref(), keep_setid).await,
             SnapshotCommand::Import {
                 file,
                 name,

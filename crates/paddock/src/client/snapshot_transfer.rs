@@ -7,14 +7,19 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use futures_util::StreamExt;
-use paddock_types::api::{ImportSnapshotQuery, SnapshotInfo};
+use paddock_types::api::{ExportSnapshotQuery, ImportSnapshotQuery, SnapshotInfo};
 use reqwest::{Body, Method};
 use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio_util::io::ReaderStream;
 
 use super::{print_json, ApiClient};
 
-pub async fn export(client: &ApiClient, id: &str, output: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub async fn export(
+    client: &ApiClient,
+    id: &str,
+    output: Option<&Path>,
+    keep_setid: bool,
+) -> anyhow::Result<ExitCode> {
     if output.is_none() && std::io::stdout().is_terminal() {
         return Err(crate::UsageError::new(
             "refusing to write a tar archive to a terminal: use -o FILE or redirect stdout",
@@ -25,6 +30,9 @@ pub async fn export(client: &ApiClient, id: &str, output: Option<&Path>) -> anyh
         .send(
             client
                 .request(Method::GET, &["v1", "snapshots", id, "export"])
+                .query(&ExportSnapshotQuery {
+                    keep_setid: keep_setid.then_some(true),
+                })
                 .header(reqwest::header::ACCEPT, "application/x-tar"),
         )
         .await?;

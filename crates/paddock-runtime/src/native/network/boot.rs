@@ -109,13 +109,7 @@ impl NativeBackend {
             uid: self.config.ids.host_uid(0),
             gid: self.config.ids.host_gid(0),
         };
-        write_network_files(
-            &volume.join("etc"),
-            rootfs,
-            &network.made.link,
-            &network.spec.ca_pem,
-            owner,
-        )
-        .map_err(RuntimeError::Network)
+        write_network_files(volume, rootfs, &network.made.link, &network.spec.ca_pem, owner)
+            .map_err(RuntimeError::Network)
     }
 }

@@ -1,9 +1,11 @@
 //! The files a networked sandbox sees: its resolver and the egress CA, alone and in trust bundles.
 //!
 //! They are written into the sandbox's volume, whose `etc/` the sandbox (or the sandbox a snapshot
-//! came from) controls: every path is resolved inside that directory (`openat2(RESOLVE_IN_ROOT)`,
-//! [`paddock_sys::fs_in_root::Root`]), so a symlink planted there never leads a write to a host file,
-//! and every file is replaced (unlinked and created anew), never written through.
+//! came from) controls: `etc` itself is opened without following a symlink, every path below it is
+//! resolved inside it (`openat2(RESOLVE_IN_ROOT)`, [`paddock_sys::fs_in_root::Root`]), so a symlink
+//! planted there never leads a write to a host file, and every file is replaced
+//! ([`Root::replace_file`]: whatever is there is unlinked and a new file created), never written
+//! through. Nothing is read from the volume.
 //!
 //! - host root file system: `etc/resolv.conf`, [`EGRESS_CA_PATH`], [`CA_BUNDLE_PATH`] (the host's
 //!   system bundle plus the CA) and the sandbox's own copy of the system bundle,
@@ -15,11 +17,10 @@
 //!   `ssl/certs/ca-certificates.crt` where the directory has `etc/ssl/certs`. The system bundle is
 //!   the directory's own, read inside it (its symlinks resolve inside it too).
 
-use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 
-use paddock_sys::fs_in_root::{EntryKind, Owner, Root};
+use paddock_sys::fs_in_root::{EntryKind, Owner, Root, Symlinks};
 use paddock_types::{NetworkLink, RootfsSpec, CA_BUNDLE_PATH, EGRESS_CA_PATH};
 
 use super::error::file_err;
@@ -29,32 +30,39 @@ use crate::native::setup::plan::NETWORK_ETC_LAYER;
 /// Where the system trust bundle is, relative to a root.
 const SYSTEM_BUNDLE: &str = "etc/ssl/certs/ca-certificates.crt";
 
-/// Writes the network files of a sandbox with `link` and egress CA `ca_pem` into its volume's
-/// `etc/` (`volume_etc`), owned by `owner` (the sandbox's root).
+/// Most bytes of a system trust bundle read (Debian's is about 220 KiB).
+const MAX_BUNDLE_BYTES: u64 = 16 << 20;
+
+/// Writes the network files of a sandbox with `link` and egress CA `ca_pem` into the `etc/` of its
+/// volume (`volume`), owned by `owner` (the sandbox's root).
 pub fn write_network_files(
-    volume_etc: &Path,
+    volume: &Path,
     rootfs: &RootfsSpec,
     link: &NetworkLink,
     ca_pem: &str,
     owner: Owner,
 ) -> Result<(), NetworkError> {
-    let etc = Root::open(volume_etc).map_err(file_err("open", volume_etc))?;
+    let volume_etc = &volume.join("etc");
+    let etc = Root::open(volume)
+        .and_then(|v| v.open_dir(Path::new("etc")))
+        .map_err(file_err("open", volume_etc))?;
     let resolv = format!(
         "# paddock: names are resolved by the sandbox's egress proxy\nnameserver {}\n",
         link.host_ip
     );
     let ca = with_newline(ca_pem);
-    let bundle = match rootfs {
-        RootfsSpec::Host => read_optional(|| fs::read(Path::new("/").join(SYSTEM_BUNDLE))),
-        RootfsSpec::Dir { path } => read_optional(|| {
-            let mut content = Vec::new();
-            io::Read::read_to_end(
-                &mut Root::open(path)?.open_read(Path::new(SYSTEM_BUNDLE))?,
-                &mut content,
-            )?;
-            Ok(content)
-        }),
-    }
+    // The host's or the directory's own (symlinks resolve inside it), never the volume's.
+    let system_root = match rootfs {
+        RootfsSpec::Host => Path::new("/"),
+        RootfsSpec::Dir { path } => path.as_path(),
+    };
+    let bundle = read_optional(|| {
+        Root::open(system_root)?.read_regular(
+            Path::new(SYSTEM_BUNDLE),
+            MAX_BUNDLE_BYTES,
+            Symlinks::FollowInRoot,
+        )
+    })
     .map_err(file_err(
         "read the system trust bundle of",
         Path::new(SYSTEM_BUNDLE),
@@ -138,7 +146,7 @@ pub fn write_network_files(
         }
     };
     for (name, content) in files {
-        replace_file(&etc, Path::new(&name), content.as_bytes(), owner)
+        etc.replace_file(Path::new(&name), content.as_bytes(), 0o644, Some(owner))
             .map_err(file_err("write", &volume_etc.join(&name)))?;
     }
     Ok(())
@@ -160,18 +168,9 @@ fn with_newline(s: &str) -> String {
     s
 }
 
-/// Replaces `path` (inside `root`) by a new file holding `content`, mode 0644.
-fn replace_file(root: &Root, path: &Path, content: &[u8], owner: Owner) -> io::Result<()> {
-    match root.remove(path) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    let mut file = root.create_new(path, 0o644, Some(owner))?;
-    file.write_all(content)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use std::net::Ipv4Addr;
     use std::os::unix::fs::symlink;
 
@@ -201,14 +200,16 @@ mod tests {
         fs::create_dir_all(rootfs.path().join("etc/ssl/certs")).expect("mkdir");
         fs::write(rootfs.path().join(SYSTEM_BUNDLE), "SYSTEM").expect("bundle");
         let volume = tempfile::tempdir().expect("tempdir");
+        let etc = volume.path().join("etc");
+        fs::create_dir(&etc).expect("etc");
         // A snapshot's leftover in the layer's place: a symlink out of the volume.
         let outside = tempfile::tempdir().expect("tempdir");
-        symlink(outside.path(), volume.path().join(NETWORK_ETC_LAYER)).expect("symlink");
+        symlink(outside.path(), etc.join(NETWORK_ETC_LAYER)).expect("symlink");
         let spec = RootfsSpec::Dir {
             path: rootfs.path().to_owned(),
         };
         write_network_files(volume.path(), &spec, &link(), CA, owner()).expect("write");
-        let read = |name: &str| fs::read_to_string(volume.path().join(name)).expect(name);
+        let read = |name: &str| fs::read_to_string(etc.join(name)).expect(name);
         assert!(read("resolv.conf").ends_with("nameserver 10.253.0.5\n"));
         assert!(read(".paddock-etc/resolv.conf").ends_with("nameserver 10.253.0.5\n"));
         assert_eq!(read(".paddock-etc/paddock/egress-ca.pem"), format!("{CA}\n"));
@@ -235,12 +236,13 @@ mod tests {
         symlink("/etc/hostname", rootfs.path().join(SYSTEM_BUNDLE)).expect("symlink");
         fs::write(rootfs.path().join("etc/hostname"), "INSIDE").expect("write");
         let volume = tempfile::tempdir().expect("tempdir");
+        fs::create_dir(volume.path().join("etc")).expect("etc");
         let spec = RootfsSpec::Dir {
             path: rootfs.path().to_owned(),
         };
         write_network_files(volume.path(), &spec, &link(), CA, owner()).expect("write");
         let bundle =
-            fs::read_to_string(volume.path().join(".paddock-etc/paddock/ca-bundle.pem")).expect("bundle");
+            fs::read_to_string(volume.path().join("etc/.paddock-etc/paddock/ca-bundle.pem")).expect("bundle");
         assert_eq!(bundle, format!("INSIDE\n{CA}\n"));
     }
 
@@ -248,13 +250,14 @@ mod tests {
     fn symlinks_in_the_volume_never_lead_outside() {
         let outside = tempfile::tempdir().expect("tempdir");
         let volume = tempfile::tempdir().expect("tempdir");
-        let etc = volume.path();
+        let etc = &volume.path().join("etc");
+        fs::create_dir(etc).expect("etc");
         // What a sandbox could leave in a snapshot: links to host paths on the way and at the end.
         symlink(outside.path(), etc.join("paddock")).expect("symlink");
         symlink(outside.path().join("resolv"), etc.join("resolv.conf")).expect("symlink");
         fs::create_dir_all(etc.join("ssl")).expect("mkdir");
         symlink(outside.path(), etc.join("ssl/certs")).expect("symlink");
-        write_network_files(etc, &RootfsSpec::Host, &link(), CA, owner()).expect("write");
+        write_network_files(volume.path(), &RootfsSpec::Host, &link(), CA, owner()).expect("write");
         assert_eq!(
             fs::read_dir(outside.path()).expect("read").count(),
             0,
@@ -266,5 +269,16 @@ mod tests {
         assert!(fs::read_to_string(etc.join("resolv.conf"))
             .expect("resolv")
             .contains("nameserver 10.253.0.5"));
+    }
+
+    #[test]
+    fn a_volume_whose_etc_is_a_symlink_gets_nothing_written() {
+        let outside = tempfile::tempdir().expect("tempdir");
+        let volume = tempfile::tempdir().expect("tempdir");
+        symlink(outside.path(), volume.path().join("etc")).expect("symlink");
+        let err = write_network_files(volume.path(), &RootfsSpec::Host, &link(), CA, owner())
+            .expect_err("a symlinked etc");
+        assert!(err.to_string().contains("failed to open"), "{err}");
+        assert_eq!(fs::read_dir(outside.path()).expect("read").count(), 0);
     }
 }

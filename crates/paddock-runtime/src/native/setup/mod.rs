@@ -7,9 +7,11 @@
 //!
 //! Order of operations (each step's failure is reported and the half-built sandbox is killed):
 //! 1. shim (host root, host namespaces): join the sandbox's cgroups, bind the agent's listening socket,
-//!    open the agent binary, take a user-namespace owner uid of the sandbox's own (see [`owner`]),
-//!    clone the init into new user/mount/pid/net/ipc/uts/cgroup namespaces owned by it as a
-//!    sibling (`CLONE_PARENT`), write its uid/gid maps, release it, wait for its exec or its error. A
+//!    open the agent binary and its log, each through a detached mount of the file alone (so nothing
+//!    the agent holds is named by a host path inside the sandbox), take a user-namespace owner uid
+//!    of the sandbox's own (see [`owner`]), clone the init into new user/mount/pid/net/ipc/uts/cgroup
+//!    namespaces owned by it as a sibling (`CLONE_PARENT`), write its uid/gid maps, release it, wait
+//!    for its exec or its error. A
 //!    networked sandbox's shim first joins the network namespace its host made and clones without
 //!    `CLONE_NEWNET`.
 //! 2. init (in the namespaces): become the namespace's root (an unprivileged host uid), hostname,
@@ -220,12 +222,8 @@ fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> 
     let _ = fs::remove_file(&spec.agent_socket);
     let listener = UnixListener::bind(&spec.agent_socket)
         .map_err(|e| format!("failed to bind agent socket {}: {e}", spec.agent_socket.display()))?;
-    let agent = open_path(&spec.agent_binary)?;
-    let log = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&spec.agent_log)
-        .map_err(|e| format!("failed to open {}: {e}", spec.agent_log.display()))?;
+    let agent = open_agent(&spec.agent_binary)?;
+    let log = open_agent_log(&spec.agent_log)?;
     let null = fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -319,13 +317,36 @@ fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> 
     }
 }
 
-fn open_path(path: &Path) -> Result<OwnedFd, String> {
-    rustix::fs::open(
+/// The agent binary, opened `O_PATH` on a detached mount of its own
+/// ([`paddock_sys::mount::clone_detached`]): the sandbox's `/proc/1/exe` and `/proc/1/maps` then
+/// read `/`, not the binary's host path.
+fn open_agent(path: &Path) -> Result<OwnedFd, String> {
+    let file = rustix::fs::open(
         path,
         rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
-    .map_err(|e| format!("failed to open the agent binary {}: {e}", path.display()))
+    .map_err(|e| format!("failed to open the agent binary {}: {e}", path.display()))?;
+    paddock_sys::mount::clone_detached(file.as_fd())
+        .map_err(|e| format!("failed to detach the agent binary {}: {e}", path.display()))
+}
+
+/// The agent's stderr: `path` (in the run directory, which only host root can enter), created mode
+/// 0600 if missing, appended to through a detached mount of the file alone, so that the descriptor
+/// the agent holds names `/` rather than a path under the state directory.
+fn open_agent_log(path: &Path) -> Result<fs::File, String> {
+    use rustix::fs::{Mode, OFlags};
+    let fail = |what: &str, e: io::Error| format!("failed to {what} the agent log {}: {e}", path.display());
+    let file = rustix::fs::open(
+        path,
+        OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| fail("open", e.into()))?;
+    let detached = paddock_sys::mount::clone_detached(file.as_fd()).map_err(|e| fail("detach", e))?;
+    paddock_sys::fs_in_root::reopen(detached.as_fd(), OFlags::WRONLY | OFlags::APPEND)
+        .map(fs::File::from)
+        .map_err(|e| fail("reopen", e))
 }
 
 /// Lists the top-level entries of the host's `/` or of the rootfs directory.

@@ -1,17 +1,23 @@
 //! Writing a snapshot's tree as a POSIX tar (pax) stream.
 //!
 //! The tree is a read-only btrfs snapshot of a sandbox's volume, whose content the sandbox wrote, so
-//! it is walked the way `diff.rs` walks one: one component at a time relative to an open directory
-//! (`openat(O_NOFOLLOW)`, `fstatat(AT_SYMLINK_NOFOLLOW)`, `readlinkat`), never following a symlink
-//! and never entering another file system or subvolume (such a directory is archived empty). Every
-//! opened file and directory is checked with `fstat` to be the inode that was listed.
+//! it is walked with [`walk_tree`]: one component at a time relative to an open directory
+//! (`openat(O_NOFOLLOW)`, `fstatat(AT_SYMLINK_NOFOLLOW)`, `readlinkat`), one directory descriptor
+//! at a time however deep the tree, never following a symlink and never entering another file
+//! system or subvolume (such a directory is archived empty). Every opened file and directory is
+//! checked with `fstat` to be the inode that was listed, and a file is opened for reading only once
+//! it is known to be a regular one ([`open_regular_at`]).
 //!
 //! What the archive holds, in depth-first order with siblings in byte order, the root first as `./`:
 //! directories (empty ones included), regular files with their contents, symlinks (their targets
 //! verbatim), and hard links (a file's second and later names, as links to its first name). Each
-//! member has its permission bits (setuid, setgid and sticky included), its owner as the sandbox
-//! sees it (host ids minus the range's base; ids outside the range, which only the host can make,
-//! become 65534 `nobody` as inside a sandbox), and its modification time to the nanosecond. Names and
+//! member has its permission bits, its owner as the sandbox sees it (host ids minus the range's
+//! base; ids outside the range, which only the host can make, become 65534 `nobody` as inside a
+//! sandbox), and its modification time to the nanosecond. Setuid and setgid bits are cleared from
+//! every member and counted ([`TransferSummary::setid_cleared`]) unless
+//! [`ExportOptions::keep_setid`] asks for them: files the sandbox's root made are owned by uid 0 in
+//! the archive, and a host root unpacking it with `tar -p` would otherwise get setuid-root programs
+//! a sandbox chose (the sticky bit, which grants nothing, is kept). Names and
 //! link targets that do not fit the ustar header, or are not UTF-8, travel in pax `path` /
 //! `linkpath` records (with `hdrcharset=BINARY` for non-UTF-8 bytes). Fifos, sockets and device
 //! nodes are skipped and counted; extended attributes, ACLs and access times are not exported.
@@ -22,16 +28,16 @@
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
+use paddock_sys::fs_in_root::{open_regular_at, walk_tree, WalkEntry, WalkStep};
+use rustix::fs::{FileType, Mode, OFlags, Stat};
 use tar::{EntryType, Header};
 
 use super::member_path::MAX_DEPTH;
 use super::pax;
-use super::TransferSummary;
+use super::{ExportOptions, TransferSummary};
 use crate::native::IdRange;
 use crate::RuntimeError;
 
@@ -44,10 +50,14 @@ const USTAR_MAX_TIME: i64 = 0o777_7777_7777;
 /// Largest size the ustar field holds (11 octal digits); larger ones travel in pax.
 const USTAR_MAX_SIZE: u64 = 0o777_7777_7777;
 
+/// Set-id bits (setuid, setgid): cleared unless [`ExportOptions::keep_setid`].
+const SET_ID_BITS: u32 = 0o6000;
+
 /// Writes the tree at `root` to `out` as a tar stream, ending with the end-of-archive marker.
 pub(crate) fn export_tree(
     root: &Path,
     ids: IdRange,
+    options: &ExportOptions,
     out: &mut dyn Write,
 ) -> Result<TransferSummary, RuntimeError> {
     let fd = rustix::fs::open(
@@ -61,13 +71,14 @@ pub(crate) fn export_tree(
         root: root.to_owned(),
         dev: st.st_dev,
         ids,
+        keep_setid: options.keep_setid,
         out: Counted { inner: out, bytes: 0 },
         links: HashMap::new(),
         summary: TransferSummary::default(),
         buf: vec![0; CHUNK],
     };
     exporter.emit(b"./", &st, EntryType::Directory, None)?;
-    exporter.walk(fd.as_fd(), &mut Vec::new(), 0)?;
+    walk_tree::<RuntimeError>(fd.as_fd(), |entry| exporter.entry(entry))?;
     exporter.write(&[0; 2 * BLOCK])?;
     exporter.out.inner.flush().map_err(stream_error)?;
     exporter.summary.bytes = exporter.out.bytes;
@@ -78,6 +89,7 @@ struct Exporter<'a> {
     root: PathBuf,
     dev: u64,
     ids: IdRange,
+    keep_setid: bool,
     out: Counted<'a>,
     /// First archived name of every regular file with more than one link, by inode.
     links: HashMap<u64, Vec<u8>>,
@@ -124,94 +136,61 @@ impl Exporter<'_> {
         Ok(())
     }
 
-    /// Archives the entries of the open directory `dir`, whose path in the archive is `prefix`
-    /// (empty for the root, else ending in `/`).
-    fn walk(&mut self, dir: BorrowedFd<'_>, prefix: &mut Vec<u8>, depth: usize) -> Result<(), RuntimeError> {
-        if depth >= MAX_DEPTH {
-            return Err(self.error(
-                "descend into",
-                prefix,
-                io::Error::other(format!("directories nest deeper than {MAX_DEPTH} levels")),
-            ));
-        }
-        let names = read_names(dir).map_err(|e| self.error("list", prefix, e))?;
-        for name in names {
-            let len = prefix.len();
-            prefix.extend_from_slice(&name);
-            let result = self.entry(dir, &name, prefix, depth);
-            prefix.truncate(len);
-            result?;
-        }
-        Ok(())
-    }
-
-    fn entry(
-        &mut self,
-        dir: BorrowedFd<'_>,
-        name: &[u8],
-        path: &mut Vec<u8>,
-        depth: usize,
-    ) -> Result<(), RuntimeError> {
-        let st = rustix::fs::statat(dir, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW)
-            .map_err(|e| self.error("stat", path, e.into()))?;
-        match FileType::from_raw_mode(st.st_mode) {
+    /// Archives one entry of the walk; directories are entered (the walk skips those on another file
+    /// system or subvolume, archived empty).
+    fn entry(&mut self, e: &WalkEntry<'_>) -> Result<WalkStep, RuntimeError> {
+        let mut path = e.path.to_vec();
+        let st = e.stat;
+        match e.file_type() {
             FileType::Directory => {
-                let sub = rustix::fs::openat(
-                    dir,
-                    OsStr::from_bytes(name),
-                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-                .map_err(|e| self.error("open the directory", path, e.into()))?;
-                let opened = rustix::fs::fstat(&sub).map_err(|e| self.error("stat", path, e.into()))?;
-                if opened.st_ino != st.st_ino || opened.st_dev != st.st_dev {
-                    return Err(self.error("open the directory", path, io::Error::other("it changed")));
+                if e.depth >= MAX_DEPTH && st.st_dev == self.dev {
+                    return Err(self.error(
+                        "descend into",
+                        &path,
+                        io::Error::other(format!("directories nest deeper than {MAX_DEPTH} levels")),
+                    ));
                 }
                 path.push(b'/');
-                self.emit(path, &st, EntryType::Directory, None)?;
-                // Another file system or a nested subvolume: archived as an empty directory.
-                if st.st_dev == self.dev {
-                    self.walk(sub.as_fd(), path, depth + 1)?;
-                }
-                path.pop();
+                self.emit(&path, st, EntryType::Directory, None)?;
+                return Ok(WalkStep::Descend);
             }
             FileType::Symlink => {
-                let target = rustix::fs::readlinkat(dir, OsStr::from_bytes(name), Vec::new())
-                    .map_err(|e| self.error("read the symlink", path, e.into()))?;
-                self.emit(path, &st, EntryType::Symlink, Some(target.as_bytes()))?;
+                let target = rustix::fs::readlinkat(e.dir, e.name, Vec::new())
+                    .map_err(|err| self.error("read the symlink", &path, err.into()))?;
+                self.emit(&path, st, EntryType::Symlink, Some(target.as_bytes()))?;
             }
             FileType::RegularFile => {
                 if st.st_nlink > 1 {
                     if let Some(first) = self.links.get(&st.st_ino).cloned() {
-                        return self.emit(path, &st, EntryType::Link, Some(&first));
+                        self.emit(&path, st, EntryType::Link, Some(&first))?;
+                        return Ok(WalkStep::Continue);
                     }
                     self.links.insert(st.st_ino, path.clone());
                 }
-                self.file(dir, name, path, &st)?;
+                self.file(e.dir, e.name, &path, st)?;
             }
             _ => {
-                tracing::debug!(path = %String::from_utf8_lossy(path), "export skips a fifo, socket or device");
+                tracing::debug!(path = %String::from_utf8_lossy(&path), "export skips a fifo, socket or device");
                 self.summary.skipped += 1;
             }
         }
-        Ok(())
+        Ok(WalkStep::Continue)
     }
 
-    fn file(&mut self, dir: BorrowedFd<'_>, name: &[u8], path: &[u8], st: &Stat) -> Result<(), RuntimeError> {
-        let fd: OwnedFd = rustix::fs::openat(
-            dir,
-            OsStr::from_bytes(name),
-            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| self.error("open the file", path, e.into()))?;
-        let opened = rustix::fs::fstat(&fd).map_err(|e| self.error("stat", path, e.into()))?;
-        if opened.st_ino != st.st_ino || FileType::from_raw_mode(opened.st_mode) != FileType::RegularFile {
+    fn file(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        path: &[u8],
+        st: &Stat,
+    ) -> Result<(), RuntimeError> {
+        let (mut file, opened) =
+            open_regular_at(dir, name).map_err(|e| self.error("open the file", path, e))?;
+        if opened.st_ino != st.st_ino {
             return Err(self.error("open the file", path, io::Error::other("it changed")));
         }
         self.emit(path, &opened, EntryType::Regular, None)?;
         let size = opened.st_size.max(0) as u64;
-        let mut file = std::fs::File::from(fd);
         let mut left = size;
         while left > 0 {
             let want = left.min(CHUNK as u64) as usize;
@@ -253,7 +232,12 @@ impl Exporter<'_> {
         let mut records = Vec::new();
         let mut header = Header::new_ustar();
         header.set_entry_type(kind);
-        header.set_mode(st.st_mode & 0o7777);
+        let mut mode = st.st_mode & 0o7777;
+        if mode & SET_ID_BITS != 0 && !self.keep_setid {
+            mode &= !SET_ID_BITS;
+            self.summary.setid_cleared += 1;
+        }
+        header.set_mode(mode);
         header.set_uid(u64::from(self.sandbox_id(st.st_uid)));
         header.set_gid(u64::from(self.sandbox_id(st.st_gid)));
         let size = if kind == EntryType::Regular {
@@ -365,19 +349,4 @@ fn placeholder(name: &[u8], max: usize) -> String {
     } else {
         tail.to_owned()
     }
-}
-
-/// The names in an open directory, without `.` and `..`, in byte order.
-fn read_names(dir: BorrowedFd<'_>) -> io::Result<Vec<Vec<u8>>> {
-    let mut names = Vec::new();
-    let mut reader = rustix::fs::Dir::read_from(dir)?;
-    while let Some(entry) = reader.read() {
-        let entry = entry?;
-        let name = entry.file_name().to_bytes();
-        if name != b"." && name != b".." {
-            names.push(name.to_vec());
-        }
-    }
-    names.sort();
-    Ok(names)
 }

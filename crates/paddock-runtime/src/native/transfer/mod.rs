@@ -54,6 +54,19 @@ pub struct TransferSummary {
     pub data_bytes: u64,
     /// Fifos, sockets and devices left out of an export.
     pub skipped: u64,
+    /// Members of an export whose setuid or setgid bit was cleared (see [`ExportOptions`]).
+    #[serde(default)]
+    pub setid_cleared: u64,
+}
+
+/// How an export writes its archive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExportOptions {
+    /// Keep setuid and setgid bits. By default they are cleared from every member (and counted in
+    /// [`TransferSummary::setid_cleared`]): the archive's owners are the sandbox's ids, so a file the
+    /// sandbox's root made setuid would unpack, for a host root extracting with permissions, as a
+    /// setuid-root program of the sandbox's choosing.
+    pub keep_setid: bool,
 }
 
 impl NativeBackend {
@@ -61,15 +74,17 @@ impl NativeBackend {
     pub(super) fn export(
         &self,
         snapshot: &SnapshotId,
+        options: &ExportOptions,
         out: &mut dyn Write,
     ) -> Result<TransferSummary, RuntimeError> {
         let root = self.pool.existing_snapshot(snapshot)?;
-        let summary = export::export_tree(&root, self.config.ids, out)?;
+        let summary = export::export_tree(&root, self.config.ids, options, out)?;
         tracing::debug!(
             snapshot = %snapshot,
             bytes = summary.bytes,
             entries = summary.entries,
             skipped = summary.skipped,
+            setid_cleared = summary.setid_cleared,
             "snapshot exported"
         );
         Ok(summary)

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use super::export::export_tree;
 use super::import::import_tree;
-use super::{ImportLimits, TransferSummary};
+use super::{ExportOptions, ImportLimits, TransferSummary};
 use crate::native::IdRange;
 use crate::RuntimeError;
 
@@ -188,8 +188,10 @@ fn round_trip_keeps_the_tree() {
     let src = tempfile::tempdir().expect("tempdir");
     sample_tree(src.path());
     let mut archive = Vec::new();
-    let exported = export_tree(src.path(), IDS, &mut archive).expect("export");
+    let keep = ExportOptions { keep_setid: true };
+    let exported = export_tree(src.path(), IDS, &keep, &mut archive).expect("export");
     assert_eq!(exported.bytes, archive.len() as u64);
+    assert_eq!(exported.setid_cleared, 0);
     assert_eq!(archive.len() % 512, 0);
     gnu_tar_reads(&archive, src.path());
     let (dst, imported) = import(&archive, &ImportLimits::default());
@@ -201,6 +203,37 @@ fn round_trip_keeps_the_tree() {
         assert_eq!(got.get(path), Some(w), "{}", String::from_utf8_lossy(path));
     }
     assert_eq!(got.len(), want.len());
+}
+
+/// By default an export clears setuid and setgid bits (a setuid file owned by the sandbox's root
+/// would unpack as a setuid-root program for a host root extracting with `tar -p`), says how many it
+/// cleared, and keeps everything else of the mode (the sticky bit included) and the owners.
+#[test]
+fn an_export_clears_set_id_bits_unless_asked() {
+    if !root_or_skip() {
+        return;
+    }
+    let src = tempfile::tempdir().expect("tempdir");
+    sample_tree(src.path());
+    let mut archive = Vec::new();
+    let exported = export_tree(src.path(), IDS, &ExportOptions::default(), &mut archive).expect("export");
+    // run.sh (setuid, root's) and its hard link, and the setgid directory.
+    assert_eq!(exported.setid_cleared, 3);
+    let mut modes = BTreeMap::new();
+    for entry in tar::Archive::new(archive.as_slice()).entries().expect("entries") {
+        let entry = entry.expect("entry");
+        let header = entry.header();
+        let path = entry.path_bytes().into_owned();
+        modes.insert(path, (header.mode().expect("mode"), header.uid().expect("uid")));
+    }
+    assert_eq!(
+        modes[&b"home/user/run.sh"[..]],
+        (0o755, 0),
+        "setuid cleared, owner kept"
+    );
+    assert_eq!(modes[&b"home/user/shared/"[..]], (0o775, 0), "setgid cleared");
+    assert_eq!(modes[&b"tmp/"[..]], (0o1777, 0), "sticky kept");
+    assert!(modes.values().all(|(mode, _)| mode & 0o6000 == 0));
 }
 
 /// A tar archive built member by member with the tar crate (GNU headers, so long names work).

@@ -9,6 +9,12 @@
 //! refused (`InvalidInput`). Recursive removal walks directory descriptors opened with `O_NOFOLLOW`,
 //! so a symlink inside the tree is removed, never followed.
 //!
+//! For the host's own code touching trees a sandbox wrote (its volume, snapshots, stopped copies,
+//! imports): [`Root::read_regular`] reads a regular file, bounded, with no symlink anywhere on the
+//! way, without ever opening a fifo or device for reading; [`Root::replace_file`] puts a new file in
+//! place of whatever is there; [`walk_tree`] walks a tree depth-first holding one directory
+//! descriptor at a time, however deep or wide it is.
+//!
 //! Everything goes through rustix's safe wrappers; this module has no `unsafe` of its own.
 //!
 //! What this module does not do: decide which user may touch what (the caller runs with the
@@ -23,11 +29,14 @@ use std::path::Path;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 
+mod regular;
+mod walk;
+
+pub use regular::{open_regular_at, reopen, Symlinks};
+pub use walk::{walk_tree, WalkEntry, WalkError, WalkStep};
+
 /// How many times a resolution is retried when the kernel reports a concurrent rename (`EAGAIN`).
 const RESOLVE_RETRIES: usize = 16;
-
-/// Deepest directory nesting [`Root::remove_tree`] descends into (one open descriptor per level).
-const MAX_REMOVE_DEPTH: usize = 512;
 
 /// A directory that confines path resolution (`openat2` with `RESOLVE_IN_ROOT`).
 #[derive(Debug)]
@@ -213,11 +222,13 @@ impl Root {
 
     /// Removes `path` and, if it is a directory, everything below it. Descends through directory
     /// descriptors opened with `O_NOFOLLOW | O_DIRECTORY`, so symlinks are unlinked, never followed,
-    /// even if an entry is swapped for a symlink during the walk. Entries that vanish concurrently
-    /// are ignored. Trees deeper than 512 levels fail with `ENAMETOOLONG`.
+    /// even if an entry is swapped for a symlink during the walk; holds one directory descriptor at
+    /// a time however deep the tree (back up through `..`, checked to be the directory it came
+    /// from: a tree rearranged meanwhile fails the removal rather than lead it elsewhere). Entries
+    /// that vanish concurrently are ignored.
     pub fn remove_tree(&self, path: &Path) -> io::Result<()> {
         let (parent, name) = self.open_parent(path)?;
-        remove_entry_tree(parent.as_fd(), &name, 0)
+        walk::remove_entry_tree(parent.as_fd(), &name)
     }
 
     /// Renames `from` to `to` (`renameat`, replacing an existing `to`); both parents are resolved
@@ -251,7 +262,22 @@ impl Root {
 /// `openat2(dirfd, path, flags, mode, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, retried on `EAGAIN`
 /// (a concurrent rename or mount was detected during `..` resolution).
 fn resolve(dirfd: BorrowedFd<'_>, path: &OsStr, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
-    let resolve = ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS;
+    resolve_with(dirfd, path, flags, mode, Symlinks::FollowInRoot)
+}
+
+/// [`resolve`], refusing every symlink on the way (`RESOLVE_NO_SYMLINKS`, `ELOOP`) with
+/// [`Symlinks::Refuse`].
+fn resolve_with(
+    dirfd: BorrowedFd<'_>,
+    path: &OsStr,
+    flags: OFlags,
+    mode: Mode,
+    symlinks: Symlinks,
+) -> io::Result<OwnedFd> {
+    let resolve = match symlinks {
+        Symlinks::FollowInRoot => ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+        Symlinks::Refuse => ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS | ResolveFlags::NO_SYMLINKS,
+    };
     let path = if path.is_empty() { OsStr::new(".") } else { path };
     let mut attempt = 0;
     loop {
@@ -351,41 +377,6 @@ fn make_dir(parent: BorrowedFd<'_>, name: &OsStr, mode: u32, owner: Option<Owner
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let dir = rustix::fs::openat(parent, name, flags, Mode::empty())?;
     set_owner_and_mode(dir.as_fd(), owner, mode)
-}
-
-/// Removes `name` in `parent`, depth-first for directories, never following symlinks.
-fn remove_entry_tree(parent: BorrowedFd<'_>, name: &OsStr, depth: usize) -> io::Result<()> {
-    let st = match rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(rustix::io::Errno::NOENT) if depth > 0 => return Ok(()),
-        Err(err) => return Err(err.into()),
-    };
-    if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-        if depth >= MAX_REMOVE_DEPTH {
-            return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
-        }
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let dir = rustix::fs::openat(parent, name, flags, Mode::empty())?;
-        for child in read_names(dir.as_fd())? {
-            remove_entry_tree(dir.as_fd(), &child, depth + 1)?;
-        }
-        drop(dir);
-        unlink_ignoring_vanished(parent, name, AtFlags::REMOVEDIR, depth)
-    } else {
-        unlink_ignoring_vanished(parent, name, AtFlags::empty(), depth)
-    }
-}
-
-fn unlink_ignoring_vanished(
-    parent: BorrowedFd<'_>,
-    name: &OsStr,
-    flags: AtFlags,
-    depth: usize,
-) -> io::Result<()> {
-    match rustix::fs::unlinkat(parent, name, flags) {
-        Err(rustix::io::Errno::NOENT) if depth > 0 => Ok(()),
-        other => Ok(other?),
-    }
 }
 
 #[cfg(test)]
