@@ -625,6 +625,8 @@ fn nothing_host_side_is_named_inside_a_sandbox() {
         state.clone(),
         agent.to_string_lossy().into_owned(),
         agent.parent().expect("dir").to_string_lossy().into_owned(),
+        // The user-namespace owner locks the agent keeps (setup/owner.rs).
+        "/run/paddock".to_owned(),
     ];
     let check = |what: &str, text: &str| {
         for needle in &needles {

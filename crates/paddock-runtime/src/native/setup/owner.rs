@@ -26,7 +26,7 @@
 
 use std::collections::BTreeSet;
 use std::io::{self, Read};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{FlockOperation, Mode, OFlags};
@@ -97,7 +97,20 @@ pub fn allocate_owner(pool: &OwnerPool) -> Result<OwnerUid, String> {
         )
         .map_err(|e| format!("failed to open {}/{name}: {e}", pool.dir.display()))?;
         match rustix::fs::flock(&file, FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(OwnerUid { uid, lock: file }),
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => continue,
+            Err(e) => return Err(format!("failed to lock {}/{name}: {e}", pool.dir.display())),
+        }
+        // The agent keeps the lock for the sandbox's life, in the sandbox: hold it through a
+        // descriptor of a detached mount of the file alone, which names `/` inside rather than the
+        // lock's host path. The lock moves to that descriptor (another open file description): a
+        // second owner may take the uid in between, and then the scan goes on.
+        let hidden = paddock_sys::mount::clone_detached(file.as_fd())
+            .and_then(|detached| paddock_sys::fs_in_root::reopen(detached.as_fd(), OFlags::RDONLY))
+            .map_err(|e| format!("failed to detach {}/{name}: {e}", pool.dir.display()))?;
+        drop(file);
+        match rustix::fs::flock(&hidden, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(OwnerUid { uid, lock: hidden }),
             Err(rustix::io::Errno::WOULDBLOCK) => {}
             Err(e) => return Err(format!("failed to lock {}/{name}: {e}", pool.dir.display())),
         }
