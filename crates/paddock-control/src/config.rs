@@ -10,7 +10,8 @@ use paddock_types::{Limits, RootfsSpec};
 pub struct ServiceConfig {
     /// Limits a sandbox gets for every limit its request leaves out.
     pub default_limits: Limits,
-    /// The most a single sandbox may ask for (`None` fields: no cap).
+    /// The most a single sandbox may ask for (`None` fields: no cap beyond the absolute bounds every
+    /// limit has, see [`paddock_types::check_limits`]).
     pub max_limits: Limits,
     /// Timeout of a sandbox whose request names none.
     pub default_timeout: Duration,

@@ -123,13 +123,7 @@ impl SandboxService {
             ));
         }
         let limits = merge_limits(&config.default_limits, &req.limits);
-        check_cap("limits.memory", limits.memory, config.max_limits.memory)?;
-        check_cap("limits.disk", limits.disk, config.max_limits.disk)?;
-        check_cap("limits.cpus", limits.cpus, config.max_limits.cpus)?;
-        check_cap("limits.pids", limits.pids, config.max_limits.pids)?;
-        if limits.pids == Some(0) {
-            return Err(ServiceError::invalid("limits.pids", "pids must be at least 1"));
-        }
+        check_limits(&limits, &config.max_limits)?;
         let user = match req.user {
             Some(u) => u
                 .parse::<UserSpec>()
@@ -621,22 +615,10 @@ fn merge_limits(defaults: &Limits, req: &LimitsRequest) -> Limits {
     }
 }
 
-fn check_cap<T: PartialOrd + std::fmt::Display + Copy>(
-    field: &str,
-    value: Option<T>,
-    cap: Option<T>,
-) -> Result<(), ServiceError> {
-    match (value, cap) {
-        (Some(v), Some(c)) if v > c => Err(ServiceError::invalid(
-            field,
-            format!("{v} is above this server's maximum of {c}"),
-        )),
-        (None, Some(c)) => Err(ServiceError::invalid(
-            field,
-            format!("this server requires a limit of at most {c}"),
-        )),
-        _ => Ok(()),
-    }
+/// Refuses limits outside their absolute bounds or above `max`, naming the field (`limits.pids`).
+pub(crate) fn check_limits(limits: &Limits, max: &Limits) -> Result<(), ServiceError> {
+    paddock_types::check_limits(limits, max, host_millicpus())
+        .map_err(|e| ServiceError::invalid(format!("limits.{}", e.field), e.reason))
 }
 
 pub(crate) fn check_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), ServiceError> {
@@ -737,14 +719,31 @@ mod tests {
     }
 
     #[test]
-    fn caps_name_the_field() {
-        assert!(check_cap("limits.pids", Some(10u32), Some(10)).is_ok());
-        assert!(check_cap("limits.pids", Some(10u32), None).is_ok());
-        let e = check_cap("limits.pids", Some(11u32), Some(10)).expect_err("above the cap");
+    fn limits_outside_their_bounds_name_the_field() {
+        let max = Limits {
+            memory: None,
+            cpus: None,
+            pids: Some(10),
+            disk: None,
+        };
+        let with_pids = |pids| Limits {
+            pids,
+            ..Limits::default()
+        };
+        assert!(check_limits(&with_pids(Some(10)), &max).is_ok());
+        let e = check_limits(&with_pids(Some(11)), &max).expect_err("above the cap");
         assert_eq!(e.field.as_deref(), Some("limits.pids"));
         // No limit at all is more than any cap.
-        let e = check_cap::<u32>("limits.pids", None, Some(10)).expect_err("unlimited");
+        let e = check_limits(&with_pids(None), &max).expect_err("unlimited");
         assert_eq!(e.code, ErrorCode::InvalidRequest);
+        let e = check_limits(&with_pids(Some(1)), &max).expect_err("below the minimum");
+        assert_eq!(e.field.as_deref(), Some("limits.pids"));
+        let tiny = Limits {
+            memory: Some(paddock_types::ByteSize::bytes(1)),
+            ..Limits::default()
+        };
+        let e = check_limits(&tiny, &Limits::default()).expect_err("1 byte of memory");
+        assert_eq!(e.field.as_deref(), Some("limits.memory"));
     }
 
     #[test]

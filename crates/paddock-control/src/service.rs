@@ -52,6 +52,11 @@ impl SandboxService {
                 "the `default` template must be configured",
             ));
         }
+        // Every sandbox asking for nothing gets the defaults: they must be within the bounds too.
+        crate::sandboxes::check_limits(&config.default_limits, &config.max_limits).map_err(|mut e| {
+            e.field = e.field.map(|f| format!("default_{f}"));
+            e
+        })?;
         let (egress, egress_audit) = match &config.network {
             Some(network) => {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();

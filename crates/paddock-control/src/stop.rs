@@ -101,6 +101,8 @@ impl SandboxService {
         let spec: StoredSpec = serde_json::from_str(&record.spec_json)
             .map_err(|e| ServiceError::internal("decode a sandbox spec", &e))?;
         let sandbox_id: SandboxId = id.parse().map_err(|_| ServiceError::sandbox_not_found(id))?;
+        // Its limits were checked when it was created; the server's maxima may have been lowered since.
+        crate::sandboxes::check_limits(&spec.limits, &self.inner.config.max_limits)?;
         let (sid, tenant) = (id.to_owned(), p.tenant.clone());
         let admitted = match self
             .db("resume a stopped sandbox", move |s| {

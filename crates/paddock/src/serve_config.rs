@@ -13,8 +13,8 @@
 //! memory = "1G"
 //! pids = 1024
 //!
-//! [max_limits]
-//! memory = "16G"
+//! [max_limits]                # unset keys: derived from the host at startup (3/4 of its memory,
+//! memory = "16G"              # its CPUs, 1/4 of its pid budget, the pool's size)
 //! cpus = 8.0
 //!
 //! [templates.default]
@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use paddock_control::{ServiceConfig, TemplateConfig};
-use paddock_types::{ByteSize, CpuQuota, Limits, RootfsSpec};
+use paddock_types::{ByteSize, CpuQuota, HostFacts, Limits, RootfsSpec};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::cli::{GlobalArgs, ServeArgs};
@@ -82,8 +82,12 @@ pub struct ServeConfig {
     pub log: String,
     /// Limits a sandbox gets for those its request leaves out.
     pub default_limits: Limits,
-    /// The most a sandbox may ask for (`None`: no cap).
+    /// The most a sandbox may ask for: as configured (`None`: not configured) until
+    /// [`ServeConfig::bound_limits`] fills the rest in from the host.
     pub max_limits: Limits,
+    /// Which default limits the configuration set (the others are built-in guesses, lowered to fit a
+    /// small host).
+    configured_defaults: LimitsLayer,
     /// Timeout of a sandbox whose request names none.
     pub default_timeout: Duration,
     /// The longest timeout a sandbox may have.
@@ -256,6 +260,69 @@ impl ServeConfig {
             max_import_bytes: self.max_import.as_u64(),
             network: None,
         }
+    }
+
+    /// Bounds what a sandbox may ask for by the host: every maximum the configuration leaves unset is
+    /// derived from `host` ([`HostFacts::max_limits`]), built-in default limits above a maximum are
+    /// lowered to it, and a configured default above one is refused (naming both keys).
+    pub fn bound_limits(&mut self, host: &HostFacts) -> anyhow::Result<()> {
+        let derived = host.max_limits();
+        let max = Limits {
+            memory: self.max_limits.memory.or(derived.memory),
+            cpus: self.max_limits.cpus.or(derived.cpus),
+            pids: self.max_limits.pids.or(derived.pids),
+            disk: self.max_limits.disk.or(derived.disk),
+        };
+        let set = &self.configured_defaults;
+        let builtin = paddock_types::clamp_limits(&self.default_limits, &max);
+        let defaults = Limits {
+            memory: if set.memory.is_some() {
+                self.default_limits.memory
+            } else {
+                builtin.memory
+            },
+            cpus: if set.cpus.is_some() {
+                self.default_limits.cpus
+            } else {
+                builtin.cpus
+            },
+            pids: if set.pids.is_some() {
+                self.default_limits.pids
+            } else {
+                builtin.pids
+            },
+            disk: if set.disk.is_some() {
+                self.default_limits.disk
+            } else {
+                builtin.disk
+            },
+        };
+        paddock_types::check_limits(&defaults, &max, host.millicpus()).map_err(|e| {
+            let configured = match e.field {
+                "memory" => self.max_limits.memory.is_some(),
+                "cpus" => self.max_limits.cpus.is_some(),
+                "pids" => self.max_limits.pids.is_some(),
+                _ => self.max_limits.disk.is_some(),
+            };
+            let from = if configured {
+                ""
+            } else {
+                " (the maximum is derived from this host; set max_limits to change it)"
+            };
+            anyhow::anyhow!("default_limits.{}: {}{from}", e.field, e.reason)
+        })?;
+        if max.pids.is_some_and(|p| p > paddock_types::PID_MAX_LIMIT) {
+            anyhow::bail!(
+                "max_limits.pids: {} is above the kernel's limit of {}",
+                max.pids.unwrap_or_default(),
+                paddock_types::PID_MAX_LIMIT
+            );
+        }
+        self.default_limits = defaults;
+        self.max_limits = max;
+        // Final now: shown (`paddock config show`) and loaded back, they are configured values.
+        self.configured_defaults = LimitsLayer::from(&self.default_limits);
+        Ok(())
     }
 
     /// The egress proxy's configuration (`None` when sandbox networks are disabled). Reads the
@@ -458,13 +525,9 @@ impl Layer {
         let cgroup_parent = self
             .cgroup_parent
             .unwrap_or_else(|| DEFAULT_CGROUP_PARENT.to_owned());
+        let configured_defaults = self.default_limits.clone();
         let default_limits = self.default_limits.into_limits(Limits::default());
-        let max_limits = self.max_limits.into_limits(Limits {
-            memory: None,
-            cpus: None,
-            pids: None,
-            disk: None,
-        });
+        let max_limits = self.max_limits.into_limits(Limits::unbounded());
         check_limits(&default_limits, &max_limits)?;
         let default_timeout = self.default_timeout.map_or(Duration::from_secs(300), |h| h.0);
         let max_timeout = self.max_timeout.map_or(Duration::from_secs(24 * 3600), |h| h.0);
@@ -501,6 +564,7 @@ impl Layer {
             log,
             default_limits,
             max_limits,
+            configured_defaults,
             default_timeout,
             max_timeout,
             reaper_interval: self.reaper_interval.map_or(Duration::from_secs(1), |h| h.0),

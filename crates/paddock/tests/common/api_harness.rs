@@ -31,7 +31,8 @@ const KILL_DEADLINE: Duration = Duration::from_secs(120);
 pub struct Options {
     /// Warm pool size of the `default` template.
     pub warm_pool: u32,
-    /// The most a sandbox may ask for.
+    /// The most a sandbox may ask for; `None` fields are derived from the host, as `paddock serve`
+    /// does when its configuration sets no maximum.
     pub max_limits: Limits,
     /// How often the reaper runs.
     pub reaper_interval: Duration,
@@ -122,8 +123,20 @@ impl Harness {
                 warm_pool_size: options.warm_pool,
             },
         );
+        // Bounded by this host as `paddock serve` bounds them: unset maxima derived, the built-in
+        // defaults lowered to fit (a 10G default disk in the tests' 8G pool).
+        let host = backend.host_facts().expect("read the host's figures");
+        let derived = host.max_limits();
+        let configured = options.max_limits;
+        let max_limits = Limits {
+            memory: configured.memory.or(derived.memory),
+            cpus: configured.cpus.or(derived.cpus),
+            pids: configured.pids.or(derived.pids),
+            disk: configured.disk.or(derived.disk),
+        };
         let config = ServiceConfig {
-            max_limits: options.max_limits,
+            default_limits: paddock_types::clamp_limits(&Limits::default(), &max_limits),
+            max_limits,
             default_timeout: Duration::from_secs(900),
             templates,
             reaper_interval: options.reaper_interval,
