@@ -72,7 +72,12 @@ impl SandboxService {
                 .parse()
                 .map_err(|e| ServiceError::internal("parse a snapshot id", &e))?;
             let info = self
-                .create_from_volume(p, req, paddock_types::VolumeSource::Snapshot(id))
+                .create_from_volume(
+                    p,
+                    req,
+                    paddock_types::VolumeSource::Snapshot(id),
+                    record.storage_bytes,
+                )
                 .await?;
             self.inner.metrics.observe_create("snapshot", started.elapsed());
             return Ok(info);
@@ -199,6 +204,7 @@ impl SandboxService {
         let claim = Claim {
             memory_bytes: plan.memory_bytes,
             cpu_millis: plan.cpu_millis,
+            disk_bytes: crate::quota::sandbox_storage(&plan.spec.limits, 0),
             labels: plan.labels.clone(),
             spec_json: encode_spec(&plan.spec)?,
             expires_at_ms: Some(now + plan.timeout_ms),
@@ -208,10 +214,11 @@ impl SandboxService {
         let entry = AuditEntry::ok(p, "sandbox.create", None)
             .detail(serde_json::json!({ "template": template, "source": "pool" }))
             .into_row();
+        let defaults = self.quota_defaults();
         let claimed = self
             .db("claim a warm sandbox", move |s| {
                 s.transaction(|tx| {
-                    let Some(record) = tx.claim_warm_sandbox(&template, &tenant, &claim)? else {
+                    let Some(record) = tx.claim_warm_sandbox(&template, &tenant, &claim, &defaults)? else {
                         return Ok(None);
                     };
                     let mut row = row_with_time(entry);
@@ -266,20 +273,21 @@ impl SandboxService {
     }
 
     /// Boots a new sandbox for `p`'s tenant whose files start as `volume` (a snapshot's, for forks and
-    /// creations from a snapshot).
+    /// creations from a snapshot), which is charged `base_bytes` against the storage quota.
     pub(crate) async fn create_from_volume(
         &self,
         p: &Principal,
         req: CreateSandboxRequest,
         volume: paddock_types::VolumeSource,
+        base_bytes: u64,
     ) -> Result<SandboxInfo, ServiceError> {
         let plan = self.plan_request(p, req).await?;
-        self.create_cold_from(p, plan, volume).await
+        self.create_cold_from(p, plan, volume, base_bytes).await
     }
 
     /// Boots a new sandbox for `p`'s tenant.
     async fn create_cold(&self, p: &Principal, plan: CreatePlan) -> Result<SandboxInfo, ServiceError> {
-        self.create_cold_from(p, plan, paddock_types::VolumeSource::Template)
+        self.create_cold_from(p, plan, paddock_types::VolumeSource::Template, 0)
             .await
     }
 
@@ -288,6 +296,7 @@ impl SandboxService {
         p: &Principal,
         plan: CreatePlan,
         volume: paddock_types::VolumeSource,
+        base_bytes: u64,
     ) -> Result<SandboxInfo, ServiceError> {
         let id = new_sandbox_id();
         let now = now_ms();
@@ -300,6 +309,8 @@ impl SandboxService {
             labels: plan.labels.clone(),
             memory_bytes: plan.memory_bytes,
             cpu_millis: plan.cpu_millis,
+            disk_bytes: crate::quota::sandbox_storage(&plan.spec.limits, 0),
+            base_bytes,
             created_at_ms: now,
             expires_at_ms: Some(now + plan.timeout_ms),
         };
@@ -323,9 +334,10 @@ impl SandboxService {
         // The sandbox, the volumes it mounts and its network are recorded together, each volume
         // checked to still exist in the same transaction (a concurrent delete either sees this mount
         // or wins).
+        let defaults = self.quota_defaults();
         self.db("record a new sandbox", move |s| {
             s.transaction(|tx| {
-                tx.insert_sandbox_checked(&new)?;
+                tx.insert_sandbox_checked(&new, &defaults)?;
                 for m in &mounts {
                     tx.insert_volume_mount(&tenant, m)?;
                 }

@@ -238,6 +238,11 @@ fn shown_toml_loads_back_to_the_same_configuration() {
     let shown = c.to_toml().expect("renders");
     assert!(shown.contains("disk = \"20G\""), "{shown}");
     assert!(shown.contains("pids = 8192"), "derived maxima are shown: {shown}");
+    assert!(
+        shown.contains("max_snapshots = 1000"),
+        "quotas are shown: {shown}"
+    );
+    assert!(shown.contains("max_storage = \"unlimited\""), "{shown}");
     assert!(shown.contains("max_timeout = \"1day\""), "{shown}");
     assert!(shown.contains("max_import = \"3G\""), "{shown}");
     assert_eq!(c.service_config().max_import_bytes, 3 << 30);
@@ -337,4 +342,32 @@ fn a_configured_default_above_the_hosts_maximum_is_refused() {
     let mut c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
     let e = c.bound_limits(&host()).expect_err("above the kernel's pid limit");
     assert!(e.to_string().contains("max_limits.pids"), "{e}");
+}
+
+#[test]
+fn quotas_have_defaults_and_can_be_set_or_lifted() {
+    let c = load(None, &[], &ServeArgs::default()).expect("loads");
+    assert_eq!(c.quotas, DEFAULT_QUOTAS);
+    assert_eq!(c.service_config().quotas, DEFAULT_QUOTAS);
+    let f = file(
+        r#"
+        [quotas]
+        max_sandboxes = "unlimited"
+        max_storage = "500G"
+        max_cpus = 8
+        "#,
+    );
+    let c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    assert_eq!(c.quotas.max_sandboxes, None, "lifted");
+    assert_eq!(c.quotas.max_storage_bytes, Some(500 << 30));
+    assert_eq!(c.quotas.max_cpu_millis, Some(8000));
+    assert_eq!(c.quotas.max_snapshots, Some(1000), "unset keys keep the default");
+    let f = file(
+        r#"
+        [quotas]
+        max_snapshots = "lots"
+        "#,
+    );
+    let e = load(Some(f.path()), &[], &ServeArgs::default()).expect_err("not a number");
+    assert!(e.to_string().contains("quotas.max_snapshots"), "{e}");
 }

@@ -34,6 +34,8 @@ pub struct Options {
     /// The most a sandbox may ask for; `None` fields are derived from the host, as `paddock serve`
     /// does when its configuration sets no maximum.
     pub max_limits: Limits,
+    /// Every tenant's quota where its own sets nothing (unlimited by default here).
+    pub quotas: paddock_store::TenantQuota,
     /// How often the reaper runs.
     pub reaper_interval: Duration,
     /// The largest snapshot archive an import accepts.
@@ -52,6 +54,7 @@ impl Default for Options {
                 pids: None,
                 disk: None,
             },
+            quotas: paddock_store::TenantQuota::default(),
             reaper_interval: Duration::from_millis(250),
             max_import_bytes: ServiceConfig::default().max_import_bytes,
             network: None,
@@ -137,6 +140,7 @@ impl Harness {
         let config = ServiceConfig {
             default_limits: paddock_types::clamp_limits(&Limits::default(), &max_limits),
             max_limits,
+            quotas: options.quotas,
             default_timeout: Duration::from_secs(900),
             templates,
             reaper_interval: options.reaper_interval,
