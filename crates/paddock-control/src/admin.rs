@@ -76,6 +76,9 @@ fn quota_body(q: &TenantQuota) -> TenantQuotaBody {
         max_cpus: q
             .max_cpu_millis
             .and_then(|m| CpuQuota::try_from(f64::from(m) / 1000.0).ok()),
+        max_snapshots: q.max_snapshots,
+        max_volumes: q.max_volumes,
+        max_storage: q.max_storage_bytes.map(ByteSize::bytes),
     }
 }
 
@@ -221,17 +224,20 @@ impl SandboxService {
     }
 
     async fn tenant_info(&self, record: TenantRecord) -> Result<TenantInfo, ServiceError> {
-        let name = record.name.clone();
+        let (name, defaults) = (record.name.clone(), self.quota_defaults());
         let usage = self
-            .db("read a tenant's usage", move |s| s.tenant_usage(&name))
+            .db("read a tenant's usage", move |s| s.tenant_usage(&name, &defaults))
             .await?;
         Ok(TenantInfo {
             name: record.name,
-            quota: quota_body(&record.quota),
+            quota: quota_body(&record.quota.or(&defaults.quota)),
             usage: TenantUsageBody {
                 sandboxes: usage.sandboxes,
                 memory_bytes: usage.memory_bytes,
                 cpus: usage.cpu_millis as f64 / 1000.0,
+                snapshots: usage.snapshots,
+                volumes: usage.volumes,
+                storage_bytes: usage.storage_bytes,
             },
         })
     }
@@ -271,6 +277,9 @@ impl SandboxService {
             max_sandboxes: quota.max_sandboxes,
             max_memory_bytes: quota.max_memory.map(u64::from),
             max_cpu_millis: quota.max_cpus.map(|c| c.millicpus()),
+            max_snapshots: quota.max_snapshots,
+            max_volumes: quota.max_volumes,
+            max_storage_bytes: quota.max_storage.map(u64::from),
         };
         let n = name.to_owned();
         let record = self
@@ -283,6 +292,9 @@ impl SandboxService {
             "max_sandboxes": q.max_sandboxes,
             "max_memory_bytes": q.max_memory_bytes,
             "max_cpu_millis": q.max_cpu_millis,
+            "max_snapshots": q.max_snapshots,
+            "max_volumes": q.max_volumes,
+            "max_storage_bytes": q.max_storage_bytes,
         })))
         .await?;
         self.tenant_info(record).await

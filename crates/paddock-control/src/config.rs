@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use paddock_store::TenantQuota;
 use paddock_types::{Limits, RootfsSpec};
 
 /// The service's configuration.
@@ -10,8 +11,11 @@ use paddock_types::{Limits, RootfsSpec};
 pub struct ServiceConfig {
     /// Limits a sandbox gets for every limit its request leaves out.
     pub default_limits: Limits,
-    /// The most a single sandbox may ask for (`None` fields: no cap).
+    /// The most a single sandbox may ask for (`None` fields: no cap beyond the absolute bounds every
+    /// limit has, see [`paddock_types::check_limits`]).
     pub max_limits: Limits,
+    /// The quota of every tenant whose own quota leaves a field unset (`None` fields: unlimited).
+    pub quotas: TenantQuota,
     /// Timeout of a sandbox whose request names none.
     pub default_timeout: Duration,
     /// The longest timeout a request (or an extension) may set.
@@ -56,6 +60,7 @@ impl Default for ServiceConfig {
                 pids: None,
                 disk: None,
             },
+            quotas: TenantQuota::default(),
             default_timeout: Duration::from_secs(300),
             max_timeout: Duration::from_secs(24 * 3600),
             templates,

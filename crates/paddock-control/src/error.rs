@@ -11,7 +11,7 @@ pub struct ServiceError {
     pub code: ErrorCode,
     /// What went wrong, for the client.
     pub message: String,
-    /// The request field at fault (`invalid_request` only).
+    /// The request field at fault (`invalid_request`), or the quota that refused (`quota_exceeded`).
     pub field: Option<String>,
 }
 

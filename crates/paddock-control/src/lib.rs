@@ -21,6 +21,7 @@ mod metrics;
 mod network;
 mod paging;
 mod principal;
+mod quota;
 mod sandboxes;
 mod service;
 mod signals;

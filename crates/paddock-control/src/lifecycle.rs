@@ -397,6 +397,8 @@ impl SandboxService {
             labels: Default::default(),
             memory_bytes: 0,
             cpu_millis: 0,
+            disk_bytes: crate::quota::sandbox_storage(&spec.limits, 0),
+            base_bytes: 0,
             created_at_ms: now_ms(),
             expires_at_ms: None,
         };

@@ -72,7 +72,12 @@ impl SandboxService {
                 .parse()
                 .map_err(|e| ServiceError::internal("parse a snapshot id", &e))?;
             let info = self
-                .create_from_volume(p, req, paddock_types::VolumeSource::Snapshot(id))
+                .create_from_volume(
+                    p,
+                    req,
+                    paddock_types::VolumeSource::Snapshot(id),
+                    record.storage_bytes,
+                )
                 .await?;
             self.inner.metrics.observe_create("snapshot", started.elapsed());
             return Ok(info);
@@ -123,13 +128,7 @@ impl SandboxService {
             ));
         }
         let limits = merge_limits(&config.default_limits, &req.limits);
-        check_cap("limits.memory", limits.memory, config.max_limits.memory)?;
-        check_cap("limits.disk", limits.disk, config.max_limits.disk)?;
-        check_cap("limits.cpus", limits.cpus, config.max_limits.cpus)?;
-        check_cap("limits.pids", limits.pids, config.max_limits.pids)?;
-        if limits.pids == Some(0) {
-            return Err(ServiceError::invalid("limits.pids", "pids must be at least 1"));
-        }
+        check_limits(&limits, &config.max_limits)?;
         let user = match req.user {
             Some(u) => u
                 .parse::<UserSpec>()
@@ -205,6 +204,7 @@ impl SandboxService {
         let claim = Claim {
             memory_bytes: plan.memory_bytes,
             cpu_millis: plan.cpu_millis,
+            disk_bytes: crate::quota::sandbox_storage(&plan.spec.limits, 0),
             labels: plan.labels.clone(),
             spec_json: encode_spec(&plan.spec)?,
             expires_at_ms: Some(now + plan.timeout_ms),
@@ -214,10 +214,11 @@ impl SandboxService {
         let entry = AuditEntry::ok(p, "sandbox.create", None)
             .detail(serde_json::json!({ "template": template, "source": "pool" }))
             .into_row();
+        let defaults = self.quota_defaults();
         let claimed = self
             .db("claim a warm sandbox", move |s| {
                 s.transaction(|tx| {
-                    let Some(record) = tx.claim_warm_sandbox(&template, &tenant, &claim)? else {
+                    let Some(record) = tx.claim_warm_sandbox(&template, &tenant, &claim, &defaults)? else {
                         return Ok(None);
                     };
                     let mut row = row_with_time(entry);
@@ -272,20 +273,21 @@ impl SandboxService {
     }
 
     /// Boots a new sandbox for `p`'s tenant whose files start as `volume` (a snapshot's, for forks and
-    /// creations from a snapshot).
+    /// creations from a snapshot), which is charged `base_bytes` against the storage quota.
     pub(crate) async fn create_from_volume(
         &self,
         p: &Principal,
         req: CreateSandboxRequest,
         volume: paddock_types::VolumeSource,
+        base_bytes: u64,
     ) -> Result<SandboxInfo, ServiceError> {
         let plan = self.plan_request(p, req).await?;
-        self.create_cold_from(p, plan, volume).await
+        self.create_cold_from(p, plan, volume, base_bytes).await
     }
 
     /// Boots a new sandbox for `p`'s tenant.
     async fn create_cold(&self, p: &Principal, plan: CreatePlan) -> Result<SandboxInfo, ServiceError> {
-        self.create_cold_from(p, plan, paddock_types::VolumeSource::Template)
+        self.create_cold_from(p, plan, paddock_types::VolumeSource::Template, 0)
             .await
     }
 
@@ -294,6 +296,7 @@ impl SandboxService {
         p: &Principal,
         plan: CreatePlan,
         volume: paddock_types::VolumeSource,
+        base_bytes: u64,
     ) -> Result<SandboxInfo, ServiceError> {
         let id = new_sandbox_id();
         let now = now_ms();
@@ -306,6 +309,8 @@ impl SandboxService {
             labels: plan.labels.clone(),
             memory_bytes: plan.memory_bytes,
             cpu_millis: plan.cpu_millis,
+            disk_bytes: crate::quota::sandbox_storage(&plan.spec.limits, 0),
+            base_bytes,
             created_at_ms: now,
             expires_at_ms: Some(now + plan.timeout_ms),
         };
@@ -329,9 +334,10 @@ impl SandboxService {
         // The sandbox, the volumes it mounts and its network are recorded together, each volume
         // checked to still exist in the same transaction (a concurrent delete either sees this mount
         // or wins).
+        let defaults = self.quota_defaults();
         self.db("record a new sandbox", move |s| {
             s.transaction(|tx| {
-                tx.insert_sandbox_checked(&new)?;
+                tx.insert_sandbox_checked(&new, &defaults)?;
                 for m in &mounts {
                     tx.insert_volume_mount(&tenant, m)?;
                 }
@@ -629,22 +635,10 @@ fn merge_limits(defaults: &Limits, req: &LimitsRequest) -> Limits {
     }
 }
 
-fn check_cap<T: PartialOrd + std::fmt::Display + Copy>(
-    field: &str,
-    value: Option<T>,
-    cap: Option<T>,
-) -> Result<(), ServiceError> {
-    match (value, cap) {
-        (Some(v), Some(c)) if v > c => Err(ServiceError::invalid(
-            field,
-            format!("{v} is above this server's maximum of {c}"),
-        )),
-        (None, Some(c)) => Err(ServiceError::invalid(
-            field,
-            format!("this server requires a limit of at most {c}"),
-        )),
-        _ => Ok(()),
-    }
+/// Refuses limits outside their absolute bounds or above `max`, naming the field (`limits.pids`).
+pub(crate) fn check_limits(limits: &Limits, max: &Limits) -> Result<(), ServiceError> {
+    paddock_types::check_limits(limits, max, host_millicpus())
+        .map_err(|e| ServiceError::invalid(format!("limits.{}", e.field), e.reason))
 }
 
 pub(crate) fn check_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), ServiceError> {
@@ -745,14 +739,31 @@ mod tests {
     }
 
     #[test]
-    fn caps_name_the_field() {
-        assert!(check_cap("limits.pids", Some(10u32), Some(10)).is_ok());
-        assert!(check_cap("limits.pids", Some(10u32), None).is_ok());
-        let e = check_cap("limits.pids", Some(11u32), Some(10)).expect_err("above the cap");
+    fn limits_outside_their_bounds_name_the_field() {
+        let max = Limits {
+            memory: None,
+            cpus: None,
+            pids: Some(10),
+            disk: None,
+        };
+        let with_pids = |pids| Limits {
+            pids,
+            ..Limits::default()
+        };
+        assert!(check_limits(&with_pids(Some(10)), &max).is_ok());
+        let e = check_limits(&with_pids(Some(11)), &max).expect_err("above the cap");
         assert_eq!(e.field.as_deref(), Some("limits.pids"));
         // No limit at all is more than any cap.
-        let e = check_cap::<u32>("limits.pids", None, Some(10)).expect_err("unlimited");
+        let e = check_limits(&with_pids(None), &max).expect_err("unlimited");
         assert_eq!(e.code, ErrorCode::InvalidRequest);
+        let e = check_limits(&with_pids(Some(1)), &max).expect_err("below the minimum");
+        assert_eq!(e.field.as_deref(), Some("limits.pids"));
+        let tiny = Limits {
+            memory: Some(paddock_types::ByteSize::bytes(1)),
+            ..Limits::default()
+        };
+        let e = check_limits(&tiny, &Limits::default()).expect_err("1 byte of memory");
+        assert_eq!(e.field.as_deref(), Some("limits.memory"));
     }
 
     #[test]

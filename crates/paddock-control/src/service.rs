@@ -52,6 +52,11 @@ impl SandboxService {
                 "the `default` template must be configured",
             ));
         }
+        // Every sandbox asking for nothing gets the defaults: they must be within the bounds too.
+        crate::sandboxes::check_limits(&config.default_limits, &config.max_limits).map_err(|mut e| {
+            e.field = e.field.map(|f| format!("default_{f}"));
+            e
+        })?;
         let (egress, egress_audit) = match &config.network {
             Some(network) => {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -191,23 +196,7 @@ pub(crate) fn store_error(what: &'static str, e: StoreError) -> ServiceError {
             limit,
             requested_total,
             ..
-        } => {
-            let (limit, total) = match kind {
-                "memory" => (
-                    paddock_types::ByteSize::bytes(limit).to_string(),
-                    paddock_types::ByteSize::bytes(requested_total).to_string(),
-                ),
-                "cpu" => (
-                    format!("{} cpus", limit as f64 / 1000.0),
-                    format!("{} cpus", requested_total as f64 / 1000.0),
-                ),
-                _ => (limit.to_string(), requested_total.to_string()),
-            };
-            ServiceError::new(
-                ErrorCode::QuotaExceeded,
-                format!("tenant quota exceeded: {kind} limit is {limit}, this request would make it {total}"),
-            )
-        }
+        } => crate::quota::quota_exceeded(kind, limit, requested_total),
         StoreError::Missing { what: "volume", id } => crate::volumes::volume_not_found(&id),
         StoreError::Conflict {
             what: "volume name",

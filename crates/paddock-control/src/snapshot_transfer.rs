@@ -20,7 +20,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use paddock_runtime::{Backend, ExportOptions, ImportLimits, RuntimeError, TransferSummary};
-use paddock_store::{NewSnapshot, SnapshotKind, SnapshotRecord, StoreError};
+use paddock_store::{NewSnapshot, QuotaRequest, SnapshotKind, SnapshotRecord, StoreError};
 use paddock_types::api::{ErrorCode, SnapshotInfo};
 use paddock_types::SnapshotId;
 use tokio::sync::mpsc;
@@ -206,11 +206,21 @@ impl SandboxService {
             ));
         }
         check_labels(&labels)?;
-        let snapshot = SnapshotId::from_random(rand::random());
+        let request = QuotaRequest {
+            snapshots: 1,
+            ..QuotaRequest::default()
+        };
+        self.precheck_quota(p, "snapshot.import", None, request).await?;
+        // An import is charged its archive's size: it may be no larger than the storage the tenant
+        // has left (the store checks the real figure again when it records the snapshot).
+        let room = self.storage_room(p).await?;
+        let max_bytes = self.inner.config.max_import_bytes;
         let limits = ImportLimits {
-            max_bytes: self.inner.config.max_import_bytes,
+            max_bytes: room.map_or(max_bytes, |room| room.min(max_bytes)),
             max_entries: MAX_IMPORT_ENTRIES,
         };
+        let quota_bound = room.is_some_and(|room| room < max_bytes);
+        let snapshot = SnapshotId::from_random(rand::random());
         let received = Arc::new(AtomicU64::new(0));
         let counter = received.clone();
         let counted = body.inspect(move |chunk| {
@@ -228,7 +238,14 @@ impl SandboxService {
         let summary = match unpacked {
             Ok(summary) => summary,
             Err(e) => {
-                let error = transfer_error("import a snapshot", e);
+                let error = match e {
+                    RuntimeError::ArchiveTooLarge(_) if quota_bound => crate::quota::quota_exceeded(
+                        "max_storage",
+                        limits.max_bytes,
+                        received.load(Ordering::Relaxed),
+                    ),
+                    e => transfer_error("import a snapshot", e),
+                };
                 self.audit(
                     AuditEntry::ok(p, "snapshot.import", None)
                         .outcome(error.code.as_str())
@@ -249,6 +266,8 @@ impl SandboxService {
             name,
             labels,
             created_at_ms: now_ms(),
+            // What it holds is at most what was unpacked; the archive's size counts headers too.
+            storage_bytes: summary.bytes.max(summary.data_bytes),
         };
         let row = AuditEntry::ok(p, "snapshot.import", None)
             .detail(serde_json::json!({
@@ -258,11 +277,11 @@ impl SandboxService {
                 "data_bytes": summary.data_bytes,
             }))
             .into_row();
-        let record = new.clone();
+        let (record, defaults) = (new.clone(), self.quota_defaults());
         let stored = self
             .db("record an imported snapshot", move |s| {
                 s.transaction(|tx| {
-                    tx.insert_snapshot(&record)?;
+                    tx.insert_snapshot_checked(&record, &defaults)?;
                     tx.append_audit(&row_with_time(row))?;
                     Ok::<_, StoreError>(())
                 })
@@ -271,7 +290,7 @@ impl SandboxService {
         if let Err(e) = stored {
             // Storage without a record is garbage: remove it now rather than at the next start.
             let _ = self.inner.backend.delete_snapshot(&snapshot).await;
-            return Err(e);
+            return self.audit_refusal(p, "snapshot.import", None, Err(e)).await;
         }
         Ok(info(&SnapshotRecord {
             id: new.id,
@@ -282,6 +301,7 @@ impl SandboxService {
             labels: new.labels,
             created_at_ms: new.created_at_ms,
             deleted_at_ms: None,
+            storage_bytes: new.storage_bytes,
         }))
     }
 }

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use paddock_runtime::agent_client::AgentClient;
 use paddock_runtime::{Backend, SandboxHandle};
-use paddock_store::{NewSnapshot, SnapshotFilter, SnapshotKind, SnapshotRecord, StoreError};
+use paddock_store::{NewSnapshot, QuotaRequest, SnapshotFilter, SnapshotKind, SnapshotRecord, StoreError};
 use paddock_types::api::{
     CreateSnapshotRequest, ErrorCode, ForkRequest, ForkResult, ListSnapshotsQuery, RollbackRequest,
     SandboxInfo, SnapshotInfo, SnapshotKindBody, SnapshotList,
@@ -50,6 +50,7 @@ pub(crate) fn info(r: &SnapshotRecord) -> SnapshotInfo {
         created_at: rfc3339(r.created_at_ms),
         referenced_bytes: None,
         exclusive_bytes: None,
+        storage_bytes: r.storage_bytes,
     }
 }
 
@@ -93,17 +94,22 @@ impl SandboxService {
         check_labels(&req.labels)?;
         // The capture needs no agent: a paused sandbox can be snapshotted (and stays paused).
         let sb = self.owned_live_any(p, id).await?;
-        self.take_snapshot(
-            p,
-            &sb,
-            SnapshotKind::Snapshot,
-            req.name,
-            req.labels,
-            "snapshot.create",
-        )
-        .await
+        let record = self
+            .take_snapshot(
+                p,
+                &sb,
+                SnapshotKind::Snapshot,
+                req.name,
+                req.labels,
+                "snapshot.create",
+            )
+            .await?;
+        Ok(info(&record))
     }
 
+    /// Captures `sb`'s files as a snapshot of `kind` and records it, charged its sandbox's base plus
+    /// what the sandbox had written (see `quota.rs`); refused first if the tenant is at its
+    /// snapshot or storage quota, and again (atomically) when recorded.
     async fn take_snapshot(
         &self,
         p: &Principal,
@@ -112,10 +118,17 @@ impl SandboxService {
         name: Option<String>,
         labels: BTreeMap<String, String>,
         action: &'static str,
-    ) -> Result<SnapshotInfo, ServiceError> {
+    ) -> Result<SnapshotRecord, ServiceError> {
         let started = Instant::now();
+        let base_bytes = self.owned_record(p, &sb.id).await?.base_bytes;
+        let request = QuotaRequest {
+            snapshots: 1,
+            storage_bytes: base_bytes,
+            ..QuotaRequest::default()
+        };
+        self.precheck_quota(p, action, Some(&sb.id), request).await?;
         let snapshot = SnapshotId::from_random(rand::random());
-        {
+        let written = {
             let guard = sb.handle.lock().await;
             let handle = guard.as_ref().ok_or_else(|| {
                 ServiceError::new(
@@ -129,7 +142,17 @@ impl SandboxService {
                 tokio::runtime::Handle::current().block_on(backend.snapshot_sandbox(handle, &snapshot))
             })
             .map_err(|e| runtime_error("snapshot a sandbox", e))?;
-        }
+            // The capture committed the pool's transaction, so the quota group's count covers every
+            // byte the snapshot can hold of the sandbox's own writes (later writes only add to it).
+            let usage = backend.sandbox_usage(handle).await;
+            match usage {
+                Ok(usage) => usage.disk_bytes,
+                Err(e) => {
+                    let _ = backend.delete_snapshot(&snapshot).await;
+                    return Err(runtime_error("measure a snapshot", e));
+                }
+            }
+        };
         let new = NewSnapshot {
             id: snapshot.to_string(),
             tenant: p.tenant.clone(),
@@ -138,15 +161,20 @@ impl SandboxService {
             name,
             labels,
             created_at_ms: now_ms(),
+            storage_bytes: base_bytes.saturating_add(written),
         };
         let row = AuditEntry::ok(p, action, Some(&sb.id))
-            .detail(serde_json::json!({ "snapshot": snapshot.to_string(), "kind": kind.as_str() }))
+            .detail(serde_json::json!({
+                "snapshot": snapshot.to_string(),
+                "kind": kind.as_str(),
+                "storage_bytes": new.storage_bytes,
+            }))
             .into_row();
-        let record = new.clone();
+        let (record, defaults) = (new.clone(), self.quota_defaults());
         let stored = self
             .db("record a snapshot", move |s| {
                 s.transaction(|tx| {
-                    tx.insert_snapshot(&record)?;
+                    tx.insert_snapshot_checked(&record, &defaults)?;
                     tx.append_audit(&row_with_time(row))?;
                     Ok::<_, StoreError>(())
                 })
@@ -155,12 +183,12 @@ impl SandboxService {
         if let Err(e) = stored {
             // Storage without a record is garbage: remove it now rather than at the next start.
             let _ = self.inner.backend.delete_snapshot(&snapshot).await;
-            return Err(e);
+            return self.audit_refusal(p, action, Some(&sb.id), Err(e)).await;
         }
         self.inner
             .metrics
             .observe_snapshot(kind.as_str(), started.elapsed());
-        Ok(info(&SnapshotRecord {
+        Ok(SnapshotRecord {
             id: new.id,
             tenant: new.tenant,
             sandbox_id: new.sandbox_id,
@@ -169,7 +197,8 @@ impl SandboxService {
             labels: new.labels,
             created_at_ms: new.created_at_ms,
             deleted_at_ms: None,
-        }))
+            storage_bytes: new.storage_bytes,
+        })
     }
 
     /// A snapshot of `p`'s tenant that still exists.
@@ -301,7 +330,7 @@ impl SandboxService {
     /// `checkpoint`: a snapshot to return to with `rollback` or drop with `commit`.
     pub async fn checkpoint(&self, p: &Principal, id: &str) -> Result<SnapshotInfo, ServiceError> {
         let sb = self.owned_live_any(p, id).await?;
-        let info = self
+        let record = self
             .take_snapshot(
                 p,
                 &sb,
@@ -311,8 +340,8 @@ impl SandboxService {
                 "sandbox.checkpoint",
             )
             .await?;
-        self.prepare_rollback(&sb, &info.id);
-        Ok(info)
+        self.prepare_rollback(&sb, &record.id);
+        Ok(info(&record))
     }
 
     /// Lets the backend prepare a rollback of `sb` to `snapshot` now, in the background (a boot of a
@@ -441,6 +470,8 @@ impl SandboxService {
         let committed = self.commit_restart(p, &sb, guard, handle).await;
         sb.set_restarting(false);
         committed?;
+        // Its files are the snapshot's now: so is what it is charged beyond its disk limit.
+        self.rebase_sandbox(id, record.storage_bytes).await?;
         let consumed = req.snapshot.is_none();
         let row = AuditEntry::ok(p, "sandbox.rollback", Some(id))
             .detail(serde_json::json!({ "snapshot": record.id, "consumed": consumed }))
@@ -537,6 +568,28 @@ impl SandboxService {
         }
         let sb = self.owned_live(p, id).await?;
         let source = self.owned_record(p, id).await?;
+        // Every copy counts as a new sandbox of the source's size (and starts from at least the
+        // source's base): a fork the quota cannot take is refused before anything is made.
+        let spec = sb.spec();
+        let copy = QuotaRequest {
+            sandboxes: 1,
+            memory_bytes: source.memory_bytes,
+            cpu_millis: u64::from(source.cpu_millis),
+            storage_bytes: crate::quota::sandbox_storage(&spec.limits, source.base_bytes),
+            ..QuotaRequest::default()
+        };
+        let base_snapshot = QuotaRequest {
+            snapshots: 1,
+            storage_bytes: source.base_bytes,
+            ..QuotaRequest::default()
+        };
+        self.precheck_quota(
+            p,
+            "sandbox.fork",
+            Some(id),
+            copy.times(u64::from(req.count)).plus(base_snapshot),
+        )
+        .await?;
         let base = self
             .take_snapshot(
                 p,
@@ -551,7 +604,6 @@ impl SandboxService {
             .id
             .parse()
             .map_err(|e| ServiceError::internal("parse a snapshot id", &e))?;
-        let spec = sb.spec();
         let labels = req.labels.clone().unwrap_or_else(|| source.labels.clone());
         // The copies get the same network policy and secrets (each with its own link and CA).
         let (network, secrets) = match self.network_of(id).await? {
@@ -591,7 +643,14 @@ impl SandboxService {
         // and their setups overlap each other's waits.
         use futures_util::stream::{self, StreamExt};
         let results: Vec<Result<SandboxInfo, ServiceError>> = stream::iter(0..req.count)
-            .map(|_| self.create_from_volume(p, request.clone(), VolumeSource::Snapshot(snapshot.clone())))
+            .map(|_| {
+                self.create_from_volume(
+                    p,
+                    request.clone(),
+                    VolumeSource::Snapshot(snapshot.clone()),
+                    base.storage_bytes,
+                )
+            })
             .buffered(FORK_CONCURRENCY)
             .collect()
             .await;
@@ -604,9 +663,7 @@ impl SandboxService {
             }
         }
         // The copies share the snapshot's extents; the snapshot itself is no longer needed.
-        let base_record = self.owned_snapshot(p, &base.id).await?;
-        self.drop_snapshot(Some(p), &base_record, "snapshot.delete")
-            .await?;
+        self.drop_snapshot(Some(p), &base, "snapshot.delete").await?;
         if let Some(e) = failure {
             // All or nothing: a fork that cannot make every copy makes none.
             for info in &created {

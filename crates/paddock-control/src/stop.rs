@@ -3,8 +3,9 @@
 //!
 //! A stopped sandbox holds no processes, cgroups or run directory: only its file system, kept by the
 //! backend outside garbage collection's reach, and its store record (state `stopped`, no expiry). It
-//! survives server restarts. Resuming boots it again with the same id on the same files, after the
-//! tenant's quota admits it again (a stopped sandbox does not count against the quota). A sandbox
+//! survives server restarts. It still counts against the tenant's `max_sandboxes` and `max_storage`
+//! (it holds its files and a tenant may resume it at will), not its memory and CPU quotas: resuming
+//! boots it again with the same id on the same files once those admit it. A sandbox
 //! paused or stopped by its timeout does not expire again until it is resumed, which restarts its
 //! timeout.
 
@@ -124,25 +125,19 @@ impl SandboxService {
         let spec: StoredSpec = serde_json::from_str(&record.spec_json)
             .map_err(|e| ServiceError::internal("decode a sandbox spec", &e))?;
         let sandbox_id: SandboxId = id.parse().map_err(|_| ServiceError::sandbox_not_found(id))?;
-        let (sid, tenant) = (id.to_owned(), p.tenant.clone());
+        // Its limits were checked when it was created; the server's maxima may have been lowered since.
+        crate::sandboxes::check_limits(&spec.limits, &self.inner.config.max_limits)?;
+        let (sid, tenant, defaults) = (id.to_owned(), p.tenant.clone(), self.quota_defaults());
         let admitted = match self
             .db("resume a stopped sandbox", move |s| {
-                s.resume_stopped_checked(&sid, &tenant)
+                s.resume_stopped_checked(&sid, &tenant, &defaults)
             })
             .await
         {
             Ok(admitted) => admitted,
             Err(e) => {
-                if e.code == ErrorCode::QuotaExceeded {
-                    // Refusals are recorded too.
-                    self.audit(
-                        AuditEntry::ok(p, "sandbox.resume", Some(id))
-                            .outcome(e.code.as_str())
-                            .detail(serde_json::json!({ "message": e.message })),
-                    )
-                    .await?;
-                }
-                return Err(e);
+                // Refusals are recorded too.
+                return self.audit_refusal(p, "sandbox.resume", Some(id), Err(e)).await;
             }
         };
         if !admitted {

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use paddock_runtime::Backend;
-use paddock_store::{NewVolume, StoreError, VolumeFilter, VolumeRecord};
+use paddock_store::{NewVolume, QuotaRequest, StoreError, VolumeFilter, VolumeRecord};
 use paddock_types::api::{
     CreateVolumeRequest, ErrorCode, ListVolumesQuery, VolumeInfo, VolumeList, VolumeMountRequest,
 };
@@ -67,9 +67,12 @@ impl SandboxService {
         if req.size.is_some_and(|s| s.as_u64() == 0) {
             return Err(ServiceError::invalid("size", "size must be at least 1 byte"));
         }
-        // A volume is disk space like a sandbox's: the server's cap on sandbox disks caps it too.
+        // A volume is disk space like a sandbox's: one created without a size gets the server's
+        // default disk size (as its real limit, and charged so), and the server's cap on sandbox
+        // disks caps it too. Nothing a tenant stores is unlimited or uncharged.
+        let size = req.size.or(self.inner.config.default_limits.disk);
         if let Some(cap) = self.inner.config.max_limits.disk {
-            match req.size {
+            match size {
                 Some(size) if size > cap => {
                     return Err(ServiceError::invalid(
                         "size",
@@ -85,6 +88,12 @@ impl SandboxService {
                 Some(_) => {}
             }
         }
+        let request = QuotaRequest {
+            volumes: 1,
+            storage_bytes: size.map_or(0, u64::from),
+            ..QuotaRequest::default()
+        };
+        self.precheck_quota(p, "volume.create", None, request).await?;
         let (tenant, lookup) = (p.tenant.clone(), name.to_string());
         if self
             .db("read a volume", move |s| s.find_volume(&tenant, &lookup))
@@ -95,24 +104,24 @@ impl SandboxService {
         }
         let id = VolumeId::from_random(rand::random());
         let backend = &self.inner.backend;
-        blocking(|| tokio::runtime::Handle::current().block_on(backend.create_volume(&id, req.size)))
+        blocking(|| tokio::runtime::Handle::current().block_on(backend.create_volume(&id, size)))
             .map_err(|e| runtime_error("create a volume", e))?;
         let new = NewVolume {
             id: id.to_string(),
             tenant: p.tenant.clone(),
             name: name.to_string(),
             labels: req.labels,
-            size_bytes: req.size.map(|s| s.as_u64()),
+            size_bytes: size.map(|s| s.as_u64()),
             created_at_ms: now_ms(),
         };
         let row = AuditEntry::ok(p, "volume.create", None)
             .detail(serde_json::json!({ "volume": id.to_string(), "name": new.name, "size_bytes": new.size_bytes }))
             .into_row();
-        let record = new.clone();
+        let (record, defaults) = (new.clone(), self.quota_defaults());
         let stored = self
             .db("record a volume", move |s| {
                 s.transaction(|tx| {
-                    tx.insert_volume(&record)?;
+                    tx.insert_volume_checked(&record, &defaults)?;
                     tx.append_audit(&row_with_time(row))?;
                     Ok::<_, StoreError>(())
                 })
@@ -121,7 +130,7 @@ impl SandboxService {
         if let Err(e) = stored {
             // Storage without a record is garbage: remove it now rather than at the next start.
             let _ = self.inner.backend.delete_volume(&id).await;
-            return Err(e);
+            return self.audit_refusal(p, "volume.create", None, Err(e)).await;
         }
         let record = VolumeRecord {
             id: new.id,

@@ -37,6 +37,10 @@ pub struct Capabilities {
     pub host_mounts: bool,
     /// A sandbox can be given a link to the egress proxy (`SandboxSpec::network`).
     pub network: bool,
+    /// The block I/O weight file every sandbox gets in a cgroup of its own (`blkio.bfq.weight`,
+    /// `blkio.weight`, `io.bfq.weight` or `io.weight`); `None` when the host's cgroups offer none, and
+    /// sandboxes' I/O is then unweighted (nothing is refused for it).
+    pub io_weight: Option<&'static str>,
 }
 
 /// A live sandbox as a backend hands it out.

@@ -89,7 +89,8 @@ pub enum StoreError {
     )]
     QuotaExceeded {
         tenant: String,
-        /// `"sandboxes"`, `"memory"` (bytes) or `"cpu"` (millicores).
+        /// The quota's field: `max_sandboxes`, `max_memory` (bytes), `max_cpus` (millicpus),
+        /// `max_snapshots`, `max_volumes` or `max_storage` (bytes).
         what: &'static str,
         limit: u64,
         requested_total: u64,

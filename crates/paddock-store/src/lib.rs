@@ -8,8 +8,9 @@
 //! What it guarantees:
 //! - the schema is created and upgraded by embedded, forward-only migrations; a database from a newer
 //!   paddock is refused rather than misread;
-//! - quota checks and the insert (or warm claim) they guard are one `BEGIN IMMEDIATE` transaction, so
-//!   concurrent creations, even from several processes, can never overshoot a quota;
+//! - quota checks and the insert (sandbox, warm claim, resume, snapshot, volume) they guard are one
+//!   `BEGIN IMMEDIATE` transaction, so concurrent writes, even from several processes, can never
+//!   overshoot a quota;
 //! - API key secrets are never stored, only their SHA-256, compared in constant time;
 //! - audit rows are only ever appended (SQL triggers refuse UPDATE and DELETE), each carrying the hash of
 //!   its predecessor, and [`Store::verify_audit`] finds the first altered, inserted or removed row (all
@@ -44,9 +45,9 @@ pub use list::SandboxFilter;
 pub use migrate::SCHEMA_VERSION;
 pub use network::{SandboxNetworkRecord, SecretInfo, SecretRecord};
 pub use open::{Store, StoreTx};
-pub use quota::Claim;
+pub use quota::{first_exceeded, Claim, QuotaRequest};
 pub use sandboxes::{NewSandbox, SandboxRecord, SandboxState, UnknownSandboxState};
 pub use snapshots::{NewSnapshot, SnapshotFilter, SnapshotKind, SnapshotRecord};
-pub use tenants::{TenantQuota, TenantRecord, TenantUsage};
+pub use tenants::{QuotaDefaults, TenantQuota, TenantRecord, TenantUsage};
 pub use verify::{AuditVerification, BrokenRow};
 pub use volumes::{NewVolume, VolumeFilter, VolumeMountRecord, VolumeRecord};

@@ -101,6 +101,10 @@ pub struct SandboxRecord {
     pub labels: BTreeMap<String, String>,
     pub memory_bytes: u64,
     pub cpu_millis: u32,
+    /// Its disk limit (0: none), charged against the tenant's storage quota.
+    pub disk_bytes: u64,
+    /// What it started from (the charge of its source snapshot; 0 for the template), charged too.
+    pub base_bytes: u64,
     pub created_at_ms: i64,
     pub claimed_at_ms: Option<i64>,
     pub expires_at_ms: Option<i64>,
@@ -123,12 +127,17 @@ pub struct NewSandbox {
     pub labels: BTreeMap<String, String>,
     pub memory_bytes: u64,
     pub cpu_millis: u32,
+    /// Its disk limit (0: none), charged against the tenant's storage quota.
+    pub disk_bytes: u64,
+    /// What it starts from (the charge of its source snapshot; 0 for the template), charged too.
+    pub base_bytes: u64,
     pub created_at_ms: i64,
     pub expires_at_ms: Option<i64>,
 }
 
 pub(crate) const SANDBOX_COLUMNS: &str = "id, tenant, state, profile, spec_json, labels_json, memory_bytes, \
-     cpu_millis, created_at_ms, claimed_at_ms, expires_at_ms, ended_at_ms, end_reason, paused";
+     cpu_millis, created_at_ms, claimed_at_ms, expires_at_ms, ended_at_ms, end_reason, paused, disk_bytes, \
+     base_bytes";
 
 impl Store {
     /// Inserts `sandbox` without any quota check (warm-pool sandboxes, recovery). A duplicate id is
@@ -148,10 +157,12 @@ impl StoreTx<'_> {
 pub(crate) fn insert_sandbox(conn: &Connection, sandbox: &NewSandbox) -> Result<(), StoreError> {
     let labels_json = encode_labels(&sandbox.labels)?;
     let memory_bytes = to_i64("memory_bytes", sandbox.memory_bytes)?;
+    let disk_bytes = to_i64("disk_bytes", sandbox.disk_bytes)?;
+    let base_bytes = to_i64("base_bytes", sandbox.base_bytes)?;
     let inserted = conn.execute(
         "INSERT INTO sandboxes (id, tenant, state, profile, spec_json, labels_json, memory_bytes, cpu_millis,
-                                created_at_ms, expires_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                                created_at_ms, expires_at_ms, disk_bytes, base_bytes)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         (
             &sandbox.id,
             &sandbox.tenant,
@@ -163,6 +174,8 @@ pub(crate) fn insert_sandbox(conn: &Connection, sandbox: &NewSandbox) -> Result<
             sandbox.cpu_millis,
             sandbox.created_at_ms,
             sandbox.expires_at_ms,
+            disk_bytes,
+            base_bytes,
         ),
     );
     match inserted {
@@ -203,6 +216,8 @@ pub(crate) struct SandboxRow {
     ended_at_ms: Option<i64>,
     end_reason: Option<String>,
     paused: bool,
+    disk_bytes: i64,
+    base_bytes: i64,
 }
 
 impl SandboxRow {
@@ -223,6 +238,8 @@ impl SandboxRow {
             ended_at_ms: row.get(11)?,
             end_reason: row.get(12)?,
             paused: row.get(13)?,
+            disk_bytes: row.get(14)?,
+            base_bytes: row.get(15)?,
         })
     }
 
@@ -243,6 +260,8 @@ impl SandboxRow {
             labels,
             memory_bytes: from_i64("sandbox memory_bytes", self.memory_bytes)?,
             cpu_millis: from_i64("sandbox cpu_millis", self.cpu_millis)?,
+            disk_bytes: from_i64("sandbox disk_bytes", self.disk_bytes)?,
+            base_bytes: from_i64("sandbox base_bytes", self.base_bytes)?,
             id: self.id,
             tenant: self.tenant,
             profile: self.profile,

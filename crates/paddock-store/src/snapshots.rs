@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{violation, Violation};
-use crate::{Store, StoreError, StoreTx};
+use crate::error::{from_i64, to_i64, violation, Violation};
+use crate::quota::{check_quota, QuotaRequest};
+use crate::{QuotaDefaults, Store, StoreError, StoreTx};
 
 /// What a snapshot is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -47,6 +48,8 @@ pub struct NewSnapshot {
     pub name: Option<String>,
     pub labels: BTreeMap<String, String>,
     pub created_at_ms: i64,
+    /// What it is charged against its tenant's storage quota (see `quota.rs`).
+    pub storage_bytes: u64,
 }
 
 /// A stored snapshot.
@@ -61,6 +64,8 @@ pub struct SnapshotRecord {
     pub labels: BTreeMap<String, String>,
     pub created_at_ms: i64,
     pub deleted_at_ms: Option<i64>,
+    /// What it is charged against its tenant's storage quota.
+    pub storage_bytes: u64,
 }
 
 /// Which snapshots [`Store::list_snapshots`] returns (existing ones only), in id order.
@@ -74,7 +79,8 @@ pub struct SnapshotFilter {
     pub limit: u32,
 }
 
-const COLUMNS: &str = "id, tenant, sandbox_id, kind, name, labels_json, created_at_ms, deleted_at_ms";
+const COLUMNS: &str =
+    "id, tenant, sandbox_id, kind, name, labels_json, created_at_ms, deleted_at_ms, storage_bytes";
 
 impl Store {
     /// Records a snapshot. A duplicate id is [`StoreError::Conflict`].
@@ -149,6 +155,22 @@ impl StoreTx<'_> {
         insert_snapshot(&self.tx, snapshot)
     }
 
+    /// Records a snapshot if its tenant's quota allows one more of its charge
+    /// ([`StoreError::QuotaExceeded`] otherwise), inside this transaction (with its audit row).
+    pub fn insert_snapshot_checked(
+        &self,
+        snapshot: &NewSnapshot,
+        defaults: &QuotaDefaults,
+    ) -> Result<(), StoreError> {
+        let request = QuotaRequest {
+            snapshots: 1,
+            storage_bytes: snapshot.storage_bytes,
+            ..QuotaRequest::default()
+        };
+        check_quota(&self.tx, &snapshot.tenant, &request, defaults)?;
+        insert_snapshot(&self.tx, snapshot)
+    }
+
     /// [`Store::mark_snapshot_deleted`] inside this transaction.
     pub fn mark_snapshot_deleted(&self, id: &str, now_ms: i64) -> Result<bool, StoreError> {
         mark_snapshot_deleted(&self.tx, id, now_ms)
@@ -165,9 +187,10 @@ fn insert_snapshot(conn: &Connection, s: &NewSnapshot) -> Result<(), StoreError>
         what: "snapshot labels",
         source,
     })?;
+    let storage = to_i64("storage_bytes", s.storage_bytes)?;
     let inserted = conn.execute(
-        "INSERT INTO snapshots (id, tenant, sandbox_id, kind, name, labels_json, created_at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO snapshots (id, tenant, sandbox_id, kind, name, labels_json, created_at_ms, storage_bytes)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         (
             &s.id,
             &s.tenant,
@@ -176,6 +199,7 @@ fn insert_snapshot(conn: &Connection, s: &NewSnapshot) -> Result<(), StoreError>
             &s.name,
             labels,
             s.created_at_ms,
+            storage,
         ),
     );
     match inserted {
@@ -235,6 +259,7 @@ type RawRow = (
     String,
     i64,
     Option<i64>,
+    i64,
 );
 
 fn read_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
@@ -247,11 +272,12 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
         row.get(5)?,
         row.get(6)?,
         row.get(7)?,
+        row.get(8)?,
     ))
 }
 
 fn into_record(r: RawRow) -> Result<SnapshotRecord, StoreError> {
-    let (id, tenant, sandbox_id, kind, name, labels_json, created_at_ms, deleted_at_ms) = r;
+    let (id, tenant, sandbox_id, kind, name, labels_json, created_at_ms, deleted_at_ms, storage) = r;
     let kind = SnapshotKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
         what: "snapshot kind",
         detail: format!("snapshot {id}: {kind:?}"),
@@ -269,5 +295,6 @@ fn into_record(r: RawRow) -> Result<SnapshotRecord, StoreError> {
         labels,
         created_at_ms,
         deleted_at_ms,
+        storage_bytes: from_i64("snapshot storage_bytes", storage)?,
     })
 }

@@ -7,7 +7,8 @@ use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{from_i64, to_i64, violation, Violation};
-use crate::{Store, StoreError, StoreTx};
+use crate::quota::{check_quota, QuotaRequest};
+use crate::{QuotaDefaults, Store, StoreError, StoreTx};
 
 /// A volume to record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +149,22 @@ impl Store {
 impl StoreTx<'_> {
     /// [`Store::insert_volume`] inside this transaction (with its audit row).
     pub fn insert_volume(&self, volume: &NewVolume) -> Result<(), StoreError> {
+        insert_volume(&self.tx, volume)
+    }
+
+    /// Records a volume if its tenant's quota allows one more of its size
+    /// ([`StoreError::QuotaExceeded`] otherwise), inside this transaction (with its audit row).
+    pub fn insert_volume_checked(
+        &self,
+        volume: &NewVolume,
+        defaults: &QuotaDefaults,
+    ) -> Result<(), StoreError> {
+        let request = QuotaRequest {
+            volumes: 1,
+            storage_bytes: volume.size_bytes.unwrap_or(defaults.unsized_volume_bytes),
+            ..QuotaRequest::default()
+        };
+        check_quota(&self.tx, &volume.tenant, &request, defaults)?;
         insert_volume(&self.tx, volume)
     }
 

@@ -181,3 +181,65 @@ fn version_2_databases_keep_their_sandboxes_and_killed_ones_are_renamed() {
     assert!(running.paused);
     assert_eq!((running.memory_bytes, running.cpu_millis), (5, 7));
 }
+
+#[test]
+fn version_6_databases_get_storage_charges_from_their_stored_disk_limits() {
+    let db = TempDb::new();
+    {
+        let raw = db.raw();
+        for sql in [
+            include_str!("../migrations/0001_init.sql"),
+            include_str!("../migrations/0002_snapshots.sql"),
+            include_str!("../migrations/0003_stopped.sql"),
+            include_str!("../migrations/0004_snapshot_import.sql"),
+            include_str!("../migrations/0005_volumes.sql"),
+            include_str!("../migrations/0006_network.sql"),
+        ] {
+            raw.execute_batch(sql).expect("older schema");
+        }
+        raw.execute_batch(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL) STRICT;
+             INSERT INTO schema_migrations VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0);
+             INSERT INTO tenants (name, max_sandboxes, created_at_ms) VALUES ('acme', 3, 0);
+             INSERT INTO sandboxes (id, tenant, state, profile, spec_json, memory_bytes, cpu_millis, created_at_ms)
+               VALUES ('sb-disk', 'acme', 'stopped', 'default', '{\"limits\":{\"disk\":1048576}}', 0, 0, 1);
+             INSERT INTO sandboxes (id, tenant, state, profile, spec_json, memory_bytes, cpu_millis, created_at_ms)
+               VALUES ('sb-nodisk', 'acme', 'running', 'default', '{\"limits\":{\"disk\":null}}', 0, 0, 1);
+             INSERT INTO snapshots (id, tenant, sandbox_id, kind, created_at_ms)
+               VALUES ('sn-of-disk', 'acme', 'sb-disk', 'snapshot', 2);
+             INSERT INTO snapshots (id, tenant, sandbox_id, kind, created_at_ms)
+               VALUES ('sn-imported', 'acme', NULL, 'snapshot', 2);
+             INSERT INTO volumes (id, tenant, name, size_bytes, created_at_ms)
+               VALUES ('vol-unsized', 'acme', 'data', NULL, 3);",
+        )
+        .expect("version 6 rows");
+    }
+    let store = db.open();
+    assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+    let disk = store.get_sandbox("sb-disk").expect("read").expect("kept");
+    assert_eq!((disk.disk_bytes, disk.base_bytes), (1 << 20, 0));
+    let none = store.get_sandbox("sb-nodisk").expect("read").expect("kept");
+    assert_eq!(none.disk_bytes, 0);
+    let snap = store.get_snapshot("sn-of-disk").expect("read").expect("kept");
+    assert_eq!(snap.storage_bytes, 1 << 20, "charged its sandbox's disk limit");
+    let imported = store.get_snapshot("sn-imported").expect("read").expect("kept");
+    assert_eq!(imported.storage_bytes, 0);
+    let tenant = store.get_tenant("acme").expect("read").expect("kept");
+    assert_eq!(tenant.quota.max_sandboxes, Some(3), "existing quotas are kept");
+    assert_eq!(tenant.quota.max_snapshots, None);
+    let defaults = paddock_store::QuotaDefaults {
+        unsized_volume_bytes: 1000,
+        ..Default::default()
+    };
+    let usage = store.tenant_usage("acme", &defaults).expect("usage");
+    assert_eq!(
+        (
+            usage.sandboxes,
+            usage.snapshots,
+            usage.volumes,
+            usage.storage_bytes
+        ),
+        (2, 2, 1, (1 << 20) + (1 << 20) + 1000),
+        "the stopped sandbox counts; the unsized volume is charged the default size"
+    );
+}

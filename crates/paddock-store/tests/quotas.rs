@@ -1,13 +1,32 @@
-//! Quotas hold under concurrency: the check and the insert are one transaction.
+//! Quotas hold under concurrency (the check and the insert are one transaction), count every kind of
+//! thing a tenant runs or stores, and admit exactly what a model of them admits.
 
 mod support;
 
 use std::sync::Barrier;
 
-use paddock_store::{Claim, NewSandbox, SandboxState, Store, StoreError, TenantQuota, TenantUsage};
+use paddock_store::{
+    first_exceeded, Claim, NewSandbox, NewSnapshot, NewVolume, QuotaDefaults, QuotaRequest, SandboxState,
+    SnapshotKind, Store, StoreError, TenantQuota, TenantUsage,
+};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use support::{labels, new_sandbox, TempDb};
 
 const THREADS: usize = 8;
+
+/// No server-wide defaults: a tenant's unset quota fields are unlimited.
+const NO_DEFAULTS: QuotaDefaults = QuotaDefaults {
+    quota: TenantQuota {
+        max_sandboxes: None,
+        max_memory_bytes: None,
+        max_cpu_millis: None,
+        max_snapshots: None,
+        max_volumes: None,
+        max_storage_bytes: None,
+    },
+    unsized_volume_bytes: 0,
+};
 
 fn quota(
     max_sandboxes: Option<u32>,
@@ -18,6 +37,7 @@ fn quota(
         max_sandboxes,
         max_memory_bytes,
         max_cpu_millis,
+        ..TenantQuota::default()
     }
 }
 
@@ -33,7 +53,7 @@ fn race_inserts(db: &TempDb, make: impl Fn(usize) -> NewSandbox + Sync) -> Vec<R
                     let store = db.open();
                     let sandbox = make(i);
                     barrier.wait();
-                    store.insert_sandbox_checked(&sandbox)
+                    store.insert_sandbox_checked(&sandbox, &NO_DEFAULTS)
                 })
             })
             .collect();
@@ -64,8 +84,8 @@ fn sandbox_count_quota_holds_under_concurrent_inserts() {
     let results = race_inserts(&db, |i| {
         new_sandbox(&format!("sb-{i}"), Some("acme"), SandboxState::Creating)
     });
-    assert_exactly_n_succeed(&results, 3, "sandboxes");
-    let usage = db.open().tenant_usage("acme").expect("usage");
+    assert_exactly_n_succeed(&results, 3, "max_sandboxes");
+    let usage = db.open().tenant_usage("acme", &NO_DEFAULTS).expect("usage");
     assert_eq!(usage.sandboxes, 3);
 }
 
@@ -80,7 +100,7 @@ fn memory_quota_holds_under_concurrent_inserts() {
         memory_bytes: 1 << 30,
         ..new_sandbox(&format!("sb-{i}"), Some("acme"), SandboxState::Running)
     });
-    assert_exactly_n_succeed(&results, 2, "memory");
+    assert_exactly_n_succeed(&results, 2, "max_memory");
     let err = results.into_iter().find_map(Result::err).expect("some failed");
     assert!(
         matches!(
@@ -102,7 +122,7 @@ fn cpu_quota_holds_under_concurrent_inserts() {
         cpu_millis: 500,
         ..new_sandbox(&format!("sb-{i}"), Some("acme"), SandboxState::Creating)
     });
-    assert_exactly_n_succeed(&results, 4, "cpu");
+    assert_exactly_n_succeed(&results, 4, "max_cpus");
 }
 
 #[test]
@@ -122,13 +142,19 @@ fn ended_and_other_tenants_sandboxes_do_not_count() {
         .insert_sandbox(&new_sandbox("warm", None, SandboxState::Warm))
         .expect("insert");
     store
-        .insert_sandbox_checked(&new_sandbox("a", Some("acme"), SandboxState::Creating))
+        .insert_sandbox_checked(
+            &new_sandbox("a", Some("acme"), SandboxState::Creating),
+            &NO_DEFAULTS,
+        )
         .expect("first fits");
     let err = store
-        .insert_sandbox_checked(&new_sandbox("b", Some("acme"), SandboxState::Creating))
+        .insert_sandbox_checked(
+            &new_sandbox("b", Some("acme"), SandboxState::Creating),
+            &NO_DEFAULTS,
+        )
         .expect_err("second does not");
     assert!(
-        matches!(&err, StoreError::QuotaExceeded { tenant, what: "sandboxes", limit: 1, requested_total: 2 } if tenant == "acme"),
+        matches!(&err, StoreError::QuotaExceeded { tenant, what: "max_sandboxes", limit: 1, requested_total: 2 } if tenant == "acme"),
         "{err:?}"
     );
     assert!(store.get_sandbox("b").expect("get").is_none(), "nothing inserted");
@@ -138,7 +164,10 @@ fn ended_and_other_tenants_sandboxes_do_not_count() {
         .transition_sandbox("a", &[SandboxState::Creating], SandboxState::Killed, 5, None)
         .expect("transition"));
     store
-        .insert_sandbox_checked(&new_sandbox("b", Some("acme"), SandboxState::Creating))
+        .insert_sandbox_checked(
+            &new_sandbox("b", Some("acme"), SandboxState::Creating),
+            &NO_DEFAULTS,
+        )
         .expect("fits again");
 }
 
@@ -146,11 +175,14 @@ fn ended_and_other_tenants_sandboxes_do_not_count() {
 fn checked_insert_needs_a_known_tenant() {
     let store = Store::open_in_memory().expect("open");
     let err = store
-        .insert_sandbox_checked(&new_sandbox("sb", None, SandboxState::Warm))
+        .insert_sandbox_checked(&new_sandbox("sb", None, SandboxState::Warm), &NO_DEFAULTS)
         .expect_err("no tenant");
     assert!(matches!(err, StoreError::NoTenant { .. }), "{err:?}");
     let err = store
-        .insert_sandbox_checked(&new_sandbox("sb", Some("ghost"), SandboxState::Creating))
+        .insert_sandbox_checked(
+            &new_sandbox("sb", Some("ghost"), SandboxState::Creating),
+            &NO_DEFAULTS,
+        )
         .expect_err("unknown tenant");
     assert!(matches!(err, StoreError::UnknownTenant { .. }), "{err:?}");
     let err = store
@@ -163,6 +195,7 @@ fn claim(now_ms: i64) -> Claim {
     Claim {
         memory_bytes: 512 << 20,
         cpu_millis: 1000,
+        disk_bytes: 2 << 30,
         labels: labels(&[("team", "a")]),
         spec_json: r#"{"image":"claimed"}"#.to_owned(),
         expires_at_ms: Some(now_ms + 60_000),
@@ -186,7 +219,7 @@ fn claim_takes_the_oldest_warm_sandbox_of_the_profile() {
     assert_eq!(store.count_warm("default").expect("count"), 2);
 
     let got = store
-        .claim_warm_sandbox("default", "acme", &claim(100))
+        .claim_warm_sandbox("default", "acme", &claim(100), &NO_DEFAULTS)
         .expect("claim")
         .expect("a warm one");
     assert_eq!(got.id, "w1");
@@ -200,17 +233,19 @@ fn claim_takes_the_oldest_warm_sandbox_of_the_profile() {
     assert_eq!(store.get_sandbox("w1").expect("get"), Some(got));
     assert_eq!(store.count_warm("default").expect("count"), 1);
     assert_eq!(
-        store.tenant_usage("acme").expect("usage"),
+        store.tenant_usage("acme", &NO_DEFAULTS).expect("usage"),
         TenantUsage {
             sandboxes: 1,
             memory_bytes: 512 << 20,
-            cpu_millis: 1000
+            cpu_millis: 1000,
+            storage_bytes: 2 << 30,
+            ..TenantUsage::default()
         }
     );
 
     assert_eq!(
         store
-            .claim_warm_sandbox("default", "acme", &claim(101))
+            .claim_warm_sandbox("default", "acme", &claim(101), &NO_DEFAULTS)
             .expect("claim")
             .map(|s| s.id)
             .as_deref(),
@@ -218,7 +253,7 @@ fn claim_takes_the_oldest_warm_sandbox_of_the_profile() {
     );
     assert_eq!(
         store
-            .claim_warm_sandbox("default", "acme", &claim(102))
+            .claim_warm_sandbox("default", "acme", &claim(102), &NO_DEFAULTS)
             .expect("claim"),
         None,
         "pool empty"
@@ -244,14 +279,20 @@ fn claim_respects_the_quota_even_when_the_pool_is_empty() {
         .expect("warm");
 
     store
-        .claim_warm_sandbox("default", "acme", &claim(1))
+        .claim_warm_sandbox("default", "acme", &claim(1), &NO_DEFAULTS)
         .expect("claim")
         .expect("first fits");
     let err = store
-        .claim_warm_sandbox("default", "acme", &claim(2))
+        .claim_warm_sandbox("default", "acme", &claim(2), &NO_DEFAULTS)
         .expect_err("second exceeds memory");
     assert!(
-        matches!(err, StoreError::QuotaExceeded { what: "memory", .. }),
+        matches!(
+            err,
+            StoreError::QuotaExceeded {
+                what: "max_memory",
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert_eq!(
@@ -261,7 +302,7 @@ fn claim_respects_the_quota_even_when_the_pool_is_empty() {
     );
 
     let err = store
-        .claim_warm_sandbox("empty-profile", "acme", &claim(3))
+        .claim_warm_sandbox("empty-profile", "acme", &claim(3), &NO_DEFAULTS)
         .expect_err("quota before pool");
     assert!(matches!(err, StoreError::QuotaExceeded { .. }), "{err:?}");
 }
@@ -286,7 +327,7 @@ fn concurrent_claims_respect_the_quota_and_never_share_a_sandbox() {
                 s.spawn(move || {
                     let store = db.open();
                     barrier.wait();
-                    store.claim_warm_sandbox("default", "acme", &claim(1))
+                    store.claim_warm_sandbox("default", "acme", &claim(1), &NO_DEFAULTS)
                 })
             })
             .collect();
@@ -346,4 +387,636 @@ fn tenants_and_quotas() {
         .set_tenant_quota("acme", &quota(None, Some(u64::MAX), None), 1)
         .expect_err("too large for SQLite");
     assert!(matches!(err, StoreError::OutOfRange { .. }), "{err:?}");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// What a tenant stores: sandboxes that exist (stopped ones too), snapshots, volumes, storage bytes.
+// ---------------------------------------------------------------------------------------------------
+
+fn snapshot(id: &str, tenant: &str, kind: SnapshotKind, storage_bytes: u64) -> NewSnapshot {
+    NewSnapshot {
+        id: id.to_owned(),
+        tenant: tenant.to_owned(),
+        sandbox_id: (kind == SnapshotKind::Checkpoint).then(|| "sb-x".to_owned()),
+        kind,
+        name: None,
+        labels: labels(&[]),
+        created_at_ms: 1,
+        storage_bytes,
+    }
+}
+
+fn volume(id: &str, tenant: &str, size_bytes: Option<u64>) -> NewVolume {
+    NewVolume {
+        id: id.to_owned(),
+        tenant: tenant.to_owned(),
+        name: format!("name-{id}"),
+        labels: labels(&[]),
+        size_bytes,
+        created_at_ms: 1,
+    }
+}
+
+fn insert_snapshot(store: &Store, s: &NewSnapshot, defaults: &QuotaDefaults) -> Result<(), StoreError> {
+    store.transaction(|tx| tx.insert_snapshot_checked(s, defaults))
+}
+
+fn insert_volume(store: &Store, v: &NewVolume, defaults: &QuotaDefaults) -> Result<(), StoreError> {
+    store.transaction(|tx| tx.insert_volume_checked(v, defaults))
+}
+
+fn refused_on(result: Result<(), StoreError>, quota: &str) {
+    assert!(
+        matches!(&result, Err(StoreError::QuotaExceeded { what, .. }) if *what == quota),
+        "expected a {quota} refusal, got {result:?}"
+    );
+}
+
+#[test]
+fn stopped_sandboxes_count_against_max_sandboxes() {
+    // The issue's probe: with max_sandboxes = 2, 8 stopped + 2 running must not be possible.
+    let store = Store::open_in_memory().expect("open");
+    store
+        .set_tenant_quota("acme", &quota(Some(2), None, None), 0)
+        .expect("quota");
+    for id in ["a", "b"] {
+        store
+            .insert_sandbox_checked(
+                &new_sandbox(id, Some("acme"), SandboxState::Running),
+                &NO_DEFAULTS,
+            )
+            .expect("fits");
+    }
+    assert!(store
+        .transition_sandbox("a", &[SandboxState::Running], SandboxState::Stopped, 2, None)
+        .expect("stop"));
+    refused_on(
+        store.insert_sandbox_checked(
+            &new_sandbox("c", Some("acme"), SandboxState::Creating),
+            &NO_DEFAULTS,
+        ),
+        "max_sandboxes",
+    );
+    let usage = store.tenant_usage("acme", &NO_DEFAULTS).expect("usage");
+    assert_eq!(usage.sandboxes, 2, "{usage:?}");
+    assert_eq!(
+        usage.memory_bytes,
+        256 << 20,
+        "only the running one holds memory: {usage:?}"
+    );
+    // Resuming does not add a sandbox: it is checked on memory and CPU only.
+    assert!(store
+        .resume_stopped_checked("a", "acme", &NO_DEFAULTS)
+        .expect("resume"));
+    // Deleting (ending) one frees its place.
+    assert!(store
+        .transition_sandbox("b", &[SandboxState::Running], SandboxState::Killed, 3, None)
+        .expect("kill"));
+    store
+        .insert_sandbox_checked(
+            &new_sandbox("c", Some("acme"), SandboxState::Creating),
+            &NO_DEFAULTS,
+        )
+        .expect("fits again");
+}
+
+#[test]
+fn resume_is_checked_on_memory_and_cpu() {
+    let store = Store::open_in_memory().expect("open");
+    store
+        .set_tenant_quota("acme", &quota(Some(5), Some(300 << 20), Some(800)), 0)
+        .expect("quota");
+    store
+        .insert_sandbox_checked(
+            &new_sandbox("a", Some("acme"), SandboxState::Running),
+            &NO_DEFAULTS,
+        )
+        .expect("fits");
+    assert!(store
+        .transition_sandbox("a", &[SandboxState::Running], SandboxState::Stopped, 2, None)
+        .expect("stop"));
+    store
+        .insert_sandbox_checked(
+            &new_sandbox("b", Some("acme"), SandboxState::Running),
+            &NO_DEFAULTS,
+        )
+        .expect("the stopped one holds no memory");
+    let err = store
+        .resume_stopped_checked("a", "acme", &NO_DEFAULTS)
+        .expect_err("two would hold 512 MiB");
+    assert!(
+        matches!(
+            err,
+            StoreError::QuotaExceeded {
+                what: "max_memory",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        store.get_sandbox("a").expect("get").map(|s| s.state),
+        Some(SandboxState::Stopped),
+        "a refused resume leaves it stopped"
+    );
+}
+
+#[test]
+fn snapshot_quota_counts_snapshots_checkpoints_and_imports_and_holds_under_concurrency() {
+    let db = TempDb::new();
+    let store = db.open();
+    store
+        .set_tenant_quota(
+            "acme",
+            &TenantQuota {
+                max_snapshots: Some(5),
+                ..TenantQuota::default()
+            },
+            0,
+        )
+        .expect("quota");
+    store.ensure_tenant("other", 0).expect("tenant");
+    insert_snapshot(
+        &store,
+        &snapshot("sn-c", "acme", SnapshotKind::Checkpoint, 1),
+        &NO_DEFAULTS,
+    )
+    .expect("a checkpoint");
+    insert_snapshot(
+        &store,
+        &snapshot("sn-i", "acme", SnapshotKind::Snapshot, 1),
+        &NO_DEFAULTS,
+    )
+    .expect("an import (no sandbox)");
+    insert_snapshot(
+        &store,
+        &snapshot("sn-o", "other", SnapshotKind::Snapshot, 1),
+        &NO_DEFAULTS,
+    )
+    .expect("another tenant's");
+    let barrier = Barrier::new(THREADS);
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|i| {
+                let (db, barrier) = (&db, &barrier);
+                s.spawn(move || {
+                    let store = db.open();
+                    let snap = snapshot(&format!("sn-{i}"), "acme", SnapshotKind::Snapshot, 1);
+                    barrier.wait();
+                    insert_snapshot(&store, &snap, &NO_DEFAULTS)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread panicked"))
+            .collect()
+    });
+    assert_exactly_n_succeed(&results, 3, "max_snapshots");
+    assert_eq!(
+        store.tenant_usage("acme", &NO_DEFAULTS).expect("usage").snapshots,
+        5
+    );
+    // A refused snapshot is not recorded; deleting one frees its place.
+    let refused = snapshot("sn-late", "acme", SnapshotKind::Snapshot, 1);
+    refused_on(insert_snapshot(&store, &refused, &NO_DEFAULTS), "max_snapshots");
+    assert_eq!(store.get_snapshot("sn-late").expect("get"), None);
+    assert!(store.mark_snapshot_deleted("sn-c", 5).expect("delete"));
+    insert_snapshot(&store, &refused, &NO_DEFAULTS).expect("fits again");
+}
+
+#[test]
+fn volume_quota_counts_volumes_with_and_without_a_size() {
+    let store = Store::open_in_memory().expect("open");
+    store
+        .set_tenant_quota(
+            "acme",
+            &TenantQuota {
+                max_volumes: Some(2),
+                max_storage_bytes: Some(10 << 30),
+                ..TenantQuota::default()
+            },
+            0,
+        )
+        .expect("quota");
+    let defaults = QuotaDefaults {
+        unsized_volume_bytes: 4 << 30,
+        ..NO_DEFAULTS
+    };
+    insert_volume(&store, &volume("vol-1", "acme", None), &defaults).expect("unsized fits");
+    // An unsized volume is charged the server's default size.
+    assert_eq!(
+        store
+            .tenant_usage("acme", &defaults)
+            .expect("usage")
+            .storage_bytes,
+        4 << 30
+    );
+    refused_on(
+        insert_volume(&store, &volume("vol-2", "acme", Some(7 << 30)), &defaults),
+        "max_storage",
+    );
+    insert_volume(&store, &volume("vol-2", "acme", Some(6 << 30)), &defaults).expect("fits exactly");
+    refused_on(
+        insert_volume(&store, &volume("vol-3", "acme", Some(1)), &defaults),
+        "max_volumes",
+    );
+    assert_eq!(store.get_volume("vol-3").expect("get"), None, "nothing recorded");
+    assert!(store.mark_volume_deleted("vol-1", 9).expect("delete"));
+    insert_volume(&store, &volume("vol-3", "acme", Some(1)), &defaults).expect("freed");
+}
+
+#[test]
+fn storage_quota_sums_sandboxes_snapshots_and_volumes() {
+    let store = Store::open_in_memory().expect("open");
+    store
+        .set_tenant_quota(
+            "acme",
+            &TenantQuota {
+                max_storage_bytes: Some(10_000),
+                ..TenantQuota::default()
+            },
+            0,
+        )
+        .expect("quota");
+    // A sandbox is charged its disk limit plus what it started from.
+    let forked = NewSandbox {
+        disk_bytes: 3_000,
+        base_bytes: 1_000,
+        ..new_sandbox("a", Some("acme"), SandboxState::Creating)
+    };
+    store
+        .insert_sandbox_checked(&forked, &NO_DEFAULTS)
+        .expect("4000 fits");
+    insert_snapshot(
+        &store,
+        &snapshot("sn-1", "acme", SnapshotKind::Checkpoint, 2_500),
+        &NO_DEFAULTS,
+    )
+    .expect("6500 fits");
+    insert_volume(&store, &volume("vol-1", "acme", Some(3_000)), &NO_DEFAULTS).expect("9500 fits");
+    let usage = store.tenant_usage("acme", &NO_DEFAULTS).expect("usage");
+    assert_eq!(usage.storage_bytes, 9_500, "{usage:?}");
+    let big = NewSandbox {
+        disk_bytes: 501,
+        ..new_sandbox("b", Some("acme"), SandboxState::Creating)
+    };
+    refused_on(store.insert_sandbox_checked(&big, &NO_DEFAULTS), "max_storage");
+    refused_on(
+        insert_snapshot(
+            &store,
+            &snapshot("sn-2", "acme", SnapshotKind::Snapshot, 501),
+            &NO_DEFAULTS,
+        ),
+        "max_storage",
+    );
+    // A stopped sandbox keeps its charge; a killed one frees it, as does a rollback to a smaller base.
+    assert!(store
+        .transition_sandbox("a", &[SandboxState::Creating], SandboxState::Stopped, 2, None)
+        .expect("stop"));
+    refused_on(store.insert_sandbox_checked(&big, &NO_DEFAULTS), "max_storage");
+    assert!(store.set_sandbox_base_bytes("a", 0).expect("rebase"));
+    store
+        .insert_sandbox_checked(&big, &NO_DEFAULTS)
+        .expect("the base is freed");
+    assert!(store
+        .transition_sandbox("a", &[SandboxState::Stopped], SandboxState::Killed, 3, None)
+        .expect("kill"));
+    assert_eq!(
+        store
+            .tenant_usage("acme", &NO_DEFAULTS)
+            .expect("usage")
+            .storage_bytes,
+        2_500 + 3_000 + 501
+    );
+}
+
+#[test]
+fn server_defaults_apply_where_the_tenant_has_no_quota_of_its_own() {
+    let store = Store::open_in_memory().expect("open");
+    store.ensure_tenant("plain", 0).expect("tenant");
+    store
+        .set_tenant_quota(
+            "special",
+            &TenantQuota {
+                max_snapshots: Some(3),
+                ..TenantQuota::default()
+            },
+            0,
+        )
+        .expect("quota");
+    let defaults = QuotaDefaults {
+        quota: TenantQuota {
+            max_snapshots: Some(1),
+            max_volumes: Some(0),
+            ..TenantQuota::default()
+        },
+        unsized_volume_bytes: 0,
+    };
+    for tenant in ["plain", "special"] {
+        insert_snapshot(
+            &store,
+            &snapshot(&format!("{tenant}-1"), tenant, SnapshotKind::Snapshot, 1),
+            &defaults,
+        )
+        .expect("first snapshot");
+        refused_on(
+            insert_volume(
+                &store,
+                &volume(&format!("{tenant}-v"), tenant, Some(1)),
+                &defaults,
+            ),
+            "max_volumes",
+        );
+    }
+    refused_on(
+        insert_snapshot(
+            &store,
+            &snapshot("plain-2", "plain", SnapshotKind::Snapshot, 1),
+            &defaults,
+        ),
+        "max_snapshots",
+    );
+    insert_snapshot(
+        &store,
+        &snapshot("special-2", "special", SnapshotKind::Snapshot, 1),
+        &defaults,
+    )
+    .expect("its own quota overrides the default");
+    assert_eq!(
+        store.effective_quota("plain", &defaults).expect("quota"),
+        Some(defaults.quota)
+    );
+    assert_eq!(
+        store
+            .effective_quota("special", &defaults)
+            .expect("quota")
+            .and_then(|q| q.max_snapshots),
+        Some(3)
+    );
+}
+
+#[test]
+fn a_checked_pre_check_writes_nothing_and_counts_every_copy_of_a_fork() {
+    let store = Store::open_in_memory().expect("open");
+    store
+        .set_tenant_quota("acme", &quota(Some(4), None, None), 0)
+        .expect("quota");
+    store
+        .insert_sandbox_checked(
+            &new_sandbox("a", Some("acme"), SandboxState::Running),
+            &NO_DEFAULTS,
+        )
+        .expect("fits");
+    let copy = QuotaRequest::sandbox(&new_sandbox("x", Some("acme"), SandboxState::Creating));
+    store
+        .check_quota("acme", &copy.times(3), &NO_DEFAULTS)
+        .expect("three copies fit");
+    let err = store
+        .check_quota("acme", &copy.times(4), &NO_DEFAULTS)
+        .expect_err("four do not");
+    assert!(
+        matches!(
+            err,
+            StoreError::QuotaExceeded {
+                what: "max_sandboxes",
+                limit: 4,
+                requested_total: 5,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        store.tenant_usage("acme", &NO_DEFAULTS).expect("usage").sandboxes,
+        1
+    );
+}
+
+/// One step of a tenant's life, for the model test below.
+#[derive(Debug, Clone)]
+enum Step {
+    Create { disk: u64, base: u64, memory: u64 },
+    Stop(usize),
+    Resume(usize),
+    Kill(usize),
+    Snapshot { bytes: u64 },
+    DeleteSnapshot(usize),
+    Volume { size: Option<u64> },
+    DeleteVolume(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0..4_000u64, 0..2_000u64, 1..400u64).prop_map(|(disk, base, memory)| Step::Create {
+            disk,
+            base,
+            memory
+        }),
+        (0..8usize).prop_map(Step::Stop),
+        (0..8usize).prop_map(Step::Resume),
+        (0..8usize).prop_map(Step::Kill),
+        (0..3_000u64).prop_map(|bytes| Step::Snapshot { bytes }),
+        (0..8usize).prop_map(Step::DeleteSnapshot),
+        proptest::option::of(1..3_000u64).prop_map(|size| Step::Volume { size }),
+        (0..8usize).prop_map(Step::DeleteVolume),
+    ]
+}
+
+/// What the model keeps of one sandbox.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ModelSandbox {
+    memory: u64,
+    storage: u64,
+    state: SandboxState,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever a tenant does, the store admits exactly what a model of the quotas admits, refuses
+    /// naming the first quota the model finds exceeded, and the usage it reports is the model's.
+    #[test]
+    fn the_store_admits_exactly_what_the_quota_model_admits(
+        max_sandboxes in 0..6u32,
+        max_memory in 0..1_500u64,
+        max_snapshots in 0..6u32,
+        max_volumes in 0..4u32,
+        max_storage in 0..20_000u64,
+        steps in proptest::collection::vec(step(), 1..40),
+    ) {
+        const UNSIZED: u64 = 1_500;
+        let quota = TenantQuota {
+            max_sandboxes: Some(max_sandboxes),
+            max_memory_bytes: Some(max_memory),
+            max_cpu_millis: None,
+            max_snapshots: Some(max_snapshots),
+            max_volumes: Some(max_volumes),
+            max_storage_bytes: Some(max_storage),
+        };
+        let defaults = QuotaDefaults { unsized_volume_bytes: UNSIZED, ..NO_DEFAULTS };
+        let store = Store::open_in_memory().expect("open");
+        store.set_tenant_quota("acme", &quota, 0).expect("quota");
+        let mut sandboxes: Vec<ModelSandbox> = Vec::new();
+        let mut snapshots: Vec<Option<u64>> = Vec::new();
+        let mut volumes: Vec<Option<u64>> = Vec::new();
+        let usage = |sandboxes: &[ModelSandbox], snapshots: &[Option<u64>], volumes: &[Option<u64>]| {
+            let existing = sandboxes.iter().filter(|s| !s.state.is_ended());
+            let running = sandboxes.iter().filter(|s| s.state.is_live());
+            TenantUsage {
+                sandboxes: existing.clone().count() as u64,
+                memory_bytes: running.clone().map(|s| s.memory).sum(),
+                cpu_millis: running.count() as u64 * 500,
+                snapshots: snapshots.iter().flatten().count() as u64,
+                volumes: volumes.iter().flatten().count() as u64,
+                storage_bytes: existing.map(|s| s.storage).sum::<u64>()
+                    + snapshots.iter().flatten().sum::<u64>()
+                    + volumes.iter().flatten().sum::<u64>(),
+            }
+        };
+        for (n, step) in steps.iter().enumerate() {
+            let before = usage(&sandboxes, &snapshots, &volumes);
+            match step.clone() {
+                Step::Create { disk, base, memory } => {
+                    let new = NewSandbox {
+                        memory_bytes: memory,
+                        disk_bytes: disk,
+                        base_bytes: base,
+                        ..new_sandbox(&format!("sb-{n}"), Some("acme"), SandboxState::Creating)
+                    };
+                    let expected = first_exceeded(&quota, &before, &QuotaRequest::sandbox(&new));
+                    let got = store.insert_sandbox_checked(&new, &defaults);
+                    check(&got, expected)?;
+                    if got.is_ok() {
+                        sandboxes.push(ModelSandbox { memory, storage: disk + base, state: SandboxState::Creating });
+                    }
+                }
+                Step::Stop(i) | Step::Resume(i) | Step::Kill(i) => {
+                    let Some(index) = (!sandboxes.is_empty()).then(|| i % sandboxes.len()) else { continue };
+                    let id = store_id(&store, index)?;
+                    let model = &mut sandboxes[index];
+                    match step {
+                        Step::Stop(_) if model.state == SandboxState::Creating => {
+                            prop_assert!(store.transition_sandbox(&id, &[SandboxState::Creating], SandboxState::Stopped, 1, None).expect("stop"));
+                            model.state = SandboxState::Stopped;
+                        }
+                        Step::Resume(_) if model.state == SandboxState::Stopped => {
+                            let request = QuotaRequest { memory_bytes: model.memory, cpu_millis: 500, ..QuotaRequest::default() };
+                            let expected = first_exceeded(&quota, &before, &request);
+                            let got = store.resume_stopped_checked(&id, "acme", &defaults).map(|resumed| assert!(resumed));
+                            check(&got, expected)?;
+                            if got.is_ok() {
+                                model.state = SandboxState::Creating;
+                            }
+                        }
+                        Step::Kill(_) if !model.state.is_ended() => {
+                            prop_assert!(store.transition_sandbox(&id, &[model.state], SandboxState::Killed, 1, None).expect("kill"));
+                            model.state = SandboxState::Killed;
+                        }
+                        _ => {}
+                    }
+                }
+                Step::Snapshot { bytes } => {
+                    let new = snapshot(&format!("sn-{n}"), "acme", SnapshotKind::Snapshot, bytes);
+                    let request = QuotaRequest { snapshots: 1, storage_bytes: bytes, ..QuotaRequest::default() };
+                    let got = insert_snapshot(&store, &new, &defaults);
+                    check(&got, first_exceeded(&quota, &before, &request))?;
+                    snapshots.push(got.is_ok().then_some(bytes));
+                }
+                Step::DeleteSnapshot(i) => {
+                    let live: Vec<usize> = (0..snapshots.len()).filter(|&k| snapshots[k].is_some()).collect();
+                    if let Some(&k) = live.get(i % live.len().max(1)) {
+                        let id = snapshot_id(&steps, k);
+                        prop_assert!(store.mark_snapshot_deleted(&id, 1).expect("delete"));
+                        snapshots[k] = None;
+                    }
+                }
+                Step::Volume { size } => {
+                    let new = volume(&format!("vol-{n}"), "acme", size);
+                    let charge = size.unwrap_or(UNSIZED);
+                    let request = QuotaRequest { volumes: 1, storage_bytes: charge, ..QuotaRequest::default() };
+                    let got = insert_volume(&store, &new, &defaults);
+                    check(&got, first_exceeded(&quota, &before, &request))?;
+                    volumes.push(got.is_ok().then_some(charge));
+                }
+                Step::DeleteVolume(i) => {
+                    let live: Vec<usize> = (0..volumes.len()).filter(|&k| volumes[k].is_some()).collect();
+                    if let Some(&k) = live.get(i % live.len().max(1)) {
+                        prop_assert!(store.mark_volume_deleted(&volume_id(&steps, k), 1).expect("delete"));
+                        volumes[k] = None;
+                    }
+                }
+            }
+            let model = usage(&sandboxes, &snapshots, &volumes);
+            prop_assert_eq!(store.tenant_usage("acme", &defaults).expect("usage"), model);
+        }
+    }
+}
+
+/// Compares a store result with the model's verdict (`None`: admitted).
+fn check<T: std::fmt::Debug>(
+    got: &Result<T, StoreError>,
+    expected: Option<(&'static str, u64, u64)>,
+) -> Result<(), TestCaseError> {
+    match (got, expected) {
+        (Ok(_), None) => Ok(()),
+        (
+            Err(StoreError::QuotaExceeded {
+                what,
+                limit,
+                requested_total,
+                ..
+            }),
+            Some(e),
+        ) => {
+            prop_assert_eq!((*what, *limit, *requested_total), e);
+            Ok(())
+        }
+        (got, expected) => Err(TestCaseError::fail(format!(
+            "store said {got:?}, the model {expected:?}"
+        ))),
+    }
+}
+
+/// The store id of the `index`th sandbox the model admitted (ids are `sb-<step>`, in step order).
+fn store_id(store: &Store, index: usize) -> Result<String, TestCaseError> {
+    let mut ids: Vec<(usize, String)> = store
+        .list_sandboxes(&paddock_store::SandboxFilter {
+            tenant: Some("acme".into()),
+            states: SandboxState::ALL.to_vec(),
+            limit: 1000,
+            ..Default::default()
+        })
+        .expect("list")
+        .into_iter()
+        .map(|s| (s.id[3..].parse().expect("numbered"), s.id))
+        .collect();
+    ids.sort();
+    ids.get(index)
+        .map(|(_, id)| id.clone())
+        .ok_or_else(|| TestCaseError::fail(format!("no sandbox #{index}")))
+}
+
+/// The id of the `k`th snapshot step (admitted or not: the model keeps one entry per attempt).
+fn snapshot_id(steps: &[Step], k: usize) -> String {
+    let n = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| matches!(s, Step::Snapshot { .. }))
+        .nth(k)
+        .map(|(n, _)| n)
+        .expect("a snapshot step");
+    format!("sn-{n}")
+}
+
+/// The id of the `k`th volume step.
+fn volume_id(steps: &[Step], k: usize) -> String {
+    let n = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| matches!(s, Step::Volume { .. }))
+        .nth(k)
+        .map(|(n, _)| n)
+        .expect("a volume step");
+    format!("vol-{n}")
 }

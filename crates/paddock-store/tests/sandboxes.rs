@@ -2,6 +2,7 @@
 
 mod support;
 
+use paddock_store::QuotaDefaults;
 use paddock_store::{NewAuditEntry, NewSandbox, SandboxFilter, SandboxState, Store, StoreError};
 use support::{labels, new_sandbox};
 use SandboxState::{Creating, Expired, Failed, Killed, Running, Warm};
@@ -56,7 +57,10 @@ fn duplicate_id_is_a_conflict() {
         "{err:?}"
     );
     let err = store
-        .insert_sandbox_checked(&new_sandbox("sb-1", Some("acme"), Creating))
+        .insert_sandbox_checked(
+            &new_sandbox("sb-1", Some("acme"), Creating),
+            &QuotaDefaults::default(),
+        )
         .expect_err("duplicate, checked");
     assert!(matches!(err, StoreError::Conflict { .. }), "{err:?}");
 }

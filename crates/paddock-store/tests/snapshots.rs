@@ -21,6 +21,7 @@ fn snap(id: &str, tenant: &str, sandbox: &str, kind: SnapshotKind, at: i64) -> N
         name: Some(format!("name of {id}")),
         labels: labels(&[("k", id)]),
         created_at_ms: at,
+        storage_bytes: 4096,
     }
 }
 

@@ -2,7 +2,9 @@
 
 mod support;
 
-use paddock_store::{NewVolume, SandboxState, Store, StoreError, VolumeFilter, VolumeMountRecord};
+use paddock_store::{
+    NewVolume, QuotaDefaults, SandboxState, Store, StoreError, VolumeFilter, VolumeMountRecord,
+};
 use support::{labels, new_sandbox};
 
 fn store() -> Store {
@@ -89,7 +91,10 @@ fn mounts_are_checked_in_the_transaction_and_only_live_sandboxes_use_a_volume() 
     s.insert_volume(&vol("vol-1", "acme", "data")).expect("insert");
     s.insert_volume(&vol("vol-2", "beta", "theirs")).expect("insert");
     s.transaction(|tx| {
-        tx.insert_sandbox_checked(&new_sandbox("sb-1", Some("acme"), SandboxState::Creating))?;
+        tx.insert_sandbox_checked(
+            &new_sandbox("sb-1", Some("acme"), SandboxState::Creating),
+            &QuotaDefaults::default(),
+        )?;
         tx.insert_volume_mount("acme", &mount("sb-1", "vol-1", "/data"))?;
         tx.insert_volume_mount("acme", &mount("sb-1", "vol-1", "/ro"))
     })
@@ -98,7 +103,10 @@ fn mounts_are_checked_in_the_transaction_and_only_live_sandboxes_use_a_volume() 
     for (volume, sandbox) in [("vol-2", "sb-2"), ("vol-9", "sb-3")] {
         let err = s
             .transaction(|tx| {
-                tx.insert_sandbox_checked(&new_sandbox(sandbox, Some("acme"), SandboxState::Creating))?;
+                tx.insert_sandbox_checked(
+                    &new_sandbox(sandbox, Some("acme"), SandboxState::Creating),
+                    &QuotaDefaults::default(),
+                )?;
                 tx.insert_volume_mount("acme", &mount(sandbox, volume, "/data"))
             })
             .expect_err("refused");

@@ -5,6 +5,7 @@
 //! parsers) so the rest of the code never handles an unvalidated id, size or path. No I/O, no tokio.
 
 mod id;
+mod limit_bounds;
 mod limits;
 mod link;
 mod mounts;
@@ -14,6 +15,9 @@ mod spec;
 mod volumes;
 
 pub use id::{SandboxId, SandboxIdError, SnapshotId, SnapshotIdError};
+pub use limit_bounds::{
+    check_limits, clamp_limits, HostFacts, LimitError, MIN_DISK, MIN_MEMORY, MIN_PIDS, PID_MAX_LIMIT,
+};
 pub use limits::{CpuQuota, Limits};
 pub use link::{EgressPorts, NetworkLink, NetworkSpec, CA_BUNDLE_PATH, EGRESS_CA_PATH};
 pub use mounts::{MountSpec, MountSpecError, SandboxPath, SandboxPathError};

@@ -80,6 +80,18 @@ pub struct Limits {
     pub disk: Option<ByteSize>,
 }
 
+impl Limits {
+    /// No limit of any kind.
+    pub const fn unbounded() -> Self {
+        Self {
+            memory: None,
+            cpus: None,
+            pids: None,
+            disk: None,
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {

@@ -108,18 +108,21 @@ pub enum PoolCommand {
 /// `paddock run` options.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Memory limit (e.g. 512M); the kernel OOM-kills inside the sandbox past it.
-    #[arg(long, default_value = "1G")]
-    pub memory: ByteSize,
-    /// CPU quota in CPUs (e.g. 1.5).
+    /// Memory limit (e.g. 512M); the kernel OOM-kills inside the sandbox past it [default: 1G, at most
+    /// 3/4 of the host's memory].
+    #[arg(long)]
+    pub memory: Option<ByteSize>,
+    /// CPU quota in CPUs (e.g. 1.5), at most the host's CPUs [default: none; every sandbox gets the
+    /// same CPU weight per CPU of quota, so it cannot starve the others].
     #[arg(long)]
     pub cpus: Option<CpuQuota>,
-    /// Maximum number of processes and threads.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
-    pub pids: u32,
-    /// Disk limit for everything the sandbox writes (e.g. 1G).
-    #[arg(long, default_value = "10G")]
-    pub disk: ByteSize,
+    /// Maximum number of processes and threads [default: 1024, at most a quarter of the host's pid
+    /// budget].
+    #[arg(long)]
+    pub pids: Option<u32>,
+    /// Disk limit for everything the sandbox writes (e.g. 1G) [default: 10G, at most the pool's size].
+    #[arg(long)]
+    pub disk: Option<ByteSize>,
     /// Kill the command (and everything in the sandbox) after this long and exit 124 (e.g. 10s, 500ms, 2m).
     #[arg(long, value_parser = parse_duration)]
     pub timeout: Option<Duration>,

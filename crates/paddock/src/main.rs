@@ -117,17 +117,27 @@ fn serve_config(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ServeConfig> {
     ServeConfig::load(&cli.global, cli.log.as_deref(), args, &environment())
 }
 
+/// The server configuration with what a sandbox may ask for bounded by this host (its memory, CPUs,
+/// pid budget and the pool's size).
+fn bounded_serve_config(cli: &Cli, args: &ServeArgs) -> anyhow::Result<ServeConfig> {
+    let mut config = serve_config(cli, args)?;
+    let host = paddock_runtime::native::host_facts(&config.state_dir, config.pool_size)
+        .map_err(|e| anyhow::Error::new(e).context("cannot read the host's limits"))?;
+    config.bound_limits(&host)?;
+    Ok(config)
+}
+
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Serve(args) => {
-            let config = serve_config(&cli, args)?;
+            let config = bounded_serve_config(&cli, args)?;
             init_tracing(Some(&config.log));
             return serve::serve(&config);
         }
         Command::Config {
             command: ConfigCommand::Show(args),
         } => {
-            let config = serve_config(&cli, args)?;
+            let config = bounded_serve_config(&cli, args)?;
             print!("{}", config.to_toml()?);
             return Ok(ExitCode::SUCCESS);
         }

@@ -43,17 +43,28 @@ pub fn run(config: &Config, args: RunArgs, network: Option<NetworkConfig>) -> an
     result
 }
 
-fn sandbox_spec(args: &RunArgs) -> SandboxSpec {
+/// The sandbox's limits: the flags', within what this host allows (one line naming the flag
+/// otherwise); a flag left out gets the built-in default, lowered to the host's maximum.
+fn run_limits(args: &RunArgs, host: &paddock_types::HostFacts) -> Result<Limits, crate::UsageError> {
+    let max = host.max_limits();
+    let defaults = paddock_types::clamp_limits(&Limits::default(), &max);
+    let limits = Limits {
+        memory: args.memory.or(defaults.memory),
+        cpus: args.cpus,
+        pids: args.pids.or(defaults.pids),
+        disk: args.disk.or(defaults.disk),
+    };
+    paddock_types::check_limits(&limits, &max, host.millicpus())
+        .map_err(|e| crate::UsageError::new(format!("--{} {}", e.field, e.reason)))?;
+    Ok(limits)
+}
+
+fn sandbox_spec(args: &RunArgs, limits: Limits) -> SandboxSpec {
     let mut bytes = [0u8; 8];
     rand_bytes(&mut bytes);
     SandboxSpec {
         id: SandboxId::from_random(bytes),
-        limits: Limits {
-            memory: Some(args.memory),
-            cpus: args.cpus,
-            pids: Some(args.pids),
-            disk: Some(args.disk),
-        },
+        limits,
         rootfs: match &args.rootfs {
             Some(p) => RootfsSpec::Dir { path: p.clone() },
             None => RootfsSpec::Host,
@@ -184,6 +195,10 @@ async fn run_async(
     args: RunArgs,
     network: Option<NetworkConfig>,
 ) -> anyhow::Result<ExitCode> {
+    // Checked before anything is made: a refused flag leaves no pool or cgroup behind.
+    let host = paddock_runtime::native::host_facts(&config.state_dir, config.pool_size)
+        .context("cannot read the host's limits")?;
+    let limits = run_limits(&args, &host)?;
     let t = std::time::Instant::now();
     let backend = config.open_backend(true)?;
     tracing::debug!(step = "open backend", us = t.elapsed().as_micros() as u64);
@@ -192,7 +207,7 @@ async fn run_async(
         tracing::warn!(error = %e, "garbage collection failed");
     }
     tracing::debug!(step = "gc", us = t.elapsed().as_micros() as u64);
-    let mut spec = sandbox_spec(&args);
+    let mut spec = sandbox_spec(&args, limits);
     let secrets = args
         .secrets
         .iter()

@@ -13,9 +13,16 @@
 //! memory = "1G"
 //! pids = 1024
 //!
-//! [max_limits]
-//! memory = "16G"
+//! [max_limits]                # unset keys: derived from the host at startup (3/4 of its memory,
+//! memory = "16G"              # its CPUs, 1/4 of its pid budget, the pool's size)
 //! cpus = 8.0
+//!
+//! [quotas]                    # every tenant's quota where its own (PUT /v1/tenants/{name}/quota)
+//! max_sandboxes = 100         # sets none; running, paused and stopped sandboxes count
+//! max_snapshots = 1000        # checkpoints and imports count
+//! max_volumes = 100
+//! max_memory = "64G"          # unset: unlimited (as max_cpus and max_storage)
+//! max_storage = "500G"        # sandbox disks (+ what they started from), snapshots, volume sizes
 //!
 //! [templates.default]
 //! rootfs = "host"
@@ -51,7 +58,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use paddock_control::{ServiceConfig, TemplateConfig};
-use paddock_types::{ByteSize, CpuQuota, Limits, RootfsSpec};
+use paddock_store::TenantQuota;
+use paddock_types::{ByteSize, CpuQuota, HostFacts, Limits, RootfsSpec};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::cli::{GlobalArgs, ServeArgs};
@@ -59,6 +67,18 @@ use crate::config::{Config, DEFAULT_CGROUP_PARENT, DEFAULT_POOL_SIZE, DEFAULT_ST
 
 /// The largest snapshot archive an import accepts when the configuration names none.
 const DEFAULT_MAX_IMPORT: ByteSize = ByteSize::bytes(10 << 30);
+/// Every tenant's quota when `[quotas]` says nothing: counts of stored things are bounded (each is a
+/// subvolume in the pool and rows in the database, and a stopped sandbox can be resumed at will);
+/// memory, CPUs and storage bytes depend on the host and the tenants, and are left to the operator
+/// (each sandbox is bounded by `max_limits`, the pool by its size).
+const DEFAULT_QUOTAS: TenantQuota = TenantQuota {
+    max_sandboxes: Some(100),
+    max_memory_bytes: None,
+    max_cpu_millis: None,
+    max_snapshots: Some(1000),
+    max_volumes: Some(100),
+    max_storage_bytes: None,
+};
 
 /// The name of the template that always exists.
 pub const DEFAULT_TEMPLATE: &str = "default";
@@ -82,8 +102,14 @@ pub struct ServeConfig {
     pub log: String,
     /// Limits a sandbox gets for those its request leaves out.
     pub default_limits: Limits,
-    /// The most a sandbox may ask for (`None`: no cap).
+    /// The most a sandbox may ask for: as configured (`None`: not configured) until
+    /// [`ServeConfig::bound_limits`] fills the rest in from the host.
     pub max_limits: Limits,
+    /// Which default limits the configuration set (the others are built-in guesses, lowered to fit a
+    /// small host).
+    configured_defaults: LimitsLayer,
+    /// Every tenant's quota where its own sets nothing.
+    pub quotas: TenantQuota,
     /// Timeout of a sandbox whose request names none.
     pub default_timeout: Duration,
     /// The longest timeout a sandbox may have.
@@ -218,6 +244,7 @@ impl ServeConfig {
             egress: Some(self.egress.clone()),
             default_limits: LimitsLayer::from(&self.default_limits),
             max_limits: LimitsLayer::from(&self.max_limits),
+            quotas: Some(QuotasLayer::from(&self.quotas)),
             templates: self
                 .templates
                 .iter()
@@ -238,6 +265,7 @@ impl ServeConfig {
         ServiceConfig {
             default_limits: self.default_limits.clone(),
             max_limits: self.max_limits.clone(),
+            quotas: self.quotas,
             default_timeout: self.default_timeout,
             max_timeout: self.max_timeout,
             templates: self
@@ -256,6 +284,69 @@ impl ServeConfig {
             max_import_bytes: self.max_import.as_u64(),
             network: None,
         }
+    }
+
+    /// Bounds what a sandbox may ask for by the host: every maximum the configuration leaves unset is
+    /// derived from `host` ([`HostFacts::max_limits`]), built-in default limits above a maximum are
+    /// lowered to it, and a configured default above one is refused (naming both keys).
+    pub fn bound_limits(&mut self, host: &HostFacts) -> anyhow::Result<()> {
+        let derived = host.max_limits();
+        let max = Limits {
+            memory: self.max_limits.memory.or(derived.memory),
+            cpus: self.max_limits.cpus.or(derived.cpus),
+            pids: self.max_limits.pids.or(derived.pids),
+            disk: self.max_limits.disk.or(derived.disk),
+        };
+        let set = &self.configured_defaults;
+        let builtin = paddock_types::clamp_limits(&self.default_limits, &max);
+        let defaults = Limits {
+            memory: if set.memory.is_some() {
+                self.default_limits.memory
+            } else {
+                builtin.memory
+            },
+            cpus: if set.cpus.is_some() {
+                self.default_limits.cpus
+            } else {
+                builtin.cpus
+            },
+            pids: if set.pids.is_some() {
+                self.default_limits.pids
+            } else {
+                builtin.pids
+            },
+            disk: if set.disk.is_some() {
+                self.default_limits.disk
+            } else {
+                builtin.disk
+            },
+        };
+        paddock_types::check_limits(&defaults, &max, host.millicpus()).map_err(|e| {
+            let configured = match e.field {
+                "memory" => self.max_limits.memory.is_some(),
+                "cpus" => self.max_limits.cpus.is_some(),
+                "pids" => self.max_limits.pids.is_some(),
+                _ => self.max_limits.disk.is_some(),
+            };
+            let from = if configured {
+                ""
+            } else {
+                " (the maximum is derived from this host; set max_limits to change it)"
+            };
+            anyhow::anyhow!("default_limits.{}: {}{from}", e.field, e.reason)
+        })?;
+        if max.pids.is_some_and(|p| p > paddock_types::PID_MAX_LIMIT) {
+            anyhow::bail!(
+                "max_limits.pids: {} is above the kernel's limit of {}",
+                max.pids.unwrap_or_default(),
+                paddock_types::PID_MAX_LIMIT
+            );
+        }
+        self.default_limits = defaults;
+        self.max_limits = max;
+        // Final now: shown (`paddock config show`) and loaded back, they are configured values.
+        self.configured_defaults = LimitsLayer::from(&self.default_limits);
+        Ok(())
     }
 
     /// The egress proxy's configuration (`None` when sandbox networks are disabled). Reads the
@@ -347,8 +438,103 @@ struct Layer {
     default_limits: LimitsLayer,
     #[serde(default)]
     max_limits: LimitsLayer,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    quotas: Option<QuotasLayer>,
     #[serde(default)]
     templates: BTreeMap<String, TemplateLayer>,
+}
+
+/// The `[quotas]` section: every tenant's quota where its own sets nothing. A key left out keeps its
+/// built-in default ([`DEFAULT_QUOTAS`]); `"unlimited"` lifts it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuotasLayer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_sandboxes: Option<Bound<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_memory: Option<Bound<Size>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_cpus: Option<Bound<CpuQuota>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_snapshots: Option<Bound<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_volumes: Option<Bound<u32>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_storage: Option<Bound<Size>>,
+}
+
+/// A quota in the file: a number (or size), or `"unlimited"`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Bound<T> {
+    Limit(T),
+    Unlimited(Unlimited),
+}
+
+/// The word `unlimited`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Unlimited {
+    Unlimited,
+}
+
+impl<T> Bound<T> {
+    fn get(self) -> Option<T> {
+        match self {
+            Bound::Limit(v) => Some(v),
+            Bound::Unlimited(_) => None,
+        }
+    }
+
+    fn of(v: Option<T>) -> Self {
+        v.map_or(Bound::Unlimited(Unlimited::Unlimited), Bound::Limit)
+    }
+}
+
+impl QuotasLayer {
+    fn overlay(self, top: Self) -> Self {
+        Self {
+            max_sandboxes: top.max_sandboxes.or(self.max_sandboxes),
+            max_memory: top.max_memory.or(self.max_memory),
+            max_cpus: top.max_cpus.or(self.max_cpus),
+            max_snapshots: top.max_snapshots.or(self.max_snapshots),
+            max_volumes: top.max_volumes.or(self.max_volumes),
+            max_storage: top.max_storage.or(self.max_storage),
+        }
+    }
+
+    fn into_quota(self, base: TenantQuota) -> TenantQuota {
+        fn pick<T, U>(layer: Option<Bound<T>>, base: Option<U>, f: impl Fn(T) -> U) -> Option<U> {
+            match layer {
+                Some(b) => b.get().map(f),
+                None => base,
+            }
+        }
+        TenantQuota {
+            max_sandboxes: pick(self.max_sandboxes, base.max_sandboxes, |v| v),
+            max_memory_bytes: pick(self.max_memory, base.max_memory_bytes, |s| s.0.as_u64()),
+            max_cpu_millis: pick(self.max_cpus, base.max_cpu_millis, CpuQuota::millicpus),
+            max_snapshots: pick(self.max_snapshots, base.max_snapshots, |v| v),
+            max_volumes: pick(self.max_volumes, base.max_volumes, |v| v),
+            max_storage_bytes: pick(self.max_storage, base.max_storage_bytes, |s| s.0.as_u64()),
+        }
+    }
+}
+
+impl From<&TenantQuota> for QuotasLayer {
+    fn from(q: &TenantQuota) -> Self {
+        Self {
+            max_sandboxes: Some(Bound::of(q.max_sandboxes)),
+            max_memory: Some(Bound::of(q.max_memory_bytes.map(|b| Size(ByteSize::bytes(b))))),
+            max_cpus: Some(Bound::of(
+                q.max_cpu_millis
+                    .and_then(|m| CpuQuota::try_from(f64::from(m) / 1000.0).ok()),
+            )),
+            max_snapshots: Some(Bound::of(q.max_snapshots)),
+            max_volumes: Some(Bound::of(q.max_volumes)),
+            max_storage: Some(Bound::of(q.max_storage_bytes.map(|b| Size(ByteSize::bytes(b))))),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -431,6 +617,10 @@ impl Layer {
             egress: top.egress.or(self.egress),
             default_limits: self.default_limits.overlay(top.default_limits),
             max_limits: self.max_limits.overlay(top.max_limits),
+            quotas: match (self.quotas, top.quotas) {
+                (Some(below), Some(top)) => Some(below.overlay(top)),
+                (below, top) => top.or(below),
+            },
             templates,
         }
     }
@@ -458,13 +648,9 @@ impl Layer {
         let cgroup_parent = self
             .cgroup_parent
             .unwrap_or_else(|| DEFAULT_CGROUP_PARENT.to_owned());
+        let configured_defaults = self.default_limits.clone();
         let default_limits = self.default_limits.into_limits(Limits::default());
-        let max_limits = self.max_limits.into_limits(Limits {
-            memory: None,
-            cpus: None,
-            pids: None,
-            disk: None,
-        });
+        let max_limits = self.max_limits.into_limits(Limits::unbounded());
         check_limits(&default_limits, &max_limits)?;
         let default_timeout = self.default_timeout.map_or(Duration::from_secs(300), |h| h.0);
         let max_timeout = self.max_timeout.map_or(Duration::from_secs(24 * 3600), |h| h.0);
@@ -501,6 +687,8 @@ impl Layer {
             log,
             default_limits,
             max_limits,
+            configured_defaults,
+            quotas: self.quotas.unwrap_or_default().into_quota(DEFAULT_QUOTAS),
             default_timeout,
             max_timeout,
             reaper_interval: self.reaper_interval.map_or(Duration::from_secs(1), |h| h.0),
@@ -658,6 +846,7 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         history_retention: args.history_retention.map(Human),
         max_import: args.max_import.map(Size),
         egress: None,
+        quotas: None,
         default_limits: LimitsLayer {
             memory: args.default_memory.map(Size),
             cpus: args.default_cpus,

@@ -17,11 +17,14 @@ use serde_json::{json, Value};
 const SOON: Duration = Duration::from_secs(20);
 
 #[test]
-fn stop_keeps_the_files_frees_the_quota_and_resume_restarts_the_processes() {
+fn stop_keeps_the_files_and_its_place_in_the_quota_and_resume_restarts_the_processes() {
     let Some(h) = Harness::start() else { return };
     h.block_on(async {
         h.admin
-            .put("/v1/tenants/stopper/quota", json!({"max_sandboxes": 1}))
+            .put(
+                "/v1/tenants/stopper/quota",
+                json!({"max_sandboxes": 2, "max_memory": "1G"}),
+            )
             .await
             .ok(200);
         let a = h.admin.new_tenant("stopper").await;
@@ -73,11 +76,22 @@ fn stop_keeps_the_files_frees_the_quota_and_resume_restarts_the_processes() {
             "{running}"
         );
 
-        // A stopped sandbox does not count against the quota; resuming it does.
+        // A stopped sandbox still counts as a sandbox (it keeps its files and may come back at will),
+        // not for memory: another may run with the memory it held, and its resume is refused then.
         let other = a.create_sandbox(json!({})).await;
-        a.post(&format!("/v1/sandboxes/{id}/resume"), Value::Null)
+        let e = a
+            .post("/v1/sandboxes", json!({"limits": {"memory": "32M"}}))
             .await
             .err(429, "quota_exceeded");
+        assert_eq!(e["field"], "max_sandboxes", "{e}");
+        let usage = a.get("/v1/tenants/stopper").await.ok(200);
+        assert_eq!(usage["usage"]["sandboxes"], 2, "{usage}");
+        assert_eq!(usage["usage"]["memory_bytes"], 1u64 << 30, "{usage}");
+        let e = a
+            .post(&format!("/v1/sandboxes/{id}/resume"), Value::Null)
+            .await
+            .err(429, "quota_exceeded");
+        assert_eq!(e["field"], "max_memory", "{e}");
         let still = a.get(&format!("/v1/sandboxes/{id}")).await.ok(200);
         assert_eq!(
             still["state"], "stopped",

@@ -152,3 +152,41 @@ fn a_gigabyte_of_output_streams_with_bounded_memory() {
     eprintln!("paddock peak RSS while streaming 1 GiB: {max_rss_kib} KiB");
     env.assert_clean();
 }
+
+#[test]
+fn run_refuses_limits_outside_the_hosts_bounds_in_one_line() {
+    if !require_root() {
+        return;
+    }
+    let env = TestEnv::new();
+    // The probes (this host: pid_max 32768, 2 CPUs, the tests' 8G pool), then the minima.
+    for (flags, flag) in [
+        (&["--pids", "4000000"][..], "--pids"),
+        (&["--pids", "10000000"][..], "--pids"),
+        (&["--pids", "1"][..], "--pids"),
+        (&["--memory", "1"][..], "--memory"),
+        (&["--memory", "1T"][..], "--memory"),
+        (&["--cpus", "1000"][..], "--cpus"),
+        (&["--disk", "1"][..], "--disk"),
+        (&["--disk", "100T"][..], "--disk"),
+    ] {
+        let o = env.run(flags, &["true"]);
+        assert_eq!(o.status.code(), Some(125), "{flags:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(err.trim_end().lines().count(), 1, "{flags:?}: {err}");
+        assert!(
+            err.starts_with(&format!("paddock: {flag} ")),
+            "{flags:?} does not name its flag: {err}"
+        );
+    }
+    // The defaults fit the host (a 10G default disk is lowered to the 8G pool), and so do the minima.
+    let o = env.run(&[], &["true"]);
+    assert_code(&o, 0);
+    let o = env.run(
+        &["--memory", "32M", "--pids", "8", "--disk", "16M"],
+        &["sh", "-c", "echo ok | cat"],
+    );
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "ok\n");
+    env.assert_clean();
+}

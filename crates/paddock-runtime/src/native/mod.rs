@@ -25,6 +25,7 @@ mod adopt;
 mod cgroup;
 pub mod diff;
 mod gc;
+mod host;
 mod lifecycle;
 mod lock;
 mod named_volumes;
@@ -41,6 +42,7 @@ mod users;
 use std::path::{Path, PathBuf};
 
 pub use cgroup::{CgroupKind, CgroupLayout};
+pub use host::host_facts;
 pub(crate) use lifecycle::NativeSandbox;
 pub use network::{ruleset, NetworkError, NetworkSubnet, ParseSubnetError};
 pub use pool::{StoragePool, VolumeUsage};
@@ -81,6 +83,8 @@ pub struct NativeBackend {
     config: NativeConfig,
     pool: StoragePool,
     cgroups: CgroupLayout,
+    /// The block I/O weight file sandboxes get, if the host's cgroups offer one.
+    io_weight: Option<&'static str>,
     /// The tools that make networked sandboxes' links, or the names of those missing.
     network_tools: Result<network::NetworkTools, String>,
 }
@@ -122,10 +126,24 @@ impl NativeBackend {
         if let Err(missing) = &network_tools {
             tracing::info!(%missing, "sandboxes cannot have network access on this host (tools missing)");
         }
+        let io_weight = cgroups.io_weight_file()?;
+        match io_weight {
+            Some(file) => tracing::info!(
+                file,
+                weight = cgroup::DEFAULT_IO_WEIGHT,
+                "block I/O: every sandbox gets its own weight (it acts where the pool's device is \
+                 scheduled by BFQ, or io.cost on cgroup v2)"
+            ),
+            None => tracing::warn!(
+                "block I/O: this host's cgroups offer no I/O weight (no blkio hierarchy or io controller); \
+                 sandboxes' disk I/O is not weighted"
+            ),
+        }
         Ok(Self {
             config,
             pool,
             cgroups,
+            io_weight,
             network_tools,
         })
     }
@@ -138,7 +156,13 @@ impl NativeBackend {
             custom_rootfs: true,
             host_mounts: true,
             network: self.network_tools.is_ok(),
+            io_weight: self.io_weight,
         }
+    }
+
+    /// The host's figures that bound what one sandbox may ask for, with this backend's pool.
+    pub fn host_facts(&self) -> Result<paddock_types::HostFacts, RuntimeError> {
+        host_facts(&self.config.state_dir, self.config.pool_size)
     }
 
     fn run_dir(&self, id: &str) -> PathBuf {

@@ -92,7 +92,7 @@ CREATE TABLE "sandboxes" (
     expires_at_ms INTEGER,
     ended_at_ms   INTEGER,
     end_reason    TEXT,
-    paused        INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)),
+    paused        INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0, 1)), disk_bytes INTEGER NOT NULL DEFAULT 0 CHECK (disk_bytes >= 0), base_bytes INTEGER NOT NULL DEFAULT 0 CHECK (base_bytes >= 0),
     -- a warm sandbox belongs to nobody yet
     CHECK (state <> 'warm' OR tenant IS NULL)
 ) STRICT;
@@ -124,7 +124,7 @@ CREATE TABLE "snapshots" (
     name          TEXT,
     labels_json   TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(labels_json)),
     created_at_ms INTEGER NOT NULL,
-    deleted_at_ms INTEGER,
+    deleted_at_ms INTEGER, storage_bytes INTEGER NOT NULL DEFAULT 0 CHECK (storage_bytes >= 0),
     CHECK (sandbox_id IS NOT NULL OR kind = 'snapshot')
 ) STRICT;
 
@@ -136,7 +136,7 @@ CREATE TABLE tenants (
     max_memory_bytes INTEGER CHECK (max_memory_bytes IS NULL OR max_memory_bytes >= 0),
     max_cpu_millis   INTEGER CHECK (max_cpu_millis IS NULL OR max_cpu_millis >= 0),
     created_at_ms    INTEGER NOT NULL
-) STRICT;
+, max_snapshots INTEGER CHECK (max_snapshots IS NULL OR max_snapshots >= 0), max_volumes INTEGER CHECK (max_volumes IS NULL OR max_volumes >= 0), max_storage_bytes INTEGER CHECK (max_storage_bytes IS NULL OR max_storage_bytes >= 0)) STRICT;
 
 -- table volume_mounts
 CREATE TABLE volume_mounts (

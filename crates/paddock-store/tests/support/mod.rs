@@ -40,6 +40,8 @@ pub fn new_sandbox(id: &str, tenant: Option<&str>, state: SandboxState) -> NewSa
         labels: BTreeMap::new(),
         memory_bytes: 256 << 20,
         cpu_millis: 500,
+        disk_bytes: 1 << 30,
+        base_bytes: 0,
         created_at_ms: 1_000,
         expires_at_ms: None,
     }

@@ -46,7 +46,8 @@ pub enum ErrorCode {
     DirectoryNotEmpty,
     /// The path is not acceptable (not absolute, NUL bytes, escapes the root) (400).
     InvalidPath,
-    /// The tenant's quota (sandboxes, memory, cpu) does not allow this (429).
+    /// The tenant's quota does not allow this (429); `field` names the quota (`max_sandboxes`,
+    /// `max_memory`, `max_cpus`, `max_snapshots`, `max_volumes` or `max_storage`).
     QuotaExceeded,
     /// The sandbox's disk limit is reached (507).
     NoSpace,
@@ -140,7 +141,8 @@ pub struct ApiErrorBody {
     pub code: ErrorCode,
     /// Human-readable explanation (may change between versions).
     pub message: String,
-    /// The request field that is invalid (`invalid_request` only), e.g. `limits.memory`.
+    /// The request field that is invalid (`invalid_request`), e.g. `limits.memory`, or the quota that
+    /// refused (`quota_exceeded`), e.g. `max_snapshots`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
 }

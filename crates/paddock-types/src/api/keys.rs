@@ -52,32 +52,53 @@ pub struct KeyInfo {
     pub last_used_at: Option<String>,
 }
 
-/// A tenant's quota; `null` = unlimited.
+/// A tenant's quota. In `PUT /v1/tenants/{name}/quota` a field left out or `null` follows the
+/// server's default for it (`[quotas]` in its configuration; unlimited where that sets none); in a
+/// tenant's answer, each field is the quota as it applies.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TenantQuotaBody {
-    /// Sandboxes alive at once.
+    /// Sandboxes that exist at once: running, paused and stopped ones (a stopped sandbox keeps its
+    /// files and may be resumed at will).
     #[serde(default)]
     pub max_sandboxes: Option<u32>,
-    /// Sum of the memory limits of its live sandboxes (bytes or `16G`).
+    /// Sum of the memory limits of its running sandboxes (bytes or `16G`).
     #[serde(default)]
     #[schema(value_type = Option<String>, example = "16G")]
     pub max_memory: Option<crate::ByteSize>,
-    /// Sum of the CPU limits of its live sandboxes.
+    /// Sum of the CPU limits of its running sandboxes (one without a CPU limit counts as the host's
+    /// CPUs).
     #[serde(default)]
     #[schema(value_type = Option<f64>, example = 8.0)]
     pub max_cpus: Option<crate::CpuQuota>,
+    /// Snapshots that exist at once: named ones, checkpoints and imports.
+    #[serde(default)]
+    pub max_snapshots: Option<u32>,
+    /// Volumes that exist at once.
+    #[serde(default)]
+    pub max_volumes: Option<u32>,
+    /// Bytes of storage (bytes or `100G`): the disk limits of its sandboxes (stopped ones too) plus
+    /// what each started from, what its snapshots hold, and its volumes' sizes.
+    #[serde(default)]
+    #[schema(value_type = Option<String>, example = "100G")]
+    pub max_storage: Option<crate::ByteSize>,
 }
 
-/// What a tenant uses now.
+/// What a tenant uses now, in the units of its quota.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct TenantUsageBody {
-    /// Live sandboxes.
+    /// Sandboxes that exist (running, paused and stopped).
     pub sandboxes: u64,
-    /// Sum of their memory limits (bytes).
+    /// Sum of the memory limits of the running ones (bytes).
     pub memory_bytes: u64,
-    /// Sum of their CPU limits (CPUs).
+    /// Sum of the CPU limits of the running ones (CPUs).
     pub cpus: f64,
+    /// Snapshots that exist.
+    pub snapshots: u64,
+    /// Volumes that exist.
+    pub volumes: u64,
+    /// Bytes charged against `max_storage`.
+    pub storage_bytes: u64,
 }
 
 /// A tenant.
@@ -85,7 +106,7 @@ pub struct TenantUsageBody {
 pub struct TenantInfo {
     /// Its name.
     pub name: String,
-    /// Its quota.
+    /// Its quota as it applies (its own settings, the server's defaults where it has none).
     pub quota: TenantQuotaBody,
     /// Its current usage.
     pub usage: TenantUsageBody,

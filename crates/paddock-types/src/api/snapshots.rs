@@ -53,6 +53,11 @@ pub struct SnapshotInfo {
     /// Bytes only it holds (what deleting it frees), when known.
     #[serde(default)]
     pub exclusive_bytes: Option<u64>,
+    /// What it is charged against its tenant's storage quota: the most it can hold on its own (what
+    /// its sandbox started from plus what the sandbox had written when it was taken; for an import,
+    /// the archive's size).
+    #[serde(default)]
+    pub storage_bytes: u64,
 }
 
 /// `GET /v1/snapshots`.

@@ -232,13 +232,142 @@ fn shown_toml_loads_back_to_the_same_configuration() {
         warm_pool = 1
         "#,
     );
-    let c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    // As `paddock config show` prints it: bounded by the host.
+    let mut c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    c.bound_limits(&host()).expect("fits the host");
     let shown = c.to_toml().expect("renders");
     assert!(shown.contains("disk = \"20G\""), "{shown}");
+    assert!(shown.contains("pids = 8192"), "derived maxima are shown: {shown}");
+    assert!(
+        shown.contains("max_snapshots = 1000"),
+        "quotas are shown: {shown}"
+    );
+    assert!(shown.contains("max_storage = \"unlimited\""), "{shown}");
     assert!(shown.contains("max_timeout = \"1day\""), "{shown}");
     assert!(shown.contains("max_import = \"3G\""), "{shown}");
     assert_eq!(c.service_config().max_import_bytes, 3 << 30);
     let again = file(&shown);
-    let c2 = load(Some(again.path()), &[], &ServeArgs::default()).expect("reloads");
+    let mut c2 = load(Some(again.path()), &[], &ServeArgs::default()).expect("reloads");
+    c2.bound_limits(&host()).expect("fits the host");
     assert_eq!(c, c2, "{shown}");
+}
+
+/// A host with 16 GiB, 4 CPUs, pid_max 32768 and a 20 GiB pool.
+fn host() -> HostFacts {
+    HostFacts {
+        memory_bytes: 16 << 30,
+        cpus: 4,
+        pid_max: 32_768,
+        threads_max: 100_000,
+        pool_bytes: 20 << 30,
+    }
+}
+
+#[test]
+fn unset_maxima_are_derived_from_the_host() {
+    let mut c = load(None, &[], &ServeArgs::default()).expect("loads");
+    assert_eq!(c.max_limits, Limits::unbounded(), "nothing configured");
+    c.bound_limits(&host()).expect("fits");
+    assert_eq!(
+        c.max_limits.memory,
+        Some(ByteSize::gib(12)),
+        "3/4 of the host's memory"
+    );
+    assert_eq!(c.max_limits.cpus, CpuQuota::try_from(4.0).ok());
+    assert_eq!(c.max_limits.pids, Some(8192), "a quarter of pid_max");
+    assert_eq!(c.max_limits.disk, Some(ByteSize::gib(20)), "the pool");
+    assert_eq!(
+        c.default_limits,
+        Limits::default(),
+        "the built-in defaults fit this host"
+    );
+    // No CPU limit by default: within a maximum of all the host's CPUs.
+    assert_eq!(c.default_limits.cpus, None);
+    assert_eq!(c.service_config().max_limits, c.max_limits);
+}
+
+#[test]
+fn configured_maxima_are_kept_and_built_in_defaults_shrink_to_a_small_host() {
+    let f = file(
+        r#"
+        [max_limits]
+        pids = 2000
+        "#,
+    );
+    let small = HostFacts {
+        memory_bytes: 1 << 30,
+        pool_bytes: 4 << 30,
+        ..host()
+    };
+    let mut c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    c.bound_limits(&small).expect("fits");
+    assert_eq!(c.max_limits.pids, Some(2000), "configured");
+    assert_eq!(c.max_limits.memory, Some(ByteSize::mib(768)));
+    assert_eq!(
+        c.default_limits.memory,
+        Some(ByteSize::mib(768)),
+        "1G lowered to fit"
+    );
+    assert_eq!(
+        c.default_limits.disk,
+        Some(ByteSize::gib(4)),
+        "10G lowered to the pool"
+    );
+    assert_eq!(c.default_limits.pids, Some(1024), "fits: kept");
+}
+
+#[test]
+fn a_configured_default_above_the_hosts_maximum_is_refused() {
+    let f = file(
+        r#"
+        [default_limits]
+        disk = "30G"
+        "#,
+    );
+    let mut c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    let e = c.bound_limits(&host()).expect_err("30G default in a 20G pool");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("default_limits.disk") && msg.contains("derived from this host"),
+        "{msg}"
+    );
+    let f = file(
+        r#"
+        [max_limits]
+        pids = 10000000
+        [default_limits]
+        pids = 100
+        "#,
+    );
+    let mut c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    let e = c.bound_limits(&host()).expect_err("above the kernel's pid limit");
+    assert!(e.to_string().contains("max_limits.pids"), "{e}");
+}
+
+#[test]
+fn quotas_have_defaults_and_can_be_set_or_lifted() {
+    let c = load(None, &[], &ServeArgs::default()).expect("loads");
+    assert_eq!(c.quotas, DEFAULT_QUOTAS);
+    assert_eq!(c.service_config().quotas, DEFAULT_QUOTAS);
+    let f = file(
+        r#"
+        [quotas]
+        max_sandboxes = "unlimited"
+        max_storage = "500G"
+        max_cpus = 8
+        "#,
+    );
+    let c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    assert_eq!(c.quotas.max_sandboxes, None, "lifted");
+    assert_eq!(c.quotas.max_storage_bytes, Some(500 << 30));
+    assert_eq!(c.quotas.max_cpu_millis, Some(8000));
+    assert_eq!(c.quotas.max_snapshots, Some(1000), "unset keys keep the default");
+    let f = file(
+        r#"
+        [quotas]
+        max_snapshots = "lots"
+        "#,
+    );
+    let e = load(Some(f.path()), &[], &ServeArgs::default()).expect_err("not a number");
+    assert!(e.to_string().contains("quotas.max_snapshots"), "{e}");
 }

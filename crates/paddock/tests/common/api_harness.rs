@@ -31,8 +31,11 @@ const KILL_DEADLINE: Duration = Duration::from_secs(120);
 pub struct Options {
     /// Warm pool size of the `default` template.
     pub warm_pool: u32,
-    /// The most a sandbox may ask for.
+    /// The most a sandbox may ask for; `None` fields are derived from the host, as `paddock serve`
+    /// does when its configuration sets no maximum.
     pub max_limits: Limits,
+    /// Every tenant's quota where its own sets nothing (unlimited by default here).
+    pub quotas: paddock_store::TenantQuota,
     /// How often the reaper runs.
     pub reaper_interval: Duration,
     /// The largest snapshot archive an import accepts.
@@ -51,6 +54,7 @@ impl Default for Options {
                 pids: None,
                 disk: None,
             },
+            quotas: paddock_store::TenantQuota::default(),
             reaper_interval: Duration::from_millis(250),
             max_import_bytes: ServiceConfig::default().max_import_bytes,
             network: None,
@@ -122,8 +126,21 @@ impl Harness {
                 warm_pool_size: options.warm_pool,
             },
         );
+        // Bounded by this host as `paddock serve` bounds them: unset maxima derived, the built-in
+        // defaults lowered to fit (a 10G default disk in the tests' 8G pool).
+        let host = backend.host_facts().expect("read the host's figures");
+        let derived = host.max_limits();
+        let configured = options.max_limits;
+        let max_limits = Limits {
+            memory: configured.memory.or(derived.memory),
+            cpus: configured.cpus.or(derived.cpus),
+            pids: configured.pids.or(derived.pids),
+            disk: configured.disk.or(derived.disk),
+        };
         let config = ServiceConfig {
-            max_limits: options.max_limits,
+            default_limits: paddock_types::clamp_limits(&Limits::default(), &max_limits),
+            max_limits,
+            quotas: options.quotas,
             default_timeout: Duration::from_secs(900),
             templates,
             reaper_interval: options.reaper_interval,

@@ -123,7 +123,7 @@ impl TestEnv {
     /// Ids of this environment's sandboxes with cgroups (any hierarchy).
     pub fn cgroup_ids(&self) -> Vec<String> {
         let mut ids = Vec::new();
-        for h in ["memory", "pids", "cpu", "unified", ""] {
+        for h in ["memory", "pids", "cpu", "blkio", "unified", ""] {
             let dir = Path::new("/sys/fs/cgroup").join(h).join(&self.cgroup_parent);
             if let Ok(rd) = std::fs::read_dir(dir) {
                 ids.extend(
@@ -145,7 +145,7 @@ impl Drop for TestEnv {
             Ok(o) => eprintln!("pool destroy failed: {}", String::from_utf8_lossy(&o.stderr)),
             Err(e) => eprintln!("pool destroy failed: {e}"),
         }
-        for h in ["memory", "pids", "cpu", "unified", ""] {
+        for h in ["memory", "pids", "cpu", "blkio", "unified", ""] {
             let _ = std::fs::remove_dir(Path::new("/sys/fs/cgroup").join(h).join(&self.cgroup_parent));
         }
     }

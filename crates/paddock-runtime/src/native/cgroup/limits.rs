@@ -3,6 +3,14 @@
 //! set later are the same files with the same values. A limit that is `None` is removed (`max`, or
 //! `-1` on v1), which at creation is the kernel's default anyway. On v1 the memory limit also bounds
 //! socket buffers (`memory.kmem.tcp.limit_in_bytes`), which that hierarchy counts apart.
+//!
+//! Besides the limits, every sandbox gets weights, so that under contention no sandbox starves the
+//! others even when it has no quota: a CPU weight (`cpu.shares` on v1, `cpu.weight` on v2)
+//! proportional to its CPU limit (1 CPU = the kernel's default weight; no limit counts as 1 CPU),
+//! and the default block I/O weight in a cgroup of its own (`blkio.bfq.weight` or `blkio.weight` on
+//! v1, `io.bfq.weight` or `io.weight` on v2), where the hierarchy offers one. An I/O weight only acts
+//! where the device's scheduler honours it (BFQ; `io.cost` on v2), and on v1 buffered writes are
+//! written back outside the sandbox's cgroup; the backend reports which weight file it writes.
 
 use std::fs;
 use std::io;
@@ -15,6 +23,26 @@ use crate::RuntimeError;
 
 /// The CFS period every cpu quota is expressed in.
 const CPU_PERIOD_US: u64 = 100_000;
+/// The block I/O weight every sandbox gets: the kernel's default for BFQ and `io.weight`.
+pub(crate) const DEFAULT_IO_WEIGHT: u32 = 100;
+
+/// The CPU weight file and value for a sandbox limited to `cpus` (`None`: unlimited, weighted as one
+/// CPU): `cpu.shares` (1024 per CPU, 2..=262144) on v1, `cpu.weight` (100 per CPU, 1..=10000) on v2.
+pub(super) fn cpu_weight(v2: bool, cpus: Option<CpuQuota>) -> (&'static str, u64) {
+    let millicpus = u64::from(cpus.map_or(1000, CpuQuota::millicpus));
+    if v2 {
+        ("cpu.weight", (millicpus * 100 / 1000).clamp(1, 10_000))
+    } else {
+        ("cpu.shares", (millicpus * 1024 / 1000).clamp(2, 262_144))
+    }
+}
+
+/// The I/O weight file a (non-root) cgroup directory offers, best first: BFQ's, then the generic one.
+pub(super) fn io_weight_file(dir: &Path) -> Option<&'static str> {
+    ["blkio.bfq.weight", "blkio.weight", "io.bfq.weight", "io.weight"]
+        .into_iter()
+        .find(|f| dir.join(f).exists())
+}
 
 impl SandboxCgroup {
     /// Writes `limits` (memory, pids, cpu) into the sandbox's cgroups. Lowering the memory limit below
@@ -25,7 +53,24 @@ impl SandboxCgroup {
         self.set_memory(limits.memory)?;
         let pids = self.pids.join("pids.max");
         write_file(&pids, &limits.pids.map_or("max".to_owned(), |p| p.to_string()))?;
-        self.set_cpu(limits.cpus)
+        self.set_cpu(limits.cpus)?;
+        self.set_cpu_weight(limits.cpus)?;
+        self.set_io_weight()
+    }
+
+    /// The sandbox's CPU weight: proportional to its CPU limit, as Kubernetes maps CPU requests.
+    fn set_cpu_weight(&self, cpus: Option<CpuQuota>) -> Result<(), RuntimeError> {
+        let (file, value) = cpu_weight(self.v2, cpus);
+        write_file(&self.cpu.join(file), &value.to_string())
+    }
+
+    /// The sandbox's block I/O weight: the default, in its own cgroup (equal shares among sandboxes).
+    fn set_io_weight(&self) -> Result<(), RuntimeError> {
+        let Some(dir) = &self.io else { return Ok(()) };
+        match io_weight_file(dir) {
+            Some(file) => write_file(&dir.join(file), &DEFAULT_IO_WEIGHT.to_string()),
+            None => Ok(()),
+        }
     }
 
     fn set_memory(&self, memory: Option<ByteSize>) -> Result<(), RuntimeError> {
@@ -116,5 +161,27 @@ fn memory_error(err: RuntimeError, bytes: Option<u64>) -> RuntimeError {
             ))
         }
         _ => err,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_weights_are_proportional_to_the_cpu_limit() {
+        let cpus = |c: f64| CpuQuota::try_from(c).ok();
+        assert_eq!(
+            cpu_weight(false, None),
+            ("cpu.shares", 1024),
+            "no limit: one CPU's weight"
+        );
+        assert_eq!(cpu_weight(false, cpus(2.0)), ("cpu.shares", 2048));
+        assert_eq!(cpu_weight(false, cpus(0.01)), ("cpu.shares", 10));
+        assert_eq!(cpu_weight(false, cpus(1024.0)), ("cpu.shares", 262_144));
+        assert_eq!(cpu_weight(true, None), ("cpu.weight", 100));
+        assert_eq!(cpu_weight(true, cpus(0.5)), ("cpu.weight", 50));
+        assert_eq!(cpu_weight(true, cpus(0.01)), ("cpu.weight", 1));
+        assert_eq!(cpu_weight(true, cpus(1024.0)), ("cpu.weight", 10_000));
     }
 }

@@ -1,4 +1,5 @@
-//! Cgroup limits for sandboxes, on cgroup v1 hierarchies (memory, pids, cpu) and on pure cgroup v2.
+//! Cgroup limits for sandboxes, on cgroup v1 hierarchies (memory, pids, cpu, and blkio when mounted)
+//! and on pure cgroup v2.
 //!
 //! Every sandbox gets one cgroup per hierarchy, named after its id under a `paddock` parent. The setup
 //! shim joins them before creating the sandbox's namespaces, so every process of the sandbox, however
@@ -9,6 +10,8 @@
 mod freeze;
 mod limits;
 mod usage;
+
+pub(crate) use limits::DEFAULT_IO_WEIGHT;
 
 use std::fs;
 use std::io;
@@ -36,6 +39,8 @@ pub enum CgroupKind {
     V2 {
         /// The cgroup2 mount.
         root: PathBuf,
+        /// The `io` controller is available (`cgroup.controllers`): sandboxes get an I/O weight.
+        io: bool,
     },
     /// Cgroup v1 controller hierarchies, and optionally a controller-less cgroup2 mount (hybrid) that
     /// still offers `cgroup.kill`.
@@ -46,6 +51,8 @@ pub enum CgroupKind {
         pids: PathBuf,
         /// The cpu hierarchy.
         cpu: PathBuf,
+        /// The blkio hierarchy, if mounted: each sandbox gets its own I/O weight there.
+        blkio: Option<PathBuf>,
         /// A cgroup2 mount without controllers, if any.
         unified: Option<PathBuf>,
     },
@@ -59,6 +66,9 @@ pub struct SandboxCgroup {
     memory: PathBuf,
     pids: PathBuf,
     cpu: PathBuf,
+    /// Where its I/O weight is written: its blkio cgroup on v1 (if that hierarchy is mounted), its
+    /// cgroup on v2 (if the `io` controller is available).
+    io: Option<PathBuf>,
     /// A cgroup2 directory (the sandbox's cgroup on v2, its controller-less one on hybrid v1): it has
     /// `cgroup.kill` and the `cpu.stat` CPU time counters.
     unified: Option<PathBuf>,
@@ -81,8 +91,14 @@ impl CgroupKind {
         let root = Path::new(CGROUP_ROOT);
         let magic = paddock_sys::mount::fs_magic(root).map_err(io_err(root, "inspect"))?;
         if magic == paddock_sys::mount::CGROUP2_SUPER_MAGIC {
+            let controllers = root.join("cgroup.controllers");
+            let io = fs::read_to_string(&controllers)
+                .map_err(io_err(&controllers, "read"))?
+                .split_whitespace()
+                .any(|c| c == "io");
             return Ok(Self::V2 {
                 root: root.to_owned(),
+                io,
             });
         }
         let need = |name: &str| -> Result<PathBuf, RuntimeError> {
@@ -102,10 +118,12 @@ impl CgroupKind {
             Ok(m) if m == paddock_sys::mount::CGROUP2_SUPER_MAGIC => Some(unified),
             _ => None,
         };
+        let blkio = Some(root.join("blkio")).filter(|p| p.join("tasks").exists());
         Ok(Self::V1 {
             memory: need("memory")?,
             pids: need("pids")?,
             cpu: need("cpu")?,
+            blkio,
             unified,
         })
     }
@@ -135,14 +153,16 @@ impl CgroupLayout {
     fn parents(&self) -> Vec<PathBuf> {
         let p = &self.parent;
         match &self.kind {
-            CgroupKind::V2 { root } => vec![root.join(p)],
+            CgroupKind::V2 { root, .. } => vec![root.join(p)],
             CgroupKind::V1 {
                 memory,
                 pids,
                 cpu,
+                blkio,
                 unified,
             } => {
                 let mut v = vec![memory.join(p), pids.join(p), cpu.join(p)];
+                v.extend(blkio.iter().map(|b| b.join(p)));
                 if let Some(u) = unified {
                     v.push(u.join(p));
                 }
@@ -155,13 +175,14 @@ impl CgroupLayout {
     pub fn sandbox(&self, id: &str) -> SandboxCgroup {
         let p = &self.parent;
         match &self.kind {
-            CgroupKind::V2 { root } => {
+            CgroupKind::V2 { root, io } => {
                 let dir = root.join(p).join(id);
                 SandboxCgroup {
                     v2: true,
                     memory: dir.clone(),
                     pids: dir.clone(),
                     cpu: dir.clone(),
+                    io: io.then(|| dir.clone()),
                     unified: Some(dir),
                 }
             }
@@ -169,12 +190,14 @@ impl CgroupLayout {
                 memory,
                 pids,
                 cpu,
+                blkio,
                 unified,
             } => SandboxCgroup {
                 v2: false,
                 memory: memory.join(p).join(id),
                 pids: pids.join(p).join(id),
                 cpu: cpu.join(p).join(id),
+                io: blkio.as_ref().map(|b| b.join(p).join(id)),
                 unified: unified.as_ref().map(|u| u.join(p).join(id)),
             },
         }
@@ -208,12 +231,17 @@ impl CgroupLayout {
                 }
             }
         }
-        if let CgroupKind::V2 { root } = &self.kind {
+        if let CgroupKind::V2 { root, io } = &self.kind {
+            let wanted: &[&str] = if *io {
+                &["memory", "pids", "cpu", "io"]
+            } else {
+                &["memory", "pids", "cpu"]
+            };
             // Controllers must be enabled in every ancestor's subtree_control for the child to get them.
             for dir in [root.clone(), root.join(&self.parent)] {
                 let ctl = dir.join("cgroup.subtree_control");
                 let current = fs::read_to_string(&ctl).map_err(io_err(&ctl, "read"))?;
-                for c in ["memory", "pids", "cpu"] {
+                for &c in wanted {
                     if !current.split_whitespace().any(|x| x == c) {
                         write_file(&ctl, &format!("+{c}"))?;
                     }
@@ -221,6 +249,22 @@ impl CgroupLayout {
             }
         }
         Ok(())
+    }
+
+    /// How sandboxes' block I/O is weighted on this host, for the backend's capabilities and its
+    /// startup report: the weight file each sandbox gets (`blkio.bfq.weight`, `blkio.weight`,
+    /// `io.bfq.weight` or `io.weight`), or `None` when the hierarchy offers none. Creates the parent
+    /// cgroups (weight files exist below the root only).
+    pub fn io_weight_file(&self) -> Result<Option<&'static str>, RuntimeError> {
+        let parent = match &self.kind {
+            CgroupKind::V2 { root, io: true } => root.join(&self.parent),
+            CgroupKind::V1 {
+                blkio: Some(blkio), ..
+            } => blkio.join(&self.parent),
+            _ => return Ok(None),
+        };
+        self.ensure_parents()?;
+        Ok(limits::io_weight_file(&parent))
     }
 
     /// Creates the cgroups of sandbox `id` with `limits` applied.
@@ -250,6 +294,7 @@ impl SandboxCgroup {
             return vec![&self.memory];
         }
         let mut dirs = vec![self.memory.as_path(), &self.pids, &self.cpu];
+        dirs.extend(self.io.as_deref());
         dirs.extend(self.unified.as_deref());
         dirs
     }
