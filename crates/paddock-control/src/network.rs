@@ -9,7 +9,10 @@
 
 use std::sync::Arc;
 
-use paddock_egress::{AuditRecord, Egress, EgressConfig, SandboxCaKey, SandboxListen, Secret, SecretName};
+use paddock_egress::{
+    AuditRecord, BoundHeader, Egress, EgressConfig, SandboxCaKey, SandboxListen, Secret, SecretBinding,
+    SecretName,
+};
 use paddock_runtime::SandboxHandle;
 use paddock_store::{AuditFilter, NewAuditEntry, SandboxNetworkRecord};
 use paddock_types::api::{
@@ -226,7 +229,13 @@ impl SandboxService {
         for r in records {
             let value = Zeroizing::new(r.value);
             let text = Zeroizing::new(String::from_utf8_lossy(&value).into_owned());
-            secrets.push(to_secret(&r.info.name, &r.info.hosts, text)?);
+            secrets.push(to_secret(
+                &r.info.name,
+                &r.info.hosts,
+                Some(&r.info.headers),
+                r.info.query,
+                text,
+            )?);
         }
         egress
             .set_secrets(id, secrets)
@@ -378,9 +387,28 @@ impl SandboxService {
                 format!("bind the secret to 1 to {MAX_SECRET_HOSTS} hosts"),
             ));
         }
+        if req
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.len() > paddock_egress::MAX_BOUND_HEADERS)
+        {
+            return Err(ServiceError::invalid(
+                "headers",
+                format!(
+                    "bind the secret to at most {} headers",
+                    paddock_egress::MAX_BOUND_HEADERS
+                ),
+            ));
+        }
         let value = Zeroizing::new(req.value.clone());
-        // Validates the hosts and the value (it must fit in an HTTP header).
-        to_secret(name.as_str(), &req.hosts, value.clone())?;
+        // Validates the hosts, the headers and the value (it must fit in an HTTP header).
+        let secret = to_secret(
+            name.as_str(),
+            &req.hosts,
+            req.headers.as_deref(),
+            req.query,
+            value.clone(),
+        )?;
         let tenant = p.tenant.clone();
         let count = {
             let t = tenant.clone();
@@ -392,14 +420,20 @@ impl SandboxService {
                 format!("a tenant holds at most {MAX_SECRETS} secrets"),
             ));
         }
+        let binding = secret.binding();
         let info = paddock_store::SecretInfo {
             tenant,
             name: name.to_string(),
             hosts: req.hosts.clone(),
+            headers: binding.headers().iter().map(|h| h.as_str().to_owned()).collect(),
+            query: binding.query(),
             created_at_ms: now_ms(),
         };
+        drop(secret);
         let entry = AuditEntry::ok(p, "secret.create", None)
-            .detail(serde_json::json!({ "name": info.name, "hosts": info.hosts }))
+            .detail(serde_json::json!({
+                "name": info.name, "hosts": info.hosts, "headers": info.headers, "query": info.query,
+            }))
             .into_row();
         let stored = info.clone();
         let bytes = Zeroizing::new(value.as_bytes().to_vec());
@@ -579,7 +613,15 @@ fn decode_policy(row: &SandboxNetworkRecord) -> Result<NetworkPolicy, ServiceErr
         .map_err(|e| ServiceError::internal("decode a stored network policy", &e))
 }
 
-fn to_secret(name: &str, hosts: &[String], value: Zeroizing<String>) -> Result<Secret, ServiceError> {
+/// A secret from its parts as the API (or the store) has them; `headers: None` is the default
+/// binding (`authorization`).
+fn to_secret(
+    name: &str,
+    hosts: &[String],
+    headers: Option<&[String]>,
+    query: bool,
+    value: Zeroizing<String>,
+) -> Result<Secret, ServiceError> {
     let name: SecretName = name
         .parse()
         .map_err(|e: paddock_egress::SecretError| ServiceError::invalid("name", e.to_string()))?;
@@ -591,13 +633,62 @@ fn to_secret(name: &str, hosts: &[String], value: Zeroizing<String>) -> Result<S
                 .map_err(|e| ServiceError::invalid(format!("hosts.{i}"), e.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Secret::new(name, value, hosts).map_err(|e| ServiceError::invalid("value", e.to_string()))
+    let headers = headers
+        .map(|list| {
+            list.iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    h.parse::<BoundHeader>()
+                        .map_err(|e| ServiceError::invalid(format!("headers.{i}"), e.to_string()))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?;
+    let binding = SecretBinding::new(hosts, headers, query)
+        .map_err(|e| ServiceError::invalid("headers", e.to_string()))?;
+    Secret::new(name, value, binding).map_err(|e| ServiceError::invalid("value", e.to_string()))
 }
 
 fn secret_info(info: &paddock_store::SecretInfo) -> SecretInfo {
     SecretInfo {
         name: info.name.clone(),
         hosts: info.hosts.clone(),
+        headers: info.headers.clone(),
+        query: info.query,
         created_at: rfc3339(info.created_at_ms),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value() -> Zeroizing<String> {
+        Zeroizing::new("v".into())
+    }
+
+    #[test]
+    fn secrets_are_bound_to_authorization_unless_fields_are_named() {
+        let hosts = ["api.test".to_owned()];
+        let s = to_secret("GH", &hosts, None, false, value()).expect("default");
+        assert_eq!(s.binding().headers(), &[BoundHeader::authorization()]);
+        let named = ["X-Api-Key".to_owned(), "x-api-key".to_owned()];
+        let s = to_secret("GH", &hosts, Some(&named), true, value()).expect("named");
+        let fields: Vec<&str> = s.binding().headers().iter().map(|h| h.as_str()).collect();
+        assert_eq!((fields, s.binding().query()), (vec!["x-api-key"], true));
+        let field = |r: Result<Secret, ServiceError>| r.expect_err("refused").field;
+        let host = ["Host".to_owned()];
+        assert_eq!(
+            field(to_secret("GH", &hosts, Some(&host), false, value())).as_deref(),
+            Some("headers.0")
+        );
+        assert_eq!(
+            field(to_secret("GH", &hosts, Some(&[]), false, value())).as_deref(),
+            Some("headers")
+        );
+        assert_eq!(
+            field(to_secret("GH", &["a b".to_owned()], None, false, value())).as_deref(),
+            Some("hosts.0")
+        );
     }
 }

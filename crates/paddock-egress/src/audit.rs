@@ -39,6 +39,10 @@ pub struct ConnectionRecord {
     pub rule: Rule,
     /// Names of the secrets substituted into requests on this connection (never their values).
     pub secrets_injected: Vec<String>,
+    /// Requests on this (intercepted) connection the proxy refused with 403, by reason (distinct,
+    /// a few at most): a target other than the intercepted host. Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requests_refused: Vec<String>,
     /// Bytes from the sandbox towards the destination.
     pub bytes_up: u64,
     /// Bytes from the destination towards the sandbox.
@@ -109,6 +113,7 @@ mod tests {
             allowed: true,
             rule: Rule::TenantAllow { index: 2 },
             secrets_injected: vec!["GH".into()],
+            requests_refused: vec![],
             bytes_up: 517,
             bytes_down: 4096,
             started: at,

@@ -5,7 +5,8 @@
 //! TCP redirected by netfilter, and a DNS responder that answers allowed names only and pins each
 //! answer so connections must go where DNS said. Every connection and DNS question is audited through
 //! an [`AuditSink`]. Hosts a secret is bound to have their TLS intercepted (a per-sandbox CA) so the
-//! proxy can replace `paddock-secret:NAME` placeholders in request headers.
+//! proxy can replace `paddock-secret:NAME` placeholders in the request header fields (and query
+//! strings) the secret's [`SecretBinding`] names, in requests whose target is that very host.
 //!
 //! What this crate does not do: create network namespaces, veth pairs or nftables rules (the runtime
 //! does, pointing the sandbox at the addresses [`SandboxEgress`] reports), store policies or secrets
@@ -27,4 +28,7 @@ pub use audit::{AuditRecord, AuditSink, ConnectionRecord, DnsRecord, Door};
 pub use egress::{Egress, EgressConfig, SandboxEgress, SandboxListen};
 pub use error::EgressError;
 pub use host::host_addresses;
-pub use inject::{SandboxCaKey, Secret, SecretError, SecretName, PLACEHOLDER_PREFIX};
+pub use inject::{
+    BoundHeader, SandboxCaKey, Secret, SecretBinding, SecretError, SecretName, DEFAULT_HEADER,
+    MAX_BOUND_HEADERS, PLACEHOLDER_PREFIX,
+};

@@ -112,16 +112,40 @@ struct Network {
     env: Vec<(String, String)>,
 }
 
-/// `--secret NAME:HOST[,HOST...]`: the value from this process's environment variable NAME.
+/// `--secret NAME:HOST[,HOST...][:FIELD[,FIELD...]]`: the value from this process's environment
+/// variable NAME, bound to those hosts and header fields (`Authorization` when none are given);
+/// `?query` among the fields also binds it to query strings.
 fn parse_secret(arg: &str) -> anyhow::Result<paddock_egress::Secret> {
-    let (name, hosts) = arg
-        .split_once(':')
-        .ok_or_else(|| anyhow::anyhow!("--secret {arg:?}: use NAME:HOST[,HOST...]"))?;
+    let usage = || anyhow::anyhow!("--secret {arg:?}: use NAME:HOST[,HOST...][:HEADER[,HEADER...]]");
+    let mut parts = arg.splitn(3, ':');
+    let (Some(name), Some(hosts)) = (parts.next(), parts.next()) else {
+        return Err(usage());
+    };
     let name: paddock_egress::SecretName = name.parse()?;
     let hosts = hosts
         .split(',')
         .map(|h| h.parse::<paddock_types::DomainPattern>())
         .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("--secret {arg:?}"))?;
+    let (headers, query) = match parts.next() {
+        None => (None, false),
+        Some(fields) => {
+            let mut query = false;
+            let mut headers = Vec::new();
+            for f in fields.split(',') {
+                if f == "?query" {
+                    query = true;
+                } else {
+                    headers.push(
+                        f.parse::<paddock_egress::BoundHeader>()
+                            .with_context(|| format!("--secret {arg:?}"))?,
+                    );
+                }
+            }
+            (Some(headers), query)
+        }
+    };
+    let binding = paddock_egress::SecretBinding::new(hosts, headers, query)
         .with_context(|| format!("--secret {arg:?}"))?;
     let value = std::env::var(name.as_str()).map_err(|_| {
         anyhow::anyhow!(
@@ -131,7 +155,7 @@ fn parse_secret(arg: &str) -> anyhow::Result<paddock_egress::Secret> {
     Ok(paddock_egress::Secret::new(
         name,
         zeroize::Zeroizing::new(value),
-        hosts,
+        binding,
     )?)
 }
 

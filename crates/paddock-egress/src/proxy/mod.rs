@@ -70,7 +70,47 @@ pub(crate) struct Report {
     pub(crate) ip: Option<IpAddr>,
     pub(crate) port: u16,
     pub(crate) decision: Option<Decision>,
-    pub(crate) injected: Arc<Mutex<Vec<SecretName>>>,
+    pub(crate) findings: Arc<Findings>,
+}
+
+/// Most distinct refusal reasons kept for one connection's record.
+const MAX_REFUSALS_KEPT: usize = 8;
+
+/// What the requests of an intercepted connection did, gathered from hyper's tasks.
+#[derive(Debug, Default)]
+pub(crate) struct Findings {
+    injected: Mutex<Vec<SecretName>>,
+    refused: Mutex<Vec<String>>,
+}
+
+impl Findings {
+    /// Secrets substituted into a request.
+    pub(crate) fn injected(&self, names: Vec<SecretName>) {
+        let mut all = self.injected.lock().unwrap_or_else(|e| e.into_inner());
+        for n in names {
+            if !all.contains(&n) {
+                all.push(n);
+            }
+        }
+    }
+    /// A request refused (distinct reasons, a few at most).
+    pub(crate) fn refused(&self, reason: &str) {
+        let mut all = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if all.len() < MAX_REFUSALS_KEPT && !all.iter().any(|r| r == reason) {
+            all.push(reason.to_owned());
+        }
+    }
+    fn take(&self) -> (Vec<String>, Vec<String>) {
+        let injected = self
+            .injected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|n| n.as_str().to_owned())
+            .collect();
+        let refused = std::mem::take(&mut *self.refused.lock().unwrap_or_else(|e| e.into_inner()));
+        (injected, refused)
+    }
 }
 
 /// Accept connections for one sandbox until it is removed.
@@ -153,13 +193,7 @@ pub(crate) async fn run_connection(
             reason: "closed before naming a destination".into(),
         })
     });
-    let secrets_injected = report
-        .injected
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .map(|n| n.as_str().to_owned())
-        .collect();
+    let (secrets_injected, requests_refused) = report.findings.take();
     shared.audit.record(AuditRecord::Connection(ConnectionRecord {
         sandbox: sandbox.id.clone(),
         door,
@@ -169,6 +203,7 @@ pub(crate) async fn run_connection(
         allowed: decision.allowed,
         rule: decision.rule,
         secrets_injected,
+        requests_refused,
         bytes_up,
         bytes_down,
         started,
@@ -217,8 +252,9 @@ async fn forward(
                 client,
                 prefix,
                 name,
+                report.port,
                 upstream,
-                &report.injected,
+                &report.findings,
             ))
             .await
         }
