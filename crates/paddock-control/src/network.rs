@@ -19,7 +19,9 @@ use paddock_types::api::{
     CreateSecretRequest, ErrorCode, NetworkEvent, SandboxNetworkInfo, SecretInfo, SecretList,
     SetNetworkRequest,
 };
-use paddock_types::{DomainPattern, EgressPorts, NetworkLink, NetworkPolicy, NetworkSpec, SandboxId};
+use paddock_types::{
+    ConntrackLimits, DomainPattern, EgressPorts, NetworkLink, NetworkPolicy, NetworkSpec, SandboxId,
+};
 use zeroize::Zeroizing;
 
 use crate::service::{lock, now_ms, rfc3339, AuditEntry};
@@ -39,8 +41,11 @@ const MAX_SECRET_VALUE: usize = 16 * 1024;
 pub struct NetworkConfig {
     /// The ports the proxy listens on, on the host side of every sandbox's link.
     pub ports: EgressPorts,
-    /// The proxy itself: the operator's deny list and exceptions, host map, resolver, upstream trust.
+    /// The proxy itself: the operator's deny list and exceptions, host map, resolver, upstream
+    /// trust, and the bounds on what sandboxes can make it hold.
     pub egress: EgressConfig,
+    /// Each networked sandbox's share of the host's connection tracking table (its link's firewall).
+    pub conntrack: ConntrackLimits,
 }
 
 /// A networked sandbox being served on the egress proxy: what its processes' environment is made of.
@@ -155,9 +160,17 @@ impl SandboxService {
         // A sandbox recorded with a network on a server now configured without one is refused
         // rather than booted with a network nobody serves.
         self.egress()?;
+        let conntrack = self
+            .inner
+            .config
+            .network
+            .as_ref()
+            .map(|n| n.conntrack)
+            .unwrap_or_default();
         Ok(NetworkSpec {
             ports: self.egress_ports(),
             ca_pem: row.ca_cert_pem.clone(),
+            conntrack,
         })
     }
 
@@ -557,6 +570,11 @@ impl SandboxService {
             AuditRecord::Dns(d) => {
                 self.inner.metrics.count_egress("dns", d.allowed, 0, 0);
                 ("network.dns", d.sandbox.to_string(), d.allowed)
+            }
+            // Many refusals at a cap, in one row with their count.
+            AuditRecord::Refused(r) => {
+                self.inner.metrics.count_egress_refused(r.limit.as_str(), r.count);
+                ("network.refused", r.sandbox.to_string(), false)
             }
         };
         let tenant = self.live_sandbox(&sandbox).and_then(|sb| sb.tenant());

@@ -8,6 +8,10 @@
 //! proxy can replace `paddock-secret:NAME` placeholders in the request header fields (and query
 //! strings) the secret's [`SecretBinding`] names, in requests whose target is that very host.
 //!
+//! What one sandbox can make the proxy hold is bounded ([`EgressLimits`]): connections per door and
+//! per sandbox, descriptors across sandboxes, DNS questions and resolutions in flight, idle and total
+//! lifetimes. Refusals at a cap are counted and reported as [`RefusalRecord`]s, a few per window.
+//!
 //! What this crate does not do: create network namespaces, veth pairs or nftables rules (the runtime
 //! does, pointing the sandbox at the addresses [`SandboxEgress`] reports), store policies or secrets
 //! (the control plane does), or carry UDP other than DNS (refused by the namespace's rules).
@@ -18,13 +22,14 @@ mod egress;
 mod error;
 mod host;
 mod inject;
+mod limits;
 mod pins;
 pub mod policy;
 mod proxy;
 mod resolve;
 pub mod sniff;
 
-pub use audit::{AuditRecord, AuditSink, ConnectionRecord, DnsRecord, Door};
+pub use audit::{AuditRecord, AuditSink, ConnectionRecord, Cut, DnsRecord, Door};
 pub use egress::{Egress, EgressConfig, SandboxEgress, SandboxListen};
 pub use error::EgressError;
 pub use host::host_addresses;
@@ -32,3 +37,4 @@ pub use inject::{
     BoundHeader, SandboxCaKey, Secret, SecretBinding, SecretError, SecretName, DEFAULT_HEADER,
     MAX_BOUND_HEADERS, PLACEHOLDER_PREFIX,
 };
+pub use limits::{descriptor_budget, EgressLimits, Limit, RefusalRecord};

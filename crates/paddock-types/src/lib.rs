@@ -15,7 +15,7 @@ mod volumes;
 
 pub use id::{SandboxId, SandboxIdError, SnapshotId, SnapshotIdError};
 pub use limits::{CpuQuota, Limits};
-pub use link::{EgressPorts, NetworkLink, NetworkSpec, CA_BUNDLE_PATH, EGRESS_CA_PATH};
+pub use link::{ConntrackLimits, EgressPorts, NetworkLink, NetworkSpec, CA_BUNDLE_PATH, EGRESS_CA_PATH};
 pub use mounts::{MountSpec, MountSpecError, SandboxPath, SandboxPathError};
 pub use network::{
     Cidr, DomainName, DomainPattern, EgressRule, EgressTarget, NetworkPolicy, NetworkPolicyError, PortRange,

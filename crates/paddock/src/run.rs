@@ -198,6 +198,9 @@ impl paddock_egress::AuditSink for LogAudit {
             AuditRecord::Dns(d) if !d.allowed => {
                 tracing::warn!(target: "paddock::egress", name = d.name, rule = ?d.rule, "DNS question refused");
             }
+            AuditRecord::Refused(r) => {
+                tracing::warn!(target: "paddock::egress", limit = r.limit.as_str(), count = r.count, "refused at a cap");
+            }
             _ => tracing::info!(target: "paddock::egress", record = ?record, "egress"),
         }
     }
@@ -234,6 +237,7 @@ async fn run_async(
             spec.network = Some(paddock_types::NetworkSpec {
                 ports: config.ports,
                 ca_pem: ca.cert_pem().to_owned(),
+                conntrack: config.conntrack,
             });
             Some((config, ca))
         }

@@ -185,6 +185,7 @@ fn network_config(o: &Outside) -> paddock_control::NetworkConfig {
             upstream_ca_pems: vec![o.ca_pem.clone()],
             ..Default::default()
         },
+        conntrack: Default::default(),
     }
 }
 
@@ -657,4 +658,158 @@ fn the_cli_manages_secrets_and_sandbox_networks_on_a_server() {
     server.stop();
     let _ = std::fs::remove_file(&config);
     env.assert_clean();
+}
+
+/// What a flooding sandbox runs: for `secs` seconds, opens TCP connections to its DNS port and its
+/// proxy as fast as it can (no close), holding them, and every 2 s trickles a DNS question on each
+/// DNS one and a byte on each proxy one. Prints `attempts N failed N held N`.
+fn flood(secs: u32) -> String {
+    py(&format!(
+        r#"import resource, struct, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+host, port = os.environ['HTTP_PROXY'].split('//')[1].rstrip('/').rsplit(':', 1)
+name = b''.join(bytes([len(p)]) + p for p in b'allowed.test'.split(b'.')) + b'\0'
+msg = struct.pack('>HHHHHH', 7, 0x0100, 1, 0, 0, 0) + name + struct.pack('>HH', 1, 1)
+question = struct.pack('>H', len(msg)) + msg
+held, attempts, failed = [], 0, 0
+end = time.monotonic() + {secs}
+trickle = time.monotonic() + 2
+while time.monotonic() < end:
+    if len(held) < 8000:
+        for target in ((host, 53), (host, int(port))):
+            s = socket.socket()
+            s.setblocking(False)
+            attempts += 1
+            try:
+                s.connect(target)
+            except BlockingIOError:
+                pass
+            except OSError:
+                failed += 1
+                s.close()
+                continue
+            held.append((target[1], s))
+    else:
+        time.sleep(0.05)
+    if time.monotonic() >= trickle:
+        alive = []
+        for p, s in held:
+            try:
+                s.send(question if p == 53 else b'C')
+                alive.append((p, s))
+            except OSError:
+                failed += 1
+                s.close()
+        held = alive
+        trickle += 2
+print('attempts', attempts, 'failed', failed, 'held', len(held))"#
+    ))
+}
+
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// Issue 11, class 3: one networked sandbox opens thousands of DNS-over-TCP and proxy connections,
+/// holds them and trickles questions. The server (in this process) keeps its descriptors within the
+/// egress budget, its API answers throughout, another sandbox's network works, and the refusals are
+/// in the audit log as a few rows with counts, and in the metrics.
+#[test]
+fn a_flooding_sandbox_leaves_the_server_and_its_neighbours_working() {
+    if !common::require_root() {
+        return;
+    }
+    const BUDGET: usize = 400;
+    let o = outside();
+    let mut network = network_config(&o);
+    network.egress.limits = paddock_egress::EgressLimits {
+        proxy_connections: 64,
+        transparent_connections: 64,
+        dns_tcp_connections: 16,
+        descriptors: Some(BUDGET),
+        ..Default::default()
+    };
+    // Let thousands of connections reach the proxy (the default firewall rate would stop most of
+    // them before it: that bound is checked in runtime_network.rs).
+    network.conntrack.new_per_second = 20_000;
+    let Some(h) = Harness::with(Options {
+        network: Some(network),
+        ..Options::default()
+    }) else {
+        return;
+    };
+    let http = o.http;
+    h.block_on(async {
+        let c = &h.admin;
+        let policy = json!({"network": {"allow": [{"domain": "allowed.test"}]}});
+        let attacker = c.create_sandbox(policy.clone()).await;
+        let neighbour = c.create_sandbox(policy).await;
+        let fetch_allowed = fetch(&format!("http://allowed.test:{http}/hello.txt"), None);
+        let out = c.sh(&neighbour, &fetch_allowed).await;
+        assert!(out.contains("GOT hello from outside"), "{out}");
+        let baseline = open_descriptors();
+
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let attack = async {
+            let out = c.sh(&attacker, &flood(10)).await;
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            out
+        };
+        let watch = async {
+            let (mut most, mut api_calls, mut fetches) = (0, 0, 0);
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                most = most.max(open_descriptors());
+                let r = tokio::time::timeout(std::time::Duration::from_secs(10), c.get(&format!("/v1/sandboxes/{neighbour}")))
+                    .await
+                    .expect("the API answers during the flood");
+                r.ok(200);
+                api_calls += 1;
+                if api_calls % 10 == 1 {
+                    let out = c.sh(&neighbour, &fetch_allowed).await;
+                    assert!(out.contains("GOT hello from outside"), "the neighbour's network during the flood: {out}");
+                    fetches += 1;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            (most, api_calls, fetches)
+        };
+        let (out, (most, api_calls, fetches)) = tokio::join!(attack, watch);
+        eprintln!("flood: {out}; descriptors: baseline {baseline}, most {most}; {api_calls} API calls, {fetches} fetches");
+        let count = |key: &str| -> u64 {
+            out.split_whitespace()
+                .skip_while(|w| *w != key)
+                .nth(1)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no {key} in {out}"))
+        };
+        assert!(count("attempts") >= 2000, "not a flood: {out}");
+        assert!(count("failed") > 0, "nothing was refused: {out}");
+        // The egress budget and some slack for the API's own connections and agent streams.
+        assert!(most <= baseline + BUDGET + 150, "descriptors: baseline {baseline}, most {most}");
+        assert!(api_calls > 0 && fetches > 0);
+
+        // The refusals: a few rows with counts, not one per connection.
+        let rows = api_harness::poll(std::time::Duration::from_secs(30), "refusal rows", || async {
+            let rows = c.audit_rows(&[("sandbox", attacker.as_str()), ("action", "network.refused")]).await;
+            let total: u64 = rows.iter().filter_map(|r| r["detail"]["count"].as_u64()).sum();
+            (total >= 100).then_some(rows)
+        })
+        .await;
+        let limits: std::collections::BTreeSet<&str> =
+            rows.iter().filter_map(|r| r["detail"]["limit"].as_str()).collect();
+        assert!(limits.contains("dns_tcp_connections") && limits.contains("proxy_connections"), "{rows:?}");
+        assert!(rows.len() <= 20, "{} refusal rows", rows.len());
+        assert!(rows.iter().all(|r| r["outcome"] == "denied" && r["tenant"].is_string()));
+        let metrics = c.get("/metrics").await.text();
+        assert!(metrics.contains("paddock_egress_refused_total{limit=\"dns_tcp_connections\"}"), "{metrics}");
+        assert!(metrics.contains("paddock_egress_descriptors{state=\"budget\"} 400"), "{metrics}");
+        // And afterwards both sandboxes are served as before.
+        let out = c.sh(&attacker, &fetch_allowed).await;
+        assert!(out.contains("GOT hello from outside"), "{out}");
+        for id in [&attacker, &neighbour] {
+            c.delete(&format!("/v1/sandboxes/{id}")).await.ok(204);
+        }
+    });
+    drop(h);
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 use paddock_egress::policy::{OperatorAllow, OperatorPolicy};
-use paddock_egress::{AuditRecord, ConnectionRecord, DnsRecord, Egress, EgressConfig};
+use paddock_egress::{
+    AuditRecord, ConnectionRecord, DnsRecord, Egress, EgressConfig, EgressLimits, RefusalRecord,
+};
 use paddock_types::{NetworkPolicy, PortRange};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
@@ -50,12 +52,18 @@ pub struct Harness {
 }
 
 pub fn egress(operator: OperatorPolicy, upstream_ca: Option<String>) -> Harness {
+    egress_with(operator, upstream_ca, EgressLimits::default())
+}
+
+/// [`egress`] with other limits.
+pub fn egress_with(operator: OperatorPolicy, upstream_ca: Option<String>, limits: EgressLimits) -> Harness {
     let (tx, rx) = unbounded_channel();
     let config = EgressConfig {
         operator,
         system_resolver: false,
         public_roots: false,
         upstream_ca_pems: upstream_ca.into_iter().collect(),
+        limits,
         ..EgressConfig::default()
     };
     Harness {
@@ -72,7 +80,19 @@ impl Harness {
                 .expect("an audit record in time")
             {
                 Some(AuditRecord::Connection(c)) => return c,
-                Some(AuditRecord::Dns(_)) => continue,
+                Some(_) => continue,
+                None => panic!("audit channel closed"),
+            }
+        }
+    }
+    pub async fn next_refusal(&mut self) -> RefusalRecord {
+        loop {
+            match tokio::time::timeout(WAIT, self.audit.recv())
+                .await
+                .expect("an audit record in time")
+            {
+                Some(AuditRecord::Refused(r)) => return r,
+                Some(_) => continue,
                 None => panic!("audit channel closed"),
             }
         }
@@ -84,7 +104,7 @@ impl Harness {
                 .expect("an audit record in time")
             {
                 Some(AuditRecord::Dns(d)) => return d,
-                Some(AuditRecord::Connection(_)) => continue,
+                Some(_) => continue,
                 None => panic!("audit channel closed"),
             }
         }
