@@ -115,7 +115,10 @@ struct Network {
 /// `--secret NAME:HOST[,HOST...][:FIELD[,FIELD...]]`: the value from this process's environment
 /// variable NAME, bound to those hosts and header fields (`Authorization` when none are given);
 /// `?query` among the fields also binds it to query strings.
-fn parse_secret(arg: &str) -> anyhow::Result<paddock_egress::Secret> {
+fn parse_secret(
+    arg: &str,
+    value_of: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<paddock_egress::Secret> {
     let usage = || anyhow::anyhow!("--secret {arg:?}: use NAME:HOST[,HOST...][:HEADER[,HEADER...]]");
     let mut parts = arg.splitn(3, ':');
     let (Some(name), Some(hosts)) = (parts.next(), parts.next()) else {
@@ -147,7 +150,7 @@ fn parse_secret(arg: &str) -> anyhow::Result<paddock_egress::Secret> {
     };
     let binding = paddock_egress::SecretBinding::new(hosts, headers, query)
         .with_context(|| format!("--secret {arg:?}"))?;
-    let value = std::env::var(name.as_str()).map_err(|_| {
+    let value = value_of(name.as_str()).ok_or_else(|| {
         anyhow::anyhow!(
             "--secret {name}: paddock's environment has no variable {name} to take the value from"
         )
@@ -223,7 +226,7 @@ async fn run_async(
     let secrets = args
         .secrets
         .iter()
-        .map(|s| parse_secret(s))
+        .map(|s| parse_secret(s, |name| std::env::var(name).ok()))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let policy = args.net.policy()?.unwrap_or_default();
     // The network's configuration and its CA, when the sandbox has one.
@@ -404,5 +407,37 @@ async fn forward_stdin(client: &AgentClient, pid: u32) -> anyhow::Result<()> {
             .write_stdin(pid, &buf[..n], false)
             .await
             .context("write stdin")?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(arg: &str) -> anyhow::Result<paddock_egress::Secret> {
+        parse_secret(arg, |name| (name == "GH").then(|| "ghp_x".to_owned()))
+    }
+
+    #[test]
+    fn secrets_name_hosts_and_optionally_fields() {
+        let s = parse("GH:api.test").expect("default");
+        assert_eq!(
+            s.binding().headers(),
+            &[paddock_egress::BoundHeader::authorization()]
+        );
+        let s = parse("GH:api.test,*.api.test:X-Api-Key,Cookie,?query").expect("fields");
+        let fields: Vec<&str> = s.binding().headers().iter().map(|h| h.as_str()).collect();
+        assert_eq!(fields, ["cookie", "x-api-key"]);
+        assert!(s.binding().query() && s.binding().hosts().len() == 2);
+        for bad in [
+            "GH",
+            "GH:",
+            "GH:api.test:Host",
+            "GH:api.test:a b",
+            "NOPE:api.test",
+            "G-H:api.test",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -660,6 +660,114 @@ fn the_cli_manages_secrets_and_sandbox_networks_on_a_server() {
     env.assert_clean();
 }
 
+/// Sends `request` over TLS to `host:port` straight from the sandbox (the transparent door
+/// intercepts it: the sandbox trusts its egress CA) and prints the response.
+fn tls_raw(host: &str, port: u16, request: &str) -> String {
+    py(&format!(
+        "import ssl\nctx = ssl.create_default_context(cafile=os.environ['SSL_CERT_FILE'])\ns = ctx.wrap_socket(socket.create_connection(({host:?}, {port}), timeout=10), server_hostname={host:?})\ns.sendall({request:?}.replace('PLACEHOLDER', os.environ['GH']).encode())\ndata = b''\nwhile True:\n    chunk = s.recv(65536)\n    if not chunk:\n        break\n    data += chunk\nprint('GOT', data.decode(errors='replace'))"
+    ))
+}
+
+/// Issue 11, class 8, from inside a sandbox: an endpoint of the bound host that reflects the request
+/// gets the placeholder in every field but the bound ones, and requests naming another host inside
+/// the bound host's intercepted connection (a Host header, an absolute-form URI) are refused by the
+/// proxy, never forwarded with the value.
+#[test]
+fn injection_gives_a_reflecting_or_fronted_host_nothing() {
+    if !common::require_root() {
+        return;
+    }
+    let o = outside();
+    let Some(h) = Harness::with(Options {
+        network: Some(network_config(&o)),
+        ..Options::default()
+    }) else {
+        return;
+    };
+    let https = o.https;
+    h.block_on(async {
+        let c = &h.admin;
+        // Bound to X-Api-Key only: not Authorization, not the query string.
+        let info = c
+            .post(
+                "/v1/secrets",
+                json!({"name": "GH", "value": SECRET_VALUE, "hosts": ["secret.test"], "headers": ["X-Api-Key"]}),
+            )
+            .await
+            .ok(201);
+        assert_eq!((info["headers"].clone(), info["query"].clone()), (json!(["x-api-key"]), json!(false)));
+        let r = c
+            .post(
+                "/v1/secrets",
+                json!({"name": "BAD", "value": "v", "hosts": ["secret.test"], "headers": ["Host"]}),
+            )
+            .await;
+        assert_eq!(r.err(400, "invalid_request")["field"], "headers.0");
+        let id = c
+            .create_sandbox(json!({
+                "network": {"allow": [{"domain": "secret.test"}, {"domain": "other.test"}]},
+                "secrets": ["GH"],
+            }))
+            .await;
+
+        // The reflecting endpoint: the value only where bound (X-Api-Key), so the echo carries it
+        // there alone; the same placeholder in other headers and the query string comes back as is.
+        let reflect = format!(
+            "r = urllib.request.Request('https://secret.test:{https}/reflect?t=' + os.environ['GH'], headers={{'X-Api-Key': os.environ['GH'], 'X-Echo': os.environ['GH'], 'Authorization': 'Bearer ' + os.environ['GH'], 'Cookie': 't=' + os.environ['GH']}})\nprint('GOT', urllib.request.urlopen(r, timeout=10).read().decode())"
+        );
+        let out = c.sh(&id, &py(&reflect)).await;
+        assert!(out.starts_with("GOT"), "{out}");
+        let lines: Vec<&str> = out.lines().collect();
+        let with_value: Vec<&&str> = lines.iter().filter(|l| l.contains(SECRET_VALUE)).collect();
+        assert_eq!(with_value.len(), 1, "{out}");
+        assert!(with_value[0].to_ascii_lowercase().starts_with("x-api-key:"), "{out}");
+        for field in ["x-echo: paddock-secret:gh", "authorization: bearer paddock-secret:gh", "cookie: t=paddock-secret:gh"] {
+            assert!(
+                lines.iter().any(|l| l.to_ascii_lowercase() == field),
+                "{field} {out}"
+            );
+        }
+        assert!(out.contains("/reflect?t=paddock-secret:GH"), "{out}");
+
+        // Fronting inside the intercepted connection to secret.test: another Host, an absolute
+        // URI naming another host, a second Host. The proxy answers 403 itself.
+        for request in [
+            format!("GET /echo HTTP/1.1\r\nHost: other.test:{https}\r\nX-Api-Key: PLACEHOLDER\r\nConnection: close\r\n\r\n"),
+            format!("GET https://other.test:{https}/echo HTTP/1.1\r\nHost: secret.test:{https}\r\nX-Api-Key: PLACEHOLDER\r\nConnection: close\r\n\r\n"),
+            format!("GET /echo HTTP/1.1\r\nHost: secret.test:{https}\r\nHost: other.test\r\nX-Api-Key: PLACEHOLDER\r\nConnection: close\r\n\r\n"),
+        ] {
+            let out = c.sh(&id, &tls_raw("secret.test", https, &request)).await;
+            assert!(out.starts_with("GOT HTTP/1.1 403"), "{request:?}: {out}");
+            assert!(out.contains("paddock egress: request refused:"), "{out}");
+            assert!(!out.contains(SECRET_VALUE), "{out}");
+        }
+        // The same connection naming its own host is served, with the value in X-Api-Key.
+        let out = c
+            .sh(&id, &tls_raw("secret.test", https, &format!("GET /reflect HTTP/1.1\r\nHost: secret.test:{https}\r\nX-Api-Key: PLACEHOLDER\r\nConnection: close\r\n\r\n")))
+            .await;
+        assert!(out.starts_with("GOT HTTP/1.0 200") || out.starts_with("GOT HTTP/1.1 200"), "{out}");
+        assert!(out.to_ascii_lowercase().contains(&format!("x-api-key: {SECRET_VALUE}").to_ascii_lowercase()), "{out}");
+
+        // Each refusal is in the audit log with its reason, on a connection that injected nothing.
+        let rows = api_harness::poll(std::time::Duration::from_secs(10), "refusals audited", || async {
+            let rows = c.audit_rows(&[("sandbox", id.as_str()), ("action", "network.connection")]).await;
+            let refused: Vec<serde_json::Value> = rows
+                .into_iter()
+                .filter(|r| r["detail"]["requests_refused"].is_array())
+                .collect();
+            (refused.len() >= 3).then_some(refused)
+        })
+        .await;
+        for r in &rows {
+            assert_eq!(r["detail"]["secrets_injected"], json!([]), "{r}");
+            assert_eq!(r["detail"]["name"], "secret.test", "{r}");
+        }
+        assert!(!serde_json::to_string(&rows).expect("json").contains(SECRET_VALUE));
+        c.delete(&format!("/v1/sandboxes/{id}")).await.ok(204);
+    });
+    drop(h);
+}
+
 /// What a flooding sandbox runs: for `secs` seconds, opens TCP connections to its DNS port and its
 /// proxy as fast as it can (no close), holding them, and every 2 s trickles a DNS question on each
 /// DNS one and a byte on each proxy one. Prints `attempts N failed N held N`.
