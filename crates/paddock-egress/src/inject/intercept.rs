@@ -23,6 +23,9 @@ use crate::egress::{Sandbox, Shared};
 use crate::proxy::stream::{Counted, Prefixed};
 use crate::proxy::{ConnError, Findings};
 
+/// The largest request head read from the sandbox (hyper answers 431 beyond it).
+const MAX_REQUEST_HEAD: usize = 64 * 1024;
+
 /// What the sandbox gets back: the host's response, or the proxy's refusal.
 type Body = Either<Incoming, Full<Bytes>>;
 
@@ -104,6 +107,9 @@ async fn serve_sandbox(
         )
     });
     hyper::server::conn::http1::Builder::new()
+        // A request head is read into this buffer: 64 KiB, not hyper's ~400 KiB, so a sandbox's
+        // intercepted connections (up to its door cap) hold little memory with huge heads.
+        .max_buf_size(MAX_REQUEST_HEAD)
         .serve_connection(TokioIo::new(sandbox_tls), service)
         .await
         .map_err(ConnError::SandboxHttp)
