@@ -386,6 +386,10 @@ impl SandboxService {
                 metrics.set_pool_size(name, self.warm_count(name) as i64);
             }
         }
+        if let Some(egress) = &self.inner.egress {
+            let (in_use, budget) = egress.descriptors_in_use();
+            metrics.set_egress_descriptors(in_use, budget);
+        }
         metrics
             .render()
             .map_err(|e| ServiceError::internal("render metrics", &e))

@@ -47,6 +47,11 @@ struct DirectionLabel {
     direction: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabel {
+    limit: String,
+}
+
 /// Every metric the service exports.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -63,6 +68,8 @@ pub(crate) struct Metrics {
     errors: Family<CodeLabel, Counter>,
     egress: Family<EgressLabels, Counter>,
     egress_bytes: Family<DirectionLabel, Counter>,
+    egress_refused: Family<LimitLabel, Counter>,
+    egress_descriptors: Family<StateLabel, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -156,6 +163,18 @@ impl Metrics {
             "Bytes relayed by the egress proxy (direction=up: from sandboxes, down: to them)",
             egress_bytes.clone(),
         );
+        let egress_refused = Family::<LimitLabel, Counter>::default();
+        registry.register(
+            "egress_refused",
+            "Sandbox connections and DNS questions refused by the egress proxy at a cap, by cap",
+            egress_refused.clone(),
+        );
+        let egress_descriptors = Family::<StateLabel, Gauge>::default();
+        registry.register(
+            "egress_descriptors",
+            "Descriptors held by sandbox connections through the egress proxy (state=in_use), and its budget (state=budget)",
+            egress_descriptors.clone(),
+        );
         Self {
             registry,
             sandboxes,
@@ -171,6 +190,22 @@ impl Metrics {
             errors,
             egress,
             egress_bytes,
+            egress_refused,
+            egress_descriptors,
+        }
+    }
+
+    pub(crate) fn count_egress_refused(&self, limit: &str, n: u64) {
+        self.egress_refused
+            .get_or_create(&LimitLabel { limit: limit.into() })
+            .inc_by(n);
+    }
+
+    pub(crate) fn set_egress_descriptors(&self, in_use: usize, budget: usize) {
+        for (state, n) in [("in_use", in_use), ("budget", budget)] {
+            self.egress_descriptors
+                .get_or_create(&StateLabel { state: state.into() })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
     }
 

@@ -9,14 +9,19 @@
 
 use std::sync::Arc;
 
-use paddock_egress::{AuditRecord, Egress, EgressConfig, SandboxCaKey, SandboxListen, Secret, SecretName};
+use paddock_egress::{
+    AuditRecord, BoundHeader, Egress, EgressConfig, SandboxCaKey, SandboxListen, Secret, SecretBinding,
+    SecretName,
+};
 use paddock_runtime::SandboxHandle;
 use paddock_store::{AuditFilter, NewAuditEntry, SandboxNetworkRecord};
 use paddock_types::api::{
     CreateSecretRequest, ErrorCode, NetworkEvent, SandboxNetworkInfo, SecretInfo, SecretList,
     SetNetworkRequest,
 };
-use paddock_types::{DomainPattern, EgressPorts, NetworkLink, NetworkPolicy, NetworkSpec, SandboxId};
+use paddock_types::{
+    ConntrackLimits, DomainPattern, EgressPorts, NetworkLink, NetworkPolicy, NetworkSpec, SandboxId,
+};
 use zeroize::Zeroizing;
 
 use crate::service::{lock, now_ms, rfc3339, AuditEntry};
@@ -36,8 +41,11 @@ const MAX_SECRET_VALUE: usize = 16 * 1024;
 pub struct NetworkConfig {
     /// The ports the proxy listens on, on the host side of every sandbox's link.
     pub ports: EgressPorts,
-    /// The proxy itself: the operator's deny list and exceptions, host map, resolver, upstream trust.
+    /// The proxy itself: the operator's deny list and exceptions, host map, resolver, upstream
+    /// trust, and the bounds on what sandboxes can make it hold.
     pub egress: EgressConfig,
+    /// Each networked sandbox's share of the host's connection tracking table (its link's firewall).
+    pub conntrack: ConntrackLimits,
 }
 
 /// A networked sandbox being served on the egress proxy: what its processes' environment is made of.
@@ -152,9 +160,17 @@ impl SandboxService {
         // A sandbox recorded with a network on a server now configured without one is refused
         // rather than booted with a network nobody serves.
         self.egress()?;
+        let conntrack = self
+            .inner
+            .config
+            .network
+            .as_ref()
+            .map(|n| n.conntrack)
+            .unwrap_or_default();
         Ok(NetworkSpec {
             ports: self.egress_ports(),
             ca_pem: row.ca_cert_pem.clone(),
+            conntrack,
         })
     }
 
@@ -226,7 +242,13 @@ impl SandboxService {
         for r in records {
             let value = Zeroizing::new(r.value);
             let text = Zeroizing::new(String::from_utf8_lossy(&value).into_owned());
-            secrets.push(to_secret(&r.info.name, &r.info.hosts, text)?);
+            secrets.push(to_secret(
+                &r.info.name,
+                &r.info.hosts,
+                Some(&r.info.headers),
+                r.info.query,
+                text,
+            )?);
         }
         egress
             .set_secrets(id, secrets)
@@ -378,9 +400,28 @@ impl SandboxService {
                 format!("bind the secret to 1 to {MAX_SECRET_HOSTS} hosts"),
             ));
         }
+        if req
+            .headers
+            .as_ref()
+            .is_some_and(|h| h.len() > paddock_egress::MAX_BOUND_HEADERS)
+        {
+            return Err(ServiceError::invalid(
+                "headers",
+                format!(
+                    "bind the secret to at most {} headers",
+                    paddock_egress::MAX_BOUND_HEADERS
+                ),
+            ));
+        }
         let value = Zeroizing::new(req.value.clone());
-        // Validates the hosts and the value (it must fit in an HTTP header).
-        to_secret(name.as_str(), &req.hosts, value.clone())?;
+        // Validates the hosts, the headers and the value (it must fit in an HTTP header).
+        let secret = to_secret(
+            name.as_str(),
+            &req.hosts,
+            req.headers.as_deref(),
+            req.query,
+            value.clone(),
+        )?;
         let tenant = p.tenant.clone();
         let count = {
             let t = tenant.clone();
@@ -392,14 +433,20 @@ impl SandboxService {
                 format!("a tenant holds at most {MAX_SECRETS} secrets"),
             ));
         }
+        let binding = secret.binding();
         let info = paddock_store::SecretInfo {
             tenant,
             name: name.to_string(),
             hosts: req.hosts.clone(),
+            headers: binding.headers().iter().map(|h| h.as_str().to_owned()).collect(),
+            query: binding.query(),
             created_at_ms: now_ms(),
         };
+        drop(secret);
         let entry = AuditEntry::ok(p, "secret.create", None)
-            .detail(serde_json::json!({ "name": info.name, "hosts": info.hosts }))
+            .detail(serde_json::json!({
+                "name": info.name, "hosts": info.hosts, "headers": info.headers, "query": info.query,
+            }))
             .into_row();
         let stored = info.clone();
         let bytes = Zeroizing::new(value.as_bytes().to_vec());
@@ -524,6 +571,11 @@ impl SandboxService {
                 self.inner.metrics.count_egress("dns", d.allowed, 0, 0);
                 ("network.dns", d.sandbox.to_string(), d.allowed)
             }
+            // Many refusals at a cap, in one row with their count.
+            AuditRecord::Refused(r) => {
+                self.inner.metrics.count_egress_refused(r.limit.as_str(), r.count);
+                ("network.refused", r.sandbox.to_string(), false)
+            }
         };
         let tenant = self.live_sandbox(&sandbox).and_then(|sb| sb.tenant());
         let mut detail = serde_json::to_value(&record).unwrap_or_default();
@@ -579,7 +631,15 @@ fn decode_policy(row: &SandboxNetworkRecord) -> Result<NetworkPolicy, ServiceErr
         .map_err(|e| ServiceError::internal("decode a stored network policy", &e))
 }
 
-fn to_secret(name: &str, hosts: &[String], value: Zeroizing<String>) -> Result<Secret, ServiceError> {
+/// A secret from its parts as the API (or the store) has them; `headers: None` is the default
+/// binding (`authorization`).
+fn to_secret(
+    name: &str,
+    hosts: &[String],
+    headers: Option<&[String]>,
+    query: bool,
+    value: Zeroizing<String>,
+) -> Result<Secret, ServiceError> {
     let name: SecretName = name
         .parse()
         .map_err(|e: paddock_egress::SecretError| ServiceError::invalid("name", e.to_string()))?;
@@ -591,13 +651,62 @@ fn to_secret(name: &str, hosts: &[String], value: Zeroizing<String>) -> Result<S
                 .map_err(|e| ServiceError::invalid(format!("hosts.{i}"), e.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Secret::new(name, value, hosts).map_err(|e| ServiceError::invalid("value", e.to_string()))
+    let headers = headers
+        .map(|list| {
+            list.iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    h.parse::<BoundHeader>()
+                        .map_err(|e| ServiceError::invalid(format!("headers.{i}"), e.to_string()))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?;
+    let binding = SecretBinding::new(hosts, headers, query)
+        .map_err(|e| ServiceError::invalid("headers", e.to_string()))?;
+    Secret::new(name, value, binding).map_err(|e| ServiceError::invalid("value", e.to_string()))
 }
 
 fn secret_info(info: &paddock_store::SecretInfo) -> SecretInfo {
     SecretInfo {
         name: info.name.clone(),
         hosts: info.hosts.clone(),
+        headers: info.headers.clone(),
+        query: info.query,
         created_at: rfc3339(info.created_at_ms),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value() -> Zeroizing<String> {
+        Zeroizing::new("v".into())
+    }
+
+    #[test]
+    fn secrets_are_bound_to_authorization_unless_fields_are_named() {
+        let hosts = ["api.test".to_owned()];
+        let s = to_secret("GH", &hosts, None, false, value()).expect("default");
+        assert_eq!(s.binding().headers(), &[BoundHeader::authorization()]);
+        let named = ["X-Api-Key".to_owned(), "x-api-key".to_owned()];
+        let s = to_secret("GH", &hosts, Some(&named), true, value()).expect("named");
+        let fields: Vec<&str> = s.binding().headers().iter().map(|h| h.as_str()).collect();
+        assert_eq!((fields, s.binding().query()), (vec!["x-api-key"], true));
+        let field = |r: Result<Secret, ServiceError>| r.expect_err("refused").field;
+        let host = ["Host".to_owned()];
+        assert_eq!(
+            field(to_secret("GH", &hosts, Some(&host), false, value())).as_deref(),
+            Some("headers.0")
+        );
+        assert_eq!(
+            field(to_secret("GH", &hosts, Some(&[]), false, value())).as_deref(),
+            Some("headers")
+        );
+        assert_eq!(
+            field(to_secret("GH", &["a b".to_owned()], None, false, value())).as_deref(),
+            Some("hosts.0")
+        );
     }
 }

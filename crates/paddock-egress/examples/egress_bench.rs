@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 use paddock_egress::policy::{OperatorAllow, OperatorPolicy};
-use paddock_egress::{Egress, EgressConfig, SandboxEgress, Secret};
+use paddock_egress::{Egress, EgressConfig, SandboxEgress, Secret, SecretBinding};
 use paddock_types::SandboxId;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rustls::pki_types::pem::PemObject;
@@ -298,7 +298,7 @@ async fn main() {
     let secret = Secret::new(
         "TOKEN".parse().unwrap(),
         Zeroizing::new("sk-bench-0123456789".into()),
-        vec!["inject.bench".parse().unwrap()],
+        SecretBinding::new(vec!["inject.bench".parse().unwrap()], None, false).unwrap(),
     )
     .unwrap();
     egress.set_secrets(&sandbox, vec![secret]).unwrap();

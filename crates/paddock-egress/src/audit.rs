@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use paddock_types::{DomainName, SandboxId};
 use serde::Serialize;
 
+use crate::limits::RefusalRecord;
 use crate::policy::Rule;
 
 /// How a connection reached the proxy.
@@ -39,6 +40,13 @@ pub struct ConnectionRecord {
     pub rule: Rule,
     /// Names of the secrets substituted into requests on this connection (never their values).
     pub secrets_injected: Vec<String>,
+    /// Why the proxy cut the connection, when it did (absent when a side closed it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<Cut>,
+    /// Requests on this (intercepted) connection the proxy refused with 403, by reason (distinct,
+    /// a few at most): a target other than the intercepted host. Absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requests_refused: Vec<String>,
     /// Bytes from the sandbox towards the destination.
     pub bytes_up: u64,
     /// Bytes from the destination towards the sandbox.
@@ -47,6 +55,18 @@ pub struct ConnectionRecord {
     pub started: SystemTime,
     /// How long it lasted.
     pub duration: Duration,
+}
+
+/// Why the proxy ended a connection itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cut {
+    /// No byte moved either way for the idle timeout.
+    IdleTimeout,
+    /// It reached the longest lifetime allowed.
+    Lifetime,
+    /// The sandbox stopped being served (it ended, stopped, or the proxy shut down).
+    SandboxRemoved,
 }
 
 /// One DNS question from a sandbox.
@@ -76,6 +96,8 @@ pub enum AuditRecord {
     Connection(ConnectionRecord),
     /// A DNS question was answered or refused.
     Dns(DnsRecord),
+    /// Connections or questions refused at a cap, counted over a window (one record for many).
+    Refused(RefusalRecord),
 }
 
 /// Where records go. It must not block: it is called on the proxy's tasks.
@@ -109,6 +131,8 @@ mod tests {
             allowed: true,
             rule: Rule::TenantAllow { index: 2 },
             secrets_injected: vec!["GH".into()],
+            requests_refused: vec![],
+            cut: None,
             bytes_up: 517,
             bytes_down: 4096,
             started: at,
@@ -131,5 +155,24 @@ mod tests {
             serde_json::to_string(&dns).expect("json"),
             r#"{"type":"dns","sandbox":"sb-1","name":"evil.example.","query_type":"TXT","allowed":false,"rule":{"kind":"unsupported_query"},"answers":[],"at":{"secs_since_epoch":1700000000,"nanos_since_epoch":0}}"#
         );
+        let refused = AuditRecord::Refused(RefusalRecord {
+            sandbox: "sb-1".parse().expect("id"),
+            limit: crate::limits::Limit::DnsTcpConnections,
+            count: 4096,
+            since: at,
+            until: at + Duration::from_secs(10),
+        });
+        assert_eq!(
+            serde_json::to_string(&refused).expect("json"),
+            r#"{"type":"refused","sandbox":"sb-1","limit":"dns_tcp_connections","count":4096,"since":{"secs_since_epoch":1700000000,"nanos_since_epoch":0},"until":{"secs_since_epoch":1700000010,"nanos_since_epoch":0}}"#
+        );
+        let AuditRecord::Connection(mut cut) = conn else {
+            unreachable!()
+        };
+        cut.cut = Some(Cut::IdleTimeout);
+        cut.requests_refused = vec!["no Host header".into()];
+        let json = serde_json::to_value(AuditRecord::Connection(cut)).expect("json");
+        assert_eq!(json["cut"], "idle_timeout");
+        assert_eq!(json["requests_refused"], serde_json::json!(["no Host header"]));
     }
 }

@@ -1,7 +1,9 @@
 //! The sandbox's DNS server (UDP and TCP): A and AAAA questions for names the policy allows are
 //! answered from the operator's host map or the system resolver, minus addresses the operator denies,
 //! and each answer is pinned for the sandbox's later connections. Anything else is refused, so DNS is
-//! neither a way to learn internal addresses nor a tunnel to outside resolvers.
+//! neither a way to learn internal addresses nor a tunnel to outside resolvers. What a sandbox's DNS
+//! may hold is bounded: questions in flight (UDP), connections, their idle time, lifetime, number of
+//! questions and message size (TCP), and name resolutions (see `resolve.rs`).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -11,24 +13,24 @@ use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA};
 use hickory_proto::rr::{DNSClass, RData, Record, RecordType};
 use paddock_types::DomainName;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
-use tokio::sync::Semaphore;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket};
 
 use crate::audit::{AuditRecord, DnsRecord};
 use crate::egress::{Sandbox, Shared};
+use crate::limits::{Entry, Limit};
 use crate::policy::{decide_name, Decision, Rule};
 use crate::resolve::ANSWER_TTL;
 
-/// Questions answered at once per sandbox (a lookup through the system resolver may take a while).
-const CONCURRENT_QUESTIONS: usize = 64;
-const TCP_IDLE: Duration = Duration::from_secs(10);
 const MAX_UDP: usize = 1232;
+/// The longest DNS-over-TCP message read: a question is a few hundred bytes at most (one name, an
+/// EDNS record), so anything longer is not one and closes the connection.
+const MAX_TCP_MESSAGE: usize = 4096;
 
-/// Serve DNS over UDP until the sandbox is removed.
+/// Serve DNS over UDP until the sandbox is removed. At most `dns_in_flight` questions of the sandbox
+/// are answered at once; more are dropped (the client retries) and counted.
 pub(crate) async fn serve_udp(shared: Arc<Shared>, sandbox: Arc<Sandbox>, socket: UdpSocket) {
     let socket = Arc::new(socket);
-    let permits = Arc::new(Semaphore::new(CONCURRENT_QUESTIONS));
     let mut buf = vec![0u8; 4096];
     loop {
         let received = tokio::select! {
@@ -42,8 +44,9 @@ pub(crate) async fn serve_udp(shared: Arc<Shared>, sandbox: Arc<Sandbox>, socket
                 continue;
             }
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            continue; // overloaded: drop, the client retries
+        let Ok(permit) = sandbox.limits.dns_in_flight.clone().try_acquire_owned() else {
+            sandbox.refused(&shared, Limit::DnsInFlight);
+            continue;
         };
         let question = buf[..n].to_vec();
         let (shared, sandbox, socket) = (shared.clone(), sandbox.clone(), socket.clone());
@@ -61,7 +64,8 @@ pub(crate) async fn serve_udp(shared: Arc<Shared>, sandbox: Arc<Sandbox>, socket
     }
 }
 
-/// Serve DNS over TCP until the sandbox is removed.
+/// Serve DNS over TCP until the sandbox is removed. Connections over the sandbox's cap (or the
+/// server's descriptor budget) are reset at once and counted.
 pub(crate) async fn serve_tcp(shared: Arc<Shared>, sandbox: Arc<Sandbox>, listener: TcpListener) {
     loop {
         let accepted = tokio::select! {
@@ -70,17 +74,18 @@ pub(crate) async fn serve_tcp(shared: Arc<Shared>, sandbox: Arc<Sandbox>, listen
         };
         match accepted {
             Ok((stream, _)) => {
+                let admission = match sandbox.limits.admit(&shared.descriptors, Entry::DnsTcp) {
+                    Ok(a) => a,
+                    Err(limit) => {
+                        crate::proxy::reset(stream);
+                        sandbox.refused(&shared, limit);
+                        continue;
+                    }
+                };
                 let (shared, sandbox) = (shared.clone(), sandbox.clone());
                 tokio::spawn(async move {
-                    let token = sandbox.token.clone();
-                    tokio::select! {
-                        () = token.cancelled() => {}
-                        r = serve_tcp_connection(&shared, &sandbox, stream) => {
-                            if let Err(e) = r {
-                                tracing::debug!(error = %e, "dns tcp connection ended");
-                            }
-                        }
-                    }
+                    serve_tcp_stream(&shared, &sandbox, stream).await;
+                    drop(admission);
                 });
             }
             Err(e) => {
@@ -91,30 +96,70 @@ pub(crate) async fn serve_tcp(shared: Arc<Shared>, sandbox: Arc<Sandbox>, listen
     }
 }
 
-async fn serve_tcp_connection(
+/// One DNS-over-TCP connection, until it ends, the sandbox goes, or its lifetime is over.
+async fn serve_tcp_stream<S: AsyncRead + AsyncWrite + Unpin>(shared: &Shared, sandbox: &Sandbox, stream: S) {
+    tokio::select! {
+        () = sandbox.token.cancelled() => {}
+        () = tokio::time::sleep(shared.limits.dns_tcp_lifetime) => {}
+        r = serve_tcp_connection(shared, sandbox, stream) => match r {
+            Ok(()) => {}
+            Err(TcpEnd::OverLimit) => sandbox.refused(shared, Limit::DnsTcpMessages),
+            Err(TcpEnd::Io(e)) => tracing::debug!(error = %e, "dns tcp connection ended"),
+        },
+    }
+}
+
+/// Why a DNS-over-TCP connection was closed early.
+#[derive(Debug)]
+enum TcpEnd {
+    /// Too many questions, or a message too long to be one.
+    OverLimit,
+    Io(std::io::Error),
+}
+
+/// Questions and answers until the client closes, stays silent for `dns_tcp_idle` (or takes longer
+/// than that to send one message), has asked `dns_tcp_questions`, or sends something too long.
+async fn serve_tcp_connection<S: AsyncRead + AsyncWrite + Unpin>(
     shared: &Shared,
     sandbox: &Sandbox,
-    mut stream: TcpStream,
-) -> std::io::Result<()> {
-    loop {
-        let mut len = [0u8; 2];
-        match tokio::time::timeout(TCP_IDLE, stream.read_exact(&mut len)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Ok(Err(e)) => return Err(e),
+    mut stream: S,
+) -> Result<(), TcpEnd> {
+    let limits = &shared.limits;
+    for _ in 0..limits.dns_tcp_questions {
+        let read = async {
+            let mut len = [0u8; 2];
+            stream.read_exact(&mut len).await?;
+            let len = usize::from(u16::from_be_bytes(len));
+            if len > MAX_TCP_MESSAGE {
+                return Ok(None);
+            }
+            let mut question = vec![0u8; len];
+            stream.read_exact(&mut question).await?;
+            Ok::<_, std::io::Error>(Some(question))
+        };
+        let question = match tokio::time::timeout(limits.dns_tcp_idle, read).await {
             Err(_) => return Ok(()),
-        }
-        let mut question = vec![0u8; usize::from(u16::from_be_bytes(len))];
-        tokio::time::timeout(TCP_IDLE, stream.read_exact(&mut question))
-            .await
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Ok(Err(e)) => return Err(TcpEnd::Io(e)),
+            Ok(Ok(None)) => return Err(TcpEnd::OverLimit),
+            Ok(Ok(Some(q))) => q,
+        };
         let Some(reply) = answer(shared, sandbox, &question).await else {
             return Ok(());
         };
-        let len = u16::try_from(reply.len()).map_err(|_| std::io::Error::other("reply too long"))?;
-        stream.write_all(&len.to_be_bytes()).await?;
-        stream.write_all(&reply).await?;
+        let len =
+            u16::try_from(reply.len()).map_err(|_| TcpEnd::Io(std::io::Error::other("reply too long")))?;
+        let write = async {
+            stream.write_all(&len.to_be_bytes()).await?;
+            stream.write_all(&reply).await
+        };
+        match tokio::time::timeout(limits.dns_tcp_idle, write).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(TcpEnd::Io(e)),
+            Err(_) => return Ok(()),
+        }
     }
+    Err(TcpEnd::OverLimit)
 }
 
 /// The reply to one DNS message, or `None` for something that is not a question at all.
@@ -188,7 +233,15 @@ async fn respond(
             Some(record(asked, qtype.to_string(), decision, vec![])),
         );
     }
-    let ips = shared.resolver.resolve(&shared.operator, &name).await;
+    let Ok(ips) = shared
+        .resolver
+        .resolve(&shared.operator, &name, &sandbox.limits.resolutions)
+        .await
+    else {
+        // Counted as a refusal at the cap, not recorded per question.
+        sandbox.refused(shared, Limit::Resolutions);
+        return (ResponseCode::ServFail, None);
+    };
     if ips.is_empty() {
         let r = record(
             asked,
@@ -233,4 +286,149 @@ fn truncated(question: &[u8]) -> Option<Vec<u8>> {
         .set_truncated(true)
         .add_queries(req.queries().to_vec());
     reply.to_vec().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use hickory_proto::op::Query;
+    use hickory_proto::rr::Name;
+    use tokio::io::DuplexStream;
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::audit::AuditSink;
+    use crate::policy::OperatorPolicy;
+    use crate::{Egress, EgressConfig, EgressLimits};
+
+    #[derive(Debug, Default)]
+    struct Sink(Mutex<Vec<AuditRecord>>);
+    impl AuditSink for Sink {
+        fn record(&self, r: AuditRecord) {
+            self.0.lock().expect("sink").push(r);
+        }
+    }
+
+    /// An egress with one sandbox allowed `a.test` (127.0.0.1 from the host map), and a DNS/TCP
+    /// connection to it over an in-memory pipe (paused time needs no real socket in the way).
+    async fn connection(limits: EgressLimits) -> (Egress, DuplexStream, tokio::task::JoinHandle<Instant>) {
+        let mut operator = OperatorPolicy::default();
+        operator.hosts.insert(
+            "a.test".parse().expect("name"),
+            vec![IpAddr::from([127, 0, 0, 1])],
+        );
+        let config = EgressConfig {
+            operator,
+            system_resolver: false,
+            public_roots: false,
+            limits,
+            ..EgressConfig::default()
+        };
+        let egress = Egress::new(config, Arc::new(Sink::default())).expect("egress");
+        let id: paddock_types::SandboxId = "sb-dns".parse().expect("id");
+        let policy = serde_json::from_str(r#"{"allow":[{"domain":"a.test"}]}"#).expect("policy");
+        egress
+            .add_sandbox(id.clone(), policy, IpAddr::from([127, 0, 0, 1]))
+            .await
+            .expect("sandbox");
+        let (shared, sandbox) = egress.parts_for_tests(&id);
+        let (client, server) = tokio::io::duplex(8192);
+        let task = tokio::spawn(async move {
+            serve_tcp_stream(&shared, &sandbox, server).await;
+            Instant::now()
+        });
+        (egress, client, task)
+    }
+
+    fn question() -> Vec<u8> {
+        let mut q = Message::new();
+        q.set_id(9)
+            .set_message_type(MessageType::Query)
+            .set_op_code(OpCode::Query)
+            .add_query(Query::query(
+                Name::from_ascii("a.test.").expect("name"),
+                RecordType::A,
+            ));
+        let bytes = q.to_vec().expect("encode");
+        let mut framed = u16::try_from(bytes.len()).expect("short").to_be_bytes().to_vec();
+        framed.extend_from_slice(&bytes);
+        framed
+    }
+
+    /// One question and its answer; `false` when the server closed instead.
+    async fn ask(s: &mut DuplexStream) -> bool {
+        if s.write_all(&question()).await.is_err() {
+            return false;
+        }
+        let mut len = [0u8; 2];
+        if s.read_exact(&mut len).await.is_err() {
+            return false;
+        }
+        let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        s.read_exact(&mut reply).await.is_ok()
+    }
+
+    fn limits() -> EgressLimits {
+        EgressLimits {
+            dns_tcp_idle: Duration::from_secs(5),
+            dns_tcp_lifetime: Duration::from_secs(30),
+            dns_tcp_questions: 100,
+            ..EgressLimits::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_or_slow_client_is_closed_after_the_idle_time() {
+        let (_egress, client, task) = connection(limits()).await;
+        let t = Instant::now();
+        let ended = task.await.expect("served");
+        assert_eq!(ended - t, Duration::from_secs(5));
+        drop(client);
+        // Half a question then nothing: the whole message must come within the idle time.
+        let (_egress, mut client, task) = connection(limits()).await;
+        assert!(ask(&mut client).await);
+        let t = Instant::now();
+        client.write_all(&question()[..5]).await.expect("half");
+        let ended = task.await.expect("served");
+        assert_eq!(ended - t, Duration::from_secs(5));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickle_of_questions_is_closed_at_the_lifetime() {
+        let (_egress, mut client, task) = connection(limits()).await;
+        let t = Instant::now();
+        let mut asked = 0;
+        // A question every 4 s: never idle for 5 s.
+        loop {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            if !ask(&mut client).await {
+                break;
+            }
+            asked += 1;
+        }
+        let ended = task.await.expect("served");
+        assert_eq!((asked, ended - t), (7, Duration::from_secs(30)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn questions_per_connection_and_message_size_are_bounded() {
+        let few = EgressLimits {
+            dns_tcp_questions: 3,
+            ..limits()
+        };
+        let (_egress, mut client, task) = connection(few).await;
+        for _ in 0..3 {
+            assert!(ask(&mut client).await);
+        }
+        assert!(!ask(&mut client).await);
+        task.await.expect("served");
+        let (_egress, mut client, task) = connection(limits()).await;
+        client
+            .write_all(&u16::try_from(MAX_TCP_MESSAGE + 1).expect("short").to_be_bytes())
+            .await
+            .expect("length");
+        let t = Instant::now();
+        assert_eq!(task.await.expect("served"), t, "closed at once");
+    }
 }

@@ -9,11 +9,13 @@ use std::time::{Duration, Instant};
 
 use paddock_types::{DomainName, NetworkPolicy, SandboxId};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::audit::{AuditSink, Door};
 use crate::error::EgressError;
 use crate::inject::{SandboxCa, SandboxCaKey, Secret, SecretSet};
+use crate::limits::{descriptor_budget, soft_nofile, EgressLimits, Entry, Limit, SandboxLimits};
 use crate::pins::Pins;
 use crate::policy::OperatorPolicy;
 use crate::resolve::Resolver;
@@ -38,6 +40,8 @@ pub struct EgressConfig {
     pub public_roots: bool,
     /// More CA certificates (PEM) trusted for intercepted upstream connections.
     pub upstream_ca_pems: Vec<String>,
+    /// What sandboxes can make the proxy hold.
+    pub limits: EgressLimits,
 }
 
 impl Default for EgressConfig {
@@ -50,6 +54,7 @@ impl Default for EgressConfig {
             connect_timeout: Duration::from_secs(10),
             public_roots: true,
             upstream_ca_pems: Vec::new(),
+            limits: EgressLimits::default(),
         }
     }
 }
@@ -115,6 +120,11 @@ pub(crate) struct Shared {
     pub(crate) connect_timeout: Duration,
     pub(crate) upstream_tls: Arc<rustls::ClientConfig>,
     pub(crate) provider: Arc<rustls::crypto::CryptoProvider>,
+    pub(crate) limits: EgressLimits,
+    /// Descriptors sandbox connections may still take (all sandboxes together).
+    pub(crate) descriptors: Arc<Semaphore>,
+    /// How many descriptors that budget started with.
+    descriptor_budget: usize,
 }
 
 /// One sandbox's live state.
@@ -126,9 +136,19 @@ pub(crate) struct Sandbox {
     pins: Mutex<Pins>,
     pub(crate) ca: SandboxCa,
     pub(crate) token: CancellationToken,
+    pub(crate) limits: SandboxLimits,
 }
 
 impl Sandbox {
+    /// Counts a refusal at `limit` (reported in [`RefusalRecord`](crate::RefusalRecord)s).
+    pub(crate) fn refused(&self, shared: &Shared, limit: Limit) {
+        self.limits.refused(
+            &self.id,
+            limit,
+            shared.limits.refusal_window,
+            shared.audit.as_ref(),
+        );
+    }
     pub(crate) fn policy(&self) -> Arc<NetworkPolicy> {
         self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -185,9 +205,18 @@ impl Egress {
             .with_root_certificates(roots)
             .with_no_client_auth();
         upstream.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let descriptor_budget = config
+            .limits
+            .descriptors
+            .unwrap_or_else(|| descriptor_budget(soft_nofile()))
+            .clamp(1, Semaphore::MAX_PERMITS);
+        tracing::info!(descriptors = descriptor_budget, "egress descriptor budget");
         Ok(Self {
             shared: Arc::new(Shared {
-                resolver: Resolver::new(config.system_resolver),
+                resolver: Resolver::new(config.system_resolver, config.limits.resolutions),
+                descriptors: Arc::new(Semaphore::new(descriptor_budget)),
+                descriptor_budget,
+                limits: config.limits,
                 operator: config.operator,
                 audit,
                 sniff: config.sniff,
@@ -249,6 +278,7 @@ impl Egress {
             pins: Mutex::new(Pins::default()),
             ca,
             token: CancellationToken::new(),
+            limits: SandboxLimits::new(&self.shared.limits),
         });
         let out = SandboxEgress {
             proxy_addr: local(&proxy_listener, "proxy")?,
@@ -277,7 +307,8 @@ impl Egress {
             Door::Transparent,
         ));
         tokio::spawn(dns::serve_udp(shared.clone(), sandbox.clone(), udp));
-        tokio::spawn(dns::serve_tcp(shared.clone(), sandbox, dns_tcp));
+        tokio::spawn(dns::serve_tcp(shared.clone(), sandbox.clone(), dns_tcp));
+        tokio::spawn(report_refusals(shared.clone(), sandbox));
         tracing::info!(proxy = %out.proxy_addr, transparent = %out.transparent_addr, dns = %out.dns_addr, "sandbox egress started");
         Ok(out)
     }
@@ -319,15 +350,45 @@ impl Egress {
         original_dst: SocketAddr,
     ) -> Result<(), EgressError> {
         let sandbox = self.get(id)?;
+        let admission = match sandbox
+            .limits
+            .admit(&self.shared.descriptors, Entry::Door(Door::Transparent))
+        {
+            Ok(a) => a,
+            Err(limit) => {
+                proxy::reset(stream);
+                sandbox.refused(&self.shared, limit);
+                return Err(EgressError::AtCap {
+                    id: id.clone(),
+                    limit,
+                });
+            }
+        };
         proxy::run_connection(
             self.shared.clone(),
             sandbox,
             stream,
             Door::Transparent,
             Some(original_dst),
+            admission,
         )
         .await;
         Ok(())
+    }
+
+    /// Descriptors sandbox connections hold now, and the budget (all sandboxes together).
+    pub fn descriptors_in_use(&self) -> (usize, usize) {
+        let budget = self.shared.descriptor_budget;
+        (
+            budget - self.shared.descriptors.available_permits().min(budget),
+            budget,
+        )
+    }
+
+    /// The shared state and a sandbox's, for unit tests of the tasks that serve it.
+    #[cfg(test)]
+    pub(crate) fn parts_for_tests(&self, id: &SandboxId) -> (Arc<Shared>, Arc<Sandbox>) {
+        (self.shared.clone(), self.get(id).expect("a served sandbox"))
     }
 
     fn get(&self, id: &SandboxId) -> Result<Arc<Sandbox>, EgressError> {
@@ -348,6 +409,20 @@ impl Drop for Egress {
             sandbox.token.cancel();
         }
     }
+}
+
+/// Reports a sandbox's refusals at its caps once per window, and what is left when it goes.
+async fn report_refusals(shared: Arc<Shared>, sandbox: Arc<Sandbox>) {
+    let window = shared.limits.refusal_window.max(Duration::from_millis(100));
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + window, window);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = sandbox.token.cancelled() => break,
+            _ = tick.tick() => sandbox.limits.flush(&sandbox.id, shared.audit.as_ref()),
+        }
+    }
+    sandbox.limits.flush(&sandbox.id, shared.audit.as_ref());
 }
 
 /// A UDP socket and a TCP listener on the same port (retrying when the TCP port is taken).

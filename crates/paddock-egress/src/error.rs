@@ -30,6 +30,14 @@ pub enum EgressError {
         /// The sandbox.
         id: SandboxId,
     },
+    /// A connection was refused at a cap (reset at once, and counted).
+    #[error("sandbox {id} is at its {} cap", limit.as_str())]
+    AtCap {
+        /// The sandbox.
+        id: SandboxId,
+        /// The cap.
+        limit: crate::Limit,
+    },
     /// A certificate could not be made.
     #[error("failed to issue the {what}")]
     Certificate {

@@ -39,6 +39,10 @@ pub struct SecretInfo {
     pub name: String,
     /// Host patterns the value may be sent to.
     pub hosts: Vec<String>,
+    /// Header field names (lowercase) the value may be substituted into.
+    pub headers: Vec<String>,
+    /// Whether the value may be substituted into query strings too.
+    pub query: bool,
     pub created_at_ms: i64,
 }
 
@@ -68,12 +72,22 @@ fn from_json<T: for<'de> Deserialize<'de>>(what: &'static str, text: &str) -> Re
     })
 }
 
-/// The first four columns of a secret row: `tenant, name, hosts_json, created_at_ms`.
-struct InfoColumns(String, String, String, i64);
+/// The columns of a secret row but its value, in [`INFO_COLUMNS`] order.
+struct InfoColumns(String, String, String, i64, String, bool);
+
+/// What [`InfoColumns::read`] reads, first in a `SELECT`.
+const INFO_COLUMNS: &str = "tenant, name, hosts_json, created_at_ms, headers_json, query";
 
 impl InfoColumns {
     fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
-        Ok(Self(row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+        Ok(Self(
+            row.get(0)?,
+            row.get(1)?,
+            row.get(2)?,
+            row.get(3)?,
+            row.get(4)?,
+            row.get(5)?,
+        ))
     }
 
     fn into_info(self) -> Result<SecretInfo, StoreError> {
@@ -82,6 +96,8 @@ impl InfoColumns {
             name: self.1,
             hosts: from_json("secret hosts", &self.2)?,
             created_at_ms: self.3,
+            headers: from_json("secret headers", &self.4)?,
+            query: self.5,
         })
     }
 }
@@ -96,9 +112,9 @@ impl Store {
     pub fn list_secrets(&self, tenant: &str) -> Result<Vec<SecretInfo>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(
-                "SELECT tenant, name, hosts_json, created_at_ms FROM secrets WHERE tenant = ?1 ORDER BY name",
-            )
+            .prepare(&format!(
+                "SELECT {INFO_COLUMNS} FROM secrets WHERE tenant = ?1 ORDER BY name"
+            ))
             .map_err(StoreError::read("secrets"))?;
         let rows = stmt
             .query_map([tenant], InfoColumns::read)
@@ -111,10 +127,9 @@ impl Store {
     pub fn secret_values(&self, tenant: &str, names: &[String]) -> Result<Vec<SecretRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(
-                "SELECT tenant, name, hosts_json, created_at_ms, value FROM secrets
-                 WHERE tenant = ?1 AND name = ?2",
-            )
+            .prepare(&format!(
+                "SELECT {INFO_COLUMNS}, value FROM secrets WHERE tenant = ?1 AND name = ?2"
+            ))
             .map_err(StoreError::read("secrets"))?;
         let mut out = Vec::new();
         let mut names: Vec<&String> = names.iter().collect();
@@ -123,7 +138,7 @@ impl Store {
         for name in names {
             let row = stmt
                 .query_row((tenant, name), |row| {
-                    Ok((InfoColumns::read(row)?, row.get::<_, Vec<u8>>(4)?))
+                    Ok((InfoColumns::read(row)?, row.get::<_, Vec<u8>>(6)?))
                 })
                 .optional()
                 .map_err(StoreError::read("secret"))?;
@@ -187,13 +202,16 @@ impl StoreTx<'_> {
         }
         self.tx
             .execute(
-                "INSERT INTO secrets (tenant, name, value, hosts_json, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO secrets (tenant, name, value, hosts_json, created_at_ms, headers_json, query)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 (
                     &info.tenant,
                     &info.name,
                     value,
                     json("secret hosts", &info.hosts)?,
                     info.created_at_ms,
+                    json("secret headers", &info.headers)?,
+                    info.query,
                 ),
             )
             .map_err(StoreError::write("secret"))?;

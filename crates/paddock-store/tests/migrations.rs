@@ -243,3 +243,38 @@ fn version_6_databases_get_storage_charges_from_their_stored_disk_limits() {
         "the stopped sandbox counts; the unsized volume is charged the default size"
     );
 }
+
+/// Secrets stored before bindings existed are bound to `Authorization` only (not "any header", the
+/// behaviour that let an echoing endpoint hand a value back), and not to query strings.
+#[test]
+fn version_6_secrets_are_bound_to_authorization_only() {
+    let db = TempDb::new();
+    {
+        let raw = db.raw();
+        for sql in [
+            include_str!("../migrations/0001_init.sql"),
+            include_str!("../migrations/0002_snapshots.sql"),
+            include_str!("../migrations/0003_stopped.sql"),
+            include_str!("../migrations/0004_snapshot_import.sql"),
+            include_str!("../migrations/0005_volumes.sql"),
+            include_str!("../migrations/0006_network.sql"),
+        ] {
+            raw.execute_batch(sql).expect("older schema");
+        }
+        raw.execute_batch(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL) STRICT;
+             INSERT INTO schema_migrations VALUES (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0);
+             INSERT INTO tenants (name, created_at_ms) VALUES ('acme', 0);
+             INSERT INTO secrets (tenant, name, value, hosts_json, created_at_ms)
+               VALUES ('acme', 'GH', X'6768705f', '[\"api.test\"]', 3);",
+        )
+        .expect("version 6 rows");
+    }
+    let store = db.open();
+    assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+    let listed = store.list_secrets("acme").expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].hosts, vec!["api.test".to_owned()]);
+    assert_eq!(listed[0].headers, vec!["authorization".to_owned()]);
+    assert!(!listed[0].query);
+}

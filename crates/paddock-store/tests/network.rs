@@ -68,12 +68,24 @@ fn secrets_are_per_tenant_and_only_values_returns_the_value() {
         tenant: tenant.into(),
         name: name.into(),
         hosts: vec!["api.test".into()],
+        headers: vec!["authorization".into()],
+        query: false,
         created_at_ms: 7,
     };
     s.transaction(|tx| tx.insert_secret(&info("acme", "GH"), b"ghp_real"))
         .expect("insert");
-    s.transaction(|tx| tx.insert_secret(&info("beta", "GH"), b"other"))
+    let bound = SecretInfo {
+        headers: vec!["x-api-key".into(), "cookie".into()],
+        query: true,
+        ..info("beta", "GH")
+    };
+    s.transaction(|tx| tx.insert_secret(&bound, b"other"))
         .expect("same name, other tenant");
+    assert_eq!(s.list_secrets("beta").expect("list"), vec![bound.clone()]);
+    assert_eq!(
+        s.secret_values("beta", &["GH".into()]).expect("values")[0].info,
+        bound
+    );
     assert!(matches!(
         s.transaction(|tx| tx.insert_secret(&info("acme", "GH"), b"again")),
         Err(StoreError::Conflict {

@@ -19,7 +19,7 @@ pub use limit_bounds::{
     check_limits, clamp_limits, HostFacts, LimitError, MIN_DISK, MIN_MEMORY, MIN_PIDS, PID_MAX_LIMIT,
 };
 pub use limits::{CpuQuota, Limits};
-pub use link::{EgressPorts, NetworkLink, NetworkSpec, CA_BUNDLE_PATH, EGRESS_CA_PATH};
+pub use link::{ConntrackLimits, EgressPorts, NetworkLink, NetworkSpec, CA_BUNDLE_PATH, EGRESS_CA_PATH};
 pub use mounts::{MountSpec, MountSpecError, SandboxPath, SandboxPathError};
 pub use network::{
     Cidr, DomainName, DomainPattern, EgressRule, EgressTarget, NetworkPolicy, NetworkPolicyError, PortRange,

@@ -34,6 +34,29 @@ impl Default for EgressPorts {
     }
 }
 
+/// What a networked sandbox's connections may take of the host's connection tracking table (one
+/// table for the whole host, `nf_conntrack_max`: every connection a sandbox opens, refused ones
+/// included, is tracked there while it lasts). The link's firewall enforces both bounds on new
+/// connections from the sandbox, rejecting the rest at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConntrackLimits {
+    /// Most connections of the sandbox tracked at once (closed TCP connections are not counted).
+    pub max_connections: u32,
+    /// Most new connections per second (with bursts of twice that): bounds, with the kernel's
+    /// timeouts, the closed connections the table still holds.
+    pub new_per_second: u32,
+}
+
+impl Default for ConntrackLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 4096,
+            new_per_second: 200,
+        }
+    }
+}
+
 /// What a sandbox with network access asks of its backend (`SandboxSpec::network`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -43,6 +66,10 @@ pub struct NetworkSpec {
     /// The sandbox's egress CA certificate (PEM): written to [`EGRESS_CA_PATH`] and appended to the
     /// trust bundle at [`CA_BUNDLE_PATH`] (and the system bundle, where the sandbox's is its own).
     pub ca_pem: String,
+    /// Its share of the host's connection tracking table (absent in records of older versions:
+    /// the defaults).
+    #[serde(default)]
+    pub conntrack: ConntrackLimits,
 }
 
 /// The point-to-point link a backend made for a networked sandbox.

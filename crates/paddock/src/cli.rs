@@ -146,10 +146,12 @@ pub struct RunArgs {
     pub tty: bool,
     #[command(flatten)]
     pub net: NetworkArgs,
-    /// Inject a secret: `NAME:HOST[,HOST...]`. Its value is taken from paddock's own environment
-    /// variable NAME and sent only in requests to those hosts; inside the sandbox, NAME holds the
-    /// placeholder `paddock-secret:NAME` (repeatable; implies a network).
-    #[arg(long = "secret", value_name = "NAME:HOSTS")]
+    /// Inject a secret: `NAME:HOST[,HOST...][:HEADER[,HEADER...]]`. Its value is taken from
+    /// paddock's own environment variable NAME and sent only in requests to those hosts, in those
+    /// header fields (`Authorization` when none are given; `?query` also allows query strings);
+    /// inside the sandbox, NAME holds the placeholder `paddock-secret:NAME` (repeatable; implies a
+    /// network).
+    #[arg(long = "secret", value_name = "NAME:HOSTS[:HEADERS]")]
     pub secrets: Vec<String>,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]

@@ -123,18 +123,45 @@ struct Network {
     env: Vec<(String, String)>,
 }
 
-/// `--secret NAME:HOST[,HOST...]`: the value from this process's environment variable NAME.
-fn parse_secret(arg: &str) -> anyhow::Result<paddock_egress::Secret> {
-    let (name, hosts) = arg
-        .split_once(':')
-        .ok_or_else(|| anyhow::anyhow!("--secret {arg:?}: use NAME:HOST[,HOST...]"))?;
+/// `--secret NAME:HOST[,HOST...][:FIELD[,FIELD...]]`: the value from this process's environment
+/// variable NAME, bound to those hosts and header fields (`Authorization` when none are given);
+/// `?query` among the fields also binds it to query strings.
+fn parse_secret(
+    arg: &str,
+    value_of: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<paddock_egress::Secret> {
+    let usage = || anyhow::anyhow!("--secret {arg:?}: use NAME:HOST[,HOST...][:HEADER[,HEADER...]]");
+    let mut parts = arg.splitn(3, ':');
+    let (Some(name), Some(hosts)) = (parts.next(), parts.next()) else {
+        return Err(usage());
+    };
     let name: paddock_egress::SecretName = name.parse()?;
     let hosts = hosts
         .split(',')
         .map(|h| h.parse::<paddock_types::DomainPattern>())
         .collect::<Result<Vec<_>, _>>()
         .with_context(|| format!("--secret {arg:?}"))?;
-    let value = std::env::var(name.as_str()).map_err(|_| {
+    let (headers, query) = match parts.next() {
+        None => (None, false),
+        Some(fields) => {
+            let mut query = false;
+            let mut headers = Vec::new();
+            for f in fields.split(',') {
+                if f == "?query" {
+                    query = true;
+                } else {
+                    headers.push(
+                        f.parse::<paddock_egress::BoundHeader>()
+                            .with_context(|| format!("--secret {arg:?}"))?,
+                    );
+                }
+            }
+            (Some(headers), query)
+        }
+    };
+    let binding = paddock_egress::SecretBinding::new(hosts, headers, query)
+        .with_context(|| format!("--secret {arg:?}"))?;
+    let value = value_of(name.as_str()).ok_or_else(|| {
         anyhow::anyhow!(
             "--secret {name}: paddock's environment has no variable {name} to take the value from"
         )
@@ -142,7 +169,7 @@ fn parse_secret(arg: &str) -> anyhow::Result<paddock_egress::Secret> {
     Ok(paddock_egress::Secret::new(
         name,
         zeroize::Zeroizing::new(value),
-        hosts,
+        binding,
     )?)
 }
 
@@ -185,6 +212,9 @@ impl paddock_egress::AuditSink for LogAudit {
             AuditRecord::Dns(d) if !d.allowed => {
                 tracing::warn!(target: "paddock::egress", name = d.name, rule = ?d.rule, "DNS question refused");
             }
+            AuditRecord::Refused(r) => {
+                tracing::warn!(target: "paddock::egress", limit = r.limit.as_str(), count = r.count, "refused at a cap");
+            }
             _ => tracing::info!(target: "paddock::egress", record = ?record, "egress"),
         }
     }
@@ -211,7 +241,7 @@ async fn run_async(
     let secrets = args
         .secrets
         .iter()
-        .map(|s| parse_secret(s))
+        .map(|s| parse_secret(s, |name| std::env::var(name).ok()))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let policy = args.net.policy()?.unwrap_or_default();
     // The network's configuration and its CA, when the sandbox has one.
@@ -225,6 +255,7 @@ async fn run_async(
             spec.network = Some(paddock_types::NetworkSpec {
                 ports: config.ports,
                 ca_pem: ca.cert_pem().to_owned(),
+                conntrack: config.conntrack,
             });
             Some((config, ca))
         }
@@ -391,5 +422,37 @@ async fn forward_stdin(client: &AgentClient, pid: u32) -> anyhow::Result<()> {
             .write_stdin(pid, &buf[..n], false)
             .await
             .context("write stdin")?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(arg: &str) -> anyhow::Result<paddock_egress::Secret> {
+        parse_secret(arg, |name| (name == "GH").then(|| "ghp_x".to_owned()))
+    }
+
+    #[test]
+    fn secrets_name_hosts_and_optionally_fields() {
+        let s = parse("GH:api.test").expect("default");
+        assert_eq!(
+            s.binding().headers(),
+            &[paddock_egress::BoundHeader::authorization()]
+        );
+        let s = parse("GH:api.test,*.api.test:X-Api-Key,Cookie,?query").expect("fields");
+        let fields: Vec<&str> = s.binding().headers().iter().map(|h| h.as_str()).collect();
+        assert_eq!(fields, ["cookie", "x-api-key"]);
+        assert!(s.binding().query() && s.binding().hosts().len() == 2);
+        for bad in [
+            "GH",
+            "GH:",
+            "GH:api.test:Host",
+            "GH:api.test:a b",
+            "NOPE:api.test",
+            "G-H:api.test",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
     }
 }

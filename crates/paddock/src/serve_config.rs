@@ -48,6 +48,10 @@
 //! [[egress.deny]]                 # more networks no sandbox may reach
 //! cidr = "203.0.113.0/24"
 //! reason = "partner network"
+//! [egress.limits]                 # per-sandbox and server-wide bounds (see `egress_limits.rs`)
+//! proxy_connections = 256
+//! dns_tcp_connections = 16
+//! conntrack_max = 4096
 //! ```
 
 use std::collections::BTreeMap;
@@ -153,6 +157,9 @@ pub struct EgressSettings {
     /// Networks denied on top of the built-in list.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub deny: Vec<paddock_egress::policy::OperatorDeny>,
+    /// What sandboxes can make the proxy and the host's connection tracking hold.
+    #[serde(default)]
+    pub limits: EgressLimitSettings,
 }
 
 fn yes() -> bool {
@@ -194,6 +201,7 @@ impl Default for EgressSettings {
             hosts: BTreeMap::new(),
             allow: Vec::new(),
             deny: Vec::new(),
+            limits: EgressLimitSettings::default(),
         }
     }
 }
@@ -378,8 +386,10 @@ impl ServeConfig {
                 operator,
                 system_resolver: e.system_resolver,
                 upstream_ca_pems,
+                limits: e.limits.egress(),
                 ..Default::default()
             },
+            conntrack: e.limits.conntrack(),
         }))
     }
 
@@ -674,6 +684,8 @@ impl Layer {
             };
             templates.insert(name, template);
         }
+        let egress = self.egress.unwrap_or_default();
+        egress.limits.validate()?;
         templates.entry(DEFAULT_TEMPLATE.to_owned()).or_insert(Template {
             rootfs: RootfsSpec::Host,
             warm_pool: 0,
@@ -697,7 +709,7 @@ impl Layer {
                 .map_or(Duration::from_secs(7 * 24 * 3600), |h| h.0),
             max_import: self.max_import.map_or(DEFAULT_MAX_IMPORT, |s| s.0),
             templates,
-            egress: self.egress.unwrap_or_default(),
+            egress,
         })
     }
 }
@@ -880,8 +892,8 @@ impl<'de> Deserialize<'de> for Size {
 }
 
 /// A duration written as humantime does (`5m`, `24h`, `7days`); a number means seconds.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Human(Duration);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Human(Duration);
 
 impl Serialize for Human {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -942,6 +954,9 @@ impl<'de> Deserialize<'de> for Rootfs {
         Ok(Rootfs(RootfsSpec::Dir { path }))
     }
 }
+
+mod egress_limits;
+pub use egress_limits::EgressLimitSettings;
 
 #[cfg(test)]
 mod tests;

@@ -847,5 +847,6 @@ fn network_config() -> paddock_control::NetworkConfig {
             public_roots: false,
             ..Default::default()
         },
+        conntrack: Default::default(),
     }
 }

@@ -72,6 +72,9 @@ impl SandboxCaKey {
     }
 }
 
+/// Most leaf configurations kept per sandbox.
+const MAX_CACHED_LEAVES: usize = 256;
+
 /// A sandbox's CA and the server configurations it issued.
 pub(crate) struct SandboxCa {
     issuer: Issuer<'static, KeyPair>,
@@ -146,10 +149,32 @@ impl SandboxCa {
             })?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let config = Arc::new(config);
-        self.leaves
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(host.clone(), config.clone());
+        let mut leaves = self.leaves.lock().unwrap_or_else(|e| e.into_inner());
+        // Bounded: a secret bound to `*.suffix` would otherwise let a sandbox grow the cache by one
+        // leaf per name it makes up. An evicted leaf is issued again when needed.
+        if leaves.len() >= MAX_CACHED_LEAVES {
+            if let Some(old) = leaves.keys().next().cloned() {
+                leaves.remove(&old);
+            }
+        }
+        leaves.insert(host.clone(), config.clone());
         Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_leaf_cache_is_bounded() {
+        let id: SandboxId = "sb-ca".parse().expect("id");
+        let key = SandboxCaKey::generate(&id).expect("ca");
+        let ca = SandboxCa::new(&id, &key, Arc::new(rustls::crypto::ring::default_provider())).expect("ca");
+        for i in 0..MAX_CACHED_LEAVES + 10 {
+            let host: DomainName = format!("h{i}.example.test").parse().expect("host");
+            ca.server_config(&host).expect("leaf");
+        }
+        assert_eq!(ca.leaves.lock().expect("leaves").len(), MAX_CACHED_LEAVES);
     }
 }

@@ -1,32 +1,45 @@
 //! One intercepted connection: TLS towards the sandbox with a leaf from its CA, TLS towards the real
 //! host (verified against the public roots and the operator's extra CAs), HTTP/1.1 via hyper on both
-//! legs, placeholders replaced in request headers on the way up. Nothing is logged about header values.
+//! legs. Each request is checked and substituted by [`prepare_request`] on the way up; a refused one
+//! gets the proxy's own 403 and never reaches the host. Nothing is logged about header values.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use bytes::Bytes;
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::HeaderValue;
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
 use hyper::service::service_fn;
-use hyper::{Request, Response};
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use paddock_types::DomainName;
 use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
-use super::secret::{SecretName, SecretSet};
+use super::request::{prepare_request, Target};
+use super::secret::SecretSet;
 use crate::egress::{Sandbox, Shared};
 use crate::proxy::stream::{Counted, Prefixed};
-use crate::proxy::ConnError;
+use crate::proxy::{ConnError, Findings};
 
+/// The largest request head read from the sandbox (hyper answers 431 beyond it).
+const MAX_REQUEST_HEAD: usize = 64 * 1024;
+
+/// What the sandbox gets back: the host's response, or the proxy's refusal.
+type Body = Either<Incoming, Full<Bytes>>;
+
+/// Serves an intercepted TLS connection to `name` (port `port`) until either side closes.
+#[expect(clippy::too_many_arguments, reason = "one connection's parts, passed once")]
 pub(crate) async fn intercept(
     shared: &Shared,
     sandbox: &Sandbox,
     client: Counted<TcpStream>,
     prefix: Vec<u8>,
     name: &DomainName,
+    port: u16,
     upstream: TcpStream,
-    injected: &Arc<Mutex<Vec<SecretName>>>,
+    findings: &Arc<Findings>,
 ) -> Result<(), ConnError> {
     let server_config = sandbox
         .ca
@@ -66,7 +79,8 @@ pub(crate) async fn intercept(
         sender,
         sandbox.secrets(),
         name.clone(),
-        injected.clone(),
+        port,
+        findings.clone(),
     )
     .await
 }
@@ -78,7 +92,8 @@ async fn serve_sandbox(
     sender: SendRequest<Incoming>,
     secrets: Arc<SecretSet>,
     host: DomainName,
-    injected: Arc<Mutex<Vec<SecretName>>>,
+    port: u16,
+    findings: Arc<Findings>,
 ) -> Result<(), ConnError> {
     let sender = Arc::new(tokio::sync::Mutex::new(sender));
     let service = service_fn(move |req: Request<Incoming>| {
@@ -87,10 +102,14 @@ async fn serve_sandbox(
             sender.clone(),
             secrets.clone(),
             host.clone(),
-            injected.clone(),
+            port,
+            findings.clone(),
         )
     });
     hyper::server::conn::http1::Builder::new()
+        // A request head is read into this buffer: 64 KiB, not hyper's ~400 KiB, so a sandbox's
+        // intercepted connections (up to its door cap) hold little memory with huge heads.
+        .max_buf_size(MAX_REQUEST_HEAD)
         .serve_connection(TokioIo::new(sandbox_tls), service)
         .await
         .map_err(ConnError::SandboxHttp)
@@ -99,34 +118,43 @@ async fn serve_sandbox(
 /// Why one intercepted request failed (the sandbox sees a 502 from hyper).
 #[derive(Debug, thiserror::Error)]
 enum RequestError {
-    #[error("substituted header value is invalid")]
-    Header(#[source] hyper::header::InvalidHeaderValue),
     #[error("upstream request failed")]
     Upstream(#[source] hyper::Error),
 }
 
-/// Replace placeholders bound to `host` in the request's header values, then send it upstream.
+/// Check the request's target and substitute placeholders ([`prepare_request`]), then send it
+/// upstream; or answer 403 without sending anything.
 async fn handle_request(
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     sender: Arc<tokio::sync::Mutex<SendRequest<Incoming>>>,
     secrets: Arc<SecretSet>,
     host: DomainName,
-    injected: Arc<Mutex<Vec<SecretName>>>,
-) -> Result<Response<Incoming>, RequestError> {
-    for value in req.headers_mut().values_mut() {
-        if let Some((real, used)) = secrets.substitute(&host, value.as_bytes()) {
-            let mut real = HeaderValue::from_bytes(&real).map_err(RequestError::Header)?;
-            real.set_sensitive(true);
-            *value = real;
-            let mut names = injected.lock().unwrap_or_else(|e| e.into_inner());
-            for n in used {
-                if !names.contains(&n) {
-                    names.push(n);
-                }
-            }
+    port: u16,
+    findings: Arc<Findings>,
+) -> Result<Response<Body>, RequestError> {
+    let (mut parts, body) = req.into_parts();
+    match prepare_request(&secrets, Target { host: &host, port }, &mut parts) {
+        Ok(used) => findings.injected(used),
+        Err(refusal) => {
+            let reason = refusal.to_string();
+            findings.refused(&reason);
+            return Ok(forbidden(&reason));
         }
     }
+    let req = Request::from_parts(parts, body);
     let mut sender = sender.lock().await;
     sender.ready().await.map_err(RequestError::Upstream)?;
-    sender.send_request(req).await.map_err(RequestError::Upstream)
+    let resp = sender.send_request(req).await.map_err(RequestError::Upstream)?;
+    Ok(resp.map(Either::Left))
+}
+
+/// The proxy's refusal of one request; the connection is closed after it.
+fn forbidden(reason: &str) -> Response<Body> {
+    let body = format!("paddock egress: request refused: {reason}\n");
+    let mut resp = Response::new(Either::Right(Full::new(Bytes::from(body))));
+    *resp.status_mut() = StatusCode::FORBIDDEN;
+    let headers = resp.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    resp
 }

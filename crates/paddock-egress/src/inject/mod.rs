@@ -1,13 +1,18 @@
-//! Credential injection: the sandbox holds placeholders, the proxy substitutes real values in the
-//! HTTP headers of requests to the hosts each secret is bound to, intercepting TLS for those hosts
-//! only (with a per-sandbox CA the sandbox trusts).
+//! Credential injection: the sandbox holds placeholders; the proxy substitutes real values where each
+//! secret's binding allows (named header fields, optionally the query string) in requests to the
+//! hosts it is bound to, intercepting TLS for those hosts only (with a per-sandbox CA the sandbox
+//! trusts), and refuses requests whose target is not the intercepted host.
 
 mod ca;
 mod intercept;
+mod request;
 mod secret;
 
 pub(crate) use ca::SandboxCa;
 pub use ca::SandboxCaKey;
 pub(crate) use intercept::intercept;
 pub(crate) use secret::SecretSet;
-pub use secret::{Secret, SecretError, SecretName, PLACEHOLDER_PREFIX};
+pub use secret::{
+    BoundHeader, Secret, SecretBinding, SecretError, SecretName, DEFAULT_HEADER, MAX_BOUND_HEADERS,
+    PLACEHOLDER_PREFIX,
+};

@@ -12,6 +12,7 @@ use tokio::net::TcpStream;
 use super::stream::Counted;
 use super::{connect, forward, ConnError, Report};
 use crate::egress::{Sandbox, Shared};
+use crate::limits::Limit;
 use crate::policy::{decide, decide_name, Decision, Destination, Rule};
 use crate::sniff::{sniff, Sniffed};
 
@@ -251,7 +252,15 @@ async fn choose(
         report.decision = Some(by_name);
         return None;
     }
-    let ips = shared.resolver.resolve(&shared.operator, name).await;
+    let Ok(ips) = shared
+        .resolver
+        .resolve(&shared.operator, name, &sandbox.limits.resolutions)
+        .await
+    else {
+        sandbox.refused(shared, Limit::Resolutions);
+        report.decision = Some(Decision::deny(Rule::Unresolvable));
+        return None;
+    };
     let mut first_refusal = None;
     for ip in ips {
         let d = decide(

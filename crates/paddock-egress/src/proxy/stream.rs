@@ -24,6 +24,10 @@ impl Counters {
     pub(crate) fn get(&self) -> (u64, u64) {
         (self.up.load(Ordering::Relaxed), self.down.load(Ordering::Relaxed))
     }
+    #[cfg(test)]
+    pub(crate) fn add_up(&self, n: u64) {
+        self.up.fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 /// A stream that counts what passes through it.

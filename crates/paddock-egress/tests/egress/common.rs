@@ -8,7 +8,9 @@ use std::time::Duration;
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RecordType};
 use paddock_egress::policy::{OperatorAllow, OperatorPolicy};
-use paddock_egress::{AuditRecord, ConnectionRecord, DnsRecord, Egress, EgressConfig};
+use paddock_egress::{
+    AuditRecord, ConnectionRecord, DnsRecord, Egress, EgressConfig, EgressLimits, RefusalRecord,
+};
 use paddock_types::{NetworkPolicy, PortRange};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
@@ -50,12 +52,18 @@ pub struct Harness {
 }
 
 pub fn egress(operator: OperatorPolicy, upstream_ca: Option<String>) -> Harness {
+    egress_with(operator, upstream_ca, EgressLimits::default())
+}
+
+/// [`egress`] with other limits.
+pub fn egress_with(operator: OperatorPolicy, upstream_ca: Option<String>, limits: EgressLimits) -> Harness {
     let (tx, rx) = unbounded_channel();
     let config = EgressConfig {
         operator,
         system_resolver: false,
         public_roots: false,
         upstream_ca_pems: upstream_ca.into_iter().collect(),
+        limits,
         ..EgressConfig::default()
     };
     Harness {
@@ -72,7 +80,19 @@ impl Harness {
                 .expect("an audit record in time")
             {
                 Some(AuditRecord::Connection(c)) => return c,
-                Some(AuditRecord::Dns(_)) => continue,
+                Some(_) => continue,
+                None => panic!("audit channel closed"),
+            }
+        }
+    }
+    pub async fn next_refusal(&mut self) -> RefusalRecord {
+        loop {
+            match tokio::time::timeout(WAIT, self.audit.recv())
+                .await
+                .expect("an audit record in time")
+            {
+                Some(AuditRecord::Refused(r)) => return r,
+                Some(_) => continue,
                 None => panic!("audit channel closed"),
             }
         }
@@ -84,7 +104,7 @@ impl Harness {
                 .expect("an audit record in time")
             {
                 Some(AuditRecord::Dns(d)) => return d,
-                Some(AuditRecord::Connection(_)) => continue,
+                Some(_) => continue,
                 None => panic!("audit channel closed"),
             }
         }
@@ -119,11 +139,30 @@ pub async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> Option<Vec<u8>> {
     Some(buf)
 }
 
-/// Serve HTTP/1.1 on `s`: every response's body is the request head it answers.
-async fn serve_echo_heads<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) {
-    while let Some(head) = read_head(&mut s).await {
-        let resp = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", head.len());
-        if s.write_all(resp.as_bytes()).await.is_err() || s.write_all(&head).await.is_err() {
+/// Everything an upstream server received (request heads and bodies), in order.
+pub type Received = Arc<std::sync::Mutex<Vec<u8>>>;
+
+/// Serve HTTP/1.1 on `s`: every response's body is the request it answers (head and body, the body
+/// read by its `Content-Length`), which is also appended to `received`.
+async fn serve_echo_heads<S: AsyncRead + AsyncWrite + Unpin>(mut s: S, received: Received) {
+    while let Some(mut request) = read_head(&mut s).await {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut req = httparse::Request::new(&mut headers);
+        let _ = req.parse(&request);
+        let len = req
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+            .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = vec![0u8; len];
+        if s.read_exact(&mut body).await.is_err() {
+            return;
+        }
+        request.extend_from_slice(&body);
+        received.lock().unwrap().extend_from_slice(&request);
+        let resp = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", request.len());
+        if s.write_all(resp.as_bytes()).await.is_err() || s.write_all(&request).await.is_err() {
             return;
         }
     }
@@ -135,7 +174,7 @@ pub async fn http_server() -> SocketAddr {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((s, _)) = listener.accept().await {
-            tokio::spawn(serve_echo_heads(s));
+            tokio::spawn(serve_echo_heads(s, Received::default()));
         }
     });
     addr
@@ -157,8 +196,13 @@ impl TestCa {
     pub fn pem(&self) -> String {
         self.issuer.pem()
     }
-    /// An HTTPS server on loopback for `names`, answering each request with its own head.
+    /// An HTTPS server on loopback for `names`, answering each request with itself.
     pub async fn https_server(&self, names: &[&str]) -> SocketAddr {
+        self.recording_https_server(names).await.0
+    }
+
+    /// [`TestCa::https_server`], with everything it received.
+    pub async fn recording_https_server(&self, names: &[&str]) -> (SocketAddr, Received) {
         let key = KeyPair::generate().unwrap();
         let params = CertificateParams::new(names.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
@@ -174,17 +218,19 @@ impl TestCa {
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let received = Received::default();
+        let sink = received.clone();
         tokio::spawn(async move {
             while let Ok((s, _)) = listener.accept().await {
-                let acceptor = acceptor.clone();
+                let (acceptor, sink) = (acceptor.clone(), sink.clone());
                 tokio::spawn(async move {
                     if let Ok(tls) = acceptor.accept(s).await {
-                        serve_echo_heads(tls).await;
+                        serve_echo_heads(tls, sink).await;
                     }
                 });
             }
         });
-        addr
+        (addr, received)
     }
 }
 

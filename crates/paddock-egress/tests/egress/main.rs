@@ -6,5 +6,6 @@
 mod common;
 mod dns;
 mod inject;
+mod limits;
 mod proxy;
 mod transparent;

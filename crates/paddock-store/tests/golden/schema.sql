@@ -109,7 +109,8 @@ CREATE TABLE secrets (
     name          TEXT NOT NULL,
     value         BLOB NOT NULL,
     hosts_json    TEXT NOT NULL CHECK (json_valid(hosts_json)),
-    created_at_ms INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL, headers_json TEXT NOT NULL DEFAULT '["authorization"]'
+    CHECK (json_valid(headers_json)), query INTEGER NOT NULL DEFAULT 0 CHECK (query IN (0, 1)),
     PRIMARY KEY (tenant, name)
 ) STRICT;
 

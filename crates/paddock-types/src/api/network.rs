@@ -4,7 +4,8 @@
 //! A sandbox created without `network` has loopback only. With it, every connection and DNS question
 //! goes through paddock's egress proxy, which allows what the policy allows (the operator's deny list
 //! still applies on top), records every attempt in the audit log, and replaces `paddock-secret:NAME`
-//! placeholders with secret values in requests to the hosts each secret is bound to.
+//! placeholders with secret values in requests to the hosts each secret is bound to, in the header
+//! fields (and optionally the query string) the secret is bound to.
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -68,9 +69,19 @@ pub struct CreateSecretRequest {
     /// Its value (never returned, logged or sent into a sandbox).
     pub value: String,
     /// Hosts it may be sent to: names (`api.example.com`) or `*.suffix` patterns. The value replaces
-    /// its placeholder only in requests to these hosts; to any other host the placeholder goes out
-    /// unchanged.
+    /// its placeholder only in requests to these hosts (a request whose `Host` or URL names another
+    /// host is refused by the proxy); to any other host the placeholder goes out unchanged.
     pub hosts: Vec<String>,
+    /// Request header fields the value may be substituted into (case-insensitive; at most 16; not
+    /// `Host`, `Content-Length`, `Transfer-Encoding`, `Connection` or other framing fields). Absent:
+    /// `["authorization"]`. A placeholder in any other field is forwarded unchanged. The upstream
+    /// sees the value in these fields: an endpoint of a bound host that echoes them returns it.
+    #[serde(default)]
+    pub headers: Option<Vec<String>>,
+    /// Also substitute the value (percent-encoded) into the query string of requests to the hosts.
+    /// Bodies are never substituted.
+    #[serde(default)]
+    pub query: bool,
 }
 
 impl std::fmt::Debug for CreateSecretRequest {
@@ -78,6 +89,8 @@ impl std::fmt::Debug for CreateSecretRequest {
         f.debug_struct("CreateSecretRequest")
             .field("name", &self.name)
             .field("hosts", &self.hosts)
+            .field("headers", &self.headers)
+            .field("query", &self.query)
             .finish_non_exhaustive()
     }
 }
@@ -89,6 +102,10 @@ pub struct SecretInfo {
     pub name: String,
     /// Hosts it may be sent to.
     pub hosts: Vec<String>,
+    /// Header fields (lowercase) the value may be substituted into.
+    pub headers: Vec<String>,
+    /// Whether the value may be substituted into query strings too.
+    pub query: bool,
     /// When it was created (RFC 3339).
     pub created_at: String,
 }

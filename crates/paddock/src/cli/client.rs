@@ -298,6 +298,13 @@ pub enum SecretCommand {
         /// A host it may be sent to: a name or `*.suffix` (repeatable, at least one).
         #[arg(long = "host", required = true)]
         hosts: Vec<String>,
+        /// A request header field the value may be put in (repeatable; default `Authorization`,
+        /// replaced by the fields given). A placeholder in any other field is sent unchanged.
+        #[arg(long = "header", value_name = "FIELD")]
+        headers: Vec<String>,
+        /// Also put the value (percent-encoded) into query strings of requests to its hosts.
+        #[arg(long)]
+        query: bool,
         /// Read the value from this environment variable instead of standard input.
         #[arg(long, value_name = "VAR")]
         from_env: Option<String>,

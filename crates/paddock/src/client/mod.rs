@@ -307,8 +307,17 @@ pub fn secret(state_dir: &Path, command: SecretCommand) -> anyhow::Result<ExitCo
             SecretCommand::Create {
                 name,
                 hosts,
+                headers,
+                query,
                 from_env,
-            } => network::create_secret(&client, name, hosts, from_env).await,
+            } => {
+                let binding = network::Binding {
+                    hosts,
+                    headers,
+                    query,
+                };
+                network::create_secret(&client, name, binding, from_env).await
+            }
             SecretCommand::Ls { json } => network::list_secrets(&client, json).await,
             SecretCommand::Rm { names } => network::remove_secrets(&client, &names).await,
         }

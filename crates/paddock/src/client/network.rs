@@ -105,10 +105,17 @@ fn print_network(info: &SandboxNetworkInfo) {
     table.print();
 }
 
+/// Where a new secret may go: `--host`, `--header` (none: the server's default), `--query`.
+pub struct Binding {
+    pub hosts: Vec<String>,
+    pub headers: Vec<String>,
+    pub query: bool,
+}
+
 pub async fn create_secret(
     client: &ApiClient,
     name: String,
-    hosts: Vec<String>,
+    binding: Binding,
     from_env: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     let value = match from_env {
@@ -123,7 +130,13 @@ pub async fn create_secret(
             text.trim_end_matches(['\n', '\r']).to_owned()
         }
     };
-    let request = CreateSecretRequest { name, value, hosts };
+    let request = CreateSecretRequest {
+        name,
+        value,
+        hosts: binding.hosts,
+        headers: (!binding.headers.is_empty()).then_some(binding.headers),
+        query: binding.query,
+    };
     let info: SecretInfo = client
         .json(client.request(Method::POST, &["v1", "secrets"]).json(&request))
         .await?;
@@ -139,9 +152,18 @@ pub async fn list_secrets(client: &ApiClient, json: bool) -> anyhow::Result<Exit
         print_json(&list)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut table = Table::new(["NAME", "HOSTS", "CREATED"]);
+    let mut table = Table::new(["NAME", "HOSTS", "IN", "CREATED"]);
     for s in &list.secrets {
-        table.row([s.name.clone(), s.hosts.join(","), s.created_at.clone()]);
+        let mut fields = s.headers.clone();
+        if s.query {
+            fields.push("?query".into());
+        }
+        table.row([
+            s.name.clone(),
+            s.hosts.join(","),
+            fields.join(","),
+            s.created_at.clone(),
+        ]);
     }
     table.print();
     Ok(ExitCode::SUCCESS)

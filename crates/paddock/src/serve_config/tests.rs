@@ -371,3 +371,69 @@ fn quotas_have_defaults_and_can_be_set_or_lifted() {
     let e = load(Some(f.path()), &[], &ServeArgs::default()).expect_err("not a number");
     assert!(e.to_string().contains("quotas.max_snapshots"), "{e}");
 }
+
+#[test]
+fn egress_limits_load_validate_and_round_trip() {
+    let c = load(None, &[], &ServeArgs::default()).expect("defaults");
+    assert_eq!(c.egress.limits.egress(), paddock_egress::EgressLimits::default());
+    assert_eq!(
+        c.egress.limits.conntrack(),
+        paddock_types::ConntrackLimits::default()
+    );
+    let f = file(
+        r#"
+        [egress.limits]
+        proxy_connections = 32
+        dns_tcp_connections = 4
+        descriptors = 1000
+        idle_timeout = "90s"
+        dns_tcp_lifetime = "10s"
+        conntrack_max = 512
+        new_connections_per_second = 50
+        "#,
+    );
+    let c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    let e = c.egress.limits.egress();
+    assert_eq!(
+        (
+            e.proxy_connections,
+            e.transparent_connections,
+            e.dns_tcp_connections,
+            e.descriptors
+        ),
+        (32, 256, 4, Some(1000))
+    );
+    assert_eq!(
+        (e.idle_timeout, e.dns_tcp_lifetime),
+        (Duration::from_secs(90), Duration::from_secs(10))
+    );
+    let ct = c.egress.limits.conntrack();
+    assert_eq!((ct.max_connections, ct.new_per_second), (512, 50));
+    let shown = c.to_toml().expect("renders");
+    assert!(
+        shown.contains("[egress.limits]") && shown.contains("conntrack_max = 512"),
+        "{shown}"
+    );
+    let again = file(&shown);
+    assert_eq!(
+        load(Some(again.path()), &[], &ServeArgs::default()).expect("reloads"),
+        c
+    );
+
+    for (text, key) in [
+        (
+            "[egress.limits]\nproxy_connections = 0\n",
+            "egress.limits.proxy_connections",
+        ),
+        (
+            "[egress.limits]\nconntrack_max = 0\n",
+            "egress.limits.conntrack_max",
+        ),
+        ("[egress.limits]\ndescriptors = 1\n", "egress.limits.descriptors"),
+        ("[egress.limits]\nsockets = 5\n", "sockets"),
+    ] {
+        let f = file(text);
+        let e = load(Some(f.path()), &[], &ServeArgs::default()).expect_err(text);
+        assert!(format!("{e:#}").contains(key), "{text}: {e:#}");
+    }
+}

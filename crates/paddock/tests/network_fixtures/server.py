@@ -1,6 +1,7 @@
 # The test's stand-in for the outside world, on an address of a dummy interface the test created:
 # plain HTTP and HTTPS on free ports. Files under ROOT are served (a package index); /echo answers
-# with the request's Authorization and Host headers. Prints "ready HTTP_PORT HTTPS_PORT".
+# with the request's Authorization and Host headers, /reflect with its whole request line and every
+# header (as many APIs' echo endpoints do). Prints "ready HTTP_PORT HTTPS_PORT".
 import http.server
 import ssl
 import sys
@@ -14,7 +15,13 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         super().__init__(*args, directory=root, **kwargs)
 
     def do_GET(self):
-        if self.path.startswith("/echo"):
+        if self.path.startswith("/reflect"):
+            body = (self.requestline + "\n" + str(self.headers)).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif self.path.startswith("/echo"):
             body = "auth={} host={}\n".format(
                 self.headers.get("Authorization"), self.headers.get("Host")
             ).encode()

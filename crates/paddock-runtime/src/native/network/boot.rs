@@ -62,6 +62,7 @@ impl NativeBackend {
             tools,
             self.config.network_subnet,
             &spec.ports,
+            &spec.conntrack,
             &netns_pin(run_dir),
         )
         .map_err(RuntimeError::Network)?;

@@ -5,7 +5,7 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use paddock_types::{EgressPorts, NetworkLink};
+use paddock_types::{ConntrackLimits, EgressPorts, NetworkLink};
 use serde::{Deserialize, Serialize};
 
 use super::error::file_err;
@@ -63,6 +63,7 @@ pub fn create_link(
     tools: &NetworkTools,
     subnet: NetworkSubnet,
     ports: &EgressPorts,
+    conntrack: &ConntrackLimits,
     pin: &Path,
 ) -> Result<PendingLink, NetworkError> {
     let pin_text = pin
@@ -120,7 +121,7 @@ pub fn create_link(
             "install the link's firewall",
             &tools.nft,
             &["-f", "-"],
-            &render_ruleset(&link, ports),
+            &render_ruleset(&link, ports, conntrack),
         )
         .map_err(|e| (Some(record), e))?;
         Ok(PendingLink {

@@ -9,15 +9,23 @@
 //!   (the NAT happens in the host's namespace, where the proxy's socket is); UDP to port 53 is
 //!   redirected to the DNS port; anything else over IPv4 is redirected to the host address itself,
 //!   so that `input` refuses it at once whether or not the host forwards packets.
-//! - `input`: only TCP to the host address on the proxy, transparent and DNS ports and UDP to it on
-//!   the DNS port are accepted; everything else (IPv6 included) is rejected with an ICMP
-//!   "administratively prohibited", so a client fails fast instead of waiting for a timeout.
+//! - `input`: new connections beyond the sandbox's share of the host's connection tracking table
+//!   are rejected first: more than `new_per_second` a second (`limit rate`, bursts of twice that),
+//!   or more than `max_connections` tracked at once (`ct count`); TCP with a reset (the kernel
+//!   rate-limits ICMP errors, so an ICMP rejection of a flood would leave most clients waiting for a
+//!   retransmission), the rest with ICMP (`over_share`). A rejected connection never enters
+//!   the table (its entry is only confirmed once a packet is accepted), so a sandbox opening
+//!   connections to closed ports, or to the proxy faster than it accepts them, cannot fill the
+//!   host-wide `nf_conntrack_max`. Then only TCP to the host address on the proxy, transparent and
+//!   DNS ports and UDP to it on the DNS port are accepted; everything else (IPv6 included) is
+//!   rejected with an ICMP "administratively prohibited", so a client fails fast instead of waiting
+//!   for a timeout.
 //! - `forward`: nothing is forwarded from or to the link, should the host forward packets.
 //!
 //! The table is replaced whole (`add` + `flush` + the definition, one transaction): owning the
 //! interface means owning the slot, so a table of the same name is a crashed owner's leftover.
 
-use paddock_types::{EgressPorts, NetworkLink};
+use paddock_types::{ConntrackLimits, EgressPorts, NetworkLink};
 
 /// The host side's interface name of slot `slot` (at most 15 bytes: `pdk` and up to 10 digits).
 pub fn interface_name(slot: u32) -> String {
@@ -30,7 +38,7 @@ pub fn table_name(slot: u32) -> String {
 }
 
 /// The `nft -f -` input that installs (or replaces) the firewall of `link`.
-pub fn render_ruleset(link: &NetworkLink, ports: &EgressPorts) -> String {
+pub fn render_ruleset(link: &NetworkLink, ports: &EgressPorts, conntrack: &ConntrackLimits) -> String {
     let table = table_name(link.slot);
     let dev = interface_name(link.slot);
     let host = link.host_ip;
@@ -39,6 +47,10 @@ pub fn render_ruleset(link: &NetworkLink, ports: &EgressPorts) -> String {
         transparent,
         dns,
     } = *ports;
+    // At least one of each, or nothing would ever pass.
+    let max = conntrack.max_connections.max(1);
+    let rate = conntrack.new_per_second.max(1);
+    let burst = rate.saturating_mul(2);
     format!(
         "add table inet {table}
 flush table inet {table}
@@ -50,8 +62,14 @@ table inet {table} {{
 \t\tiifname \"{dev}\" ip protocol udp udp dport 53 redirect to :{dns}
 \t\tiifname \"{dev}\" meta nfproto ipv4 redirect
 \t}}
+\tchain over_share {{
+\t\tmeta l4proto tcp reject with tcp reset
+\t\treject with icmpx admin-prohibited
+\t}}
 \tchain input {{
 \t\ttype filter hook input priority filter; policy accept;
+\t\tiifname \"{dev}\" ct state new limit rate over {rate}/second burst {burst} packets goto over_share
+\t\tiifname \"{dev}\" ct state new ct count over {max} goto over_share
 \t\tiifname \"{dev}\" ip daddr {host} tcp dport {{ {proxy}, {transparent}, {dns} }} accept
 \t\tiifname \"{dev}\" ip daddr {host} udp dport {dns} accept
 \t\tiifname \"{dev}\" reject with icmpx admin-prohibited
@@ -138,7 +156,10 @@ mod tests {
 
     #[test]
     fn ruleset_is_golden() {
-        golden("ruleset.nft", &render_ruleset(&link(), &EgressPorts::default()));
+        golden(
+            "ruleset.nft",
+            &render_ruleset(&link(), &EgressPorts::default(), &ConntrackLimits::default()),
+        );
     }
 
     #[test]
@@ -170,7 +191,13 @@ mod tests {
             transparent: 9000,
             dns: 5353,
         };
-        let text = render_ruleset(&link(), &ports);
+        let conntrack = ConntrackLimits {
+            max_connections: 64,
+            new_per_second: 10,
+        };
+        let text = render_ruleset(&link(), &ports, &conntrack);
+        assert!(text.contains("ct state new limit rate over 10/second burst 20 packets goto over_share"));
+        assert!(text.contains("ct state new ct count over 64 goto over_share"));
         assert!(text.contains("tcp dport { 8080, 5353 } accept"));
         assert!(text.contains("redirect to :9000"));
         assert!(text.contains("udp dport 53 redirect to :5353"));
