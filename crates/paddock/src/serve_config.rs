@@ -41,6 +41,13 @@
 //! [[egress.deny]]                 # more networks no sandbox may reach
 //! cidr = "203.0.113.0/24"
 //! reason = "partner network"
+//!
+//! # The API listener (file only): timeouts and connection caps (see `serve_config/http.rs`).
+//! [http]
+//! header_read_timeout = "10s"
+//! idle_timeout = "60s"
+//! max_connections = 1024
+//! max_connections_per_client = 256
 //! ```
 
 use std::collections::BTreeMap;
@@ -56,6 +63,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::cli::{GlobalArgs, ServeArgs};
 use crate::config::{Config, DEFAULT_CGROUP_PARENT, DEFAULT_POOL_SIZE, DEFAULT_STATE_DIR};
+
+mod http;
+
+pub use http::{HttpSettings, API_FD_OVERHEAD};
 
 /// The largest snapshot archive an import accepts when the configuration names none.
 const DEFAULT_MAX_IMPORT: ByteSize = ByteSize::bytes(10 << 30);
@@ -98,6 +109,8 @@ pub struct ServeConfig {
     pub templates: BTreeMap<String, Template>,
     /// Sandbox networks.
     pub egress: EgressSettings,
+    /// The API listener's timeouts and connection caps.
+    pub http: HttpSettings,
 }
 
 /// The `[egress]` section: whether sandboxes may have a network, and the operator's part of every
@@ -216,6 +229,7 @@ impl ServeConfig {
             history_retention: Some(Human(self.history_retention)),
             max_import: Some(Size(self.max_import)),
             egress: Some(self.egress.clone()),
+            http: Some(self.http.clone()),
             default_limits: LimitsLayer::from(&self.default_limits),
             max_limits: LimitsLayer::from(&self.max_limits),
             templates: self
@@ -343,6 +357,8 @@ struct Layer {
     max_import: Option<Size>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     egress: Option<EgressSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    http: Option<HttpSettings>,
     #[serde(default)]
     default_limits: LimitsLayer,
     #[serde(default)]
@@ -429,6 +445,7 @@ impl Layer {
             history_retention: top.history_retention.or(self.history_retention),
             max_import: top.max_import.or(self.max_import),
             egress: top.egress.or(self.egress),
+            http: top.http.or(self.http),
             default_limits: self.default_limits.overlay(top.default_limits),
             max_limits: self.max_limits.overlay(top.max_limits),
             templates,
@@ -488,6 +505,8 @@ impl Layer {
             };
             templates.insert(name, template);
         }
+        let http = self.http.unwrap_or_default();
+        http.validate()?;
         templates.entry(DEFAULT_TEMPLATE.to_owned()).or_insert(Template {
             rootfs: RootfsSpec::Host,
             warm_pool: 0,
@@ -510,6 +529,7 @@ impl Layer {
             max_import: self.max_import.map_or(DEFAULT_MAX_IMPORT, |s| s.0),
             templates,
             egress: self.egress.unwrap_or_default(),
+            http,
         })
     }
 }
@@ -658,6 +678,7 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         history_retention: args.history_retention.map(Human),
         max_import: args.max_import.map(Size),
         egress: None,
+        http: None,
         default_limits: LimitsLayer {
             memory: args.default_memory.map(Size),
             cpus: args.default_cpus,
