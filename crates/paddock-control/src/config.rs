@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use paddock_types::{Limits, RootfsSpec};
 
+/// The default of [`ServiceConfig::collect_budget_bytes`].
+pub const DEFAULT_COLLECT_BUDGET: u64 = 256 << 20;
+
 /// The service's configuration.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
@@ -27,6 +30,9 @@ pub struct ServiceConfig {
     /// The egress proxy that gives sandboxes a network; `None`: sandboxes have loopback only and a
     /// request for a network is refused (`unsupported`).
     pub network: Option<crate::NetworkConfig>,
+    /// Bytes of process output all requests answered with one collected JSON document may hold
+    /// together (JSON-encoded); past it, answers are truncated and say so.
+    pub collect_budget_bytes: u64,
 }
 
 /// A template: a root file system and how many sandboxes of it to keep warm.
@@ -63,6 +69,7 @@ impl Default for ServiceConfig {
             history_retention: Duration::from_secs(7 * 24 * 3600),
             max_import_bytes: 10 << 30,
             network: None,
+            collect_budget_bytes: DEFAULT_COLLECT_BUDGET,
         }
     }
 }

@@ -284,6 +284,7 @@ impl SandboxService {
             pid,
             rx,
             started_sent: false,
+            budget: Some(self.inner.collect_budget.clone()),
         })
     }
 
@@ -503,6 +504,7 @@ impl SandboxService {
             pid,
             rx: Some(rx),
             started_sent: false,
+            budget: Some(self.inner.collect_budget.clone()),
         })
     }
 

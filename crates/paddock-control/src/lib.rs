@@ -10,6 +10,7 @@
 //! (`paddock-runtime`).
 
 mod admin;
+mod collect;
 mod config;
 mod error;
 mod exec;
@@ -32,7 +33,8 @@ mod volumes;
 mod watch;
 
 pub use admin::ADMIN_TENANT;
-pub use config::{ServiceConfig, TemplateConfig};
+pub use collect::{CollectedOutput, COLLECT_LIMIT};
+pub use config::{ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET};
 pub use error::ServiceError;
 pub use exec::stream_bytes;
 pub use files::WriteFileOptions;

@@ -36,6 +36,8 @@ pub(crate) struct Inner {
     /// Networked sandboxes being served on the egress proxy, by id.
     pub(crate) served: Mutex<HashMap<String, crate::network::Served>>,
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Output held by requests answered with one collected JSON document, all together.
+    pub(crate) collect_budget: crate::collect::OutputBudget,
 }
 
 impl SandboxService {
@@ -61,6 +63,7 @@ impl SandboxService {
             }
             None => (None, None),
         };
+        let collect_budget = crate::collect::OutputBudget::new(config.collect_budget_bytes);
         let service = Self {
             inner: Arc::new(Inner {
                 egress,
@@ -73,6 +76,7 @@ impl SandboxService {
                 pool_wakeup: Notify::new(),
                 stop: CancellationToken::new(),
                 tasks: Mutex::new(Vec::new()),
+                collect_budget,
             }),
         };
         let mut tasks = Vec::new();

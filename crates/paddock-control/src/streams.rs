@@ -4,8 +4,10 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use paddock_types::api::{ExecEvent, ExecResult, WatchEvent};
+use paddock_types::api::{ExecEvent, WatchEvent};
 use tokio::sync::mpsc;
+
+use crate::collect::{CollectedOutput, JsonText, OutputBudget, COLLECT_LIMIT};
 
 /// A stream of bytes (file contents, tar archives, request bodies).
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
@@ -17,6 +19,8 @@ pub struct ExecStream {
     pub(crate) pid: u32,
     pub(crate) rx: Option<mpsc::Receiver<ExecEvent>>,
     pub(crate) started_sent: bool,
+    /// The server's budget for collected output (`None` in tests that build streams by hand).
+    pub(crate) budget: Option<OutputBudget>,
 }
 
 impl ExecStream {
@@ -39,23 +43,19 @@ impl ExecStream {
         self.rx.as_mut()?.recv().await
     }
 
-    /// Waits for the end and collects the output (each stream capped at `max_bytes`; the rest is
-    /// dropped).
-    pub async fn collect(mut self, max_bytes: usize) -> ExecResult {
+    /// Waits for the end and collects the output as JSON text: each stream at most
+    /// [`COLLECT_LIMIT`](crate::COLLECT_LIMIT) bytes once encoded, and all collecting requests
+    /// together within the server's budget; what does not fit is dropped and flagged.
+    pub async fn collect(mut self) -> CollectedOutput {
         let pid = self.pid;
-        if self.is_background() {
-            return ExecResult {
-                pid,
-                stdout: None,
-                stderr: None,
-                exit: None,
-            };
-        }
-        let mut stdout = Vec::new();
-        let mut stderr = Vec::new();
+        let (Some(budget), false) = (self.budget.clone(), self.is_background()) else {
+            return CollectedOutput::background(pid);
+        };
+        let mut held = budget.claim();
+        let (mut stdout, mut stderr) = (JsonText::default(), JsonText::default());
         let mut exit = None;
         while let Some(event) = self.recv().await {
-            let (buf, data) = match &event {
+            let (text, data) = match &event {
                 ExecEvent::Stdout(d) | ExecEvent::Pty(d) => (&mut stdout, d),
                 ExecEvent::Stderr(d) => (&mut stderr, d),
                 ExecEvent::Exit(info) => {
@@ -64,15 +64,15 @@ impl ExecStream {
                 }
                 ExecEvent::Started { .. } | ExecEvent::Error { .. } => continue,
             };
+            if text.truncated() {
+                continue;
+            }
             let bytes = crate::exec::stream_bytes(data);
-            append_capped(buf, &bytes, max_bytes);
+            text.push(&bytes, COLLECT_LIMIT, &mut held);
         }
-        ExecResult {
-            pid,
-            stdout: Some(String::from_utf8_lossy(&stdout).into_owned()),
-            stderr: Some(String::from_utf8_lossy(&stderr).into_owned()),
-            exit,
-        }
+        stdout.finish(COLLECT_LIMIT, &mut held);
+        stderr.finish(COLLECT_LIMIT, &mut held);
+        CollectedOutput::new(pid, stdout, stderr, exit, held)
     }
 }
 

@@ -269,6 +269,7 @@ impl ServeConfig {
             history_retention: self.history_retention,
             max_import_bytes: self.max_import.as_u64(),
             network: None,
+            collect_budget_bytes: self.http.collected_output_budget.as_u64(),
         }
     }
 

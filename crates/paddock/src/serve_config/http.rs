@@ -9,6 +9,7 @@
 //! max_header_bytes = "64K"         # largest request head (request line and headers)
 //! max_connections = 1024           # open API connections; more wait in the kernel's backlog
 //! max_connections_per_client = 256 # open connections from one source address; more are closed at once
+//! collected_output_budget = "256M" # process output held for `Accept: application/json` answers, all together
 //! ```
 //!
 //! It does not cover WebSocket sessions once upgraded (they are the handler's), nor the egress
@@ -49,6 +50,11 @@ pub struct HttpSettings {
     /// raise it to `max_connections` there.
     #[serde(default = "default_max_connections_per_client")]
     pub max_connections_per_client: u32,
+    /// Process output (JSON-encoded) that exec answers collected into one JSON document may hold,
+    /// all requests together; past it, answers are cut and say so. Each stream of one answer holds
+    /// at most 16 MiB whatever this is.
+    #[serde(default = "default_collected_output_budget", with = "size")]
+    pub collected_output_budget: ByteSize,
 }
 
 /// hyper reads a head into a buffer of at least this size.
@@ -56,6 +62,8 @@ const MIN_HEADER_BYTES: u64 = 8 * 1024;
 const MAX_HEADER_BYTES: u64 = 1024 * 1024;
 const MAX_CONNECTIONS: u32 = 1 << 20;
 const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+/// One stream's first buffer.
+const MIN_COLLECTED_OUTPUT_BUDGET: u64 = 64 * 1024;
 
 fn default_header_read_timeout() -> Duration {
     Duration::from_secs(10)
@@ -81,6 +89,10 @@ fn default_max_connections_per_client() -> u32 {
     256
 }
 
+fn default_collected_output_budget() -> ByteSize {
+    ByteSize::bytes(paddock_control::DEFAULT_COLLECT_BUDGET)
+}
+
 impl Default for HttpSettings {
     fn default() -> Self {
         Self {
@@ -90,6 +102,7 @@ impl Default for HttpSettings {
             max_header_bytes: default_max_header_bytes(),
             max_connections: default_max_connections(),
             max_connections_per_client: default_max_connections_per_client(),
+            collected_output_budget: default_collected_output_budget(),
         }
     }
 }
@@ -117,6 +130,13 @@ impl HttpSettings {
                 ByteSize::bytes(MIN_HEADER_BYTES),
                 ByteSize::bytes(MAX_HEADER_BYTES),
                 self.max_header_bytes
+            );
+        }
+        if self.collected_output_budget.as_u64() < MIN_COLLECTED_OUTPUT_BUDGET {
+            anyhow::bail!(
+                "http.collected_output_budget: must be at least {}, got {}",
+                ByteSize::bytes(MIN_COLLECTED_OUTPUT_BUDGET),
+                self.collected_output_budget
             );
         }
         if !(1..=MAX_CONNECTIONS).contains(&self.max_connections) {
