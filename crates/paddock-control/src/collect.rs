@@ -4,15 +4,15 @@
 //! Each stream is kept as the *content of a JSON string literal* (lossy UTF-8, escaped as serde_json
 //! escapes), never as raw bytes plus a copy plus an encoding: a NUL costs six bytes (`\u0000`), and
 //! those six bytes are what count against [`COLLECT_LIMIT`] per stream and against the server-wide
-//! [`OutputBudget`] shared by every collecting request. What does not fit is dropped and the answer
+//! [`OutputBudget`] shared by every collecting request (one tenant at most a quarter of it). What does not fit is dropped and the answer
 //! says so (`stdout_truncated`, `stderr_truncated`); the process runs to its end either way. The
 //! document is then written around the two buffers without copying them ([`CollectedOutput::into_json`]).
 //!
 //! It does not bound streamed answers (NDJSON, SSE, WebSocket): those hold one event at a time and
 //! are bounded by their queues.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use paddock_types::api::{ExecResult, ExitInfo};
@@ -23,17 +23,28 @@ pub const COLLECT_LIMIT: usize = 16 * 1024 * 1024;
 /// The first allocation of a stream's buffer; it then doubles (the budget is charged for capacity).
 const FIRST_CAPACITY: usize = 64 * 1024;
 
-/// Bytes of collected output the whole server may hold at once; requests that find it used up get
-/// truncated answers.
+/// Bytes of collected output the whole server may hold at once, and one tenant at most a
+/// [`TENANT_SHARE`]th of it (a tenant whose clients never read their answers cannot take the budget
+/// from the others); requests that find their share used up get truncated answers.
 #[derive(Debug, Clone)]
 pub(crate) struct OutputBudget {
     inner: Arc<BudgetInner>,
 }
 
+/// One tenant may hold at most `1 / TENANT_SHARE` of the budget.
+pub const TENANT_SHARE: u64 = 4;
+
 #[derive(Debug)]
 struct BudgetInner {
     limit: u64,
-    held: AtomicU64,
+    tenant_limit: u64,
+    held: Mutex<BudgetHeld>,
+}
+
+#[derive(Debug, Default)]
+struct BudgetHeld {
+    total: u64,
+    by_tenant: HashMap<String, u64>,
 }
 
 impl OutputBudget {
@@ -41,53 +52,78 @@ impl OutputBudget {
         Self {
             inner: Arc::new(BudgetInner {
                 limit,
-                held: AtomicU64::new(0),
+                tenant_limit: limit / TENANT_SHARE,
+                held: Mutex::new(BudgetHeld::default()),
             }),
         }
     }
 
-    /// An empty claim on the budget, grown with [`Held::grow`].
-    pub(crate) fn claim(&self) -> Held {
+    /// An empty claim on the budget for `tenant`, grown with [`Held::grow`].
+    pub(crate) fn claim(&self, tenant: &str) -> Held {
         Held {
             budget: self.inner.clone(),
+            tenant: tenant.to_owned(),
             bytes: 0,
         }
     }
 
     #[cfg(test)]
     pub(crate) fn held(&self) -> u64 {
-        self.inner.held.load(Ordering::SeqCst)
+        self.inner.lock().total
     }
 }
 
-/// Bytes held against an [`OutputBudget`], given back on drop.
+impl BudgetInner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BudgetHeld> {
+        // Each critical section is a few additions; a panic cannot leave it half-done.
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Bytes held against an [`OutputBudget`] for one tenant, given back on drop.
 #[derive(Debug)]
 pub(crate) struct Held {
     budget: Arc<BudgetInner>,
+    tenant: String,
     bytes: u64,
 }
 
 impl Held {
-    /// Takes `n` more bytes if the budget has them.
+    /// Takes `n` more bytes if the budget and the tenant's share have them.
     fn grow(&mut self, n: u64) -> bool {
-        let limit = self.budget.limit;
-        let taken = self
-            .budget
-            .held
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
-                held.checked_add(n).filter(|&total| total <= limit)
-            })
-            .is_ok();
-        if taken {
-            self.bytes += n;
+        let mut held = self.budget.lock();
+        let total = held.total.saturating_add(n);
+        let tenant = held
+            .by_tenant
+            .get(&self.tenant)
+            .copied()
+            .unwrap_or(0)
+            .saturating_add(n);
+        if total > self.budget.limit || tenant > self.budget.tenant_limit {
+            return false;
         }
-        taken
+        held.total = total;
+        held.by_tenant.insert(self.tenant.clone(), tenant);
+        self.bytes += n;
+        true
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.budget.held.fetch_sub(self.bytes, Ordering::AcqRel);
+        if self.bytes == 0 {
+            return;
+        }
+        let mut held = self.budget.lock();
+        held.total = held.total.saturating_sub(self.bytes);
+        if let Some(t) = held.by_tenant.get_mut(&self.tenant) {
+            *t = t.saturating_sub(self.bytes);
+            if *t == 0 {
+                held.by_tenant.remove(&self.tenant);
+            }
+        }
     }
 }
 

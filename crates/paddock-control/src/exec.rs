@@ -284,7 +284,7 @@ impl SandboxService {
             pid,
             rx,
             started_sent: false,
-            budget: Some(self.inner.collect_budget.clone()),
+            budget: Some((self.inner.collect_budget.clone(), p.tenant.clone())),
         })
     }
 
@@ -504,7 +504,7 @@ impl SandboxService {
             pid,
             rx: Some(rx),
             started_sent: false,
-            budget: Some(self.inner.collect_budget.clone()),
+            budget: Some((self.inner.collect_budget.clone(), p.tenant.clone())),
         })
     }
 

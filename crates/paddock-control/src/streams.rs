@@ -19,8 +19,8 @@ pub struct ExecStream {
     pub(crate) pid: u32,
     pub(crate) rx: Option<mpsc::Receiver<ExecEvent>>,
     pub(crate) started_sent: bool,
-    /// The server's budget for collected output (`None` in tests that build streams by hand).
-    pub(crate) budget: Option<OutputBudget>,
+    /// The server's budget for collected output and the tenant it is charged to.
+    pub(crate) budget: Option<(OutputBudget, String)>,
 }
 
 impl ExecStream {
@@ -48,10 +48,10 @@ impl ExecStream {
     /// together within the server's budget; what does not fit is dropped and flagged.
     pub async fn collect(mut self) -> CollectedOutput {
         let pid = self.pid;
-        let (Some(budget), false) = (self.budget.clone(), self.is_background()) else {
+        let (Some((budget, tenant)), false) = (self.budget.clone(), self.is_background()) else {
             return CollectedOutput::background(pid);
         };
-        let mut held = budget.claim();
+        let mut held = budget.claim(&tenant);
         let (mut stdout, mut stderr) = (JsonText::default(), JsonText::default());
         let mut exit = None;
         while let Some(event) = self.recv().await {

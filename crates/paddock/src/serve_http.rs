@@ -299,6 +299,8 @@ fn classify(e: &io::Error) -> AcceptFailure {
 #[derive(Debug, Default)]
 struct AcceptBackoff {
     pause: Option<Duration>,
+    /// Failed attempts since the last accepted connection.
+    failures: u64,
     log: EveryFew,
 }
 
@@ -313,6 +315,7 @@ impl AcceptBackoff {
             .pause
             .map_or(MIN_ACCEPT_BACKOFF, |p| (p * 2).min(MAX_ACCEPT_BACKOFF));
         self.pause = Some(pause);
+        self.failures += 1;
         if let Some(n) = self.log.tick() {
             let what = if kind == AcceptFailure::Exhausted {
                 "the API cannot accept connections: the server is out of descriptors or memory; retrying"
@@ -326,8 +329,12 @@ impl AcceptBackoff {
 
     fn succeeded(&mut self) {
         if self.pause.take().is_some() {
-            tracing::info!("the API accepts connections again");
+            tracing::info!(
+                failed_attempts = self.failures,
+                "the API accepts connections again"
+            );
         }
+        self.failures = 0;
         self.log = EveryFew::default();
     }
 }

@@ -12,7 +12,7 @@ fn expected(bytes: &[u8]) -> Vec<u8> {
 }
 
 fn collect(chunks: &[&[u8]], cap: usize, budget: &OutputBudget) -> (JsonText, Held) {
-    let mut held = budget.claim();
+    let mut held = budget.claim("t");
     let mut text = JsonText::default();
     for c in chunks {
         text.push(c, cap, &mut held);
@@ -91,11 +91,11 @@ proptest! {
     #[test]
     fn never_more_is_held_than_the_budget(
         bytes in proptest::collection::vec(any::<u8>(), 0..5000),
-        limit in 0u64..20_000,
+        limit in 0u64..80_000,
     ) {
         let budget = OutputBudget::new(limit);
         let (text, held) = collect(&[&bytes], usize::MAX, &budget);
-        prop_assert!(budget.held() <= limit);
+        prop_assert!(budget.held() <= limit / TENANT_SHARE);
         // What is held pays for the buffer's capacity.
         prop_assert!(text.json.capacity() as u64 <= held.bytes || text.json.capacity() == 0);
         prop_assert!(expected(&bytes).starts_with(text.as_json_content()));
@@ -105,9 +105,35 @@ proptest! {
 }
 
 #[test]
+fn one_tenant_holds_at_most_its_share_and_others_keep_theirs() {
+    let budget = OutputBudget::new(4 * 1024 * 1024);
+    let chunk = vec![b'x'; 64 * 1024];
+    let fill = |tenant: &str| {
+        let mut held = budget.claim(tenant);
+        let mut text = JsonText::default();
+        for _ in 0..64 {
+            text.push(&chunk, COLLECT_LIMIT, &mut held);
+        }
+        (text, held)
+    };
+    // A tenant whose answers are never read keeps its claims: it gets a quarter, then nothing.
+    let (a1, a1_held) = fill("greedy");
+    assert!(a1.truncated() && a1.json.len() <= 1024 * 1024);
+    let (a2, a2_held) = fill("greedy");
+    assert!(a2.truncated() && a2.json.is_empty(), "{}", a2.json.len());
+    // Another tenant still gets its own share.
+    let (b, b_held) = fill("other");
+    assert!(b.json.len() >= 1024 * 1024 - FIRST_CAPACITY, "{}", b.json.len());
+    assert!(budget.held() <= 2 * 1024 * 1024);
+    drop((a1_held, a2_held, b_held));
+    assert_eq!(budget.held(), 0);
+    assert!(budget.inner.lock().by_tenant.is_empty());
+}
+
+#[test]
 fn the_document_is_what_serde_json_writes() {
     let budget = OutputBudget::new(u64::MAX);
-    let mut held = budget.claim();
+    let mut held = budget.claim("t");
     let (mut out, mut err) = (JsonText::default(), JsonText::default());
     out.push(b"hello \"world\"\n\x00", usize::MAX, &mut held);
     err.push(&[0xff, b'x'], 3, &mut held);
@@ -156,7 +182,7 @@ fn background_result(pid: u32) -> ExecResult {
 #[test]
 fn seventeen_megabytes_of_nuls_hold_sixteen_mebibytes() {
     let budget = OutputBudget::new(u64::MAX);
-    let mut held = budget.claim();
+    let mut held = budget.claim("t");
     let mut text = JsonText::default();
     let chunk = vec![0u8; 32 * 1024];
     for _ in 0..(17_000_000 / chunk.len() + 1) {

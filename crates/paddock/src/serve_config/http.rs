@@ -51,8 +51,8 @@ pub struct HttpSettings {
     #[serde(default = "default_max_connections_per_client")]
     pub max_connections_per_client: u32,
     /// Process output (JSON-encoded) that exec answers collected into one JSON document may hold,
-    /// all requests together; past it, answers are cut and say so. Each stream of one answer holds
-    /// at most 16 MiB whatever this is.
+    /// all requests together, one tenant's at most a quarter of it; past it, answers are cut and say
+    /// so. Each stream of one answer holds at most 16 MiB whatever this is.
     #[serde(default = "default_collected_output_budget", with = "size")]
     pub collected_output_budget: ByteSize,
 }
