@@ -408,3 +408,33 @@ fn forbidden_audit_statement(text: &str) -> Option<&'static str> {
             })
         })
 }
+
+/// A page stops once its rows hold the byte budget of detail text (a page of large rows would
+/// otherwise be as large as the rows), always returns one row, and says it stopped early.
+#[test]
+fn a_page_is_bounded_by_the_size_of_its_details() {
+    let store = Store::open_in_memory().expect("open");
+    let big = "x".repeat(1000);
+    for i in 0..10 {
+        let mut e = entry(i);
+        e.detail = json!({ "shell": big });
+        store.append_audit(&e).expect("append");
+    }
+    let all = AuditFilter {
+        limit: 100,
+        ..Default::default()
+    };
+    let (rows, cut) = store.query_audit_within(&all, 2500).expect("query");
+    assert_eq!(rows.len(), 3, "rows are read until they hold 2500 bytes");
+    assert!(cut);
+    let (rows, cut) = store.query_audit_within(&all, 1).expect("query");
+    assert_eq!((rows.len(), cut), (1, true), "one row whatever its size");
+    let (rows, cut) = store.query_audit_within(&all, 1 << 20).expect("query");
+    assert_eq!((rows.len(), cut), (10, false));
+    let after = AuditFilter {
+        after_seq: Some(8),
+        ..all
+    };
+    let (rows, cut) = store.query_audit_within(&after, 2500).expect("query");
+    assert_eq!((rows.len(), cut), (2, false), "the last page is not cut");
+}

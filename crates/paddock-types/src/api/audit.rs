@@ -26,7 +26,8 @@ pub struct AuditQuery {
     /// Only rows after this sequence number (for paging).
     #[serde(default)]
     pub after_seq: Option<u64>,
-    /// Page size (1-1000, default 100).
+    /// Most rows in a page (1-1000, default 100). A page whose rows carry large details holds
+    /// fewer (about 8 MiB of details at most); `next_after_seq` then says where the next one starts.
     #[serde(default)]
     pub limit: Option<u32>,
 }
