@@ -357,6 +357,8 @@ impl SandboxService {
         Ok(AuditVerification {
             ok: v.is_intact(),
             rows_checked: v.rows_checked,
+            rows_pruned: v.rows_pruned,
+            prune_anchors: v.prune_anchors,
             first_broken: v.first_broken.map(|b| BrokenAuditRow {
                 seq: b.seq,
                 reason: b.reason,

@@ -163,7 +163,7 @@ impl StoreTx<'_> {
 
 /// Appends `entry` after the current last row. Must run inside a write (IMMEDIATE) transaction, so that
 /// no other writer can append between reading the last hash and inserting.
-fn append_audit(conn: &Connection, entry: &NewAuditEntry) -> Result<AuditRecord, StoreError> {
+pub(crate) fn append_audit(conn: &Connection, entry: &NewAuditEntry) -> Result<AuditRecord, StoreError> {
     let last: Option<(i64, String)> = conn
         .query_row(
             "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",

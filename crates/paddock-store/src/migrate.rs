@@ -43,10 +43,14 @@ const MIGRATIONS: &[Migration] = &[
         version: 6,
         sql: include_str!("../migrations/0006_network.sql"),
     },
+    Migration {
+        version: 7,
+        sql: include_str!("../migrations/0007_audit_retention.sql"),
+    },
 ];
 
 /// The schema version this binary writes and understands.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

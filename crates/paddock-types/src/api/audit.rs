@@ -36,7 +36,8 @@ pub struct AuditQuery {
 /// that any edit or deletion breaks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AuditRecord {
-    /// Sequence number (gapless).
+    /// Sequence number (gapless, but for network rows removed by retention: `GET /v1/audit/verify`
+    /// accounts for them).
     pub seq: u64,
     /// Time (RFC 3339).
     pub time: String,
@@ -78,6 +79,13 @@ pub struct AuditVerification {
     pub ok: bool,
     /// Rows checked.
     pub rows_checked: u64,
+    /// Network rows (`network.*`) that retention removed: the chain was followed across them through
+    /// the hashes recorded by `audit.prune` rows, whose own rows are checked like any other.
+    #[serde(default)]
+    pub rows_pruned: u64,
+    /// The `audit.prune` rows whose records were used to cross removed rows.
+    #[serde(default)]
+    pub prune_anchors: u64,
     /// The first broken row, if any.
     #[serde(default)]
     pub first_broken: Option<BrokenAuditRow>,
