@@ -20,6 +20,7 @@ mod lifecycle;
 mod live;
 mod metrics;
 mod network;
+mod network_audit;
 mod paging;
 mod principal;
 mod sandboxes;
@@ -34,7 +35,7 @@ mod watch;
 
 pub use admin::ADMIN_TENANT;
 pub use collect::{CollectedOutput, COLLECT_LIMIT};
-pub use config::{ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET};
+pub use config::{NetworkAuditConfig, ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET};
 pub use error::ServiceError;
 pub use exec::stream_bytes;
 pub use files::WriteFileOptions;

@@ -54,12 +54,13 @@ impl SandboxService {
                 "the `default` template must be configured",
             ));
         }
+        let metrics = Metrics::new();
         let (egress, egress_audit) = match &config.network {
             Some(network) => {
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-                let egress = paddock_egress::Egress::new(network.egress.clone(), Arc::new(tx))
+                let (sink, rx) = crate::network_audit::NetworkAuditSink::new(metrics.audit().clone());
+                let egress = paddock_egress::Egress::new(network.egress.clone(), sink.clone())
                     .map_err(|e| ServiceError::invalid("egress", e.to_string()))?;
-                (Some(Arc::new(egress)), Some(rx))
+                (Some(Arc::new(egress)), Some((rx, sink)))
             }
             None => (None, None),
         };
@@ -72,7 +73,7 @@ impl SandboxService {
                 backend: Arc::new(backend),
                 store: Arc::new(store),
                 live: Mutex::new(HashMap::new()),
-                metrics: Metrics::new(),
+                metrics,
                 pool_wakeup: Notify::new(),
                 stop: CancellationToken::new(),
                 tasks: Mutex::new(Vec::new()),
@@ -80,9 +81,11 @@ impl SandboxService {
             }),
         };
         let mut tasks = Vec::new();
-        if let Some(rx) = egress_audit {
-            tasks.push(tokio::spawn(service.clone().run_network_audit(rx)));
+        if let Some((rx, sink)) = egress_audit {
+            tasks.push(tokio::spawn(service.clone().run_network_audit(rx, sink)));
         }
+        // Retention also runs without an egress proxy: a server that had one may have left rows.
+        tasks.push(tokio::spawn(service.clone().run_audit_retention()));
         service.recover().await?;
         tasks.push(tokio::spawn(service.clone().run_reaper()));
         for (name, template) in &service.inner.config.templates {

@@ -48,6 +48,13 @@
 //! idle_timeout = "60s"
 //! max_connections = 1024
 //! max_connections_per_client = 256
+//!
+//! # The egress proxy's audit rows (file only): aggregation, rates, retention (see `serve_config/audit.rs`).
+//! [audit]
+//! network_window = "10s"
+//! network_rows_per_second = 10.0
+//! network_retention = "30days"
+//! network_max_rows_per_tenant = 250000
 //! ```
 
 use std::collections::BTreeMap;
@@ -64,8 +71,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::cli::{GlobalArgs, ServeArgs};
 use crate::config::{Config, DEFAULT_CGROUP_PARENT, DEFAULT_POOL_SIZE, DEFAULT_STATE_DIR};
 
+mod audit;
 mod http;
 
+pub use audit::AuditSettings;
 pub use http::{HttpSettings, API_FD_OVERHEAD};
 
 /// The largest snapshot archive an import accepts when the configuration names none.
@@ -111,6 +120,8 @@ pub struct ServeConfig {
     pub egress: EgressSettings,
     /// The API listener's timeouts and connection caps.
     pub http: HttpSettings,
+    /// The egress proxy's audit rows: aggregation, rates, retention.
+    pub audit: AuditSettings,
 }
 
 /// The `[egress]` section: whether sandboxes may have a network, and the operator's part of every
@@ -230,6 +241,7 @@ impl ServeConfig {
             max_import: Some(Size(self.max_import)),
             egress: Some(self.egress.clone()),
             http: Some(self.http.clone()),
+            audit: Some(self.audit.clone()),
             default_limits: LimitsLayer::from(&self.default_limits),
             max_limits: LimitsLayer::from(&self.max_limits),
             templates: self
@@ -270,6 +282,7 @@ impl ServeConfig {
             max_import_bytes: self.max_import.as_u64(),
             network: None,
             collect_budget_bytes: self.http.collected_output_budget.as_u64(),
+            network_audit: self.audit.network_audit(),
         }
     }
 
@@ -360,6 +373,8 @@ struct Layer {
     egress: Option<EgressSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     http: Option<HttpSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    audit: Option<AuditSettings>,
     #[serde(default)]
     default_limits: LimitsLayer,
     #[serde(default)]
@@ -447,6 +462,7 @@ impl Layer {
             max_import: top.max_import.or(self.max_import),
             egress: top.egress.or(self.egress),
             http: top.http.or(self.http),
+            audit: top.audit.or(self.audit),
             default_limits: self.default_limits.overlay(top.default_limits),
             max_limits: self.max_limits.overlay(top.max_limits),
             templates,
@@ -508,6 +524,8 @@ impl Layer {
         }
         let http = self.http.unwrap_or_default();
         http.validate()?;
+        let audit = self.audit.unwrap_or_default();
+        audit.validate()?;
         templates.entry(DEFAULT_TEMPLATE.to_owned()).or_insert(Template {
             rootfs: RootfsSpec::Host,
             warm_pool: 0,
@@ -531,6 +549,7 @@ impl Layer {
             templates,
             egress: self.egress.unwrap_or_default(),
             http,
+            audit,
         })
     }
 }
@@ -680,6 +699,7 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         max_import: args.max_import.map(Size),
         egress: None,
         http: None,
+        audit: None,
         default_limits: LimitsLayer {
             memory: args.default_memory.map(Size),
             cpus: args.default_cpus,
