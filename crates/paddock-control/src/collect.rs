@@ -281,6 +281,7 @@ impl JsonText {
         capacity - len
     }
 
+    #[cfg(test)]
     pub(crate) fn truncated(&self) -> bool {
         self.truncated
     }

@@ -12,12 +12,25 @@ use crate::collect::{CollectedOutput, JsonText, OutputBudget, COLLECT_LIMIT};
 /// A stream of bytes (file contents, tar archives, request bodies).
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
 
+/// What a process's monitor hands its stream: output as the agent sent it (turned into an
+/// [`ExecEvent`] only by a reader that needs one, so a collected answer never pays for text or
+/// base64 it does not keep), or an event.
+#[derive(Debug)]
+pub(crate) enum StreamItem {
+    Output {
+        stream: paddock_protocol::Stream,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Event(ExecEvent),
+}
+
 /// The events of one process, in order: `Started`, output, then `Exit` (or `Error`). Dropping the
 /// stream of a foreground process before its exit kills the process tree.
 #[derive(Debug)]
 pub struct ExecStream {
     pub(crate) pid: u32,
-    pub(crate) rx: Option<mpsc::Receiver<ExecEvent>>,
+    pub(crate) rx: Option<mpsc::Receiver<StreamItem>>,
     pub(crate) started_sent: bool,
     /// The server's budget for collected output and the tenant it is charged to.
     pub(crate) budget: Option<(OutputBudget, String)>,
@@ -40,7 +53,10 @@ impl ExecStream {
             self.started_sent = true;
             return Some(ExecEvent::Started { pid: self.pid });
         }
-        self.rx.as_mut()?.recv().await
+        Some(match self.rx.as_mut()?.recv().await? {
+            StreamItem::Output { stream, offset, data } => crate::exec::output_event(stream, offset, &data),
+            StreamItem::Event(e) => e,
+        })
     }
 
     /// Waits for the end and collects the output as JSON text: each stream at most
@@ -54,21 +70,22 @@ impl ExecStream {
         let mut held = budget.claim(&tenant);
         let (mut stdout, mut stderr) = (JsonText::default(), JsonText::default());
         let mut exit = None;
-        while let Some(event) = self.recv().await {
-            let (text, data) = match &event {
-                ExecEvent::Stdout(d) | ExecEvent::Pty(d) => (&mut stdout, d),
-                ExecEvent::Stderr(d) => (&mut stderr, d),
-                ExecEvent::Exit(info) => {
-                    exit = Some(*info);
-                    continue;
+        let Some(rx) = self.rx.as_mut() else {
+            return CollectedOutput::background(pid);
+        };
+        while let Some(item) = rx.recv().await {
+            match item {
+                StreamItem::Output { stream, data, .. } => {
+                    let text = match stream {
+                        paddock_protocol::Stream::Stdout | paddock_protocol::Stream::Pty => &mut stdout,
+                        paddock_protocol::Stream::Stderr => &mut stderr,
+                    };
+                    // Past the cut, output is only drained (the process runs to its end).
+                    text.push(&data, COLLECT_LIMIT, &mut held);
                 }
-                ExecEvent::Started { .. } | ExecEvent::Error { .. } => continue,
-            };
-            if text.truncated() {
-                continue;
+                StreamItem::Event(ExecEvent::Exit(info)) => exit = Some(info),
+                StreamItem::Event(_) => {}
             }
-            let bytes = crate::exec::stream_bytes(data);
-            text.push(&bytes, COLLECT_LIMIT, &mut held);
         }
         stdout.finish(COLLECT_LIMIT, &mut held);
         stderr.finish(COLLECT_LIMIT, &mut held);
