@@ -17,6 +17,9 @@ use crate::{Principal, SandboxService, ServiceError};
 /// The tenant the first admin key belongs to.
 pub const ADMIN_TENANT: &str = "admin";
 const MAX_TENANT_LEN: usize = 64;
+/// Detail text one page of `GET /v1/audit` holds at most (beyond its first row): a page of a
+/// thousand rows with large details (a 1 MiB command line each) would otherwise be a gigabyte.
+const AUDIT_PAGE_BYTES: usize = 8 << 20;
 
 fn forbidden(what: &str) -> ServiceError {
     ServiceError::new(ErrorCode::Forbidden, format!("{what} needs an admin key"))
@@ -329,10 +332,16 @@ impl SandboxService {
             limit: limit + 1,
             newest_first: false,
         };
-        let mut rows = self
-            .db("read the audit log", move |s| s.query_audit(&filter))
+        let (mut rows, cut) = self
+            .db("read the audit log", move |s| {
+                s.query_audit_within(&filter, AUDIT_PAGE_BYTES)
+            })
             .await?;
-        let next_after_seq = crate::paging::finish_page(&mut rows, limit, |r| r.seq);
+        let mut next_after_seq = crate::paging::finish_page(&mut rows, limit, |r| r.seq);
+        if cut && next_after_seq.is_none() {
+            // Cut short by size: the next page starts after the last row returned.
+            next_after_seq = rows.last().map(|r| r.seq);
+        }
         Ok(AuditPage {
             records: rows
                 .into_iter()
@@ -360,6 +369,8 @@ impl SandboxService {
         Ok(AuditVerification {
             ok: v.is_intact(),
             rows_checked: v.rows_checked,
+            rows_pruned: v.rows_pruned,
+            prune_anchors: v.prune_anchors,
             first_broken: v.first_broken.map(|b| BrokenAuditRow {
                 seq: b.seq,
                 reason: b.reason,

@@ -6,6 +6,9 @@ use std::time::Duration;
 use paddock_store::TenantQuota;
 use paddock_types::{Limits, RootfsSpec};
 
+/// The default of [`ServiceConfig::collect_budget_bytes`].
+pub const DEFAULT_COLLECT_BUDGET: u64 = 256 << 20;
+
 /// The service's configuration.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
@@ -31,6 +34,47 @@ pub struct ServiceConfig {
     /// The egress proxy that gives sandboxes a network; `None`: sandboxes have loopback only and a
     /// request for a network is refused (`unsupported`).
     pub network: Option<crate::NetworkConfig>,
+    /// Bytes of process output all requests answered with one collected JSON document may hold
+    /// together (JSON-encoded); past it, answers are truncated and say so.
+    pub collect_budget_bytes: u64,
+    /// How the egress proxy's events become audit rows, and how long those rows are kept.
+    pub network_audit: NetworkAuditConfig,
+}
+
+/// The network audit: aggregation window, row rates and retention (see `network_audit/`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkAuditConfig {
+    /// Repeats of an event within this of its row fold into one more row with a count.
+    pub window: Duration,
+    /// Rows per second one sandbox may add, sustained.
+    pub sandbox_rows_per_second: f64,
+    /// Rows one sandbox may add at once.
+    pub sandbox_burst: u32,
+    /// Rows per second one tenant's sandboxes may add together, sustained.
+    pub tenant_rows_per_second: f64,
+    /// Rows one tenant's sandboxes may add at once.
+    pub tenant_burst: u32,
+    /// Network rows older than this are removed.
+    pub retention: Duration,
+    /// Each tenant keeps at most this many network rows (its oldest go first).
+    pub max_rows_per_tenant: u64,
+    /// How often retention runs.
+    pub retention_interval: Duration,
+}
+
+impl Default for NetworkAuditConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(10),
+            sandbox_rows_per_second: 10.0,
+            sandbox_burst: 100,
+            tenant_rows_per_second: 50.0,
+            tenant_burst: 500,
+            retention: Duration::from_secs(30 * 24 * 3600),
+            max_rows_per_tenant: 250_000,
+            retention_interval: Duration::from_secs(60),
+        }
+    }
 }
 
 /// A template: a root file system and how many sandboxes of it to keep warm.
@@ -68,6 +112,8 @@ impl Default for ServiceConfig {
             history_retention: Duration::from_secs(7 * 24 * 3600),
             max_import_bytes: 10 << 30,
             network: None,
+            collect_budget_bytes: DEFAULT_COLLECT_BUDGET,
+            network_audit: NetworkAuditConfig::default(),
         }
     }
 }

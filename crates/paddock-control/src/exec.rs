@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 use crate::live::LiveSandbox;
 use crate::service::{rfc3339, AuditEntry};
 use crate::signals::parse_signal;
+use crate::streams::StreamItem;
 use crate::{ExecStream, Principal, SandboxService, ServiceError};
 
 /// Events buffered between a process's monitor and its API stream.
@@ -284,6 +285,7 @@ impl SandboxService {
             pid,
             rx,
             started_sent: false,
+            budget: Some((self.inner.collect_budget.clone(), p.tenant.clone())),
         })
     }
 
@@ -295,7 +297,7 @@ impl SandboxService {
         p: Principal,
         pid: u32,
         mut events: ProcessEvents,
-        mut tx: Option<mpsc::Sender<ExecEvent>>,
+        mut tx: Option<mpsc::Sender<StreamItem>>,
         foreground: bool,
         started: Instant,
         diff_base: Option<paddock_types::SnapshotId>,
@@ -319,7 +321,8 @@ impl SandboxService {
                 Some(ProcessEvent::Output { stream, offset, data }) => {
                     bytes_out += data.len() as u64;
                     if let Some(sender) = &tx {
-                        if sender.send(output_event(stream, offset, &data)).await.is_err() {
+                        let item = StreamItem::Output { stream, offset, data };
+                        if sender.send(item).await.is_err() {
                             tx = None;
                             if foreground {
                                 let _ = sb.client.kill_tree(pid, None).await;
@@ -336,7 +339,7 @@ impl SandboxService {
             Some(status) => {
                 let info = exit_info(status);
                 if let Some(sender) = &tx {
-                    let _ = sender.send(ExecEvent::Exit(info)).await;
+                    let _ = sender.send(StreamItem::Event(ExecEvent::Exit(info))).await;
                 }
                 self.inner.metrics.observe_exec(started.elapsed());
                 (
@@ -356,7 +359,7 @@ impl SandboxService {
             }
             None => {
                 if let Some(sender) = &tx {
-                    let _ = sender.send(sandbox_ended_event()).await;
+                    let _ = sender.send(StreamItem::Event(sandbox_ended_event())).await;
                 }
                 (
                     "lost",
@@ -503,6 +506,7 @@ impl SandboxService {
             pid,
             rx: Some(rx),
             started_sent: false,
+            budget: Some((self.inner.collect_budget.clone(), p.tenant.clone())),
         })
     }
 
@@ -612,17 +616,19 @@ impl SandboxService {
 
 /// Passes one event of a followed process on; false when the stream is over (the process or the
 /// sandbox ended, or the receiver left).
-async fn forward(event: Option<ProcessEvent>, tx: &mpsc::Sender<ExecEvent>) -> bool {
+async fn forward(event: Option<ProcessEvent>, tx: &mpsc::Sender<StreamItem>) -> bool {
     match event {
         Some(ProcessEvent::Output { stream, offset, data }) => {
-            tx.send(output_event(stream, offset, &data)).await.is_ok()
+            tx.send(StreamItem::Output { stream, offset, data }).await.is_ok()
         }
         Some(ProcessEvent::Exited(status)) => {
-            let _ = tx.send(ExecEvent::Exit(exit_info(&status))).await;
+            let _ = tx
+                .send(StreamItem::Event(ExecEvent::Exit(exit_info(&status))))
+                .await;
             false
         }
         None => {
-            let _ = tx.send(sandbox_ended_event()).await;
+            let _ = tx.send(StreamItem::Event(sandbox_ended_event())).await;
             false
         }
     }
@@ -635,7 +641,7 @@ async fn forward_buffered(
     client: &AgentClient,
     pid: u32,
     events: &mut ProcessEvents,
-    tx: &mpsc::Sender<ExecEvent>,
+    tx: &mpsc::Sender<StreamItem>,
 ) {
     let marker = client.list_processes();
     tokio::pin!(marker);

@@ -10,6 +10,7 @@
 //! (`paddock-runtime`).
 
 mod admin;
+mod collect;
 mod config;
 mod error;
 mod exec;
@@ -19,6 +20,7 @@ mod lifecycle;
 mod live;
 mod metrics;
 mod network;
+mod network_audit;
 mod paging;
 mod principal;
 mod quota;
@@ -33,7 +35,8 @@ mod volumes;
 mod watch;
 
 pub use admin::ADMIN_TENANT;
-pub use config::{ServiceConfig, TemplateConfig};
+pub use collect::{CollectedOutput, COLLECT_LIMIT};
+pub use config::{NetworkAuditConfig, ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET};
 pub use error::ServiceError;
 pub use exec::stream_bytes;
 pub use files::WriteFileOptions;

@@ -52,6 +52,99 @@ struct LimitLabel {
     limit: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RowKindLabel {
+    kind: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: String,
+}
+
+/// The counters the egress proxy's audit sink and writer update (clones share the series).
+#[derive(Clone)]
+pub(crate) struct AuditCounters {
+    egress: Family<EgressLabels, Counter>,
+    egress_bytes: Family<DirectionLabel, Counter>,
+    egress_refused: Family<LimitLabel, Counter>,
+    rows: Family<RowKindLabel, Counter>,
+    aggregated: Counter,
+    suppressed: Family<ReasonLabel, Counter>,
+    lost: Counter,
+    pruned: Counter,
+}
+
+impl std::fmt::Debug for AuditCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditCounters").finish_non_exhaustive()
+    }
+}
+
+impl AuditCounters {
+    /// One record from the egress proxy (counted whether or not it gets a row of its own).
+    pub(crate) fn count_egress(&self, kind: &str, allowed: bool, bytes_up: u64, bytes_down: u64) {
+        let decision = if allowed { "allowed" } else { "denied" };
+        self.egress
+            .get_or_create(&EgressLabels {
+                kind: kind.into(),
+                decision: decision.into(),
+            })
+            .inc();
+        for (direction, n) in [("up", bytes_up), ("down", bytes_down)] {
+            if n > 0 {
+                self.egress_bytes
+                    .get_or_create(&DirectionLabel {
+                        direction: direction.into(),
+                    })
+                    .inc_by(n);
+            }
+        }
+    }
+
+    /// Sandbox connections or DNS questions refused at one of the egress proxy's caps.
+    pub(crate) fn count_refused(&self, limit: &str, n: u64) {
+        self.egress_refused
+            .get_or_create(&LimitLabel { limit: limit.into() })
+            .inc_by(n);
+    }
+
+    /// Network audit rows written, by kind (`first`, `aggregate`, `suppressed`).
+    pub(crate) fn rows_written(&self, kind: &str, n: u64) {
+        if n > 0 {
+            self.rows
+                .get_or_create(&RowKindLabel { kind: kind.into() })
+                .inc_by(n);
+        }
+    }
+
+    /// Events folded into another event's row.
+    pub(crate) fn events_aggregated(&self, n: u64) {
+        self.aggregated.inc_by(n);
+    }
+
+    /// Events only counted on a `network.suppressed` row (`reason`: `rate` or `queue`).
+    pub(crate) fn events_suppressed(&self, reason: &str, n: u64) {
+        if n > 0 {
+            self.suppressed
+                .get_or_create(&ReasonLabel {
+                    reason: reason.into(),
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// Events whose rows the database refused.
+    pub(crate) fn events_lost(&self, n: u64) {
+        self.lost.inc_by(n);
+    }
+
+    /// Network audit rows removed by retention.
+    pub(crate) fn rows_pruned(&self, n: u64) {
+        self.pruned.inc_by(n);
+    }
+}
+
 /// Every metric the service exports.
 pub(crate) struct Metrics {
     registry: Registry,
@@ -66,10 +159,8 @@ pub(crate) struct Metrics {
     requests: Family<RequestLabels, Counter>,
     request_seconds: Family<RequestLabels, Histogram>,
     errors: Family<CodeLabel, Counter>,
-    egress: Family<EgressLabels, Counter>,
-    egress_bytes: Family<DirectionLabel, Counter>,
-    egress_refused: Family<LimitLabel, Counter>,
     egress_descriptors: Family<StateLabel, Gauge>,
+    audit: AuditCounters,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -175,6 +266,43 @@ impl Metrics {
             "Descriptors held by sandbox connections through the egress proxy (state=in_use), and its budget (state=budget)",
             egress_descriptors.clone(),
         );
+        let audit = AuditCounters {
+            egress,
+            egress_bytes,
+            egress_refused,
+            rows: Family::default(),
+            aggregated: Counter::default(),
+            suppressed: Family::default(),
+            lost: Counter::default(),
+            pruned: Counter::default(),
+        };
+        registry.register(
+            "audit_network_rows",
+            "Audit rows written for the egress proxy's events (kind=first: an event in full, aggregate: \
+             repeats folded with a count, suppressed: events over a rate cap or dropped, counted)",
+            audit.rows.clone(),
+        );
+        registry.register(
+            "audit_network_events_aggregated",
+            "Egress events folded into an aggregate audit row",
+            audit.aggregated.clone(),
+        );
+        registry.register(
+            "audit_network_events_suppressed",
+            "Egress events only counted on a network.suppressed audit row (reason=rate: over the \
+             sandbox's or tenant's row rate, queue: the audit writer's queue was full)",
+            audit.suppressed.clone(),
+        );
+        registry.register(
+            "audit_network_events_lost",
+            "Egress events whose audit rows the database refused (logged as errors)",
+            audit.lost.clone(),
+        );
+        registry.register(
+            "audit_rows_pruned",
+            "Network audit rows removed by retention (recorded by audit.prune rows)",
+            audit.pruned.clone(),
+        );
         Self {
             registry,
             sandboxes,
@@ -188,17 +316,9 @@ impl Metrics {
             requests,
             request_seconds,
             errors,
-            egress,
-            egress_bytes,
-            egress_refused,
             egress_descriptors,
+            audit,
         }
-    }
-
-    pub(crate) fn count_egress_refused(&self, limit: &str, n: u64) {
-        self.egress_refused
-            .get_or_create(&LimitLabel { limit: limit.into() })
-            .inc_by(n);
     }
 
     pub(crate) fn set_egress_descriptors(&self, in_use: usize, budget: usize) {
@@ -209,23 +329,9 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn count_egress(&self, kind: &str, allowed: bool, bytes_up: u64, bytes_down: u64) {
-        let decision = if allowed { "allowed" } else { "denied" };
-        self.egress
-            .get_or_create(&EgressLabels {
-                kind: kind.into(),
-                decision: decision.into(),
-            })
-            .inc();
-        for (direction, n) in [("up", bytes_up), ("down", bytes_down)] {
-            if n > 0 {
-                self.egress_bytes
-                    .get_or_create(&DirectionLabel {
-                        direction: direction.into(),
-                    })
-                    .inc_by(n);
-            }
-        }
+    /// The counters of the network audit (shared with the egress proxy's sink).
+    pub(crate) fn audit(&self) -> &AuditCounters {
+        &self.audit
     }
 
     pub(crate) fn observe_create(&self, source: &str, elapsed: Duration) {

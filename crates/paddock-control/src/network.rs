@@ -10,11 +10,10 @@
 use std::sync::Arc;
 
 use paddock_egress::{
-    AuditRecord, BoundHeader, Egress, EgressConfig, SandboxCaKey, SandboxListen, Secret, SecretBinding,
-    SecretName,
+    BoundHeader, Egress, EgressConfig, SandboxCaKey, SandboxListen, Secret, SecretBinding, SecretName,
 };
 use paddock_runtime::SandboxHandle;
-use paddock_store::{AuditFilter, NewAuditEntry, SandboxNetworkRecord};
+use paddock_store::{AuditFilter, SandboxNetworkRecord};
 use paddock_types::api::{
     CreateSecretRequest, ErrorCode, NetworkEvent, SandboxNetworkInfo, SecretInfo, SecretList,
     SetNetworkRequest,
@@ -517,102 +516,6 @@ impl SandboxService {
             }
         }
     }
-
-    /// Writes the egress proxy's records to the audit log, in batches, until the service stops.
-    pub(crate) async fn run_network_audit(self, mut rx: tokio::sync::mpsc::UnboundedReceiver<AuditRecord>) {
-        let mut batch = Vec::new();
-        loop {
-            let first = tokio::select! {
-                r = rx.recv() => r,
-                () = self.inner.stop.cancelled() => None,
-            };
-            let Some(first) = first else { break };
-            batch.push(first);
-            while batch.len() < 512 {
-                match rx.try_recv() {
-                    Ok(r) => batch.push(r),
-                    Err(_) => break,
-                }
-            }
-            let rows = batch.drain(..).map(|r| self.network_audit_row(r)).collect();
-            self.write_network_rows(rows).await;
-        }
-        // Whatever is still queued at shutdown is written too.
-        rx.close();
-        let rest: Vec<NewAuditEntry> = std::iter::from_fn(|| rx.try_recv().ok())
-            .map(|r| self.network_audit_row(r))
-            .collect();
-        if !rest.is_empty() {
-            self.write_network_rows(rest).await;
-        }
-    }
-
-    async fn write_network_rows(&self, rows: Vec<NewAuditEntry>) {
-        let written = self
-            .db("write network audit rows", move |s| {
-                let rows = with_tenants(s, rows)?;
-                s.append_audit_batch(&rows).map(|_| ())
-            })
-            .await;
-        if let Err(e) = written {
-            tracing::error!(error = %e.message, "egress audit rows lost");
-        }
-    }
-
-    fn network_audit_row(&self, record: AuditRecord) -> NewAuditEntry {
-        let (action, sandbox, allowed) = match &record {
-            AuditRecord::Connection(c) => {
-                self.inner
-                    .metrics
-                    .count_egress("connection", c.allowed, c.bytes_up, c.bytes_down);
-                ("network.connection", c.sandbox.to_string(), c.allowed)
-            }
-            AuditRecord::Dns(d) => {
-                self.inner.metrics.count_egress("dns", d.allowed, 0, 0);
-                ("network.dns", d.sandbox.to_string(), d.allowed)
-            }
-            // Many refusals at a cap, in one row with their count.
-            AuditRecord::Refused(r) => {
-                self.inner.metrics.count_egress_refused(r.limit.as_str(), r.count);
-                ("network.refused", r.sandbox.to_string(), false)
-            }
-        };
-        let tenant = self.live_sandbox(&sandbox).and_then(|sb| sb.tenant());
-        let mut detail = serde_json::to_value(&record).unwrap_or_default();
-        if let Some(map) = detail.as_object_mut() {
-            map.remove("type");
-            map.remove("sandbox");
-        }
-        NewAuditEntry {
-            ts_ms: now_ms(),
-            tenant,
-            key_id: None,
-            action: action.to_owned(),
-            sandbox_id: Some(sandbox),
-            outcome: if allowed { "allowed" } else { "denied" }.to_owned(),
-            detail,
-        }
-    }
-}
-
-/// Fills in the tenant of rows whose sandbox has already left the live map (the records of
-/// connections cut when it ended arrive after it did), from its store record.
-fn with_tenants(
-    store: &paddock_store::Store,
-    mut rows: Vec<NewAuditEntry>,
-) -> Result<Vec<NewAuditEntry>, paddock_store::StoreError> {
-    let mut known: std::collections::HashMap<String, Option<String>> = std::collections::HashMap::new();
-    for row in rows.iter_mut().filter(|r| r.tenant.is_none()) {
-        let Some(id) = row.sandbox_id.clone() else {
-            continue;
-        };
-        if !known.contains_key(&id) {
-            let tenant = store.get_sandbox(&id)?.and_then(|r| r.tenant);
-            known.insert(id.clone(), tenant);
-        }
-        row.tenant = known[&id].clone();
-    }
-    Ok(rows)
 }
 
 /// Recorded secret names (checked when recorded).

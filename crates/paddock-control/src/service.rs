@@ -36,6 +36,8 @@ pub(crate) struct Inner {
     /// Networked sandboxes being served on the egress proxy, by id.
     pub(crate) served: Mutex<HashMap<String, crate::network::Served>>,
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Output held by requests answered with one collected JSON document, all together.
+    pub(crate) collect_budget: crate::collect::OutputBudget,
 }
 
 impl SandboxService {
@@ -57,15 +59,17 @@ impl SandboxService {
             e.field = e.field.map(|f| format!("default_{f}"));
             e
         })?;
+        let metrics = Metrics::new();
         let (egress, egress_audit) = match &config.network {
             Some(network) => {
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-                let egress = paddock_egress::Egress::new(network.egress.clone(), Arc::new(tx))
+                let (sink, rx) = crate::network_audit::NetworkAuditSink::new(metrics.audit().clone());
+                let egress = paddock_egress::Egress::new(network.egress.clone(), sink.clone())
                     .map_err(|e| ServiceError::invalid("egress", e.to_string()))?;
-                (Some(Arc::new(egress)), Some(rx))
+                (Some(Arc::new(egress)), Some((rx, sink)))
             }
             None => (None, None),
         };
+        let collect_budget = crate::collect::OutputBudget::new(config.collect_budget_bytes);
         let service = Self {
             inner: Arc::new(Inner {
                 egress,
@@ -74,16 +78,19 @@ impl SandboxService {
                 backend: Arc::new(backend),
                 store: Arc::new(store),
                 live: Mutex::new(HashMap::new()),
-                metrics: Metrics::new(),
+                metrics,
                 pool_wakeup: Notify::new(),
                 stop: CancellationToken::new(),
                 tasks: Mutex::new(Vec::new()),
+                collect_budget,
             }),
         };
         let mut tasks = Vec::new();
-        if let Some(rx) = egress_audit {
-            tasks.push(tokio::spawn(service.clone().run_network_audit(rx)));
+        if let Some((rx, sink)) = egress_audit {
+            tasks.push(tokio::spawn(service.clone().run_network_audit(rx, sink)));
         }
+        // Retention also runs without an egress proxy: a server that had one may have left rows.
+        tasks.push(tokio::spawn(service.clone().run_audit_retention()));
         service.recover().await?;
         tasks.push(tokio::spawn(service.clone().run_reaper()));
         for (name, template) in &service.inner.config.templates {

@@ -4,19 +4,36 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use paddock_types::api::{ExecEvent, ExecResult, WatchEvent};
+use paddock_types::api::{ExecEvent, WatchEvent};
 use tokio::sync::mpsc;
+
+use crate::collect::{CollectedOutput, JsonText, OutputBudget, COLLECT_LIMIT};
 
 /// A stream of bytes (file contents, tar archives, request bodies).
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
+
+/// What a process's monitor hands its stream: output as the agent sent it (turned into an
+/// [`ExecEvent`] only by a reader that needs one, so a collected answer never pays for text or
+/// base64 it does not keep), or an event.
+#[derive(Debug)]
+pub(crate) enum StreamItem {
+    Output {
+        stream: paddock_protocol::Stream,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    Event(ExecEvent),
+}
 
 /// The events of one process, in order: `Started`, output, then `Exit` (or `Error`). Dropping the
 /// stream of a foreground process before its exit kills the process tree.
 #[derive(Debug)]
 pub struct ExecStream {
     pub(crate) pid: u32,
-    pub(crate) rx: Option<mpsc::Receiver<ExecEvent>>,
+    pub(crate) rx: Option<mpsc::Receiver<StreamItem>>,
     pub(crate) started_sent: bool,
+    /// The server's budget for collected output and the tenant it is charged to.
+    pub(crate) budget: Option<(OutputBudget, String)>,
 }
 
 impl ExecStream {
@@ -36,43 +53,43 @@ impl ExecStream {
             self.started_sent = true;
             return Some(ExecEvent::Started { pid: self.pid });
         }
-        self.rx.as_mut()?.recv().await
+        Some(match self.rx.as_mut()?.recv().await? {
+            StreamItem::Output { stream, offset, data } => crate::exec::output_event(stream, offset, &data),
+            StreamItem::Event(e) => e,
+        })
     }
 
-    /// Waits for the end and collects the output (each stream capped at `max_bytes`; the rest is
-    /// dropped).
-    pub async fn collect(mut self, max_bytes: usize) -> ExecResult {
+    /// Waits for the end and collects the output as JSON text: each stream at most
+    /// [`COLLECT_LIMIT`](crate::COLLECT_LIMIT) bytes once encoded, and all collecting requests
+    /// together within the server's budget; what does not fit is dropped and flagged.
+    pub async fn collect(mut self) -> CollectedOutput {
         let pid = self.pid;
-        if self.is_background() {
-            return ExecResult {
-                pid,
-                stdout: None,
-                stderr: None,
-                exit: None,
-            };
-        }
-        let mut stdout = Vec::new();
-        let mut stderr = Vec::new();
+        let (Some((budget, tenant)), false) = (self.budget.clone(), self.is_background()) else {
+            return CollectedOutput::background(pid);
+        };
+        let mut held = budget.claim(&tenant);
+        let (mut stdout, mut stderr) = (JsonText::default(), JsonText::default());
         let mut exit = None;
-        while let Some(event) = self.recv().await {
-            let (buf, data) = match &event {
-                ExecEvent::Stdout(d) | ExecEvent::Pty(d) => (&mut stdout, d),
-                ExecEvent::Stderr(d) => (&mut stderr, d),
-                ExecEvent::Exit(info) => {
-                    exit = Some(*info);
-                    continue;
+        let Some(rx) = self.rx.as_mut() else {
+            return CollectedOutput::background(pid);
+        };
+        while let Some(item) = rx.recv().await {
+            match item {
+                StreamItem::Output { stream, data, .. } => {
+                    let text = match stream {
+                        paddock_protocol::Stream::Stdout | paddock_protocol::Stream::Pty => &mut stdout,
+                        paddock_protocol::Stream::Stderr => &mut stderr,
+                    };
+                    // Past the cut, output is only drained (the process runs to its end).
+                    text.push(&data, COLLECT_LIMIT, &mut held);
                 }
-                ExecEvent::Started { .. } | ExecEvent::Error { .. } => continue,
-            };
-            let bytes = crate::exec::stream_bytes(data);
-            append_capped(buf, &bytes, max_bytes);
+                StreamItem::Event(ExecEvent::Exit(info)) => exit = Some(info),
+                StreamItem::Event(_) => {}
+            }
         }
-        ExecResult {
-            pid,
-            stdout: Some(String::from_utf8_lossy(&stdout).into_owned()),
-            stderr: Some(String::from_utf8_lossy(&stderr).into_owned()),
-            exit,
-        }
+        stdout.finish(COLLECT_LIMIT, &mut held);
+        stderr.finish(COLLECT_LIMIT, &mut held);
+        CollectedOutput::new(pid, stdout, stderr, exit, held)
     }
 }
 

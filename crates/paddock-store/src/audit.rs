@@ -76,6 +76,18 @@ impl Store {
 
     /// One page of the audit rows matching `filter`, in seq order (or newest first).
     pub fn query_audit(&self, filter: &AuditFilter) -> Result<Vec<AuditRecord>, StoreError> {
+        self.query_audit_within(filter, usize::MAX).map(|(rows, _)| rows)
+    }
+
+    /// [`Store::query_audit`] that also stops once the rows read hold `max_detail_bytes` of detail
+    /// text (at least one row is returned, whatever its size), so that a page of rows with large
+    /// details never makes the caller hold more than about that much. The flag says it stopped there
+    /// (more rows may match).
+    pub fn query_audit_within(
+        &self,
+        filter: &AuditFilter,
+        max_detail_bytes: usize,
+    ) -> Result<(Vec<AuditRecord>, bool), StoreError> {
         let mut conditions = Vec::new();
         let mut params: Vec<Value> = Vec::new();
         if let Some(tenant) = &filter.tenant {
@@ -127,8 +139,17 @@ impl Store {
         let rows = stmt
             .query_map(params_from_iter(params), AuditRow::read)
             .map_err(StoreError::read("audit rows"))?;
-        rows.map(|row| row.map_err(StoreError::read("audit rows"))?.into_record())
-            .collect()
+        let mut records = Vec::new();
+        let mut bytes = 0usize;
+        for row in rows {
+            if !records.is_empty() && bytes >= max_detail_bytes {
+                return Ok((records, true));
+            }
+            let row = row.map_err(StoreError::read("audit rows"))?;
+            bytes = bytes.saturating_add(row.detail_json.len());
+            records.push(row.into_record()?);
+        }
+        Ok((records, false))
     }
 }
 
@@ -142,7 +163,7 @@ impl StoreTx<'_> {
 
 /// Appends `entry` after the current last row. Must run inside a write (IMMEDIATE) transaction, so that
 /// no other writer can append between reading the last hash and inserting.
-fn append_audit(conn: &Connection, entry: &NewAuditEntry) -> Result<AuditRecord, StoreError> {
+pub(crate) fn append_audit(conn: &Connection, entry: &NewAuditEntry) -> Result<AuditRecord, StoreError> {
     let last: Option<(i64, String)> = conn
         .query_row(
             "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",

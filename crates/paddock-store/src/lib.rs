@@ -14,7 +14,10 @@
 //! - API key secrets are never stored, only their SHA-256, compared in constant time;
 //! - audit rows are only ever appended (SQL triggers refuse UPDATE and DELETE), each carrying the hash of
 //!   its predecessor, and [`Store::verify_audit`] finds the first altered, inserted or removed row (all
-//!   but the removal of the newest rows, which only a copy of the latest hash kept elsewhere can show);
+//!   but the removal of the newest rows, which only a copy of the latest hash kept elsewhere can show).
+//!   The one exception is retention of the egress proxy's `network.*` rows
+//!   ([`Store::prune_network_audit`]): removed runs are recorded, with the hashes that bridge them, by an
+//!   `audit.prune` row in the chain, and verification crosses them only through that record;
 //! - [`Store::transaction`] writes a state change and its audit row atomically.
 //!
 //! What it does not do: no HTTP, no sandbox lifecycle (it records states, it does not start or stop
@@ -23,6 +26,7 @@
 
 mod audit;
 mod audit_hash;
+mod audit_prune;
 mod error;
 mod keys;
 mod list;
@@ -39,6 +43,7 @@ mod volumes;
 
 pub use audit::{AuditFilter, AuditRecord, NewAuditEntry};
 pub use audit_hash::{audit_hash, AuditFields, GENESIS_HASH};
+pub use audit_prune::{pruned_ranges_digest, NetworkRetention, PruneReport, PrunedRange, PRUNE_ACTION};
 pub use error::{DbError, StoreError};
 pub use keys::ApiKeyRecord;
 pub use list::SandboxFilter;

@@ -83,6 +83,8 @@ pub fn verify(db: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
     let verification = AuditVerification {
         ok: result.is_intact(),
         rows_checked: result.rows_checked,
+        rows_pruned: result.rows_pruned,
+        prune_anchors: result.prune_anchors,
         first_broken: result.first_broken.map(|b| BrokenAuditRow {
             seq: b.seq,
             reason: b.reason,
@@ -92,7 +94,14 @@ pub fn verify(db: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
         print_json(&verification)?;
     } else {
         match &verification.first_broken {
-            None => println!("audit log intact: {} rows", verification.rows_checked),
+            None if verification.rows_pruned == 0 => {
+                println!("audit log intact: {} rows", verification.rows_checked)
+            }
+            None => println!(
+                "audit log intact: {} rows; {} network rows removed by retention were crossed through \
+                 the hashes recorded by {} audit.prune rows",
+                verification.rows_checked, verification.rows_pruned, verification.prune_anchors
+            ),
             Some(b) => println!("audit log BROKEN at row {}: {}", b.seq, b.reason),
         }
     }

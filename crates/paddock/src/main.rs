@@ -12,6 +12,7 @@ mod keys;
 mod run;
 mod serve;
 mod serve_config;
+mod serve_http;
 mod tty;
 
 use std::collections::BTreeMap;

@@ -16,7 +16,10 @@ use paddock_runtime::AnyBackend;
 use paddock_store::Store;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::serve_config::ServeConfig;
+use crate::serve_config::{HttpSettings, ServeConfig, API_FD_OVERHEAD};
+
+/// Below this many descriptors beyond the API's reserve, the server warns at start.
+const MIN_SANDBOX_FDS: u64 = 1024;
 
 /// How long open streams (exec output, WebSockets) get to finish after a shutdown signal.
 const STREAM_GRACE: Duration = Duration::from_secs(5);
@@ -30,7 +33,7 @@ pub fn serve(config: &ServeConfig) -> anyhow::Result<ExitCode> {
         );
     }
     let _lock = lock_state_dir(&config.state_dir)?;
-    raise_fd_limit();
+    raise_fd_limit(&config.http);
     let store = Store::open(&config.database_path())
         .with_context(|| format!("failed to open the database {}", config.database_path().display()))?;
     let backend = config.runtime_config().open_backend(false)?;
@@ -89,29 +92,21 @@ async fn serve_http(
         .local_addr()
         .context("failed to read the bound address")?;
     let app = paddock_api::router(service.clone());
-    // Streams are written as many small chunks (one per exec event); without TCP_NODELAY, Nagle
-    // holds each one back until the previous is acknowledged, and delayed ACKs make that 40 ms.
-    let listener = {
-        use axum::serve::ListenerExt as _;
-        listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "TCP_NODELAY not set");
-            }
-        })
-    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async {
-        let _ = stop_rx.await;
+    let http = config.http.clone();
+    let mut server = tokio::spawn(async move {
+        crate::serve_http::serve_api(listener, app, &http, async {
+            let _ = stop_rx.await;
+        })
+        .await;
     });
-    let mut server = tokio::spawn(async move { server.await });
     eprintln!("paddock: listening on http://{addr}");
     tracing::info!(%addr, "listening");
     let signal_name = tokio::select! {
         result = &mut server => {
-            // The listener failed on its own.
+            // The accept loop only ends on shutdown; a panic is the only other way out.
             return match result {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(e)) => Err(anyhow::Error::new(e).context("the HTTP server failed")),
+                Ok(()) => Ok(()),
                 Err(e) => Err(anyhow::Error::new(e).context("the HTTP server task failed")),
             };
         }
@@ -121,8 +116,7 @@ async fn serve_http(
     tracing::info!(signal = signal_name, "shutting down: no new connections");
     let _ = stop_tx.send(());
     match tokio::time::timeout(STREAM_GRACE, &mut server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the HTTP server failed while shutting down"),
+        Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!(error = %e, "the HTTP server task failed while shutting down"),
         Err(_) => {
             tracing::warn!(
@@ -190,20 +184,54 @@ fn lock_state_dir(state: &Path) -> anyhow::Result<File> {
     Ok(file)
 }
 
-/// Raises the soft limit on open files to the hard limit: every live sandbox holds a few descriptors
-/// (its agent connection, its lock, pidfds), and a server may run a thousand of them.
-fn raise_fd_limit() {
+/// Raises the soft limit on open files to the hard limit, and says so: every live sandbox holds a few
+/// descriptors (its agent connection, its lock, pidfds), the egress proxy one or two per connection,
+/// and the API one per connection. The API's reserve is `[http] max_connections` plus
+/// [`API_FD_OVERHEAD`]; sandboxes and the egress proxy are budgeted against what is left
+/// (ARCHITECTURE.md, "Descriptor budget"), and a limit that leaves them little is warned about.
+fn raise_fd_limit(http: &HttpSettings) {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let limit = getrlimit(Resource::Nofile);
-    if limit.current == limit.maximum {
-        return;
+    let mut current = limit.current;
+    if limit.current != limit.maximum {
+        let raised = rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => {
+                current = limit.maximum;
+                tracing::info!(
+                    from = limit
+                        .current
+                        .map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
+                    to = limit
+                        .maximum
+                        .map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
+                    "raised the open-file limit (RLIMIT_NOFILE) to its hard limit"
+                );
+            }
+            Err(e) => tracing::warn!(error = %e, "failed to raise the open-file limit"),
+        }
     }
-    let raised = rustix::process::Rlimit {
-        current: limit.maximum,
-        maximum: limit.maximum,
-    };
-    if let Err(e) = setrlimit(Resource::Nofile, raised) {
-        tracing::warn!(error = %e, "failed to raise the open-file limit");
+    let reserve = http.api_fd_reserve();
+    let Some(n) = current else { return };
+    let rest = n.saturating_sub(reserve);
+    if rest < MIN_SANDBOX_FDS {
+        tracing::warn!(
+            limit = n,
+            api_reserve = reserve,
+            "the open-file limit leaves fewer than {MIN_SANDBOX_FDS} descriptors beyond the API's reserve \
+             ([http] max_connections + {API_FD_OVERHEAD}) for sandboxes and the egress proxy: raise the \
+             hard limit (LimitNOFILE=) or lower max_connections"
+        );
+    } else {
+        tracing::info!(
+            limit = n,
+            api_reserve = reserve,
+            sandboxes_and_egress = rest,
+            "open-file budget"
+        );
     }
 }
 

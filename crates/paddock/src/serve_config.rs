@@ -52,6 +52,20 @@
 //! proxy_connections = 256
 //! dns_tcp_connections = 16
 //! conntrack_max = 4096
+//!
+//! # The API listener (file only): timeouts and connection caps (see `serve_config/http.rs`).
+//! [http]
+//! header_read_timeout = "10s"
+//! idle_timeout = "60s"
+//! max_connections = 1024
+//! max_connections_per_client = 256
+//!
+//! # The egress proxy's audit rows (file only): aggregation, rates, retention (see `serve_config/audit.rs`).
+//! [audit]
+//! network_window = "10s"
+//! network_rows_per_second = 10.0
+//! network_retention = "30days"
+//! network_max_rows_per_tenant = 250000
 //! ```
 
 use std::collections::BTreeMap;
@@ -68,6 +82,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::cli::{GlobalArgs, ServeArgs};
 use crate::config::{Config, DEFAULT_CGROUP_PARENT, DEFAULT_POOL_SIZE, DEFAULT_STATE_DIR};
+
+mod audit;
+mod http;
+
+pub use audit::AuditSettings;
+pub use http::{HttpSettings, API_FD_OVERHEAD};
 
 /// The largest snapshot archive an import accepts when the configuration names none.
 const DEFAULT_MAX_IMPORT: ByteSize = ByteSize::bytes(10 << 30);
@@ -128,6 +148,10 @@ pub struct ServeConfig {
     pub templates: BTreeMap<String, Template>,
     /// Sandbox networks.
     pub egress: EgressSettings,
+    /// The API listener's timeouts and connection caps.
+    pub http: HttpSettings,
+    /// The egress proxy's audit rows: aggregation, rates, retention.
+    pub audit: AuditSettings,
 }
 
 /// The `[egress]` section: whether sandboxes may have a network, and the operator's part of every
@@ -250,6 +274,8 @@ impl ServeConfig {
             history_retention: Some(Human(self.history_retention)),
             max_import: Some(Size(self.max_import)),
             egress: Some(self.egress.clone()),
+            http: Some(self.http.clone()),
+            audit: Some(self.audit.clone()),
             default_limits: LimitsLayer::from(&self.default_limits),
             max_limits: LimitsLayer::from(&self.max_limits),
             quotas: Some(QuotasLayer::from(&self.quotas)),
@@ -291,6 +317,8 @@ impl ServeConfig {
             history_retention: self.history_retention,
             max_import_bytes: self.max_import.as_u64(),
             network: None,
+            collect_budget_bytes: self.http.collected_output_budget.as_u64(),
+            network_audit: self.audit.network_audit(),
         }
     }
 
@@ -444,6 +472,10 @@ struct Layer {
     max_import: Option<Size>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     egress: Option<EgressSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    http: Option<HttpSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    audit: Option<AuditSettings>,
     #[serde(default)]
     default_limits: LimitsLayer,
     #[serde(default)]
@@ -625,6 +657,8 @@ impl Layer {
             history_retention: top.history_retention.or(self.history_retention),
             max_import: top.max_import.or(self.max_import),
             egress: top.egress.or(self.egress),
+            http: top.http.or(self.http),
+            audit: top.audit.or(self.audit),
             default_limits: self.default_limits.overlay(top.default_limits),
             max_limits: self.max_limits.overlay(top.max_limits),
             quotas: match (self.quotas, top.quotas) {
@@ -686,6 +720,10 @@ impl Layer {
         }
         let egress = self.egress.unwrap_or_default();
         egress.limits.validate()?;
+        let http = self.http.unwrap_or_default();
+        http.validate()?;
+        let audit = self.audit.unwrap_or_default();
+        audit.validate()?;
         templates.entry(DEFAULT_TEMPLATE.to_owned()).or_insert(Template {
             rootfs: RootfsSpec::Host,
             warm_pool: 0,
@@ -710,6 +748,8 @@ impl Layer {
             max_import: self.max_import.map_or(DEFAULT_MAX_IMPORT, |s| s.0),
             templates,
             egress,
+            http,
+            audit,
         })
     }
 }
@@ -859,6 +899,8 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         max_import: args.max_import.map(Size),
         egress: None,
         quotas: None,
+        http: None,
+        audit: None,
         default_limits: LimitsLayer {
             memory: args.default_memory.map(Size),
             cpus: args.default_cpus,

@@ -19,8 +19,9 @@ use crate::negotiate::{negotiate, StreamFormat};
 use crate::stream::event_stream_response;
 use crate::{ApiError, ApiJson, ApiPath, ApiQuery, Auth, OptionalJson};
 
-/// Output kept per stream (stdout, stderr) when a foreground exec is answered as one JSON document.
-pub const COLLECT_LIMIT: usize = 16 * 1024 * 1024;
+/// Output kept per stream (stdout, stderr) when a foreground exec is answered as one JSON document,
+/// counted as JSON-encoded text.
+pub use paddock_control::COLLECT_LIMIT;
 
 /// Stdin is passed on in pieces of about this size, so a large upload is never held whole.
 const STDIN_CHUNK: usize = 64 * 1024;
@@ -41,18 +42,45 @@ async fn answer_events(headers: &HeaderMap, stream: ExecStream) -> Response {
         headers,
         &[StreamFormat::Ndjson, StreamFormat::Sse, StreamFormat::Json],
     ) {
-        StreamFormat::Json => Json(stream.collect(COLLECT_LIMIT).await).into_response(),
+        StreamFormat::Json => collected_response(stream.collect().await),
         format => event_stream_response(stream, format),
     }
+}
+
+/// One JSON document written around the collected buffers (no copy of them); the budget they hold
+/// is given back once the body is sent or dropped.
+fn collected_response(collected: paddock_control::CollectedOutput) -> Response {
+    let (pieces, held) = collected.into_json();
+    let length: usize = pieces.iter().map(bytes::Bytes::len).sum();
+    let body = futures_util::stream::iter(pieces).map(move |piece| {
+        let _ = &held;
+        Ok::<_, std::convert::Infallible>(piece)
+    });
+    (
+        StatusCode::OK,
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static("application/json"),
+            ),
+            (
+                axum::http::header::CONTENT_LENGTH,
+                axum::http::HeaderValue::from(length),
+            ),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// Runs a process.
 ///
 /// In the foreground the response streams its events, each as soon as it happens: NDJSON (one
 /// `ExecEvent` per line) by default, Server-Sent Events for `Accept: text/event-stream`; or, for
-/// `Accept: application/json`, waits for the end and returns the collected output (at most 16 MiB per
-/// stream). Closing the connection kills a foreground process. With `background: true` the answer is
-/// `202 {"pid": N}` at once.
+/// `Accept: application/json`, waits for the end and returns the collected output (at most 16 MiB of
+/// JSON-encoded text per stream, less when the server's budget for collected output is in use;
+/// `stdout_truncated`/`stderr_truncated` say when output was cut). Closing the connection kills a
+/// foreground process. With `background: true` the answer is `202 {"pid": N}` at once.
 #[utoipa::path(
     post,
     path = "/v1/sandboxes/{id}/exec",
@@ -82,7 +110,9 @@ pub(crate) async fn exec(
         let started = ExecResult {
             pid: stream.pid(),
             stdout: None,
+            stdout_truncated: false,
             stderr: None,
+            stderr_truncated: false,
             exit: None,
         };
         return Ok((StatusCode::ACCEPTED, Json(started)).into_response());

@@ -6,6 +6,12 @@ CREATE INDEX api_keys_tenant ON api_keys(tenant);
 -- index audit_action
 CREATE INDEX audit_action ON audit(action, seq);
 
+-- index audit_action_ts
+CREATE INDEX audit_action_ts ON audit(action, ts_ms);
+
+-- index audit_pruned_anchor
+CREATE INDEX audit_pruned_anchor ON audit_pruned(anchor_seq, first_seq);
+
 -- index audit_sandbox
 CREATE INDEX audit_sandbox ON audit(sandbox_id, seq);
 
@@ -61,6 +67,18 @@ CREATE TABLE audit (
     detail_json TEXT NOT NULL CHECK (json_valid(detail_json)),
     prev_hash   TEXT NOT NULL,
     hash        TEXT NOT NULL
+) STRICT;
+
+-- table audit_pruned
+CREATE TABLE audit_pruned (
+    first_seq  INTEGER PRIMARY KEY,
+    last_seq   INTEGER NOT NULL CHECK (last_seq >= first_seq),
+    -- The `prev_hash` of row `first_seq`: the hash of the row before the range.
+    prev_hash  TEXT NOT NULL,
+    -- The `hash` of row `last_seq`: the `prev_hash` of the row after the range.
+    last_hash  TEXT NOT NULL,
+    -- The `audit.prune` row that recorded the range (always later than the range).
+    anchor_seq INTEGER NOT NULL
 ) STRICT;
 
 -- table sandbox_networks
@@ -168,6 +186,13 @@ END;
 
 -- trigger audit_no_delete
 CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+WHEN NOT (
+    OLD.action >= 'network.' AND OLD.action < 'network/'
+    AND COALESCE(
+        (SELECT last_seq FROM audit_pruned WHERE first_seq <= OLD.seq ORDER BY first_seq DESC LIMIT 1),
+        0
+    ) >= OLD.seq
+)
 BEGIN
     SELECT RAISE(ABORT, 'audit log is append-only');
 END;
@@ -176,4 +201,24 @@ END;
 CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
 BEGIN
     SELECT RAISE(ABORT, 'audit log is append-only');
+END;
+
+-- trigger audit_pruned_anchored
+CREATE TRIGGER audit_pruned_anchored BEFORE INSERT ON audit_pruned
+WHEN NEW.last_seq >= NEW.anchor_seq
+  OR NOT EXISTS (SELECT 1 FROM audit WHERE seq = NEW.anchor_seq AND action = 'audit.prune')
+BEGIN
+    SELECT RAISE(ABORT, 'a pruned audit range must be recorded by a later audit.prune row');
+END;
+
+-- trigger audit_pruned_no_delete
+CREATE TRIGGER audit_pruned_no_delete BEFORE DELETE ON audit_pruned
+BEGIN
+    SELECT RAISE(ABORT, 'pruned audit ranges are append-only');
+END;
+
+-- trigger audit_pruned_no_update
+CREATE TRIGGER audit_pruned_no_update BEFORE UPDATE ON audit_pruned
+BEGIN
+    SELECT RAISE(ABORT, 'pruned audit ranges are append-only');
 END;

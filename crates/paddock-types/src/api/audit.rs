@@ -26,7 +26,8 @@ pub struct AuditQuery {
     /// Only rows after this sequence number (for paging).
     #[serde(default)]
     pub after_seq: Option<u64>,
-    /// Page size (1-1000, default 100).
+    /// Most rows in a page (1-1000, default 100). A page whose rows carry large details holds
+    /// fewer (about 8 MiB of details at most); `next_after_seq` then says where the next one starts.
     #[serde(default)]
     pub limit: Option<u32>,
 }
@@ -35,7 +36,8 @@ pub struct AuditQuery {
 /// that any edit or deletion breaks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AuditRecord {
-    /// Sequence number (gapless).
+    /// Sequence number (gapless, but for network rows removed by retention: `GET /v1/audit/verify`
+    /// accounts for them).
     pub seq: u64,
     /// Time (RFC 3339).
     pub time: String,
@@ -77,6 +79,13 @@ pub struct AuditVerification {
     pub ok: bool,
     /// Rows checked.
     pub rows_checked: u64,
+    /// Network rows (`network.*`) that retention removed: the chain was followed across them through
+    /// the hashes recorded by `audit.prune` rows, whose own rows are checked like any other.
+    #[serde(default)]
+    pub rows_pruned: u64,
+    /// The `audit.prune` rows whose records were used to cross removed rows.
+    #[serde(default)]
+    pub prune_anchors: u64,
     /// The first broken row, if any.
     #[serde(default)]
     pub first_broken: Option<BrokenAuditRow>,

@@ -125,9 +125,18 @@ pub struct ExecResult {
     /// Standard output (lossy UTF-8), foreground only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdout: Option<String>,
+    /// Present (and true) when `stdout` was cut: a collected answer holds at most 16 MiB of
+    /// JSON-encoded text per stream (a control character counts 6 bytes, as `\u0000`), less when
+    /// other requests hold the server's budget for collected output. The process ran to its end
+    /// regardless; stream the output (NDJSON or SSE) to get all of it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub stdout_truncated: bool,
     /// Standard error (lossy UTF-8), foreground only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr: Option<String>,
+    /// Present (and true) when `stderr` was cut (see `stdout_truncated`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub stderr_truncated: bool,
     /// How it ended, foreground only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit: Option<ExitInfo>,
@@ -203,4 +212,9 @@ pub struct KillRequest {
     #[serde(default)]
     #[schema(value_type = Option<String>, example = "KILL")]
     pub signal: Option<serde_json::Value>,
+}
+
+/// For `skip_serializing_if`: a flag that is off is left out.
+fn is_false(b: &bool) -> bool {
+    !*b
 }

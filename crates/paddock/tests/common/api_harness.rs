@@ -42,6 +42,8 @@ pub struct Options {
     pub max_import_bytes: u64,
     /// The egress proxy (sandbox networks); none by default.
     pub network: Option<paddock_control::NetworkConfig>,
+    /// The egress proxy's audit rows: aggregation, rates, retention.
+    pub network_audit: paddock_control::NetworkAuditConfig,
 }
 
 impl Default for Options {
@@ -58,6 +60,7 @@ impl Default for Options {
             reaper_interval: Duration::from_millis(250),
             max_import_bytes: ServiceConfig::default().max_import_bytes,
             network: None,
+            network_audit: paddock_control::NetworkAuditConfig::default(),
         }
     }
 }
@@ -66,7 +69,8 @@ impl Default for Options {
 pub struct Harness {
     env: Option<TestEnv>,
     rt: Option<tokio::runtime::Runtime>,
-    service: Option<SandboxService>,
+    /// The service itself, for what has no API (running retention now); set until drop.
+    pub service: Option<SandboxService>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<()>>,
     warm_pool: u32,
@@ -146,6 +150,7 @@ impl Harness {
             reaper_interval: options.reaper_interval,
             max_import_bytes: options.max_import_bytes,
             network: options.network,
+            network_audit: options.network_audit,
             ..ServiceConfig::default()
         };
         let service = rt.block_on(async {

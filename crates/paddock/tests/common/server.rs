@@ -49,9 +49,27 @@ impl Server {
         Self::spawn(env, args, log, false)
     }
 
+    /// Starts a server on a fresh environment under `wrapper` (a command that runs the rest of its
+    /// command line, such as `prlimit --nofile=N:N --`).
+    pub fn start_wrapped(env: &TestEnv, wrapper: &[&str], args: &[&str], log: &str) -> Server {
+        Self::spawn_with(env, wrapper, args, log, true)
+    }
+
     fn spawn(env: &TestEnv, args: &[&str], log: &str, first_start: bool) -> Server {
-        let mut child = env
-            .cmd()
+        Self::spawn_with(env, &[], args, log, first_start)
+    }
+
+    fn spawn_with(env: &TestEnv, wrapper: &[&str], args: &[&str], log: &str, first_start: bool) -> Server {
+        let mut cmd = env.cmd();
+        if let Some((program, rest)) = wrapper.split_first() {
+            let paddock = env.cmd();
+            cmd = std::process::Command::new(program);
+            cmd.env_clear()
+                .envs(paddock.get_envs().filter_map(|(k, v)| Some((k, v?))))
+                .args(rest)
+                .arg(paddock.get_program());
+        }
+        let mut child = cmd
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(args)
             .env("PADDOCK_LOG", log)
