@@ -124,12 +124,28 @@ fn metric(text: &str, series: &str) -> Option<f64> {
     })
 }
 
-/// The events the sandbox's network rows account for.
+/// The DNS questions the sandbox's network rows account for: `count` of its `network.dns` rows and
+/// the DNS entries of its `network.suppressed` rows. (Questions the proxy refused at its in-flight cap
+/// never reached its resolver: they are counted on `network.refused` rows, not here.)
 fn accounted(rows: &[Value]) -> u64 {
+    let dns_entries = |counts: &Value| -> u64 {
+        counts
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| k.starts_with("dns."))
+                    .filter_map(|(_, n)| n.as_u64())
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
     rows.iter()
         .map(|r| match r["action"].as_str() {
-            Some("network.suppressed") => r["detail"]["events"].as_u64().expect("events"),
-            _ => r["detail"]["count"].as_u64().expect("count"),
+            Some("network.suppressed") => {
+                dns_entries(&r["detail"]["rate_limited"]) + dns_entries(&r["detail"]["queue_full"])
+            }
+            Some("network.dns") => r["detail"]["count"].as_u64().expect("count"),
+            _ => 0,
         })
         .sum()
 }

@@ -190,6 +190,8 @@ impl SandboxService {
                     "port": c.port,
                     "rule": c.rule,
                     "secrets": c.secrets_injected,
+                    "requests_refused": c.requests_refused,
+                    "cut": c.cut,
                 }),
             ),
             AuditRecord::Dns(d) => (
