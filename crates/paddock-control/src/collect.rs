@@ -215,6 +215,21 @@ impl JsonText {
     /// Appends `s` escaped; false (and truncated) once something did not fit.
     fn write_str(&mut self, s: &str, cap: usize, held: &mut Held) -> bool {
         let bytes = s.as_bytes();
+        // Most often all of it fits: one look at the room, then a tight loop.
+        let need = bytes.iter().map(|&b| escape_of(b).len().max(1)).sum::<usize>();
+        if self.room(need, cap, held) == need {
+            let mut start = 0;
+            for (i, &b) in bytes.iter().enumerate() {
+                let escape = escape_of(b);
+                if !escape.is_empty() {
+                    self.json.extend_from_slice(&bytes[start..i]);
+                    self.json.extend_from_slice(escape);
+                    start = i + 1;
+                }
+            }
+            self.json.extend_from_slice(&bytes[start..]);
+            return true;
+        }
         let mut start = 0;
         for (i, &b) in bytes.iter().enumerate() {
             let escape = escape_of(b);

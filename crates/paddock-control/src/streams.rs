@@ -73,9 +73,18 @@ impl ExecStream {
         let Some(rx) = self.rx.as_mut() else {
             return CollectedOutput::background(pid);
         };
+        // Bytes escaped since this task last let others run: escaping is CPU work that tokio's
+        // budget does not see, and a process writing as fast as it can would otherwise keep a
+        // worker thread to itself for a whole budget of chunks (tens of milliseconds).
+        let mut since_yield = 0usize;
         while let Some(item) = rx.recv().await {
             match item {
                 StreamItem::Output { stream, data, .. } => {
+                    since_yield += data.len();
+                    if since_yield >= YIELD_EVERY {
+                        since_yield = 0;
+                        tokio::task::yield_now().await;
+                    }
                     let text = match stream {
                         paddock_protocol::Stream::Stdout | paddock_protocol::Stream::Pty => &mut stdout,
                         paddock_protocol::Stream::Stderr => &mut stderr,
@@ -92,6 +101,9 @@ impl ExecStream {
         CollectedOutput::new(pid, stdout, stderr, exit, held)
     }
 }
+
+/// Bytes of output [`ExecStream::collect`] escapes between two yields to the runtime.
+const YIELD_EVERY: usize = 256 * 1024;
 
 /// A file being downloaded.
 pub struct FileDownload {
