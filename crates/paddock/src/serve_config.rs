@@ -772,7 +772,12 @@ fn check_limits(default: &Limits, max: &Limits) -> anyhow::Result<()> {
         }
     }
     check("memory", default.memory, max.memory)?;
-    check("cpus", default.cpus, max.cpus)?;
+    // No CPU limit means the host's CPUs, which only the host can compare with a maximum: that
+    // check is `bound_limits`'s (a shown configuration, with the maximum derived from the host and
+    // no default CPU limit, loads back).
+    if default.cpus.is_some() {
+        check("cpus", default.cpus, max.cpus)?;
+    }
     check("pids", default.pids, max.pids)?;
     check("disk", default.disk, max.disk)
 }

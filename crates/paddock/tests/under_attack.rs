@@ -294,7 +294,9 @@ fn another_tenant_is_answered_while_one_attacks_at_full_speed() {
     }
     let env = TestEnv::new();
     let (_dir, config) = config_file();
-    let server = Server::start(&env, &["--config", config.to_str().expect("utf-8")], "warn");
+    // `UNDER_ATTACK_LOG=warn,paddock_api=debug` shows how long the server took over each request.
+    let log = std::env::var("UNDER_ATTACK_LOG").unwrap_or_else(|_| "warn".to_owned());
+    let server = Server::start(&env, &["--config", config.to_str().expect("utf-8")], &log);
     let pid = server.pid();
     let baseline = open_fds(pid);
     let addr: SocketAddr = server

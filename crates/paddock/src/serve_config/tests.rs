@@ -161,7 +161,9 @@ fn validation() {
         max_cpus: Some("2".parse().expect("cpus")),
         ..ServeArgs::default()
     };
-    let e = load(None, &[], &args).expect_err("max without default");
+    // No default CPU limit is the host's CPUs: refused once the host (4 CPUs) is known.
+    let mut c = load(None, &[], &args).expect("loads");
+    let e = c.bound_limits(&host()).expect_err("max without default");
     assert!(format!("{e}").contains("default_limits.cpus"), "{e}");
 
     let args = ServeArgs {
@@ -250,6 +252,30 @@ fn shown_toml_loads_back_to_the_same_configuration() {
     let mut c2 = load(Some(again.path()), &[], &ServeArgs::default()).expect("reloads");
     c2.bound_limits(&host()).expect("fits the host");
     assert_eq!(c, c2, "{shown}");
+}
+
+#[test]
+fn the_default_configuration_shown_loads_back() {
+    // The maxima derived from the host are shown; CPUs among them with no default CPU limit.
+    let mut c = load(None, &[], &ServeArgs::default()).expect("loads");
+    c.bound_limits(&host()).expect("fits the host");
+    let shown = c.to_toml().expect("renders");
+    let again = file(&shown);
+    let mut c2 = load(Some(again.path()), &[], &ServeArgs::default()).expect("reloads");
+    c2.bound_limits(&host()).expect("fits the host");
+    assert_eq!(c, c2, "{shown}");
+}
+
+#[test]
+fn a_cpu_maximum_below_the_host_needs_a_default_cpu_limit() {
+    // No CPU limit is the host's 4 CPUs: above a maximum of 2, refused once the host is known.
+    let f = file("[max_limits]\ncpus = 2\n");
+    let mut c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    let e = c.bound_limits(&host()).expect_err("4 CPUs > 2");
+    assert!(e.to_string().contains("default_limits.cpus"), "{e}");
+    let f = file("[max_limits]\ncpus = 2\n[default_limits]\ncpus = 1\n");
+    let mut c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    c.bound_limits(&host()).expect("1 CPU by default, at most 2");
 }
 
 /// A host with 16 GiB, 4 CPUs, pid_max 32768 and a 20 GiB pool.
