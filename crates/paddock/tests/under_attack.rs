@@ -7,9 +7,10 @@
 //! of the other tenant (reading its sandbox, running `true` in it) is answered, the attacker's audit
 //! rows stay within its sandbox's row rate, the chain verifies and the server's descriptors come back.
 //!
-//! The latency of the other tenant's requests is printed (p50, p99; quiet first, then under attack),
-//! not asserted: tests never assert wall-clock times. `bench/under_attack.py` runs this test on a
-//! release build and reports the figures.
+//! The latency of the other tenant's requests (its own client, thread and runtime) is printed (p50,
+//! p99; quiet first, then under attack; all, reads, execs), not asserted: tests never assert
+//! wall-clock times. `bench/under_attack.py` runs this test on a release build, each attack alone
+//! (`UNDER_ATTACK_CLASSES`) and all at once, and reports the figures.
 
 mod common;
 #[path = "common/server.rs"]
