@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use paddock_types::api::{ExecResult, ExitInfo};
+use paddock_types::api::ExitInfo;
 
 /// The most JSON-encoded text kept per stream (stdout, stderr) of one collected answer.
 pub const COLLECT_LIMIT: usize = 16 * 1024 * 1024;
@@ -386,13 +386,14 @@ impl CollectedOutput {
         (pieces, self.held)
     }
 
-    /// The same document as an [`ExecResult`] (copies the text; for tests and small answers).
-    pub fn to_result(&self) -> ExecResult {
+    /// The same document as an [`ExecResult`](paddock_types::api::ExecResult) (copies the text).
+    #[cfg(test)]
+    pub(crate) fn to_result(&self) -> paddock_types::api::ExecResult {
         let text = |t: &JsonText| -> String {
             let literal = [b"\"".as_slice(), &t.json, b"\""].concat();
             serde_json::from_slice(&literal).unwrap_or_default()
         };
-        ExecResult {
+        paddock_types::api::ExecResult {
             pid: self.pid,
             stdout: self.streams.as_ref().map(|(o, _)| text(o)),
             stdout_truncated: self.streams.as_ref().is_some_and(|(o, _)| o.truncated),

@@ -35,7 +35,10 @@ pub fn stream_bytes(data: &StreamData) -> Vec<u8> {
         (Some(text), _) => text.as_bytes().to_vec(),
         (None, Some(b64)) => base64::engine::general_purpose::STANDARD
             .decode(b64)
-            .unwrap_or_default(),
+            .unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "exec output with invalid base64; dropped");
+                Vec::new()
+            }),
         (None, None) => Vec::new(),
     }
 }
@@ -285,7 +288,7 @@ impl SandboxService {
             pid,
             rx,
             started_sent: false,
-            budget: Some((self.inner.collect_budget.clone(), p.tenant.clone())),
+            budget: (self.inner.collect_budget.clone(), p.tenant.clone()),
         })
     }
 
@@ -506,7 +509,7 @@ impl SandboxService {
             pid,
             rx: Some(rx),
             started_sent: false,
-            budget: Some((self.inner.collect_budget.clone(), p.tenant.clone())),
+            budget: (self.inner.collect_budget.clone(), p.tenant.clone()),
         })
     }
 

@@ -33,7 +33,7 @@ pub struct ExecStream {
     pub(crate) rx: Option<mpsc::Receiver<StreamItem>>,
     pub(crate) started_sent: bool,
     /// The server's budget for collected output and the tenant it is charged to.
-    pub(crate) budget: Option<(OutputBudget, String)>,
+    pub(crate) budget: (OutputBudget, String),
 }
 
 impl ExecStream {
@@ -64,15 +64,13 @@ impl ExecStream {
     /// together within the server's budget; what does not fit is dropped and flagged.
     pub async fn collect(mut self) -> CollectedOutput {
         let pid = self.pid;
-        let (Some((budget, tenant)), false) = (self.budget.clone(), self.is_background()) else {
-            return CollectedOutput::background(pid);
-        };
-        let mut held = budget.claim(&tenant);
-        let (mut stdout, mut stderr) = (JsonText::default(), JsonText::default());
-        let mut exit = None;
         let Some(rx) = self.rx.as_mut() else {
             return CollectedOutput::background(pid);
         };
+        let (budget, tenant) = &self.budget;
+        let mut held = budget.claim(tenant);
+        let (mut stdout, mut stderr) = (JsonText::default(), JsonText::default());
+        let mut exit = None;
         // Bytes escaped since this task last let others run: escaping is CPU work that tokio's
         // budget does not see, and a process writing as fast as it can would otherwise keep a
         // worker thread to itself for a whole budget of chunks (tens of milliseconds).

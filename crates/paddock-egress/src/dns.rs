@@ -74,13 +74,8 @@ pub(crate) async fn serve_tcp(shared: Arc<Shared>, sandbox: Arc<Sandbox>, listen
         };
         match accepted {
             Ok((stream, _)) => {
-                let admission = match sandbox.limits.admit(&shared.descriptors, Entry::DnsTcp) {
-                    Ok(a) => a,
-                    Err(limit) => {
-                        crate::proxy::reset(stream);
-                        sandbox.refused(&shared, limit);
-                        continue;
-                    }
+                let Ok((stream, admission)) = sandbox.admit_or_reset(&shared, stream, Entry::DnsTcp) else {
+                    continue;
                 };
                 let (shared, sandbox) = (shared.clone(), sandbox.clone());
                 tokio::spawn(async move {
@@ -233,13 +228,8 @@ async fn respond(
             Some(record(asked, qtype.to_string(), decision, vec![])),
         );
     }
-    let Ok(ips) = shared
-        .resolver
-        .resolve(&shared.operator, &name, &sandbox.limits.resolutions)
-        .await
-    else {
+    let Some(ips) = sandbox.resolve(shared, &name).await else {
         // Counted as a refusal at the cap, not recorded per question.
-        sandbox.refused(shared, Limit::Resolutions);
         return (ResponseCode::ServFail, None);
     };
     if ips.is_empty() {

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::audit::{AuditSink, Door};
 use crate::error::EgressError;
 use crate::inject::{SandboxCa, SandboxCaKey, Secret, SecretSet};
-use crate::limits::{descriptor_budget, soft_nofile, EgressLimits, Entry, Limit, SandboxLimits};
+use crate::limits::{descriptor_budget, soft_nofile, Admission, EgressLimits, Entry, Limit, SandboxLimits};
 use crate::pins::Pins;
 use crate::policy::OperatorPolicy;
 use crate::resolve::Resolver;
@@ -148,6 +148,35 @@ impl Sandbox {
             shared.limits.refusal_window,
             shared.audit.as_ref(),
         );
+    }
+    /// Admits a connection the sandbox opened to one of its listeners, or (over a cap) resets it at
+    /// once, so the sandbox fails fast and the listener goes on, and counts the refusal.
+    pub(crate) fn admit_or_reset(
+        &self,
+        shared: &Shared,
+        stream: TcpStream,
+        entry: Entry,
+    ) -> Result<(TcpStream, Admission), Limit> {
+        match self.limits.admit(&shared.descriptors, entry) {
+            Ok(admission) => Ok((stream, admission)),
+            Err(limit) => {
+                proxy::reset(stream);
+                self.refused(shared, limit);
+                Err(limit)
+            }
+        }
+    }
+    /// The addresses of `name` (the operator's hosts, or a lookup holding one of the sandbox's
+    /// places), or `None` when the sandbox's lookups are at their cap: counted as a refusal there.
+    pub(crate) async fn resolve(&self, shared: &Shared, name: &DomainName) -> Option<Vec<IpAddr>> {
+        let resolved = shared
+            .resolver
+            .resolve(&shared.operator, name, &self.limits.resolutions)
+            .await;
+        if resolved.is_err() {
+            self.refused(shared, Limit::Resolutions);
+        }
+        resolved.ok()
     }
     pub(crate) fn policy(&self) -> Arc<NetworkPolicy> {
         self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
@@ -350,20 +379,12 @@ impl Egress {
         original_dst: SocketAddr,
     ) -> Result<(), EgressError> {
         let sandbox = self.get(id)?;
-        let admission = match sandbox
-            .limits
-            .admit(&self.shared.descriptors, Entry::Door(Door::Transparent))
-        {
-            Ok(a) => a,
-            Err(limit) => {
-                proxy::reset(stream);
-                sandbox.refused(&self.shared, limit);
-                return Err(EgressError::AtCap {
-                    id: id.clone(),
-                    limit,
-                });
-            }
-        };
+        let (stream, admission) = sandbox
+            .admit_or_reset(&self.shared, stream, Entry::Door(Door::Transparent))
+            .map_err(|limit| EgressError::AtCap {
+                id: id.clone(),
+                limit,
+            })?;
         proxy::run_connection(
             self.shared.clone(),
             sandbox,

@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use rusqlite::OptionalExtension as _;
 use serde::{Deserialize, Serialize};
 
 use crate::audit::{AuditRow, AUDIT_COLUMNS};
@@ -127,11 +128,7 @@ impl Store {
                 [i64::try_from(anchor).unwrap_or(i64::MAX)],
                 AuditRow::read,
             )
-            .map(Some)
-            .or_else(|e| match e {
-                rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                e => Err(e),
-            })
+            .optional()
             .map_err(StoreError::read("an audit.prune row"))?;
         let Some(row) = row else {
             return Ok(Some(format!("their record, seq {anchor}, is missing")));

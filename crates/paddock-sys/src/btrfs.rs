@@ -32,13 +32,13 @@ const BTRFS_IOCTL_MAGIC: u8 = 0x94;
 /// `BTRFS_PATH_NAME_MAX`: the name field of `btrfs_ioctl_vol_args` holds this many bytes plus a NUL.
 const BTRFS_PATH_NAME_MAX: usize = 4087;
 /// `BTRFS_SUBVOL_NAME_MAX`: the name field of `btrfs_ioctl_vol_args_v2` holds this many bytes plus a NUL.
-pub(crate) const BTRFS_SUBVOL_NAME_MAX: usize = 4039;
+const BTRFS_SUBVOL_NAME_MAX: usize = 4039;
 /// `BTRFS_INO_LOOKUP_PATH_MAX`.
 const BTRFS_INO_LOOKUP_PATH_MAX: usize = 4080;
 /// `BTRFS_FIRST_FREE_OBJECTID`: the inode number of every subvolume's root directory.
 const BTRFS_FIRST_FREE_OBJECTID: u64 = 256;
 /// `BTRFS_SUBVOL_RDONLY`: snapshot flag and subvolume flag meaning "read-only".
-pub(crate) const BTRFS_SUBVOL_RDONLY: u64 = 1 << 1;
+const BTRFS_SUBVOL_RDONLY: u64 = 1 << 1;
 /// `BTRFS_QUOTA_CTL_ENABLE`: full qgroup accounting (tracks shared extents, costly on large trees).
 const BTRFS_QUOTA_CTL_ENABLE: u64 = 1;
 /// `BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA` (Linux 6.7+): simple quotas, charging each extent to the
@@ -62,7 +62,7 @@ struct VolArgs {
 /// `unused[4]`) is spelled as `unused`, the second (`name`, `devid` or `subvolid`) as `name`: we only
 /// ever pass a name and no qgroup inheritance.
 #[repr(C)]
-pub(crate) struct VolArgsV2 {
+struct VolArgsV2 {
     fd: i64,
     transid: u64,
     flags: u64,

@@ -27,10 +27,11 @@
 //! `compile.rs`). The default policy is now 200 instructions (102 before the ioctl allowlist, whose
 //! values get a binary search of their own); a call whose rule looks at no argument reaches its
 //! return within 12 instructions, one that looks at an argument within 19 (tests keep both under 32).
-//! The longer program costs attach time: on a loaded 2-core host (debug build, fresh process, median
-//! of 40) `apply` took 139-160 µs with the ioctl allowlist against 94-108 µs without it. `apply` takes about 48 µs,
-//! close to the 25 to 50 µs that attaching even an 8-instruction filter costs there, and `compile`
-//! about 28 µs (8 µs when warm).
+//! Before the ioctl allowlist, `apply` took about 48 µs (release build, fresh process, on the
+//! development VM), close to the 25 to 50 µs that attaching even an 8-instruction filter costs
+//! there, and `compile` about 28 µs (8 µs when warm). The longer program costs attach time: on a
+//! loaded 2-core host (debug build, fresh process, median of 40) `apply` took 139-160 µs with the
+//! allowlist against 94-108 µs without it.
 //!
 //! What this module does not do: the filter is for x86_64 (the only architecture paddock builds
 //! for); a process of another architecture (e.g. 32-bit x86 binaries) is killed by the architecture

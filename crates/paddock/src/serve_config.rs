@@ -333,30 +333,9 @@ impl ServeConfig {
             pids: self.max_limits.pids.or(derived.pids),
             disk: self.max_limits.disk.or(derived.disk),
         };
-        let set = &self.configured_defaults;
+        // Configured defaults stay as they are (checked below); built-in ones are lowered to fit.
         let builtin = paddock_types::clamp_limits(&self.default_limits, &max);
-        let defaults = Limits {
-            memory: if set.memory.is_some() {
-                self.default_limits.memory
-            } else {
-                builtin.memory
-            },
-            cpus: if set.cpus.is_some() {
-                self.default_limits.cpus
-            } else {
-                builtin.cpus
-            },
-            pids: if set.pids.is_some() {
-                self.default_limits.pids
-            } else {
-                builtin.pids
-            },
-            disk: if set.disk.is_some() {
-                self.default_limits.disk
-            } else {
-                builtin.disk
-            },
-        };
+        let defaults = self.configured_defaults.clone().into_limits(builtin);
         paddock_types::check_limits(&defaults, &max, host.millicpus()).map_err(|e| {
             let configured = match e.field {
                 "memory" => self.max_limits.memory.is_some(),
@@ -970,6 +949,23 @@ impl<'de> Deserialize<'de> for Human {
             }
         }
         d.deserialize_any(Visitor)
+    }
+}
+
+/// Serde of a `Duration` field written as [`Human`] (`#[serde(with = "super::human_duration")]`).
+mod human_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Human;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        Human(*d).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Human::deserialize(d).map(|h| h.0)
     }
 }
 

@@ -16,8 +16,8 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt as _, StreamExt as _};
-use paddock_control::{ExecStream, Principal, SandboxService};
-use paddock_types::api::{ErrorCode, ExecEvent, ExecRequest, PtySizeBody, SignalRequest, StreamData};
+use paddock_control::{stream_bytes, ExecStream, Principal, SandboxService};
+use paddock_types::api::{ErrorCode, ExecEvent, ExecRequest, PtySizeBody, SignalRequest};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use utoipa::{IntoParams, ToSchema};
@@ -338,21 +338,6 @@ fn error_text(error: &ApiError) -> Option<Message> {
     })
 }
 
-/// The bytes of output data (decoding `data_b64`).
-fn stream_bytes(data: &StreamData) -> Vec<u8> {
-    use base64::Engine as _;
-    match (&data.data, &data.data_b64) {
-        (Some(text), _) => text.as_bytes().to_vec(),
-        (None, Some(b64)) => base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "exec output with invalid base64; dropped");
-                Vec::new()
-            }),
-        (None, None) => Vec::new(),
-    }
-}
-
 /// Applies the client's messages until it closes or goes away.
 async fn read_client(
     service: &SandboxService,
@@ -470,7 +455,7 @@ async fn close_with_error(sink: &mut SplitSink<WebSocket, Message>, error: &ApiE
 
 #[cfg(test)]
 mod tests {
-    use paddock_types::api::ExitInfo;
+    use paddock_types::api::{ExitInfo, StreamData};
 
     use super::*;
 

@@ -1,6 +1,7 @@
 //! The collector against serde_json and `String::from_utf8_lossy`: same text, same escapes, cut only
 //! at whole characters and escapes, never more held than the caps allow.
 
+use paddock_types::api::ExecResult;
 use proptest::prelude::*;
 
 use super::*;

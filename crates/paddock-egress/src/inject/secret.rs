@@ -327,7 +327,8 @@ impl SecretSet {
 /// Where the next placeholder starts in `hay`, and the length of its prefix (`paddock-secret:`, or
 /// in a query string also `paddock-secret%3A`).
 fn find_placeholder(hay: &[u8], field: Field<'_>) -> Option<(usize, usize)> {
-    let stem = b"paddock-secret";
+    // The prefix without its `:`, which a query string may carry percent-encoded.
+    let stem = PLACEHOLDER_PREFIX.trim_end_matches(':').as_bytes();
     let mut from = 0;
     while let Some(i) = find(&hay[from..], stem) {
         let at = from + i;

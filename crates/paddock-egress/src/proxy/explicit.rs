@@ -12,7 +12,6 @@ use tokio::net::TcpStream;
 use super::stream::Counted;
 use super::{connect, forward, ConnError, Report};
 use crate::egress::{Sandbox, Shared};
-use crate::limits::Limit;
 use crate::policy::{decide, decide_name, Decision, Destination, Rule};
 use crate::sniff::{sniff, Sniffed};
 
@@ -252,12 +251,7 @@ async fn choose(
         report.decision = Some(by_name);
         return None;
     }
-    let Ok(ips) = shared
-        .resolver
-        .resolve(&shared.operator, name, &sandbox.limits.resolutions)
-        .await
-    else {
-        sandbox.refused(shared, Limit::Resolutions);
+    let Some(ips) = sandbox.resolve(shared, name).await else {
         report.decision = Some(Decision::deny(Rule::Unresolvable));
         return None;
     };

@@ -132,14 +132,9 @@ pub(crate) async fn accept_loop(
         };
         match accepted {
             Ok((stream, _)) => {
-                let admission = match sandbox.limits.admit(&shared.descriptors, Entry::Door(door)) {
-                    Ok(a) => a,
-                    Err(limit) => {
-                        // Over a cap: reset now, so the sandbox fails fast and this listener goes on.
-                        reset(stream);
-                        sandbox.refused(&shared, limit);
-                        continue;
-                    }
+                let Ok((stream, admission)) = sandbox.admit_or_reset(&shared, stream, Entry::Door(door))
+                else {
+                    continue;
                 };
                 let original = match door {
                     Door::Transparent => original_destination(&stream),

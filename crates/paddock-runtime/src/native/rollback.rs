@@ -334,10 +334,12 @@ impl NativeBackend {
             // A snapshot carries the hostname it was taken with, which its sandbox may have changed
             // (or replaced with a symlink, a fifo, a huge file: read as the sandbox's, bounded,
             // never followed, never opened unless it is a regular file).
+            // Anything unreadable means the identity files are rewritten: no error to build.
             let hostname = volume_etc(&volume)
+                .ok()
                 .and_then(|etc| {
                     etc.read_regular(Path::new("hostname"), MAX_HOSTNAME_BYTES, Symlinks::Refuse)
-                        .map_err(state_err("read", &volume.join("etc/hostname")))
+                        .ok()
                 })
                 .unwrap_or_default();
             if hostname.trim_ascii_end() != id.as_str().as_bytes() {

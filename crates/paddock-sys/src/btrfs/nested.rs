@@ -29,8 +29,6 @@ const ROOT_TREE: u64 = 1;
 const ROOT_REF_KEY: u32 = 156;
 /// `BTRFS_SUBVOL_SPEC_BY_ID`: `btrfs_ioctl_vol_args_v2` names the subvolume by id.
 const SUBVOL_SPEC_BY_ID: u64 = 1 << 4;
-/// `BTRFS_FIRST_FREE_OBJECTID`: the inode number of every subvolume's root directory.
-const ROOT_DIR_INO: u64 = 256;
 /// `FILEID_BTRFS_WITHOUT_PARENT`: a btrfs file handle naming an inode by (objectid, root).
 const FILEID_BTRFS_WITHOUT_PARENT: i32 = 0x4d;
 
@@ -190,7 +188,7 @@ fn open_subvolume_by_id(fs: BorrowedFd<'_>, id: u64) -> io::Result<OwnedFd> {
         handle_type: FILEID_BTRFS_WITHOUT_PARENT,
         f_handle: [0; 20],
     };
-    handle.f_handle[..8].copy_from_slice(&ROOT_DIR_INO.to_ne_bytes());
+    handle.f_handle[..8].copy_from_slice(&super::BTRFS_FIRST_FREE_OBJECTID.to_ne_bytes());
     handle.f_handle[8..16].copy_from_slice(&id.to_ne_bytes());
     // Generation 0: any generation (the kernel checks it only when it is not 0).
     let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;

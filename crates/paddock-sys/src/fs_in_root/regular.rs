@@ -9,7 +9,7 @@ use std::path::Path;
 
 use rustix::fs::{FileType, Mode, OFlags};
 
-use super::{resolve_with, EntryKind, Owner, Root};
+use super::{resolve_with, Owner, Root};
 
 /// How symlinks on the way to a file are treated (both always stay inside the root and refuse
 /// `/proc`-style magic links).
@@ -72,14 +72,10 @@ impl Root {
         mode: u32,
         owner: Option<Owner>,
     ) -> io::Result<()> {
-        match self.lstat(path) {
-            Ok(st) if st.kind == EntryKind::Dir => self.remove_tree(path)?,
-            Ok(_) => match self.remove(path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            },
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+        // `remove_tree` unlinks anything but a directory, never following it; nothing there is fine.
+        match self.remove_tree(path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
         }
         let mut file = self.create_new(path, mode, owner)?;
         file.write_all(content)

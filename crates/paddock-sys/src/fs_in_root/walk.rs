@@ -16,7 +16,7 @@
 use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat, StatxAttributes, StatxFlags};
 use rustix::io::Errno;
@@ -255,15 +255,7 @@ fn go_up(dir: BorrowedFd<'_>, parent: &Frame) -> io::Result<OwnedFd> {
 /// The names in an open directory, without `.` and `..`, sorted in reverse byte order (the walk
 /// takes them from the end).
 fn sorted_names(dir: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {
-    let mut names = Vec::new();
-    let mut reader = rustix::fs::Dir::read_from(dir)?;
-    while let Some(entry) = reader.read() {
-        let entry = entry?;
-        let name = entry.file_name().to_bytes();
-        if name != b"." && name != b".." {
-            names.push(OsString::from_vec(name.to_vec()));
-        }
-    }
+    let mut names = super::read_names(dir)?;
     names.sort_unstable_by(|a, b| b.cmp(a));
     Ok(names)
 }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AuditSettings {
-    #[serde(default = "d::window", with = "human")]
+    #[serde(default = "d::window", with = "super::human_duration")]
     pub network_window: Duration,
     #[serde(default = "d::sandbox_rate")]
     pub network_rows_per_second: f64,
@@ -34,11 +34,11 @@ pub struct AuditSettings {
     pub tenant_network_rows_per_second: f64,
     #[serde(default = "d::tenant_burst")]
     pub tenant_network_burst: u32,
-    #[serde(default = "d::retention", with = "human")]
+    #[serde(default = "d::retention", with = "super::human_duration")]
     pub network_retention: Duration,
     #[serde(default = "d::max_rows")]
     pub network_max_rows_per_tenant: u64,
-    #[serde(default = "d::interval", with = "human")]
+    #[serde(default = "d::interval", with = "super::human_duration")]
     pub retention_interval: Duration,
 }
 
@@ -168,23 +168,6 @@ impl AuditSettings {
             max_rows_per_tenant: self.network_max_rows_per_tenant,
             retention_interval: self.retention_interval,
         }
-    }
-}
-
-/// Serde of a duration written as humantime does.
-mod human {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    use super::super::Human;
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        Human(*d).serialize(s)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        Human::deserialize(d).map(|h| h.0)
     }
 }
 

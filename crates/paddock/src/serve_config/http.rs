@@ -30,14 +30,14 @@ pub const API_FD_OVERHEAD: u64 = 256;
 #[serde(deny_unknown_fields)]
 pub struct HttpSettings {
     /// How long a request head may take from its first byte to its last.
-    #[serde(default = "default_header_read_timeout", with = "human")]
+    #[serde(default = "default_header_read_timeout", with = "super::human_duration")]
     pub header_read_timeout: Duration,
     /// How long a connection may stay open with no request in flight and no byte of a new one. A
     /// response being streamed (NDJSON, SSE) is a request in flight, however quiet.
-    #[serde(default = "default_idle_timeout", with = "human")]
+    #[serde(default = "default_idle_timeout", with = "super::human_duration")]
     pub idle_timeout: Duration,
     /// How long a request body may go without sending a byte while the server waits for one.
-    #[serde(default = "default_request_body_timeout", with = "human")]
+    #[serde(default = "default_request_body_timeout", with = "super::human_duration")]
     pub request_body_timeout: Duration,
     /// The largest request head.
     #[serde(default = "default_max_header_bytes", with = "size")]
@@ -159,23 +159,6 @@ impl HttpSettings {
     /// limit must leave at least this much beyond what the egress proxy may hold.
     pub fn api_fd_reserve(&self) -> u64 {
         u64::from(self.max_connections) + API_FD_OVERHEAD
-    }
-}
-
-/// Serde of a duration written as humantime does (`10s`, `1m 30s`); a number means seconds.
-mod human {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    use super::super::Human;
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        Human(*d).serialize(s)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        Human::deserialize(d).map(|h| h.0)
     }
 }
 
