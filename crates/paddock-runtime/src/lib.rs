@@ -14,6 +14,7 @@
 
 pub mod agent_client;
 mod error;
+pub mod fault;
 pub mod native;
 
 use std::path::PathBuf;
