@@ -183,7 +183,7 @@ pub(crate) fn panic_response(payload: Box<dyn Any + Send + 'static>) -> Response
 mod tests {
     use super::*;
 
-    const ALL_CODES: [ErrorCode; 26] = [
+    const ALL_CODES: [ErrorCode; 27] = [
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::InvalidRequest,
@@ -205,6 +205,7 @@ mod tests {
         ErrorCode::Unsupported,
         ErrorCode::Timeout,
         ErrorCode::Unavailable,
+        ErrorCode::SandboxRecovering,
         ErrorCode::Internal,
         ErrorCode::VolumeNotFound,
         ErrorCode::SecretNotFound,
@@ -225,7 +226,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_code_is_answered_with_its_status_and_body() {
-        let expected: [(ErrorCode, u16); 26] = [
+        let expected: [(ErrorCode, u16); 27] = [
             (ErrorCode::Unauthorized, 401),
             (ErrorCode::Forbidden, 403),
             (ErrorCode::InvalidRequest, 400),
@@ -247,6 +248,7 @@ mod tests {
             (ErrorCode::Unsupported, 501),
             (ErrorCode::Timeout, 504),
             (ErrorCode::Unavailable, 503),
+            (ErrorCode::SandboxRecovering, 503),
             (ErrorCode::Internal, 500),
             (ErrorCode::VolumeNotFound, 404),
             (ErrorCode::SecretNotFound, 404),

@@ -24,6 +24,8 @@ mod network_audit;
 mod paging;
 mod principal;
 mod quota;
+mod recovery;
+mod rollback;
 mod sandboxes;
 mod service;
 mod signals;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use paddock_runtime::agent_client::AgentClient;
-use paddock_runtime::{Adoption, Backend, RuntimeError, SandboxHandle};
+use paddock_runtime::{fault, Backend, RuntimeError, SandboxHandle};
 
 use paddock_store::{NewSandbox, SandboxState, StoreError};
 use paddock_types::api::ErrorCode;
@@ -13,10 +13,12 @@ use paddock_types::{SandboxId, SandboxSpec, UserSpec};
 
 use crate::live::{LiveSandbox, Ownership, StoredSpec};
 use crate::service::{lock, now_ms, AuditEntry};
+use crate::snapshots::drop_checkpoints_in;
 use crate::{Principal, SandboxService, ServiceError};
 
 /// States a sandbox can be ended from.
-const LIVE_STATES: [SandboxState; 3] = [SandboxState::Warm, SandboxState::Creating, SandboxState::Running];
+pub(crate) const LIVE_STATES: [SandboxState; 3] =
+    [SandboxState::Warm, SandboxState::Creating, SandboxState::Running];
 
 pub(crate) fn runtime_error(what: &'static str, e: RuntimeError) -> ServiceError {
     match e {
@@ -109,8 +111,9 @@ impl SandboxService {
         }
     }
 
-    /// Ends a sandbox: records the new state and its audit row in one transaction, then tears it
-    /// down. Returns false when it was not live (already ended, or unknown).
+    /// Ends a sandbox: records the new state and its audit row in one transaction (with its
+    /// checkpoints' deletion: step transactions do not outlive their sandbox), then tears it down.
+    /// Returns false when it was not live (already ended, or unknown).
     pub(crate) async fn end_sandbox(
         &self,
         id: &str,
@@ -121,28 +124,37 @@ impl SandboxService {
     ) -> Result<bool, ServiceError> {
         let live = self.live_sandbox(id);
         let tenant = live.as_ref().and_then(|sb| sb.tenant());
+        // The outcome says how the sandbox's life ended: a failure is not `ok`.
+        let outcome = match (to, action) {
+            (SandboxState::Failed, "sandbox.lost") => "lost",
+            (SandboxState::Failed, _) => "error",
+            _ => "ok",
+        };
         let entry = AuditEntry {
             principal,
             tenant: tenant.or_else(|| principal.map(|p| p.tenant.clone())),
             action,
             sandbox: Some(id),
-            outcome: "ok".into(),
+            outcome: outcome.into(),
             detail: serde_json::json!({ "reason": reason, "state": to.as_str() }),
         }
         .into_row();
         let (sid, reason_owned) = (id.to_owned(), reason.to_owned());
-        let changed = self
+        let (changed, dropped) = self
             .db("record a sandbox's end", move |s| {
                 s.transaction(|tx| {
                     let changed =
                         tx.transition_sandbox(&sid, &LIVE_STATES, to, now_ms(), Some(&reason_owned))?;
+                    let mut dropped = Vec::new();
                     if changed {
-                        tx.append_audit(&row_with_time(entry))?;
+                        tx.append_audit(&row_with_time(entry.clone()))?;
+                        dropped = drop_checkpoints_in(tx, &sid, &entry)?;
                     }
-                    Ok::<_, StoreError>(changed)
+                    Ok::<_, StoreError>((changed, dropped))
                 })
             })
             .await?;
+        fault::point("end.recorded");
         let removed = lock(&self.inner.live).remove(id);
         if let Some(sb) = removed {
             let handle = sb.handle.lock().await.take();
@@ -154,137 +166,11 @@ impl SandboxService {
                 self.destroy_handle(handle).await;
             }
         }
-        if changed {
-            if let Ok(sid) = id.parse::<SandboxId>() {
-                self.drop_checkpoints(&sid).await;
-            }
-        }
+        self.free_snapshot_storage(dropped);
         if changed {
             self.inner.metrics.sandbox_ended(to.as_str());
         }
         Ok(changed)
-    }
-
-    /// Re-adopts the sandboxes the store says are live, reclaims the rest, then collects garbage.
-    pub(crate) async fn recover(&self) -> Result<(), ServiceError> {
-        let records = self.db("list live sandboxes", |s| s.live_sandboxes()).await?;
-        let (mut adopted, mut lost) = (0usize, 0usize);
-        for record in records {
-            let Ok(id) = record.id.parse::<SandboxId>() else {
-                continue;
-            };
-            let backend = self.inner.backend.clone();
-            let runtime = tokio::runtime::Handle::current();
-            let adopt_id = id.clone();
-            let adoption = tokio::task::spawn_blocking(move || {
-                runtime.block_on(async move { backend.adopt_sandbox(&adopt_id).await })
-            })
-            .await
-            .map_err(|e| ServiceError::internal("adopt a sandbox", &e))?;
-            let spec: Option<StoredSpec> = serde_json::from_str(&record.spec_json).ok();
-            match (adoption, spec) {
-                (Ok(Adoption::Alive(handle)), Some(spec)) if record.state != SandboxState::Creating => {
-                    if let Err(e) = self.attach_network(&handle, None).await {
-                        // Its link stays, unserved: every connection it tries is refused.
-                        tracing::error!(sandbox_id = %record.id, error = %e.message, "cannot serve an adopted sandbox on the egress proxy");
-                    }
-                    match AgentClient::connect(&handle.agent_socket).await {
-                        Ok(client) => {
-                            let owner = Ownership {
-                                tenant: record.tenant.clone(),
-                                spec,
-                            };
-                            let sb = Arc::new(LiveSandbox::new(record.id.clone(), client, handle, owner));
-                            sb.set_paused(record.paused);
-                            if !record.paused {
-                                // A crash mid-snapshot (or during adoption's handshake) can leave
-                                // it frozen: the record says it runs, so it runs.
-                                let guard = sb.handle.lock().await;
-                                if let Some(handle) = guard.as_ref() {
-                                    if let Err(e) = self.inner.backend.resume_sandbox(handle).await {
-                                        tracing::warn!(sandbox_id = %record.id, error = %e, "cannot thaw an adopted sandbox");
-                                    }
-                                }
-                            }
-                            lock(&self.inner.live).insert(record.id.clone(), sb.clone());
-                            self.follow_running_processes(&sb).await;
-                            self.audit(AuditEntry::system(
-                                "sandbox.adopt",
-                                record.tenant.clone(),
-                                Some(&record.id),
-                            ))
-                            .await?;
-                            adopted += 1;
-                        }
-                        Err(e) => {
-                            tracing::warn!(sandbox_id = %record.id, error = %e, "agent unreachable after restart");
-                            self.destroy_handle(handle).await;
-                            self.mark_lost(
-                                &record.id,
-                                record.tenant.clone(),
-                                "agent unreachable after restart",
-                            )
-                            .await?;
-                            lost += 1;
-                        }
-                    }
-                }
-                (Ok(Adoption::Alive(handle)), _) => {
-                    self.destroy_handle(handle).await;
-                    self.mark_lost(&record.id, record.tenant.clone(), "its creation was interrupted")
-                        .await?;
-                    lost += 1;
-                }
-                (Ok(Adoption::Busy), _) => {
-                    tracing::warn!(sandbox_id = %record.id, "sandbox is held by another process; leaving it alone");
-                }
-                (Ok(Adoption::Dead | Adoption::Missing), _) => {
-                    self.mark_lost(
-                        &record.id,
-                        record.tenant.clone(),
-                        "it was gone when the server restarted",
-                    )
-                    .await?;
-                    lost += 1;
-                }
-                (Err(e), _) => {
-                    tracing::warn!(sandbox_id = %record.id, error = %e, "cannot adopt sandbox");
-                    self.mark_lost(&record.id, record.tenant.clone(), "it could not be re-adopted")
-                        .await?;
-                    lost += 1;
-                }
-            }
-        }
-        let backend = self.inner.backend.clone();
-        let runtime = tokio::runtime::Handle::current();
-        let reclaimed = tokio::task::spawn_blocking(move || {
-            runtime.block_on(async move { backend.collect_garbage().await })
-        })
-        .await
-        .map_err(|e| ServiceError::internal("collect garbage", &e))?
-        .map_err(|e| runtime_error("collect garbage", e))?;
-        self.collect_snapshot_garbage().await?;
-        self.collect_stopped_garbage().await?;
-        self.collect_volume_garbage().await?;
-        tracing::info!(adopted, lost, reclaimed = reclaimed.len(), "recovery done");
-        Ok(())
-    }
-
-    async fn mark_lost(&self, id: &str, tenant: Option<String>, reason: &str) -> Result<(), ServiceError> {
-        let entry = AuditEntry::system("sandbox.lost", tenant, Some(id))
-            .outcome("lost")
-            .detail(serde_json::json!({ "reason": reason }))
-            .into_row();
-        let (sid, reason) = (id.to_owned(), reason.to_owned());
-        self.db("record a lost sandbox", move |s| {
-            s.transaction(|tx| {
-                if tx.transition_sandbox(&sid, &LIVE_STATES, SandboxState::Failed, now_ms(), Some(&reason))? {
-                    tx.append_audit(&row_with_time(entry))?;
-                }
-                Ok::<_, StoreError>(())
-            })
-        })
-        .await
     }
 
     /// Kills expired sandboxes and ends those whose agent died, until the service stops.
@@ -304,6 +190,10 @@ impl SandboxService {
             {
                 Ok(expired) => {
                     for record in expired {
+                        if self.refuse_recovering(&record.id).is_err() {
+                            // Its timeout is seen to once it is recovered.
+                            continue;
+                        }
                         if let Err(e) = self.on_timeout(&record.id).await {
                             tracing::warn!(sandbox_id = %record.id, error = %e, "reaping failed");
                         }

@@ -90,18 +90,6 @@ impl SandboxService {
         })
         .await
     }
-
-    /// After a rollback the sandbox's files are a copy of `base_bytes`' snapshot: that is its base
-    /// now. A rollback is never refused for storage (it is an undo); it can take the tenant over its
-    /// storage quota by at most the snapshot's charge, and then nothing new fits until it is under.
-    pub(crate) async fn rebase_sandbox(&self, id: &str, base_bytes: u64) -> Result<(), ServiceError> {
-        let sid = id.to_owned();
-        self.db("record a sandbox's base", move |s| {
-            s.set_sandbox_base_bytes(&sid, base_bytes)
-        })
-        .await
-        .map(drop)
-    }
 }
 
 /// The message and field of a quota refusal, in the quota's own units.

@@ -4,13 +4,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use paddock_runtime::Backend;
+use paddock_runtime::{fault, Backend};
 use paddock_store::{Claim, NewSandbox, SandboxFilter, SandboxRecord, SandboxState, VolumeMountRecord};
 use paddock_types::api::{
     CreateSandboxRequest, ErrorCode, LimitsRequest, ListSandboxesQuery, SandboxInfo, SandboxList,
     SandboxStateBody, SandboxUsageBody, SetTimeoutRequest, TemplateInfo, TemplateList, VolumeMountInfo,
 };
-use paddock_types::{EnvVar, Limits, SandboxPath, UserSpec};
+use paddock_types::{EnvVar, Limits, SandboxId, SandboxPath, UserSpec};
 
 use crate::lifecycle::{new_sandbox_id, row_with_time, runtime_error};
 use crate::live::{LiveSandbox, Ownership, StoredSpec};
@@ -24,7 +24,7 @@ const MAX_LABEL_LEN: usize = 256;
 const MAX_ENV: usize = 1024;
 
 /// A validated create request.
-struct CreatePlan {
+pub(crate) struct CreatePlan {
     spec: StoredSpec,
     labels: BTreeMap<String, String>,
     timeout_ms: i64,
@@ -99,7 +99,7 @@ impl SandboxService {
     }
 
     /// [`Self::plan_create`] plus the volumes the request mounts, resolved for `p`'s tenant.
-    async fn plan_request(
+    pub(crate) async fn plan_request(
         &self,
         p: &Principal,
         req: CreateSandboxRequest,
@@ -298,6 +298,20 @@ impl SandboxService {
         volume: paddock_types::VolumeSource,
         base_bytes: u64,
     ) -> Result<SandboxInfo, ServiceError> {
+        let (id, entry) = self.boot_recorded(p, plan, volume, base_bytes).await?;
+        self.commit_created(p, id.as_str(), entry).await
+    }
+
+    /// Records a new sandbox (`creating`) for `p`'s tenant and boots it on `volume`; the sandbox and
+    /// its `sandbox.create` row, which [`Self::commit_created`] writes when it moves to `running`.
+    /// Until then a crash leaves a sandbox nobody was told about, which recovery removes.
+    pub(crate) async fn boot_recorded(
+        &self,
+        p: &Principal,
+        plan: CreatePlan,
+        volume: paddock_types::VolumeSource,
+        base_bytes: u64,
+    ) -> Result<(SandboxId, paddock_store::NewAuditEntry), ServiceError> {
         let id = new_sandbox_id();
         let now = now_ms();
         let new = NewSandbox {
@@ -348,6 +362,7 @@ impl SandboxService {
             })
         })
         .await?;
+        fault::point("create.recorded");
         let volume_name = match &volume {
             paddock_types::VolumeSource::Snapshot(s) => Some(s.to_string()),
             paddock_types::VolumeSource::Template | paddock_types::VolumeSource::Stopped => None,
@@ -384,6 +399,17 @@ impl SandboxService {
                 "volumes": plan.spec.volumes.iter().map(|v| v.volume.to_string()).collect::<Vec<_>>(),
             }))
             .into_row();
+        fault::point("create.booted");
+        Ok((id, entry))
+    }
+
+    /// Moves booted sandbox `id` from `creating` to `running` with its `sandbox.create` row.
+    async fn commit_created(
+        &self,
+        p: &Principal,
+        id: &str,
+        entry: paddock_store::NewAuditEntry,
+    ) -> Result<SandboxInfo, ServiceError> {
         let sid = id.to_string();
         let record = self
             .db("record a started sandbox", move |s| {
@@ -406,7 +432,7 @@ impl SandboxService {
             Some(r) if r.state == SandboxState::Running => Ok(info_from_record(&r)),
             _ => {
                 self.end_sandbox(
-                    id.as_str(),
+                    id,
                     SandboxState::Failed,
                     "recording failed",
                     Some(p),
@@ -451,6 +477,7 @@ impl SandboxService {
             return Err(ServiceError::sandbox_not_found(id));
         }
         let record = self.owned_record(p, id).await?;
+        self.refuse_recovering(id)?;
         Err(ServiceError::new(
             ErrorCode::SandboxNotRunning,
             format!("sandbox {id} is {}", record.state.as_str()),
@@ -561,6 +588,7 @@ impl SandboxService {
     #[tracing::instrument(skip_all, fields(sandbox_id = %id))]
     pub async fn kill_sandbox(&self, p: &Principal, id: &str) -> Result<(), ServiceError> {
         let record = self.owned_record(p, id).await?;
+        self.refuse_recovering(id)?;
         if record.state == SandboxState::Stopped {
             return self.kill_stopped(p, id).await;
         }

@@ -1,6 +1,6 @@
 //! The service object: shared state, store access, audit rows, startup and shutdown.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -38,6 +38,11 @@ pub(crate) struct Inner {
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Output held by requests answered with one collected JSON document, all together.
     pub(crate) collect_budget: crate::collect::OutputBudget,
+    /// Sandboxes the store says are live that recovery has not finished with yet (see
+    /// `recovery.rs`): a request for one answers `sandbox_recovering`.
+    pub(crate) recovering: Mutex<HashSet<String>>,
+    /// Cancelled once recovery has finished with every sandbox.
+    pub(crate) recovered: CancellationToken,
 }
 
 impl SandboxService {
@@ -83,6 +88,8 @@ impl SandboxService {
                 stop: CancellationToken::new(),
                 tasks: Mutex::new(Vec::new()),
                 collect_budget,
+                recovering: Mutex::new(HashSet::new()),
+                recovered: CancellationToken::new(),
             }),
         };
         let mut tasks = Vec::new();
@@ -91,15 +98,69 @@ impl SandboxService {
         }
         // Retention also runs without an egress proxy: a server that had one may have left rows.
         tasks.push(tokio::spawn(service.clone().run_audit_retention()));
-        service.recover().await?;
+        // What must be done before a request can make storage; the sandboxes themselves are
+        // recovered while the API serves (`recovery.rs`).
+        let recovery = service.begin_recovery().await?;
+        tasks.push(tokio::spawn(service.clone().finish_recovery(recovery)));
         tasks.push(tokio::spawn(service.clone().run_reaper()));
         for (name, template) in &service.inner.config.templates {
             if template.warm_pool_size > 0 {
-                tasks.push(tokio::spawn(service.clone().run_pool_filler(name.clone())));
+                // Warm sandboxes from before the restart count once recovered.
+                let (filler, name) = (service.clone(), name.clone());
+                tasks.push(tokio::spawn(async move {
+                    tokio::select! {
+                        () = filler.inner.stop.cancelled() => return,
+                        () = filler.inner.recovered.cancelled() => {}
+                    }
+                    filler.run_pool_filler(name).await;
+                }));
             }
         }
         *lock(&service.inner.tasks) = tasks;
         Ok(service)
+    }
+
+    /// Returns once recovery after the start has finished with every sandbox (at once when there
+    /// was nothing to recover).
+    pub async fn recovered(&self) {
+        self.inner.recovered.cancelled().await;
+    }
+
+    /// How many sandboxes recovery has not finished with yet.
+    pub fn recovering(&self) -> usize {
+        lock(&self.inner.recovering).len()
+    }
+
+    /// Records that `op` on sandbox `sandbox` is about to begin (see `recovery.rs`); the intent's id.
+    pub(crate) async fn begin_intent(
+        &self,
+        sandbox: &str,
+        op: paddock_store::IntentOp,
+        snapshot: Option<&str>,
+        detail: serde_json::Value,
+    ) -> Result<i64, ServiceError> {
+        let (sandbox, snapshot) = (sandbox.to_owned(), snapshot.map(str::to_owned));
+        self.db("record an operation's intent", move |s| {
+            s.begin_intent(&paddock_store::NewIntent {
+                sandbox_id: &sandbox,
+                op,
+                snapshot_id: snapshot.as_deref(),
+                detail,
+                created_at_ms: now_ms(),
+            })
+        })
+        .await
+    }
+
+    /// Removes an intent whose operation is over (its outcome recorded elsewhere). A failure is
+    /// logged: the next start finds the intent and recovery treats the operation as interrupted.
+    pub(crate) async fn end_intent(&self, intent: i64) {
+        if let Err(e) = self
+            .db("end an operation's intent", move |s| s.end_intent(intent))
+            .await
+        {
+            tracing::warn!(intent, error = %e.message, "an operation's intent was not removed");
+        }
     }
 
     /// Stops the background tasks. Sandboxes keep running; the next start re-adopts them.

@@ -9,25 +9,36 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use paddock_runtime::agent_client::AgentClient;
-use paddock_runtime::{Backend, SandboxHandle};
-use paddock_store::{NewSnapshot, QuotaRequest, SnapshotFilter, SnapshotKind, SnapshotRecord, StoreError};
-use paddock_types::api::{
-    CreateSnapshotRequest, ErrorCode, ForkRequest, ForkResult, ListSnapshotsQuery, RollbackRequest,
-    SandboxInfo, SnapshotInfo, SnapshotKindBody, SnapshotList,
+use paddock_runtime::{fault, Backend};
+use paddock_store::{
+    IntentOp, NewSnapshot, QuotaRequest, SnapshotFilter, SnapshotKind, SnapshotRecord, StoreError,
 };
-use paddock_types::{SandboxId, SnapshotId, VolumeSource};
+use paddock_types::api::{
+    CreateSnapshotRequest, ErrorCode, ForkRequest, ForkResult, ListSnapshotsQuery, SandboxInfo, SnapshotInfo,
+    SnapshotKindBody, SnapshotList,
+};
+use paddock_types::{SnapshotId, VolumeSource};
 
 use crate::lifecycle::{row_with_time, runtime_error};
 use crate::live::LiveSandbox;
-use crate::service::{lock, now_ms, rfc3339, AuditEntry};
+use crate::service::{now_ms, rfc3339, AuditEntry};
 use crate::{Principal, SandboxService, ServiceError};
+use paddock_store::{NewAuditEntry, StoreTx};
 
 /// The most copies one fork makes.
 pub const MAX_FORKS: u32 = 100;
 /// How many copies of a fork boot at once.
 const FORK_CONCURRENCY: usize = 16;
 pub(crate) const MAX_NAME_LEN: usize = 256;
+
+/// What a snapshot being taken is: its id (chosen by the caller, so that an intent can name it
+/// first), kind, name and labels.
+struct Capture {
+    id: SnapshotId,
+    kind: SnapshotKind,
+    name: Option<String>,
+    labels: BTreeMap<String, String>,
+}
 
 pub(crate) fn snapshot_not_found(id: &str) -> ServiceError {
     ServiceError::new(ErrorCode::SnapshotNotFound, format!("snapshot {id} not found"))
@@ -98,9 +109,12 @@ impl SandboxService {
             .take_snapshot(
                 p,
                 &sb,
-                SnapshotKind::Snapshot,
-                req.name,
-                req.labels,
+                Capture {
+                    id: SnapshotId::from_random(rand::random()),
+                    kind: SnapshotKind::Snapshot,
+                    name: req.name,
+                    labels: req.labels,
+                },
                 "snapshot.create",
             )
             .await?;
@@ -114,11 +128,15 @@ impl SandboxService {
         &self,
         p: &Principal,
         sb: &Arc<LiveSandbox>,
-        kind: SnapshotKind,
-        name: Option<String>,
-        labels: BTreeMap<String, String>,
+        capture: Capture,
         action: &'static str,
     ) -> Result<SnapshotRecord, ServiceError> {
+        let Capture {
+            id: snapshot,
+            kind,
+            name,
+            labels,
+        } = capture;
         let started = Instant::now();
         let base_bytes = self.owned_record(p, &sb.id).await?.base_bytes;
         let request = QuotaRequest {
@@ -127,7 +145,6 @@ impl SandboxService {
             ..QuotaRequest::default()
         };
         self.precheck_quota(p, action, Some(&sb.id), request).await?;
-        let snapshot = SnapshotId::from_random(rand::random());
         let written = {
             let guard = sb.handle.lock().await;
             let handle = guard.as_ref().ok_or_else(|| {
@@ -153,6 +170,7 @@ impl SandboxService {
                 }
             }
         };
+        fault::point("snapshot.captured");
         let new = NewSnapshot {
             id: snapshot.to_string(),
             tenant: p.tenant.clone(),
@@ -277,7 +295,7 @@ impl SandboxService {
     }
 
     /// Marks `record` deleted (with its audit row), then removes its storage.
-    async fn drop_snapshot(
+    pub(crate) async fn drop_snapshot(
         &self,
         p: Option<&Principal>,
         record: &SnapshotRecord,
@@ -334,9 +352,12 @@ impl SandboxService {
             .take_snapshot(
                 p,
                 &sb,
-                SnapshotKind::Checkpoint,
-                None,
-                BTreeMap::new(),
+                Capture {
+                    id: SnapshotId::from_random(rand::random()),
+                    kind: SnapshotKind::Checkpoint,
+                    name: None,
+                    labels: BTreeMap::new(),
+                },
                 "sandbox.checkpoint",
             )
             .await?;
@@ -346,7 +367,7 @@ impl SandboxService {
 
     /// Lets the backend prepare a rollback of `sb` to `snapshot` now, in the background (a boot of a
     /// copy), so that the rollback itself is a switch (see `Backend::prepare_rollback`).
-    fn prepare_rollback(&self, sb: &Arc<LiveSandbox>, snapshot: &str) {
+    pub(crate) fn prepare_rollback(&self, sb: &Arc<LiveSandbox>, snapshot: &str) {
         let Ok(snapshot) = snapshot.parse::<SnapshotId>() else {
             return;
         };
@@ -365,7 +386,7 @@ impl SandboxService {
     }
 
     /// Releases a prepared rollback of `sb` (its checkpoint is gone), in the background.
-    fn discard_rollback(&self, sb: &Arc<LiveSandbox>) {
+    pub(crate) fn discard_rollback(&self, sb: &Arc<LiveSandbox>) {
         let (service, sb) = (self.clone(), sb.clone());
         tokio::spawn(async move {
             let guard = sb.handle.lock().await;
@@ -379,7 +400,7 @@ impl SandboxService {
 
     /// Snapshot `snapshot` of `p`'s tenant, or with `None` the newest checkpoint of sandbox `id`
     /// (`snapshot_not_found` when it has none).
-    async fn snapshot_or_checkpoint(
+    pub(crate) async fn snapshot_or_checkpoint(
         &self,
         p: &Principal,
         id: &str,
@@ -397,157 +418,6 @@ impl SandboxService {
                     format!("sandbox {id} has no checkpoint"),
                 )
             })
-    }
-
-    /// `commit`: drops the newest checkpoint (the step is kept).
-    pub async fn commit(&self, p: &Principal, id: &str) -> Result<SnapshotInfo, ServiceError> {
-        let sb = self.owned_live(p, id).await?;
-        let record = self.snapshot_or_checkpoint(p, id, None).await?;
-        self.drop_snapshot(Some(p), &record, "sandbox.commit").await?;
-        self.discard_rollback(&sb);
-        Ok(info(&record))
-    }
-
-    /// Returns the sandbox's files to one of its snapshots (the newest checkpoint by default, which
-    /// this consumes); its processes restart, its id stays.
-    pub async fn rollback(
-        &self,
-        p: &Principal,
-        id: &str,
-        req: RollbackRequest,
-    ) -> Result<SandboxInfo, ServiceError> {
-        let sb = self.owned_live(p, id).await?;
-        let record = self
-            .snapshot_or_checkpoint(p, id, req.snapshot.as_deref())
-            .await?;
-        if record.sandbox_id.as_deref() != Some(id) {
-            return Err(ServiceError::invalid(
-                "snapshot",
-                format!(
-                    "snapshot {} was not taken of this sandbox; create a sandbox from it instead",
-                    record.id
-                ),
-            ));
-        }
-        let snapshot: SnapshotId = record
-            .id
-            .parse()
-            .map_err(|e| ServiceError::internal("parse a snapshot id", &e))?;
-        let started = Instant::now();
-        // The handle's lock is the sandbox's operation lock, held until the rolled-back sandbox is
-        // in place: an end (kill, expiry, stop, the reaper) coming meanwhile waits for it and ends
-        // the new sandbox, or, if it took the old one out of the live map first, the commit below
-        // sees that and tears down what the rollback made. No init is left that nothing holds.
-        sb.set_restarting(true);
-        let mut guard = sb.handle.lock().await;
-        let handle = guard.take().ok_or_else(|| {
-            ServiceError::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
-        })?;
-        let backend = self.inner.backend.clone();
-        let runtime = tokio::runtime::Handle::current();
-        let restarted = tokio::task::spawn_blocking(move || {
-            runtime.block_on(async move { backend.rollback_sandbox(handle, &snapshot).await })
-        })
-        .await
-        .map_err(|e| ServiceError::internal("roll a sandbox back", &e))?;
-        let handle = match restarted {
-            Ok(handle) => handle,
-            Err(e) => {
-                // The backend removed everything of the sandbox.
-                drop(guard);
-                let error = runtime_error("roll a sandbox back", e);
-                self.end_sandbox(
-                    id,
-                    paddock_store::SandboxState::Failed,
-                    "rollback_failed",
-                    Some(p),
-                    "sandbox.lost",
-                )
-                .await?;
-                return Err(error);
-            }
-        };
-        let committed = self.commit_restart(p, &sb, guard, handle).await;
-        sb.set_restarting(false);
-        committed?;
-        // Its files are the snapshot's now: so is what it is charged beyond its disk limit.
-        self.rebase_sandbox(id, record.storage_bytes).await?;
-        let consumed = req.snapshot.is_none();
-        let row = AuditEntry::ok(p, "sandbox.rollback", Some(id))
-            .detail(serde_json::json!({ "snapshot": record.id, "consumed": consumed }))
-            .into_row();
-        self.db("record a rollback", move |s| {
-            s.append_audit(&row_with_time(row)).map(|_| ())
-        })
-        .await?;
-        if consumed {
-            self.drop_snapshot(Some(p), &record, "snapshot.consume").await?;
-        }
-        // The sandbox's newest remaining checkpoint (if any) is the next rollback's target.
-        let sid = id.to_owned();
-        if let Ok(Some(next)) = self
-            .db("read a checkpoint", move |s| s.latest_checkpoint(&sid))
-            .await
-        {
-            if let Some(live) = self.live_sandbox(id) {
-                self.prepare_rollback(&live, &next.id);
-            }
-        }
-        self.inner.metrics.observe_snapshot("rollback", started.elapsed());
-        self.get_sandbox(p, id).await
-    }
-
-    /// Puts a restarted sandbox's new handle and agent connection in place of `old`, whose handle
-    /// lock (`guard`, emptied) the caller held through the restart. The live map is changed only if
-    /// it still holds `old`: if an end took it out meanwhile, the new sandbox is destroyed here
-    /// (the end found no handle to destroy) and the restart fails with `sandbox_not_running`.
-    async fn commit_restart(
-        &self,
-        p: &Principal,
-        old: &Arc<LiveSandbox>,
-        guard: tokio::sync::MutexGuard<'_, Option<SandboxHandle>>,
-        handle: SandboxHandle,
-    ) -> Result<(), ServiceError> {
-        let client = match AgentClient::connect(&handle.agent_socket).await {
-            Ok(c) => c,
-            Err(e) => {
-                let error = ServiceError::internal("connect to a restarted agent", &e);
-                drop(guard);
-                self.destroy_handle(handle).await;
-                self.end_sandbox(
-                    &old.id,
-                    paddock_store::SandboxState::Failed,
-                    "rollback_failed",
-                    Some(p),
-                    "sandbox.lost",
-                )
-                .await?;
-                return Err(error);
-            }
-        };
-        let owner = lock(&old.owner).clone();
-        let fresh = Arc::new(LiveSandbox::new(old.id.clone(), client, handle, owner));
-        let replaced = {
-            let mut live = lock(&self.inner.live);
-            match live.get(&old.id) {
-                Some(current) if Arc::ptr_eq(current, old) => {
-                    live.insert(old.id.clone(), fresh.clone());
-                    true
-                }
-                _ => false,
-            }
-        };
-        drop(guard);
-        if !replaced {
-            if let Some(handle) = fresh.handle.lock().await.take() {
-                self.destroy_handle(handle).await;
-            }
-            return Err(ServiceError::new(
-                ErrorCode::SandboxNotRunning,
-                format!("sandbox {} ended during its rollback", old.id),
-            ));
-        }
-        Ok(())
     }
 
     /// Forks a sandbox into `count` new ones that start as copies of its files.
@@ -590,23 +460,110 @@ impl SandboxService {
             copy.times(u64::from(req.count)).plus(base_snapshot),
         )
         .await?;
-        let base = self
+        // The base snapshot is named in the fork's intent before it exists: a crash at any point
+        // after leaves nothing of it (recovery drops it, or collects its unrecorded storage).
+        let snapshot = SnapshotId::from_random(rand::random());
+        let intent = self
+            .begin_intent(id, IntentOp::Fork, Some(snapshot.as_str()), serde_json::json!({}))
+            .await?;
+        let base = match self
             .take_snapshot(
                 p,
                 &sb,
-                SnapshotKind::Snapshot,
-                Some(format!("fork of {id}")),
-                BTreeMap::new(),
+                Capture {
+                    id: snapshot.clone(),
+                    kind: SnapshotKind::Snapshot,
+                    name: Some(format!("fork of {id}")),
+                    labels: BTreeMap::new(),
+                },
                 "sandbox.fork",
             )
-            .await?;
-        let snapshot: SnapshotId = base
-            .id
-            .parse()
-            .map_err(|e| ServiceError::internal("parse a snapshot id", &e))?;
+            .await
+        {
+            Ok(base) => base,
+            Err(e) => {
+                self.end_intent(intent).await;
+                return Err(e);
+            }
+        };
+        fault::point("fork.base_taken");
+        let copied = self
+            .fork_copies(p, &source, &spec, &req, &snapshot, base.storage_bytes)
+            .await;
+        let copies = match copied {
+            Ok(copies) => copies,
+            Err(e) => {
+                self.drop_snapshot(Some(p), &base, "snapshot.delete").await?;
+                self.end_intent(intent).await;
+                return Err(e);
+            }
+        };
+        fault::point("fork.copies_booted");
+        // Every copy moves to `running` with its row, and the base goes, in one transaction with the
+        // end of the intent: a crash before it leaves no copy, after it every one.
+        let drop_row = AuditEntry::ok(p, "snapshot.delete", Some(id))
+            .detail(serde_json::json!({ "snapshot": base.id, "kind": base.kind.as_str() }))
+            .into_row();
+        let (ids, base_id) = (copies.clone(), base.id.clone());
+        let committed = self
+            .db("record a fork", move |s| {
+                s.transaction(|tx| {
+                    for (copy, entry) in &ids {
+                        let started = tx.transition_sandbox(
+                            copy.as_str(),
+                            &[paddock_store::SandboxState::Creating],
+                            paddock_store::SandboxState::Running,
+                            now_ms(),
+                            None,
+                        )?;
+                        if !started {
+                            return Ok(false);
+                        }
+                        tx.append_audit(&row_with_time(entry.clone()))?;
+                    }
+                    if tx.mark_snapshot_deleted(&base_id, now_ms())? {
+                        tx.append_audit(&row_with_time(drop_row))?;
+                    }
+                    tx.end_intent(intent)?;
+                    Ok::<_, StoreError>(true)
+                })
+            })
+            .await;
+        if !matches!(committed, Ok(true)) {
+            for (copy, _) in &copies {
+                let _ = self.kill_sandbox(p, copy.as_str()).await;
+            }
+            self.drop_snapshot(Some(p), &base, "snapshot.delete").await?;
+            self.end_intent(intent).await;
+            return Err(committed.err().unwrap_or_else(|| {
+                ServiceError::new(
+                    ErrorCode::SandboxNotRunning,
+                    "a copy ended before the fork was recorded",
+                )
+            }));
+        }
+        self.free_snapshot_storage(vec![snapshot]);
+        let mut sandboxes = Vec::with_capacity(copies.len());
+        for (copy, _) in &copies {
+            sandboxes.push(self.get_sandbox(p, copy.as_str()).await?);
+        }
+        Ok(ForkResult { sandboxes })
+    }
+
+    /// Boots `req.count` copies of sandbox `source` on `snapshot`, recorded `creating` (all or none:
+    /// a failure ends those already made); each with its pending `sandbox.create` row.
+    async fn fork_copies(
+        &self,
+        p: &Principal,
+        source: &paddock_store::SandboxRecord,
+        spec: &crate::live::StoredSpec,
+        req: &ForkRequest,
+        snapshot: &SnapshotId,
+        base_bytes: u64,
+    ) -> Result<Vec<(paddock_types::SandboxId, NewAuditEntry)>, ServiceError> {
         let labels = req.labels.clone().unwrap_or_else(|| source.labels.clone());
         // The copies get the same network policy and secrets (each with its own link and CA).
-        let (network, secrets) = match self.network_of(id).await? {
+        let (network, secrets) = match self.network_of(&source.id).await? {
             Some((policy, secrets)) => (Some(policy), secrets),
             None => (None, Vec::new()),
         };
@@ -642,14 +599,11 @@ impl SandboxService {
         // The copies boot concurrently: their volume snapshots join the same btrfs transaction commits
         // and their setups overlap each other's waits.
         use futures_util::stream::{self, StreamExt};
-        let results: Vec<Result<SandboxInfo, ServiceError>> = stream::iter(0..req.count)
-            .map(|_| {
-                self.create_from_volume(
-                    p,
-                    request.clone(),
-                    VolumeSource::Snapshot(snapshot.clone()),
-                    base.storage_bytes,
-                )
+        let results: Vec<Result<_, ServiceError>> = stream::iter(0..req.count)
+            .map(|_| async {
+                let plan = self.plan_request(p, request.clone()).await?;
+                self.boot_recorded(p, plan, VolumeSource::Snapshot(snapshot.clone()), base_bytes)
+                    .await
             })
             .buffered(FORK_CONCURRENCY)
             .collect()
@@ -658,20 +612,18 @@ impl SandboxService {
         let mut failure = None;
         for result in results {
             match result {
-                Ok(info) => created.push(info),
+                Ok(copy) => created.push(copy),
                 Err(e) => failure = failure.or(Some(e)),
             }
         }
-        // The copies share the snapshot's extents; the snapshot itself is no longer needed.
-        self.drop_snapshot(Some(p), &base, "snapshot.delete").await?;
         if let Some(e) = failure {
             // All or nothing: a fork that cannot make every copy makes none.
-            for info in &created {
-                let _ = self.kill_sandbox(p, &info.id).await;
+            for (copy, _) in &created {
+                let _ = self.kill_sandbox(p, copy.as_str()).await;
             }
             return Err(e);
         }
-        Ok(ForkResult { sandboxes: created })
+        Ok(created)
     }
 
     /// Freezes every process of the sandbox (no CPU used, memory kept).
@@ -724,6 +676,7 @@ impl SandboxService {
                 })?;
             }
             sb.set_paused(frozen);
+            fault::point(if frozen { "pause.frozen" } else { "pause.thawed" });
             self.record_pause(p, id, frozen).await?;
         }
         self.get_sandbox(p, id).await
@@ -772,25 +725,39 @@ impl SandboxService {
         Ok(())
     }
 
-    /// Drops a sandbox's checkpoints when it ends (step transactions do not outlive their sandbox).
-    pub(crate) async fn drop_checkpoints(&self, sandbox: &SandboxId) {
-        let filter = SnapshotFilter {
-            sandbox_id: Some(sandbox.to_string()),
-            kind: Some(SnapshotKind::Checkpoint),
-            limit: 1000,
-            ..Default::default()
-        };
-        let Ok(records) = self
-            .db("list checkpoints", move |s| s.list_snapshots(&filter))
-            .await
-        else {
+    /// Frees the storage of snapshots whose records are marked deleted, on a blocking thread off the
+    /// caller's path (what this misses, the next start collects: storage without a record).
+    pub(crate) fn free_snapshot_storage(&self, snapshots: Vec<SnapshotId>) {
+        if snapshots.is_empty() {
             return;
-        };
-        for record in records {
+        }
+        let backend = self.inner.backend.clone();
+        let runtime = tokio::runtime::Handle::current();
+        tokio::task::spawn_blocking(move || {
+            runtime.block_on(async move {
+                for snapshot in snapshots {
+                    if let Err(e) = backend.delete_snapshot(&snapshot).await {
+                        tracing::warn!(snapshot = %snapshot, error = %e, "snapshot storage not freed; the next start will");
+                    }
+                }
+            })
+        });
+    }
+
+    /// Checkpoints whose sandbox ended without them being dropped (a crash between the end and the
+    /// drop, by an older paddock): their records are marked deleted, each with its audit row, and
+    /// their storage freed.
+    pub(crate) async fn drop_orphaned_checkpoints(&self) -> Result<(), ServiceError> {
+        let orphans = self
+            .db("list orphaned checkpoints", |s| s.orphaned_checkpoints())
+            .await?;
+        for record in orphans {
+            tracing::info!(snapshot = %record.id, sandbox_id = ?record.sandbox_id, "dropping the checkpoint of an ended sandbox");
             if let Err(e) = self.drop_snapshot(None, &record, "snapshot.delete").await {
                 tracing::warn!(snapshot = %record.id, error = %e, "checkpoint not dropped");
             }
         }
+        Ok(())
     }
 }
 
@@ -863,4 +830,25 @@ impl SandboxService {
                 .collect(),
         })
     }
+}
+
+/// Marks every checkpoint of `sandbox` deleted inside `tx` (step transactions do not outlive their
+/// sandbox), each with a `snapshot.delete` row made from `who` (its principal and tenant); the
+/// snapshots whose storage the caller frees once the transaction is committed.
+pub(crate) fn drop_checkpoints_in(
+    tx: &StoreTx<'_>,
+    sandbox: &str,
+    who: &NewAuditEntry,
+) -> Result<Vec<SnapshotId>, StoreError> {
+    let dropped = tx.drop_checkpoints_of(sandbox, now_ms())?;
+    for record in &dropped {
+        let mut row = who.clone();
+        row.ts_ms = now_ms();
+        row.action = "snapshot.delete".to_owned();
+        row.outcome = "ok".to_owned();
+        row.sandbox_id = Some(sandbox.to_owned());
+        row.detail = serde_json::json!({ "snapshot": record.id, "kind": record.kind.as_str() });
+        tx.append_audit(&row)?;
+    }
+    Ok(dropped.iter().filter_map(|r| r.id.parse().ok()).collect())
 }

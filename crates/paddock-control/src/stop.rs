@@ -11,14 +11,15 @@
 
 use std::sync::Arc;
 
-use paddock_runtime::Backend;
-use paddock_store::{SandboxState, StoreError};
+use paddock_runtime::{fault, Backend};
+use paddock_store::{IntentOp, SandboxState, StoreError};
 use paddock_types::api::{ErrorCode, OnTimeout, SandboxInfo};
 use paddock_types::{SandboxId, VolumeSource};
 
 use crate::lifecycle::{row_with_time, runtime_error};
 use crate::live::{LiveSandbox, Ownership, StoredSpec};
 use crate::service::{lock, now_ms, AuditEntry};
+use crate::snapshots::drop_checkpoints_in;
 use crate::{Principal, SandboxService, ServiceError};
 
 impl SandboxService {
@@ -47,6 +48,24 @@ impl SandboxService {
                 format!("sandbox {} is ending", sb.id),
             )
         })?;
+        // Before the first irreversible step: a crash from here on is finished by recovery.
+        let intent = match self
+            .begin_intent(
+                &sb.id,
+                IntentOp::Stop,
+                None,
+                serde_json::json!({ "cause": cause }),
+            )
+            .await
+        {
+            Ok(intent) => intent,
+            Err(e) => {
+                *guard = Some(handle);
+                sb.set_restarting(false);
+                return Err(e);
+            }
+        };
+        fault::point("stop.intent_recorded");
         {
             let mut live = lock(&self.inner.live);
             if live.get(&sb.id).is_some_and(|current| Arc::ptr_eq(current, sb)) {
@@ -72,8 +91,10 @@ impl SandboxService {
                 "sandbox.lost",
             )
             .await?;
+            self.end_intent(intent).await;
             return Err(error);
         }
+        fault::point("stop.done");
         let entry = AuditEntry {
             principal,
             tenant: sb.tenant(),
@@ -99,6 +120,7 @@ impl SandboxService {
                         tx.set_sandbox_expiry(&sid, None)?;
                         tx.append_audit(&row_with_time(entry))?;
                     }
+                    tx.end_intent(intent)?;
                     Ok::<_, StoreError>(stopped)
                 })
             })
@@ -127,6 +149,11 @@ impl SandboxService {
         let sandbox_id: SandboxId = id.parse().map_err(|_| ServiceError::sandbox_not_found(id))?;
         // Its limits were checked when it was created; the server's maxima may have been lowered since.
         crate::sandboxes::check_limits(&spec.limits, &self.inner.config.max_limits)?;
+        // Written before the state changes: from `creating` on, a crash is undone by recovery
+        // (the sandbox is stopped again, its files kept).
+        let intent = self
+            .begin_intent(id, IntentOp::Resume, None, serde_json::json!({}))
+            .await?;
         let (sid, tenant, defaults) = (id.to_owned(), p.tenant.clone(), self.quota_defaults());
         let admitted = match self
             .db("resume a stopped sandbox", move |s| {
@@ -136,16 +163,19 @@ impl SandboxService {
         {
             Ok(admitted) => admitted,
             Err(e) => {
+                self.end_intent(intent).await;
                 // Refusals are recorded too.
                 return self.audit_refusal(p, "sandbox.resume", Some(id), Err(e)).await;
             }
         };
         if !admitted {
+            self.end_intent(intent).await;
             return Err(ServiceError::new(
                 ErrorCode::SandboxNotRunning,
                 format!("sandbox {id} is {}", record.state.as_str()),
             ));
         }
+        fault::point("resume.admitted");
         let (handle, client) = match self.boot(&sandbox_id, &spec, VolumeSource::Stopped).await {
             Ok(booted) => booted,
             Err(e) => {
@@ -165,6 +195,7 @@ impl SandboxService {
                                 None,
                             )?;
                             tx.append_audit(&row_with_time(row))?;
+                            tx.end_intent(intent)?;
                             Ok::<_, StoreError>(kept)
                         })
                     })
@@ -178,6 +209,7 @@ impl SandboxService {
                 return Err(e);
             }
         };
+        fault::point("resume.booted");
         let expires = self.restarted_timeout(&spec);
         let owner = Ownership {
             tenant: Some(p.tenant.clone()),
@@ -203,6 +235,7 @@ impl SandboxService {
                         tx.set_sandbox_expiry(&sid, Some(expires))?;
                         tx.append_audit(&row_with_time(row))?;
                     }
+                    tx.end_intent(intent)?;
                     Ok::<_, StoreError>(started)
                 })
             })
@@ -253,7 +286,7 @@ impl SandboxService {
             .detail(serde_json::json!({ "reason": "killed", "state": "killed", "from": "stopped" }))
             .into_row();
         let sid = id.to_owned();
-        let changed = self
+        let (changed, dropped) = self
             .db("record a sandbox's end", move |s| {
                 s.transaction(|tx| {
                     let changed = tx.transition_sandbox(
@@ -263,13 +296,16 @@ impl SandboxService {
                         now_ms(),
                         Some("killed"),
                     )?;
+                    let mut dropped = Vec::new();
                     if changed {
-                        tx.append_audit(&row_with_time(row))?;
+                        tx.append_audit(&row_with_time(row.clone()))?;
+                        dropped = drop_checkpoints_in(tx, &sid, &row)?;
                     }
-                    Ok::<_, StoreError>(changed)
+                    Ok::<_, StoreError>((changed, dropped))
                 })
             })
             .await?;
+        self.free_snapshot_storage(dropped);
         if !changed {
             return Err(ServiceError::new(
                 ErrorCode::SandboxNotRunning,
@@ -280,7 +316,6 @@ impl SandboxService {
             if let Err(e) = self.inner.backend.delete_stopped(&sandbox_id).await {
                 tracing::warn!(sandbox_id = %id, error = %e, "stopped file system not freed; the next start will");
             }
-            self.drop_checkpoints(&sandbox_id).await;
         }
         Ok(())
     }
@@ -327,9 +362,23 @@ impl SandboxService {
 
     /// Deletes kept file systems of sandboxes the store does not say are stopped (a crash between
     /// the backend's stop or delete and the store's record).
-    pub(crate) async fn collect_stopped_garbage(&self) -> Result<(), ServiceError> {
+    /// The kept file system of a sandbox whose stop or resume a crash interrupted (an intent in
+    /// `intents`) is not garbage: recovery settles it.
+    pub(crate) async fn collect_stopped_garbage(
+        &self,
+        intents: &[paddock_store::IntentRecord],
+    ) -> Result<(), ServiceError> {
         for id in self.inner.backend.list_stopped() {
             let sid = id.to_string();
+            if intents.iter().any(|i| {
+                i.sandbox_id == sid
+                    && matches!(
+                        i.op,
+                        paddock_store::IntentOp::Stop | paddock_store::IntentOp::Resume
+                    )
+            }) {
+                continue;
+            }
             let record = self.db("read a sandbox", move |s| s.get_sandbox(&sid)).await?;
             if record.is_some_and(|r| r.state == SandboxState::Stopped) {
                 continue;

@@ -148,6 +148,9 @@ pub trait Backend {
     async fn stop_sandbox(&self, handle: SandboxHandle) -> Result<(), RuntimeError>;
     /// Deletes a stopped sandbox's file system; false if there is none.
     async fn delete_stopped(&self, id: &SandboxId) -> Result<bool, RuntimeError>;
+    /// Ends whatever of sandbox `id` still runs without an owner and keeps its file system as a
+    /// stopped sandbox's (for a stop or resume a crash interrupted). Whether its files are kept.
+    async fn park_sandbox(&self, id: &SandboxId) -> Result<bool, RuntimeError>;
     /// The ids of every stopped sandbox's kept file system.
     fn list_stopped(&self) -> Vec<SandboxId>;
     /// Takes over sandbox `id`, created by an earlier process that is gone (a server restart), if it
@@ -282,6 +285,12 @@ impl Backend for AnyBackend {
     async fn delete_stopped(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
         match self {
             Self::Native(b) => b.delete_stopped(id).await,
+        }
+    }
+
+    async fn park_sandbox(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
+        match self {
+            Self::Native(b) => b.park_sandbox(id).await,
         }
     }
     fn list_stopped(&self) -> Vec<SandboxId> {

@@ -157,16 +157,24 @@ impl Store {
     /// Sets what sandbox `id` started from (a rollback replaces its files with a snapshot's: its
     /// base becomes that snapshot's charge). `false` if there is no such sandbox.
     pub fn set_sandbox_base_bytes(&self, id: &str, base_bytes: u64) -> Result<bool, StoreError> {
-        let base = to_i64("base_bytes", base_bytes)?;
-        let changed = self
-            .conn()
-            .execute("UPDATE sandboxes SET base_bytes = ?2 WHERE id = ?1", (id, base))
-            .map_err(StoreError::write("sandbox base"))?;
-        Ok(changed == 1)
+        set_sandbox_base_bytes(&self.conn(), id, base_bytes)
     }
 }
 
+fn set_sandbox_base_bytes(conn: &Connection, id: &str, base_bytes: u64) -> Result<bool, StoreError> {
+    let base = to_i64("base_bytes", base_bytes)?;
+    let changed = conn
+        .execute("UPDATE sandboxes SET base_bytes = ?2 WHERE id = ?1", (id, base))
+        .map_err(StoreError::write("sandbox base"))?;
+    Ok(changed == 1)
+}
+
 impl StoreTx<'_> {
+    /// [`Store::set_sandbox_base_bytes`] inside this transaction.
+    pub fn set_sandbox_base_bytes(&self, id: &str, base_bytes: u64) -> Result<bool, StoreError> {
+        set_sandbox_base_bytes(&self.tx, id, base_bytes)
+    }
+
     /// [`Store::insert_sandbox_checked`] inside this transaction.
     pub fn insert_sandbox_checked(
         &self,

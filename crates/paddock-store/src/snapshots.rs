@@ -240,6 +240,24 @@ fn latest_checkpoint(conn: &Connection, sandbox_id: &str) -> Result<Option<Snaps
     .transpose()
 }
 
+/// The snapshots matching `condition` (SQL over the `snapshots` table), in id order.
+pub(crate) fn select<P: rusqlite::Params>(
+    conn: &Connection,
+    condition: &str,
+    params: P,
+) -> Result<Vec<SnapshotRecord>, StoreError> {
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT {COLUMNS} FROM snapshots WHERE {condition} ORDER BY id"
+        ))
+        .map_err(StoreError::read("snapshots"))?;
+    let rows = stmt
+        .query_map(params, read_row)
+        .map_err(StoreError::read("snapshots"))?;
+    rows.map(|r| r.map_err(StoreError::read("snapshots")).and_then(into_record))
+        .collect()
+}
+
 fn mark_snapshot_deleted(conn: &Connection, id: &str, now_ms: i64) -> Result<bool, StoreError> {
     let changed = conn
         .execute(

@@ -102,6 +102,13 @@ async fn serve_http(
     });
     eprintln!("paddock: listening on http://{addr}");
     tracing::info!(%addr, "listening");
+    // Sandboxes from before the restart are recovered while the API serves (those not yet recovered
+    // answer `sandbox_recovering`); this line says when every one is done.
+    let recovered = service.clone();
+    tokio::spawn(async move {
+        recovered.recovered().await;
+        eprintln!("paddock: recovery done");
+    });
     let signal_name = tokio::select! {
         result = &mut server => {
             // The accept loop only ends on shutdown; a panic is the only other way out.

@@ -206,6 +206,36 @@ impl NativeBackend {
         Ok((record, pidfd))
     }
 
+    /// [`Backend::park_sandbox`](crate::Backend::park_sandbox): whatever runs of sandbox `id` ends
+    /// (its init, its prepared copy, anything in its cgroups), its run directory, cgroups and link go,
+    /// and its file system is kept as a stopped sandbox's (moved to `stopped/` unless it is there
+    /// already). Whether a kept file system exists now.
+    pub(super) fn park(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
+        let _lock = match self.take_ownership(id.as_str())? {
+            Ownership::Busy => {
+                return Err(RuntimeError::Unsupported(format!(
+                    "sandbox {id} is held by another process"
+                )))
+            }
+            Ownership::Taken(lock) => Some(lock),
+            Ownership::NoRunDir { .. } => None,
+        };
+        let run_dir = self.run_dir(id.as_str());
+        let cgroup = self.cgroups.sandbox(id.as_str());
+        InitRecord::kill_recorded(&run_dir);
+        if cgroup.exists() {
+            // Frozen processes take SIGKILL only once thawed.
+            if cgroup.frozen().unwrap_or(false) {
+                cgroup.thaw()?;
+            }
+            cgroup.kill_all(super::lifecycle::KILL_DEADLINE)?;
+        }
+        // Nothing writes to the files any more: they go aside before anything is removed.
+        self.pool.return_stopped(id.as_str())?;
+        self.cleanup(id.as_str(), &cgroup, &run_dir)?;
+        Ok(self.pool.stopped_path(id.as_str()).exists())
+    }
+
     /// [`Backend::reclaim_sandbox`](crate::Backend::reclaim_sandbox).
     pub(super) fn reclaim_unowned(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
         match self.take_ownership(id.as_str())? {

@@ -618,14 +618,20 @@ impl Backend for NativeBackend {
         self.discard_prepared(&handle.inner);
         let sb = &mut handle.inner;
         self.kill_old(sb, None)?;
+        crate::fault::point("stop.killed");
         let id = handle.id.as_str();
         // Its files go aside first: a failure after this point loses processes, never files.
         self.pool.keep_stopped(id)?;
+        crate::fault::point("stop.kept");
         self.cleanup(id, &sb.cgroup, &sb.run_dir)
     }
 
     async fn delete_stopped(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
         self.pool.delete_stopped(id.as_str())
+    }
+
+    async fn park_sandbox(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
+        self.park(id)
     }
 
     fn list_stopped(&self) -> Vec<SandboxId> {

@@ -227,6 +227,7 @@ impl NativeBackend {
         // The limit in force now (it may have changed since creation), not the one created with.
         let disk = self.pool.volume_usage(id.as_str())?.limit.map(ByteSize::bytes);
         self.kill_old(sb, Some(prepared.init_pid))?;
+        crate::fault::point("rollback.prepared.old_killed");
         let killed = start.elapsed();
         let mut steps = [Duration::ZERO; 2];
         let switched = (|| {
@@ -236,6 +237,7 @@ impl NativeBackend {
             let from = self.pool.volume_path(&prepared.name);
             let to = self.pool.volume_path(id.as_str());
             fs::rename(&from, &to).map_err(state_err("move a prepared volume into place", &from))?;
+            crate::fault::point("rollback.prepared.volume_moved");
             if disk.is_some() {
                 self.pool.set_disk_limit(id.as_str(), disk)?;
             }
@@ -263,6 +265,7 @@ impl NativeBackend {
             let _ = self.remove_prepared(&name, &run_dir);
             return Err(e);
         }
+        crate::fault::point("rollback.prepared.switched");
         let switched_at = start.elapsed();
         let _ = fs::remove_dir_all(&run_dir);
         let _ = fs::remove_dir(sb.run_dir.join("root"));
@@ -314,6 +317,7 @@ impl NativeBackend {
         let disk = self.pool.volume_usage(id.as_str())?.limit.map(ByteSize::bytes);
         let shim = Shim::start(&self.config.setup_binary)?;
         self.kill_old(sb, None)?;
+        crate::fault::point("rollback.cold.old_killed");
         let killed = start.elapsed();
 
         let root_mount = sb.run_dir.join("root");
@@ -330,6 +334,7 @@ impl NativeBackend {
         };
         let pid = self.start(id, &boot, slot, shim, || {
             self.pool.retire_volume(id.as_str())?;
+            crate::fault::point("rollback.cold.volume_retired");
             let volume = self.pool.create_volume(id, &source, disk)?;
             // A snapshot carries the hostname it was taken with, which its sandbox may have changed
             // (or replaced with a symlink, a fifo, a huge file: read as the sandbox's, bounded,
@@ -356,6 +361,7 @@ impl NativeBackend {
         // The new init is this process's child, whoever started the old one.
         sb.child = true;
         sb.reaped = false;
+        crate::fault::point("rollback.cold.started");
         InitRecord::of(pid)?.write(&sb.run_dir)?;
         tracing::debug!(
             sandbox_id = %id,

@@ -30,6 +30,7 @@ impl NativeBackend {
             sb.cgroup.freeze(FREEZE_DEADLINE)?;
         }
         let frozen = start.elapsed();
+        crate::fault::point("snapshot.frozen");
         let taken = self.pool.create_snapshot(handle.id.as_str(), snapshot);
         let snapshotted = start.elapsed();
         // Thawed whether or not the snapshot worked.

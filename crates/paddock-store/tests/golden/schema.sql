@@ -21,6 +21,9 @@ CREATE INDEX audit_tenant ON audit(tenant, seq);
 -- index audit_ts
 CREATE INDEX audit_ts ON audit(ts_ms);
 
+-- index intents_sandbox
+CREATE INDEX intents_sandbox ON intents(sandbox_id);
+
 -- index sandboxes_state_expires
 CREATE INDEX sandboxes_state_expires ON sandboxes(state, expires_at_ms);
 
@@ -79,6 +82,18 @@ CREATE TABLE audit_pruned (
     last_hash  TEXT NOT NULL,
     -- The `audit.prune` row that recorded the range (always later than the range).
     anchor_seq INTEGER NOT NULL
+) STRICT;
+
+-- table intents
+CREATE TABLE intents (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    sandbox_id    TEXT NOT NULL REFERENCES sandboxes(id),
+    op            TEXT NOT NULL CHECK (op IN ('rollback', 'stop', 'resume', 'fork')),
+    -- rollback: the snapshot it returns to; fork: the base snapshot its copies boot from
+    snapshot_id   TEXT,
+    -- rollback: whether it consumes its checkpoint; fork: the ids of the copies (JSON array)
+    detail_json   TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(detail_json)),
+    created_at_ms INTEGER NOT NULL
 ) STRICT;
 
 -- table sandbox_networks

@@ -62,6 +62,8 @@ pub enum ErrorCode {
     Timeout,
     /// The server is shutting down or overloaded (503).
     Unavailable,
+    /// The sandbox is being recovered after a server restart; retry shortly (503).
+    SandboxRecovering,
     /// Something failed inside paddock; details are in the server log, never in the response (500).
     Internal,
 }
@@ -96,6 +98,7 @@ impl ErrorCode {
             Self::Unsupported => "unsupported",
             Self::Timeout => "timeout",
             Self::Unavailable => "unavailable",
+            Self::SandboxRecovering => "sandbox_recovering",
             Self::Internal => "internal",
         }
     }
@@ -127,7 +130,7 @@ impl ErrorCode {
             Self::PayloadTooLarge => 413,
             Self::Unsupported => 501,
             Self::Timeout => 504,
-            Self::Unavailable => 503,
+            Self::Unavailable | Self::SandboxRecovering => 503,
             Self::Internal => 500,
         }
     }

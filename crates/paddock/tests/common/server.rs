@@ -36,6 +36,8 @@ pub struct Server {
     pub admin_key: String,
     /// Its stderr lines after the `listening` line.
     log: mpsc::Receiver<String>,
+    /// Lines read off `log` while waiting for recovery, not yet returned by `log_lines_with`.
+    early: std::sync::Mutex<Vec<String>>,
 }
 
 impl Server {
@@ -59,7 +61,61 @@ impl Server {
         Self::spawn_with(env, &[], args, log, first_start)
     }
 
+    /// Starts a server again on the same state directory and returns as soon as it listens, while
+    /// sandboxes from before may still be recovering (see [`Server::wait_recovered`]).
+    pub fn restart_serving(env: &TestEnv, args: &[&str], log: &str) -> Server {
+        Self::spawn_inner(env, &[], args, log, false, &[])
+    }
+
+    /// Waits for the `paddock: recovery done` line.
+    pub fn wait_recovered(&self) {
+        let start = Instant::now();
+        loop {
+            match self
+                .log
+                .recv_timeout(START_DEADLINE.saturating_sub(start.elapsed()))
+            {
+                Ok(line) => {
+                    let done = line == "paddock: recovery done";
+                    self.early.lock().expect("lock").push(line);
+                    if done {
+                        return;
+                    }
+                }
+                Err(_) => panic!("the server did not finish recovering"),
+            }
+        }
+    }
+
     fn spawn_with(env: &TestEnv, wrapper: &[&str], args: &[&str], log: &str, first_start: bool) -> Server {
+        let server = Self::spawn_inner(env, wrapper, args, log, first_start, &[]);
+        server.wait_recovered();
+        server
+    }
+
+    /// Starts a server with extra environment variables (a crash point, `PADDOCK_FAULT`), once it
+    /// has recovered.
+    pub fn restart_with_env(env: &TestEnv, args: &[&str], log: &str, vars: &[(&str, &str)]) -> Server {
+        let server = Self::spawn_inner(env, &[], args, log, false, vars);
+        server.wait_recovered();
+        server
+    }
+
+    /// [`Server::start`] with extra environment variables.
+    pub fn start_with_env(env: &TestEnv, args: &[&str], log: &str, vars: &[(&str, &str)]) -> Server {
+        let server = Self::spawn_inner(env, &[], args, log, true, vars);
+        server.wait_recovered();
+        server
+    }
+
+    fn spawn_inner(
+        env: &TestEnv,
+        wrapper: &[&str],
+        args: &[&str],
+        log: &str,
+        first_start: bool,
+        vars: &[(&str, &str)],
+    ) -> Server {
         let mut cmd = env.cmd();
         if let Some((program, rest)) = wrapper.split_first() {
             let paddock = env.cmd();
@@ -73,6 +129,7 @@ impl Server {
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(args)
             .env("PADDOCK_LOG", log)
+            .envs(vars.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -124,6 +181,7 @@ impl Server {
             url,
             admin_key,
             log: rx,
+            early: std::sync::Mutex::new(Vec::new()),
         }
     }
 
@@ -170,7 +228,33 @@ impl Server {
 
     /// Log lines so far (after the `listening` line) that contain `needle`.
     pub fn log_lines_with(&self, needle: &str) -> Vec<String> {
-        self.log.try_iter().filter(|l| l.contains(needle)).collect()
+        let early = std::mem::take(&mut *self.early.lock().expect("lock"));
+        early
+            .into_iter()
+            .chain(self.log.try_iter())
+            .filter(|l| l.contains(needle))
+            .collect()
+    }
+
+    /// Waits (at most `deadline`) for the server to exit on its own, as at a crash point; its
+    /// status and the log lines it wrote since the last call.
+    pub fn wait_exit(mut self, deadline: Duration) -> (std::process::ExitStatus, Vec<String>) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                let mut lines = std::mem::take(&mut *self.early.lock().expect("lock"));
+                // The reader thread ends with the pipe: every line is in the channel by then.
+                while let Ok(line) = self.log.recv_timeout(Duration::from_secs(10)) {
+                    lines.push(line);
+                }
+                return (status, lines);
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "the server did not exit within {deadline:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
