@@ -350,12 +350,14 @@ impl StoragePool {
         fs::rename(&path, self.stopped_path(id)).map_err(pool_err("move a stopped volume from", &path))
     }
 
-    /// Moves a stopped volume back to `stopped/` after a failed resume, so that it is not lost.
+    /// Moves a volume (back) to `stopped/` unless it is there already: after a failed resume, or for
+    /// a stop or resume a crash interrupted, so that it is not lost.
     pub fn return_stopped(&self, id: &str) -> Result<(), RuntimeError> {
         let path = self.volume_path(id);
         if !path.exists() || self.stopped_path(id).exists() {
             return Ok(());
         }
+        self.private_dir("stopped")?;
         fs::rename(&path, self.stopped_path(id)).map_err(pool_err("move a stopped volume back to", &path))
     }
 
