@@ -401,6 +401,7 @@ impl SandboxService {
             let (in_use, budget) = egress.descriptors_in_use();
             metrics.set_egress_descriptors(in_use, budget);
         }
+        metrics.set_store_space(self.inner.store.space_status());
         metrics
             .render()
             .map_err(|e| ServiceError::internal("render metrics", &e))

@@ -1,6 +1,10 @@
 //! The service's one error type: a stable code, a message safe to show a client, and the field a
 //! validation error is about. Internal causes are logged where they happen, never put in `message`.
 
+use std::io;
+
+use paddock_runtime::RuntimeError;
+use paddock_store::StoreError;
 use paddock_types::api::{ApiErrorBody, ErrorCode};
 
 /// Why a service operation failed.
@@ -48,6 +52,38 @@ impl ServiceError {
         )
     }
 
+    /// A write the database refused because the state directory's file system is full.
+    pub fn state_directory_full() -> Self {
+        Self::new(
+            ErrorCode::NoSpace,
+            "the state directory's file system is full: paddock cannot record changes, so it refuses \
+             them until space is freed there (reads still work)",
+        )
+    }
+
+    /// The storage pool had no room for what an operation had to write.
+    pub fn pool_full() -> Self {
+        Self::new(
+            ErrorCode::NoSpace,
+            "the storage pool is full: delete sandboxes, snapshots or volumes to free space (space \
+             from just-deleted ones can take a few seconds to be reclaimed; retry then)",
+        )
+    }
+
+    /// The API error of a failed backend operation `what`: the request's own fault, an unsupported
+    /// operation, a full pool, or (logged) an internal failure.
+    pub fn from_runtime(what: &'static str, e: RuntimeError) -> Self {
+        match e {
+            RuntimeError::InvalidSpec(message) => ServiceError::new(ErrorCode::InvalidRequest, message),
+            RuntimeError::Unsupported(message) => ServiceError::new(ErrorCode::Unsupported, message),
+            other if runtime_no_space(&other) => {
+                tracing::warn!(error = %other, "the storage pool is full: failed to {what}");
+                ServiceError::pool_full()
+            }
+            other => ServiceError::internal(what, &other),
+        }
+    }
+
     /// The JSON body of this error.
     pub fn body(&self) -> ApiErrorBody {
         ApiErrorBody {
@@ -55,5 +91,98 @@ impl ServiceError {
             message: self.message.clone(),
             field: self.field.clone(),
         }
+    }
+}
+
+/// Whether a backend failure was the pool running out of space: an `ENOSPC` or `EDQUOT` anywhere in
+/// its chain of causes, or, for the failures that arrive as text (the setup shim answers with a
+/// message, the agent with its own), that errno's message in the text.
+fn runtime_no_space(e: &RuntimeError) -> bool {
+    match e {
+        RuntimeError::Setup(text) | RuntimeError::Agent(text) | RuntimeError::Teardown(text) => {
+            text_says_no_space(text)
+        }
+        other => chain_has_no_space(other),
+    }
+}
+
+fn chain_has_no_space(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            if io_no_space(io) {
+                return true;
+            }
+        }
+        next = e.source();
+    }
+    false
+}
+
+fn io_no_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+        || matches!(
+            e.kind(),
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+        )
+}
+
+/// Whether a failure reported as text names `ENOSPC` or `EDQUOT`, as `io::Error`'s display does
+/// ("No space left on device (os error 28)").
+fn text_says_no_space(text: &str) -> bool {
+    [libc::ENOSPC, libc::EDQUOT]
+        .into_iter()
+        .any(|errno| text.contains(&io::Error::from_raw_os_error(errno).to_string()))
+}
+
+/// The API error of a failed store operation that the caller has no more specific answer for.
+pub(crate) fn store_no_space(e: &StoreError) -> Option<ServiceError> {
+    e.is_no_space().then(ServiceError::state_directory_full)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn pool(source: io::Error) -> RuntimeError {
+        RuntimeError::Pool {
+            what: "snapshot",
+            path: PathBuf::from("/pool/sandboxes/x"),
+            source,
+        }
+    }
+
+    #[test]
+    fn enospc_and_edquot_in_the_chain_are_no_space() {
+        for errno in [libc::ENOSPC, libc::EDQUOT] {
+            let e = ServiceError::from_runtime("snapshot", pool(io::Error::from_raw_os_error(errno)));
+            assert_eq!(e.code, ErrorCode::NoSpace, "{errno}");
+        }
+        let wrapped = io::Error::new(io::ErrorKind::StorageFull, "tar: failed to unpack");
+        assert_eq!(
+            ServiceError::from_runtime("import", pool(wrapped)).code,
+            ErrorCode::NoSpace
+        );
+    }
+
+    #[test]
+    fn the_setup_shims_text_is_read() {
+        let text = format!(
+            "snapshot the template: {}",
+            io::Error::from_raw_os_error(libc::ENOSPC)
+        );
+        let e = ServiceError::from_runtime("create a sandbox", RuntimeError::Setup(text));
+        assert_eq!(e.code, ErrorCode::NoSpace);
+    }
+
+    #[test]
+    fn other_failures_stay_internal() {
+        let e = ServiceError::from_runtime("snapshot", pool(io::Error::from_raw_os_error(libc::EIO)));
+        assert_eq!(e.code, ErrorCode::Internal);
+        let e = ServiceError::from_runtime("create", RuntimeError::Setup("mount failed: EPERM".into()));
+        assert_eq!(e.code, ErrorCode::Internal);
+        let e = ServiceError::from_runtime("create", RuntimeError::InvalidSpec("bad".into()));
+        assert_eq!(e.code, ErrorCode::InvalidRequest);
     }
 }

@@ -8,7 +8,6 @@ use paddock_runtime::agent_client::AgentClient;
 use paddock_runtime::{fault, Backend, RuntimeError, SandboxHandle};
 
 use paddock_store::{NewSandbox, SandboxState, StoreError};
-use paddock_types::api::ErrorCode;
 use paddock_types::{SandboxId, SandboxSpec, UserSpec};
 
 use crate::live::{LiveSandbox, Ownership, StoredSpec};
@@ -21,11 +20,7 @@ pub(crate) const LIVE_STATES: [SandboxState; 3] =
     [SandboxState::Warm, SandboxState::Creating, SandboxState::Running];
 
 pub(crate) fn runtime_error(what: &'static str, e: RuntimeError) -> ServiceError {
-    match e {
-        RuntimeError::InvalidSpec(message) => ServiceError::new(ErrorCode::InvalidRequest, message),
-        RuntimeError::Unsupported(message) => ServiceError::new(ErrorCode::Unsupported, message),
-        other => ServiceError::internal(what, &other),
-    }
+    ServiceError::from_runtime(what, e)
 }
 
 pub(crate) fn new_sandbox_id() -> SandboxId {

@@ -160,6 +160,8 @@ pub(crate) struct Metrics {
     request_seconds: Family<RequestLabels, Histogram>,
     errors: Family<CodeLabel, Counter>,
     egress_descriptors: Family<StateLabel, Gauge>,
+    store_no_space: Gauge,
+    store_writes_refused: Counter,
     audit: AuditCounters,
 }
 
@@ -266,6 +268,19 @@ impl Metrics {
             "Descriptors held by sandbox connections through the egress proxy (state=in_use), and its budget (state=budget)",
             egress_descriptors.clone(),
         );
+        let store_no_space = Gauge::default();
+        registry.register(
+            "store_no_space",
+            "1 while the state directory's file system is full and the database refuses writes \
+             (requests that write answer no_space), 0 otherwise",
+            store_no_space.clone(),
+        );
+        let store_writes_refused = Counter::default();
+        registry.register(
+            "store_writes_refused_no_space",
+            "Database writes refused because the state directory's file system was full",
+            store_writes_refused.clone(),
+        );
         let audit = AuditCounters {
             egress,
             egress_bytes,
@@ -317,7 +332,18 @@ impl Metrics {
             request_seconds,
             errors,
             egress_descriptors,
+            store_no_space,
+            store_writes_refused,
             audit,
+        }
+    }
+
+    /// Copies the store's no-space condition and its count of refused writes.
+    pub(crate) fn set_store_space(&self, status: paddock_store::SpaceStatus) {
+        self.store_no_space.set(i64::from(status.full));
+        let counted = self.store_writes_refused.get();
+        if status.refused_writes > counted {
+            self.store_writes_refused.inc_by(status.refused_writes - counted);
         }
     }
 

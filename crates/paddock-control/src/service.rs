@@ -258,6 +258,9 @@ impl<'a> AuditEntry<'a> {
 }
 
 pub(crate) fn store_error(what: &'static str, e: StoreError) -> ServiceError {
+    if let Some(full) = crate::error::store_no_space(&e) {
+        return full;
+    }
     match e {
         StoreError::QuotaExceeded {
             what: kind,

@@ -86,7 +86,7 @@ fn transfer_error(what: &'static str, e: RuntimeError) -> ServiceError {
             ErrorCode::Unavailable,
             format!("the download was cut off: {source}"),
         ),
-        other => ServiceError::internal(what, &other),
+        other => ServiceError::from_runtime(what, other),
     }
 }
 

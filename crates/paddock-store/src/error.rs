@@ -99,6 +99,34 @@ pub enum StoreError {
     OutOfRange { field: &'static str, value: u64 },
     #[error("stored {what} is corrupt: {detail}")]
     Corrupt { what: &'static str, detail: String },
+    #[error(
+        "no space left to {what}: the file system holding the database is full \
+         (writes are refused until space is freed; reads still work)"
+    )]
+    NoSpace {
+        what: &'static str,
+        #[source]
+        source: DbError,
+    },
+    #[error("failed to prepare the wal-index directory {path}")]
+    ShmDirectory {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("refusing the wal-index directory {path}: {problem}")]
+    ShmDirectoryUnsafe { path: PathBuf, problem: &'static str },
+    #[error("failed to make {path} a guard against SQLite builds that keep the wal-index there")]
+    ShmGuard {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(
+        "the wal-index of {path} is not at {expected}: this paddock's SQLite was built without \
+         SQLITE_SHM_DIRECTORY (see .cargo/config.toml), so a full disk could kill it with SIGBUS"
+    )]
+    ShmNotRelocated { path: PathBuf, expected: PathBuf },
     #[error("failed to encode {what} as JSON")]
     EncodeJson {
         what: &'static str,
@@ -116,25 +144,75 @@ impl StoreError {
     }
 
     pub(crate) fn write(what: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
-        move |e| StoreError::Write {
-            what,
-            source: DbError(e),
+        move |e| {
+            no_space(what, e).unwrap_or_else(|e| StoreError::Write {
+                what,
+                source: DbError(e),
+            })
         }
     }
 
     pub(crate) fn begin(what: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
-        move |e| StoreError::Begin {
-            what,
-            source: DbError(e),
+        move |e| {
+            no_space(what, e).unwrap_or_else(|e| StoreError::Begin {
+                what,
+                source: DbError(e),
+            })
         }
     }
 
     pub(crate) fn commit(what: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
-        move |e| StoreError::Commit {
-            what,
-            source: DbError(e),
+        move |e| {
+            no_space(what, e).unwrap_or_else(|e| StoreError::Commit {
+                what,
+                source: DbError(e),
+            })
         }
     }
+
+    /// Whether this is a write refused for lack of space ([`StoreError::NoSpace`]).
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, StoreError::NoSpace { .. })
+    }
+}
+
+thread_local! {
+    /// Set when a write on this thread failed for lack of space; read and cleared by the connection
+    /// guard (`open::ConnGuard`) when it is released, which is how the store notices the condition
+    /// whichever of its methods hit it.
+    static NO_SPACE_SEEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Takes (and clears) this thread's "a write failed for lack of space" mark.
+pub(crate) fn take_no_space_seen() -> bool {
+    NO_SPACE_SEEN.with(|seen| seen.replace(false))
+}
+
+/// `e` as [`StoreError::NoSpace`] if it says the disk is full, `e` itself otherwise. Reads the
+/// thread's `errno` for an I/O error: SQLite reports `ENOSPC` on `write` as `SQLITE_FULL` but other
+/// calls (`fsync`, `ftruncate`) as `SQLITE_IOERR_*`, leaving the cause in `errno` (no system call
+/// between SQLite's failure and this conversion can fail and overwrite it).
+fn no_space(what: &'static str, e: rusqlite::Error) -> Result<StoreError, rusqlite::Error> {
+    let primary = match &e {
+        rusqlite::Error::SqliteFailure(f, _) => f.extended_code & 0xff,
+        _ => return Err(e),
+    };
+    let errno = io::Error::last_os_error().raw_os_error();
+    if is_no_space(primary, errno) {
+        NO_SPACE_SEEN.with(|seen| seen.set(true));
+        Ok(StoreError::NoSpace {
+            what,
+            source: DbError(e),
+        })
+    } else {
+        Err(e)
+    }
+}
+
+/// Whether an SQLite result code (primary) with the thread's `errno` means "no space".
+fn is_no_space(primary: i32, errno: Option<i32>) -> bool {
+    primary == rusqlite::ffi::SQLITE_FULL
+        || (primary == rusqlite::ffi::SQLITE_IOERR && matches!(errno, Some(libc::ENOSPC | libc::EDQUOT)))
 }
 
 /// An error from SQLite, kept opaque so that no `rusqlite` type is part of this crate's API.
@@ -184,4 +262,26 @@ pub(crate) fn from_i64<T: TryFrom<i64>>(what: &'static str, value: i64) -> Resul
         what,
         detail: format!("value {value} is out of range"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::ffi;
+
+    #[test]
+    fn a_full_disk_is_no_space() {
+        assert!(is_no_space(ffi::SQLITE_FULL, None));
+        assert!(is_no_space(ffi::SQLITE_FULL, Some(0)));
+        assert!(is_no_space(ffi::SQLITE_IOERR, Some(libc::ENOSPC)));
+        assert!(is_no_space(ffi::SQLITE_IOERR, Some(libc::EDQUOT)));
+    }
+
+    #[test]
+    fn other_failures_are_not() {
+        assert!(!is_no_space(ffi::SQLITE_IOERR, Some(libc::EIO)));
+        assert!(!is_no_space(ffi::SQLITE_IOERR, None));
+        assert!(!is_no_space(ffi::SQLITE_BUSY, Some(libc::ENOSPC)));
+        assert!(!is_no_space(ffi::SQLITE_CONSTRAINT, None));
+    }
 }

@@ -4,15 +4,19 @@
 use std::fmt;
 use std::fs::OpenOptions;
 use std::io;
+use std::ops::{Deref, DerefMut};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
+use crate::error::take_no_space_seen;
 use crate::error::DbError;
 use crate::migrate;
+use crate::shm;
 use crate::StoreError;
 
 /// How long a statement waits for another connection's write lock before failing with "database is
@@ -27,6 +31,47 @@ const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 pub struct Store {
     conn: Mutex<Connection>,
     path: PathBuf,
+    space: SpaceWatch,
+}
+
+/// Whether the database's file system is full, as the last write found it, and how many writes that
+/// refused. Logged once when the condition starts and once when a write succeeds again.
+#[derive(Debug, Default)]
+struct SpaceWatch {
+    full: AtomicBool,
+    refused: AtomicU64,
+}
+
+/// The no-space condition as [`Store::space_status`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpaceStatus {
+    /// The last write found the file system full (and no write has succeeded since).
+    pub full: bool,
+    /// Writes refused for lack of space since the store was opened.
+    pub refused_writes: u64,
+}
+
+impl SpaceWatch {
+    fn refused(&self, path: &Path) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        if !self.full.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                database = %path.display(),
+                "the state directory's file system is full: refusing writes (reads are still served) \
+                 until space is freed"
+            );
+        }
+    }
+
+    fn written(&self, path: &Path) {
+        if self.full.swap(false, Ordering::Relaxed) {
+            tracing::warn!(
+                database = %path.display(),
+                refused_writes = self.refused.load(Ordering::Relaxed),
+                "the state directory's file system has space again: writes are accepted"
+            );
+        }
+    }
 }
 
 impl fmt::Debug for Store {
@@ -42,6 +87,8 @@ impl Store {
     /// date. A database written by a newer paddock (unknown schema version) is refused.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         create_private_file(path)?;
+        shm::prepare_directory()?;
+        shm::guard_foreign_index(path)?;
         let conn = Connection::open(path).map_err(|e| StoreError::Open {
             path: path.to_owned(),
             source: DbError(e),
@@ -50,8 +97,10 @@ impl Store {
         let mut store = Store {
             conn: Mutex::new(conn),
             path: path.to_owned(),
+            space: SpaceWatch::default(),
         };
         migrate::migrate(store.conn.get_mut().unwrap_or_else(PoisonError::into_inner), path)?;
+        shm::check_index_relocated(path)?;
         Ok(store)
     }
 
@@ -60,15 +109,18 @@ impl Store {
     pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
         let flags =
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+        shm::prepare_directory()?;
         let conn = Connection::open_with_flags(path, flags).map_err(|e| StoreError::Open {
             path: path.to_owned(),
             source: DbError(e),
         })?;
         configure(&conn, path, false)?;
         migrate::check_current(&conn, path)?;
+        shm::check_index_relocated(path)?;
         Ok(Store {
             conn: Mutex::new(conn),
             path: path.to_owned(),
+            space: SpaceWatch::default(),
         })
     }
 
@@ -83,6 +135,7 @@ impl Store {
         let mut store = Store {
             conn: Mutex::new(conn),
             path,
+            space: SpaceWatch::default(),
         };
         migrate::migrate(
             store.conn.get_mut().unwrap_or_else(PoisonError::into_inner),
@@ -130,10 +183,58 @@ impl Store {
         Ok(value)
     }
 
+    /// Whether writes are being refused for lack of space, and how many have been.
+    pub fn space_status(&self) -> SpaceStatus {
+        SpaceStatus {
+            full: self.space.full.load(Ordering::Relaxed),
+            refused_writes: self.space.refused.load(Ordering::Relaxed),
+        }
+    }
+
     /// The connection. A panic while it was held cannot leave a transaction open (rusqlite rolls back
     /// on drop, which runs during unwinding), so a poisoned lock is safe to reuse.
-    pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    pub(crate) fn conn(&self) -> ConnGuard<'_> {
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        // Left over from a write that failed outside any guard (opening, migrating): not this one's.
+        take_no_space_seen();
+        ConnGuard {
+            changes_before: conn.total_changes(),
+            conn,
+            store: self,
+        }
+    }
+}
+
+/// The locked connection. When released it tells the store whether a write in between was refused
+/// for lack of space ([`StoreError::NoSpace`] marks the thread) or rows were written, which is how the
+/// no-space condition is noticed whichever store method met it.
+pub(crate) struct ConnGuard<'a> {
+    conn: MutexGuard<'a, Connection>,
+    store: &'a Store,
+    changes_before: u64,
+}
+
+impl Deref for ConnGuard<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+impl DerefMut for ConnGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Connection {
+        &mut self.conn
+    }
+}
+
+impl Drop for ConnGuard<'_> {
+    fn drop(&mut self) {
+        if take_no_space_seen() {
+            self.store.space.refused(&self.store.path);
+        } else if self.conn.is_autocommit() && self.conn.total_changes() > self.changes_before {
+            // Rows were written and no transaction is left open: they were committed.
+            self.store.space.written(&self.store.path);
+        }
     }
 }
 

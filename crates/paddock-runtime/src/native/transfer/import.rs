@@ -75,7 +75,7 @@ pub(crate) fn import_tree(
     });
     let summary = match outcome {
         Ok(()) => importer.finish()?,
-        Err(e) => return Err(state.classify(e)),
+        Err(e) => return Err(state.classify(e, root)),
     };
     Ok(TransferSummary {
         bytes: state.read.get(),
@@ -126,8 +126,9 @@ impl InputState {
     }
 
     /// Turns a failure into the error the caller answers with: what the reader saw first (the input
-    /// failed, a limit was hit, the input ended early), then the failure itself.
-    fn classify(&self, failure: Failure) -> RuntimeError {
+    /// failed, a limit was hit, the input ended early), then the failure itself. A write into `root`
+    /// that found the pool full is the pool's failure, not the archive's.
+    fn classify(&self, failure: Failure, root: &Path) -> RuntimeError {
         if self.source_failed.get() {
             let source = match failure {
                 Failure::Io(e) => e,
@@ -147,6 +148,18 @@ impl InputState {
             ));
         }
         match failure {
+            Failure::Io(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+                ) =>
+            {
+                RuntimeError::Pool {
+                    what: "write the imported files into",
+                    path: root.to_owned(),
+                    source: e,
+                }
+            }
             Failure::Invalid(message) => RuntimeError::InvalidArchive(message),
             Failure::Tree(e) => e,
             Failure::Io(e) if self.eof.get() || e.kind() == io::ErrorKind::UnexpectedEof => {
