@@ -76,6 +76,8 @@ pub enum StoreError {
         #[source]
         source: DbError,
     },
+    #[error("refusing to inspect with {sql:?}: the statement could write")]
+    NotReadOnly { sql: String },
     #[error("{what} {id} already exists")]
     Conflict { what: &'static str, id: String },
     #[error("{what} {id} does not exist")]

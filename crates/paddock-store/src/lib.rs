@@ -28,6 +28,7 @@ mod audit;
 mod audit_hash;
 mod audit_prune;
 mod error;
+mod inspect;
 mod intents;
 mod keys;
 mod list;

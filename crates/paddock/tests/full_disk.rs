@@ -3,6 +3,11 @@
 //! `paddock.db`. The server must stay up, refuse writes with `507 no_space`, keep serving reads, show
 //! the condition in `/metrics`, and accept writes again once the filler is gone, without a restart.
 //!
+//! A second test fills the storage pool alone (its loop-mounted image; the database's file system
+//! has room): every route that writes to the pool (create, checkpoint, fork, file write, import)
+//! answers `507 no_space`, the failed create is audited as an error, and all of them work again
+//! once the space is freed.
+//!
 //! Before the wal-index moved to tmpfs, the first write on the full file system killed the server with
 //! SIGBUS (SQLite's memory-mapped `-shm` on a copy-on-write file system).
 
@@ -212,4 +217,138 @@ async fn a_full_state_directory_refuses_writes_serves_reads_and_recovers() {
     server.stop();
     let out = env.cmd().args(["audit", "verify"]).output().expect("runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The pool image's size for the pool-full test: the template and a few sandboxes, little more.
+const SMALL_POOL: &str = "512M";
+
+/// Every route that writes to the pool, tried once on `sandbox`, with `archive` (an exported
+/// snapshot) for the import. Returns each route's reply, named.
+async fn pool_writes(api: &Api, key: &str, sandbox: &str, archive: &[u8]) -> Vec<(&'static str, Reply)> {
+    let path = |op: &str| format!("/v1/sandboxes/{sandbox}/{op}");
+    vec![
+        (
+            "create",
+            api.request(key, Method::POST, "/v1/sandboxes", Some(&json!({})), None)
+                .await,
+        ),
+        (
+            "checkpoint",
+            api.request(key, Method::POST, &path("checkpoint"), Some(&json!({})), None)
+                .await,
+        ),
+        (
+            "fork",
+            api.request(
+                key,
+                Method::POST,
+                &path("fork"),
+                Some(&json!({ "count": 1 })),
+                None,
+            )
+            .await,
+        ),
+        (
+            "file write",
+            api.send_bytes(
+                key,
+                Method::PUT,
+                &format!("{}?path=/home/user/upload", path("files")),
+                "application/octet-stream",
+                vec![0x42; 8 << 20],
+            )
+            .await,
+        ),
+        (
+            "import",
+            api.send_bytes(
+                key,
+                Method::POST,
+                "/v1/snapshots/import",
+                "application/x-tar",
+                archive.to_vec(),
+            )
+            .await,
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_pool_answers_no_space_on_every_route_that_writes_to_it_and_recovers() {
+    if !require_root() {
+        return;
+    }
+    let env = TestEnv::new();
+    let server = Server::start(&env, &["--pool-size", SMALL_POOL], "info");
+    let api = server.api();
+    let admin = server.admin_key.clone();
+    let key = api.create_key(&admin, "poolfull").await;
+    api.unlimited_quota(&admin, "poolfull").await;
+    let sandbox = api.create_sandbox(&key, &json!({})).await;
+    let id = sandbox["id"].as_str().expect("id").to_owned();
+    api.sh(&key, &id, "echo kept > /home/user/kept").await;
+    let snapshot = api
+        .post(&key, &format!("/v1/sandboxes/{id}/snapshots"), &json!({}))
+        .await;
+    let snapshot_id = snapshot["id"].as_str().expect("snapshot id").to_owned();
+    let export = api
+        .request(
+            &key,
+            Method::GET,
+            &format!("/v1/snapshots/{snapshot_id}/export"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(export.status, StatusCode::OK, "{}", export.text());
+    let archive = export.body;
+
+    let pool = env.state().join("pool");
+    let filler = pool.join("filler");
+    fill(&filler);
+
+    for (what, reply) in pool_writes(&api, &key, &id, &archive).await {
+        assert_no_space(&reply, &format!("{what} on a full pool"));
+    }
+    // The failed create is audited as what it was, not `ok`.
+    let creates = api.audit_rows(&admin, "action=sandbox.create").await;
+    let last = creates.last().expect("create rows");
+    assert_ne!(last["outcome"], "ok", "the refused create's audit row: {last}");
+    // The sandbox that was there is untouched and still answers.
+    assert_eq!(api.sh(&key, &id, "cat /home/user/kept").await, "kept\n");
+
+    std::fs::remove_file(&filler).expect("remove filler");
+    rustix::fs::sync();
+    let deadline = std::time::Instant::now() + RECOVER_DEADLINE;
+    let mut created = Vec::new();
+    loop {
+        let replies = pool_writes(&api, &key, &id, &archive).await;
+        for (_, reply) in &replies {
+            if reply.status == StatusCode::CREATED || reply.status == StatusCode::OK {
+                if let Some(new) = reply.json()["id"].as_str() {
+                    created.push(new.to_owned());
+                }
+            }
+        }
+        let refused: Vec<&str> = replies
+            .iter()
+            .filter(|(_, r)| !r.status.is_success())
+            .map(|(what, r)| {
+                assert_no_space(r, &format!("{what} while space returns"));
+                *what
+            })
+            .collect();
+        if refused.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{refused:?} still refused {RECOVER_DEADLINE:?} after the filler was removed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(api.sh(&key, &id, "cat /home/user/kept").await, "kept\n");
+    let verify = api.verify_audit(&admin).await;
+    assert!(verify["first_broken"].is_null(), "{verify}");
+    server.stop();
 }

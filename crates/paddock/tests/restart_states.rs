@@ -10,7 +10,7 @@ mod crash;
 #[path = "common/server.rs"]
 mod server;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::{require_root, TestEnv};
 use reqwest::{Method, StatusCode};

@@ -552,9 +552,16 @@ fn mount_image(state_dir: &Path, root: &Path, size: ByteSize) -> Result<(), Runt
         )?;
         fs::rename(&staging, &image).map_err(pool_err("rename", &staging))?;
     }
+    // Space freed in a full pool must be usable again within seconds, not half a minute. Measured on
+    // a filled 512 MiB pool once the filler was deleted: with the defaults, snapshots (and so creates,
+    // checkpoints and forks) kept failing with ENOSPC for about 25 s, because the emptied data block
+    // groups are only given back (and metadata can only grow again) by the cleaner, which runs after
+    // each periodic commit, every 30 s by default. `commit=5` brings that to under 2 s. `discard=sync`
+    // replaces the loop device's default `discard=async`, whose rate-limited background discard kept
+    // freed data extents out of reach for as long; it still returns freed space to the host's disk.
     run_tool(
         Command::new("mount")
-            .args(["-o", "loop,noatime"])
+            .args(["-o", "loop,noatime,discard=sync,commit=5"])
             .arg(&image)
             .arg(root),
     )

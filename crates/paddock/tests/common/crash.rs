@@ -14,28 +14,6 @@ use serde_json::Value;
 use crate::common::TestEnv;
 use crate::server::*;
 
-/// Rows of a read-only query on the store (python3's sqlite3: no SQL in Rust outside the store
-/// crate), each row a JSON array.
-pub fn store_query(env: &TestEnv, sql: &str) -> Vec<Vec<Value>> {
-    const SCRIPT: &str = "import sqlite3, sys, json\n\
-        c = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)\n\
-        print(json.dumps([list(r) for r in c.execute(sys.argv[2]).fetchall()]))\n";
-    let db = env.state().join("paddock.db");
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(SCRIPT)
-        .arg(&db)
-        .arg(sql)
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "query {sql:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("rows")
-}
-
 fn names(dir: &std::path::Path) -> BTreeSet<String> {
     std::fs::read_dir(dir)
         .map(|rd| {

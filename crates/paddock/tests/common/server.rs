@@ -322,6 +322,29 @@ impl Api {
         &self.base
     }
 
+    /// A request whose body is `body` as `content_type` (an upload, an archive).
+    pub async fn send_bytes(
+        &self,
+        key: &str,
+        method: Method,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> Reply {
+        let resp = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(key)
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{path}: no answer: {e}"));
+        let status = resp.status();
+        let body = resp.bytes().await.expect("body").to_vec();
+        Reply { status, body }
+    }
+
     /// One request; `Err` only when no answer came (connection refused or broken, timeout).
     pub async fn try_request(
         &self,
@@ -543,35 +566,32 @@ pub struct StoredSandbox {
     pub end_reason: Option<String>,
 }
 
-/// Every sandbox the store records (read with python3's sqlite3, read-only: no SQL in Rust outside the
-/// store crate).
-pub fn store_sandboxes(env: &TestEnv) -> Vec<StoredSandbox> {
-    const SCRIPT: &str = "import sqlite3, sys, json\n\
-        c = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)\n\
-        rows = c.execute('SELECT id, state, tenant, end_reason FROM sandboxes ORDER BY created_at_ms').fetchall()\n\
-        print(json.dumps(rows))\n";
+/// Rows of a read-only query on the store, each row a list of JSON values. Read through the store
+/// crate opened read-only (no SQL outside it is run by paddock's code; an outside SQLite cannot read a
+/// database paddock has open, see `paddock_store::SHM_DIRECTORY`).
+pub fn store_query(env: &TestEnv, sql: &str) -> Vec<Vec<Value>> {
     let db = env.state().join("paddock.db");
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(SCRIPT)
-        .arg(&db)
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "reading the store failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: Vec<(String, String, Option<String>, Option<String>)> =
-        serde_json::from_slice(&out.stdout).expect("store rows");
-    rows.into_iter()
-        .map(|(id, state, tenant, end_reason)| StoredSandbox {
-            id,
-            state,
-            tenant,
-            end_reason,
-        })
-        .collect()
+    let store = paddock_store::Store::open_read_only(&db).expect("open the store read-only");
+    store
+        .inspect(sql)
+        .unwrap_or_else(|e| panic!("query {sql:?} failed: {e:#}"))
+}
+
+/// Every sandbox the store records.
+pub fn store_sandboxes(env: &TestEnv) -> Vec<StoredSandbox> {
+    let text = |v: &Value| v.as_str().map(str::to_owned);
+    store_query(
+        env,
+        "SELECT id, state, tenant, end_reason FROM sandboxes ORDER BY created_at_ms",
+    )
+    .into_iter()
+    .map(|row| StoredSandbox {
+        id: text(&row[0]).expect("id"),
+        state: text(&row[1]).expect("state"),
+        tenant: text(&row[2]),
+        end_reason: text(&row[3]),
+    })
+    .collect()
 }
 
 /// Ids of the store's sandboxes in one of `states`.
