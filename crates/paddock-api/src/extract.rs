@@ -99,8 +99,16 @@ fn is_json_content_type(headers: &HeaderMap) -> bool {
             || subtype.len() > 5 && subtype[subtype.len() - 5..].eq_ignore_ascii_case("+json"))
 }
 
-/// Parses JSON text into `T`, naming the offending field on failure.
+/// Parses JSON text into `T`, naming the offending field on failure. Every body and message the
+/// API reads is a JSON object (or `null` where it may be left out): anything else is refused here,
+/// since serde would read a struct from an array (`[]` as a request with every field defaulted).
 pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if let Some(kind) = non_object_kind(bytes) {
+        return Err(ApiError::invalid(
+            None,
+            format!("the request body must be a JSON object, not {kind}"),
+        ));
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -115,6 +123,19 @@ pub(crate) fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiErro
     de.end()
         .map_err(|e| ApiError::invalid(None, format!("malformed JSON: {e}")))?;
     Ok(value)
+}
+
+/// What a JSON text is when it is a value other than an object or `null` (judged by its first
+/// byte: a malformed text is left to the parser, which says why).
+fn non_object_kind(bytes: &[u8]) -> Option<&'static str> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace())?;
+    match first {
+        b'[' => Some("an array"),
+        b'"' => Some("a string"),
+        b'-' | b'0'..=b'9' => Some("a number"),
+        b't' | b'f' if serde_json::from_slice::<bool>(bytes).is_ok() => Some("a boolean"),
+        _ => None,
+    }
 }
 
 /// The field a serde error is about: its path, completed with the name a `missing field` error gives
@@ -274,6 +295,45 @@ mod tests {
                 .expect_err("an empty body is refused"),
         );
         assert!(message.contains("required"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_body_that_is_not_an_object_is_refused() {
+        for (body, kind) in [
+            (&b"[]"[..], "an array"),
+            (b" [60]", "an array"),
+            (b"60", "a number"),
+            (b"\"x\"", "a string"),
+            (b"true", "a boolean"),
+        ] {
+            let body: &'static [u8] = body;
+            let (field, message) = invalid(
+                json::<CreateSandboxRequest>(Some("application/json"), body)
+                    .await
+                    .expect_err("refused"),
+            );
+            assert_eq!(field, None, "{message}");
+            assert_eq!(
+                message,
+                format!("the request body must be a JSON object, not {kind}")
+            );
+        }
+        // A body that may be left out may be `null`; an array is no more welcome there.
+        let empty =
+            OptionalJson::<KillRequest>::from_request(request(Some("application/json"), b"null"), &())
+                .await
+                .expect("null is no body");
+        assert_eq!(empty.0, KillRequest::default());
+        let e = OptionalJson::<KillRequest>::from_request(request(Some("application/json"), b"[]"), &())
+            .await
+            .expect_err("refused");
+        assert!(invalid(e).1.contains("must be a JSON object"));
+        let (_, message) = invalid(
+            json::<SetTimeoutRequest>(Some("application/json"), b"nonsense")
+                .await
+                .expect_err("refused"),
+        );
+        assert!(message.starts_with("malformed JSON"), "{message}");
     }
 
     #[tokio::test]

@@ -4,6 +4,11 @@
 //! agent connection: it forwards events to the API caller (foreground), counts bytes, and writes the
 //! `process.exit` audit row whether or not anybody is still listening. A foreground caller that goes
 //! away (its stream dropped) gets its process tree killed.
+//!
+//! The `process.start` row is committed before the agent is asked to spawn (crash point
+//! `exec.spawned` right after), so no process runs without it; its `exec_id` ties it to the exit
+//! row. After a restart, `exec_restart.rs` follows or records the exits of the processes the previous
+//! server started.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -175,10 +180,39 @@ fn command_body(c: &CommandSpec) -> ProcessCommand {
     }
 }
 
-fn command_audit(c: &CommandSpec) -> serde_json::Value {
+pub(crate) fn command_audit(c: &CommandSpec) -> serde_json::Value {
     match c {
         CommandSpec::Argv { argv } => serde_json::json!({ "argv": argv }),
         CommandSpec::Shell { script } => serde_json::json!({ "shell": script }),
+    }
+}
+
+/// A fresh exec id: ties a `process.start` row (written before the pid exists) to its exit row.
+fn new_exec_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// The process a monitor follows, and what its exit row says about it besides the exit.
+pub(crate) struct Followed {
+    pub(crate) pid: u32,
+    /// The exec id of its `process.start` row, when known.
+    pub(crate) exec_id: Option<String>,
+    /// Its command as the agent reports it (`{"argv": ...}` or `{"shell": ...}`), for exits
+    /// recorded after a restart: the start row may be missing from older logs.
+    pub(crate) command: Option<serde_json::Value>,
+}
+
+impl Followed {
+    pub(crate) fn annotate(&self, mut detail: serde_json::Value) -> serde_json::Value {
+        if let Some(exec_id) = &self.exec_id {
+            detail["exec_id"] = exec_id.clone().into();
+        }
+        if let Some(serde_json::Value::Object(command)) = &self.command {
+            for (k, v) in command {
+                detail[k.as_str()] = v.clone();
+            }
+        }
+        detail
     }
 }
 
@@ -224,18 +258,43 @@ impl SandboxService {
             detached: false,
         };
         let diff_base = self.exec_diff_base(&sb).await?;
-        let (pid, events) = match sb.client.spawn(spawn).await {
+        // The start row is written before the process runs, so a crash right after the spawn
+        // cannot leave a process that ran with no record of what it was. The exec id ties it to
+        // the exit row, which carries the pid (unknown until the agent has spawned it).
+        let exec_id = new_exec_id();
+        let mut detail = command_audit(&command);
+        detail["exec_id"] = exec_id.clone().into();
+        detail["cwd"] = cwd.clone().into();
+        detail["user"] = user.into();
+        detail["background"] = req.background.into();
+        detail["pty"] = pty.is_some().into();
+        detail["tag"] = req.tag.clone().into();
+        if let Err(e) = self
+            .audit(AuditEntry::ok(p, "process.start", Some(id)).detail(detail))
+            .await
+        {
+            if let Some(base) = &diff_base {
+                self.drop_exec_diff_base(base).await;
+            }
+            return Err(e);
+        }
+        let spawned = sb.client.spawn(spawn).await;
+        paddock_runtime::fault::point("exec.spawned");
+        let (pid, events) = match spawned {
             Ok(spawned) => spawned,
             Err(e) => {
                 if let Some(base) = &diff_base {
                     self.drop_exec_diff_base(base).await;
                 }
                 let error = process_error("start a process", 0, e);
-                let mut detail = command_audit(&command);
-                detail["cwd"] = cwd.into();
-                detail["message"] = error.message.clone().into();
+                // The start row said "about to run": this row says it never did.
+                let detail = serde_json::json!({
+                    "exec_id": exec_id,
+                    "spawned": false,
+                    "message": error.message,
+                });
                 self.audit(
-                    AuditEntry::ok(p, "process.start", Some(id))
+                    AuditEntry::ok(p, "process.exit", Some(id))
                         .outcome(error.code.as_str())
                         .detail(detail),
                 )
@@ -244,23 +303,6 @@ impl SandboxService {
             }
         };
         self.inner.metrics.observe_exec_start(started.elapsed());
-        let mut detail = command_audit(&command);
-        detail["pid"] = pid.into();
-        detail["cwd"] = cwd.clone().into();
-        detail["user"] = user.into();
-        detail["background"] = req.background.into();
-        detail["pty"] = pty.is_some().into();
-        if let Err(e) = self
-            .audit(AuditEntry::ok(p, "process.start", Some(id)).detail(detail))
-            .await
-        {
-            // Nothing runs unrecorded.
-            let _ = sb.client.kill_tree(pid, None).await;
-            if let Some(base) = &diff_base {
-                self.drop_exec_diff_base(base).await;
-            }
-            return Err(e);
-        }
         let (tx, rx) = if req.background {
             (None, None)
         } else {
@@ -270,7 +312,11 @@ impl SandboxService {
         tokio::spawn(self.clone().monitor(
             sb.clone(),
             p.clone(),
-            pid,
+            Followed {
+                pid,
+                exec_id: Some(exec_id),
+                command: None,
+            },
             events,
             tx,
             !req.background,
@@ -294,17 +340,18 @@ impl SandboxService {
 
     /// Follows one process to its end: forwards its events, then records its exit.
     #[expect(clippy::too_many_arguments, reason = "one task's whole context, passed once")]
-    async fn monitor(
+    pub(crate) async fn monitor(
         self,
         sb: Arc<LiveSandbox>,
         p: Principal,
-        pid: u32,
+        followed: Followed,
         mut events: ProcessEvents,
         mut tx: Option<mpsc::Sender<StreamItem>>,
         foreground: bool,
         started: Instant,
         diff_base: Option<paddock_types::SnapshotId>,
     ) {
+        let pid = followed.pid;
         let mut bytes_out = 0u64;
         let exit = loop {
             let event = match &tx {
@@ -377,94 +424,13 @@ impl SandboxService {
         };
         let entry = AuditEntry::ok(&p, "process.exit", Some(&sb.id))
             .outcome(outcome)
-            .detail(detail);
+            .detail(followed.annotate(detail));
         if let Err(e) = self.audit(entry).await {
             tracing::error!(sandbox_id = %sb.id, pid, error = %e, "cannot record a process exit");
         }
         if let Some(base) = diff_base {
             self.record_exec_diff(&sb, &p, pid, base).await;
         }
-    }
-
-    /// After a restart: follow the processes that kept running, so their exits are recorded, and
-    /// record the exits of those that ended while no server was watching.
-    pub(crate) async fn follow_running_processes(&self, sb: &Arc<LiveSandbox>) {
-        let Some(tenant) = sb.tenant() else {
-            return;
-        };
-        let Ok(processes) = sb.client.list_processes().await else {
-            return;
-        };
-        // Recorded by paddock itself: no API key acted.
-        let p = Principal {
-            tenant,
-            key_id: String::new(),
-            admin: false,
-        };
-        for proc in processes {
-            match &proc.exit {
-                None => {
-                    if let Ok((_, events)) = sb.client.attach(proc.pid, u64::MAX, u64::MAX).await {
-                        tokio::spawn(self.clone().monitor(
-                            sb.clone(),
-                            p.clone(),
-                            proc.pid,
-                            events,
-                            None,
-                            false,
-                            Instant::now(),
-                            // The snapshot taken before it started (if any) was the previous
-                            // server's; gc deleted it.
-                            None,
-                        ));
-                    }
-                }
-                Some(status) => {
-                    if let Err(e) = self.record_missed_exit(&p, &sb.id, &proc, status).await {
-                        tracing::warn!(sandbox_id = %sb.id, pid = proc.pid, error = %e, "cannot record a process exit");
-                    }
-                }
-            }
-        }
-    }
-
-    /// Writes the `process.exit` row of a process that ended while the server was down, unless the
-    /// previous server wrote it before it died (pids can be reused, so the row must be one written
-    /// after this process started).
-    async fn record_missed_exit(
-        &self,
-        p: &Principal,
-        id: &str,
-        proc: &paddock_protocol::ProcessInfo,
-        status: &ExitStatus,
-    ) -> Result<(), ServiceError> {
-        let filter = paddock_store::AuditFilter {
-            sandbox_id: Some(id.to_owned()),
-            action: Some("process.exit".into()),
-            since_ms: Some(proc.started_at_ms as i64),
-            limit: 10_000,
-            ..Default::default()
-        };
-        let rows = self
-            .db("read the audit log", move |s| s.query_audit(&filter))
-            .await?;
-        let pid = proc.pid;
-        if rows.iter().any(|r| r.detail["pid"] == pid) {
-            return Ok(());
-        }
-        let info = exit_info(status);
-        let detail = serde_json::json!({
-            "pid": pid,
-            "exit_code": info.exit_code,
-            "signal": info.signal,
-            "timed_out": info.timed_out,
-            "duration_ms": info.duration_ms,
-            "cpu_time_us": info.cpu_time_us,
-            "max_rss_kib": info.max_rss_kib,
-            "recorded_after_restart": true,
-        });
-        self.audit(AuditEntry::ok(p, "process.exit", Some(id)).detail(detail))
-            .await
     }
 
     /// Re-attaches to a process (running or finished): replays its output from the offsets, then
@@ -670,6 +636,20 @@ async fn forward_buffered(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exit_row_names_its_start_and_the_reported_command() {
+        use serde_json::json;
+        let followed = Followed {
+            pid: 3,
+            exec_id: Some("e1".into()),
+            command: Some(json!({"argv": ["ls"]})),
+        };
+        assert_eq!(
+            followed.annotate(json!({"pid": 3})),
+            json!({"pid": 3, "exec_id": "e1", "argv": ["ls"]})
+        );
+    }
 
     #[test]
     fn output_is_text_when_it_can_be_and_base64_otherwise() {

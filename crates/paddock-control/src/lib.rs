@@ -15,6 +15,7 @@ mod config;
 mod error;
 mod exec;
 mod exec_diff;
+mod exec_restart;
 mod files;
 mod lifecycle;
 mod live;

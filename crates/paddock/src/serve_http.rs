@@ -9,6 +9,9 @@
 //! stops accepting, asks every connection to finish its request in flight and close, and returns once
 //! all have (the caller bounds the wait).
 //!
+//! An error answered before its request body was read to the end (a refused upload) says
+//! `Connection: close`, since the connection is closed after it.
+//!
 //! It does not: serve HTTP/2 (the API never offered it), apply any limit to a WebSocket once upgraded,
 //! or know what a request is for (the router does).
 
@@ -32,7 +35,7 @@ use tokio::time::Instant;
 use tower::ServiceExt as _;
 
 use crate::serve_config::HttpSettings;
-use conn::{ClockedIo, ConnClock, ConnTimeouts, Expiry, IdleTimeoutBody, TrackedBody};
+use conn::{must_close, ClockedIo, ConnClock, ConnTimeouts, Expiry, IdleTimeoutBody, TrackedBody};
 
 /// The longest pause between two `accept` attempts while descriptors (or memory) are exhausted.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
@@ -159,13 +162,21 @@ impl Connection {
             let body_timeout = self.limits.request_body;
             hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
                 let in_flight = clock.begin_request();
-                let req = req.map(|b| Body::new(IdleTimeoutBody::new(b, body_timeout)));
+                let (parts, body) = req.into_parts();
+                let (body, body_end) = IdleTimeoutBody::new(body, body_timeout);
+                let req = hyper::Request::from_parts(parts, Body::new(body));
                 let app = app.clone();
                 async move {
-                    let response = match app.oneshot(req).await {
+                    let mut response = match app.oneshot(req).await {
                         Ok(r) => r,
                         Err(never) => match never {},
                     };
+                    if must_close(response.status(), body_end.reached()) {
+                        response.headers_mut().insert(
+                            hyper::header::CONNECTION,
+                            hyper::header::HeaderValue::from_static("close"),
+                        );
+                    }
                     Ok::<_, Infallible>(response.map(|b| TrackedBody::new(b, in_flight)))
                 }
             })

@@ -2732,6 +2732,21 @@ fn validation_errors_name_the_field() {
             r.err(400, "invalid_request");
             assert_eq!(field(&r), expected, "{body}: {r:?}");
         }
+        // A body must be a JSON object: serde alone would read `[]` as a request with every field
+        // defaulted (and create a sandbox).
+        for body in ["[]", "[{}]", "null", "3", "\"x\""] {
+            let r = Client::send(
+                a.request(Method::POST, "/v1/sandboxes")
+                    .header("content-type", JSON)
+                    .body(body),
+            )
+            .await;
+            let refused = r.err(400, "invalid_request");
+            let message = refused["message"].as_str().unwrap_or("");
+            if body != "null" {
+                assert!(message.contains("must be a JSON object"), "{body}: {refused}");
+            }
+        }
         assert!(a.get("/v1/sandboxes").await.ok(200)["sandboxes"]
             .as_array()
             .is_some_and(Vec::is_empty));
@@ -2773,6 +2788,15 @@ fn validation_errors_name_the_field() {
             let r = a.get(&format!("/v1/sandboxes?{query}")).await;
             r.err(400, "invalid_request");
             assert_eq!(field(&r), expected, "{query}: {r:?}");
+        }
+        // A cursor no page could have returned is refused by every list, not answered with an
+        // empty page.
+        for list in ["/v1/sandboxes", "/v1/snapshots", "/v1/volumes"] {
+            for cursor in ["%ff%00", "", "UPPER", "a%2Fb"] {
+                let r = a.get(&format!("{list}?cursor={cursor}")).await;
+                r.err(400, "invalid_request");
+                assert_eq!(field(&r), "cursor", "{list}?cursor={cursor}: {r:?}");
+            }
         }
         for (query, expected) in [
             ("limit=0", "limit"),
@@ -3187,9 +3211,20 @@ fn the_audit_log_records_every_action_in_order() {
             .map(|r| rfc3339_ms(r["time"].as_str().expect("time")))
             .collect();
         assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+        // The start row is written before the process exists: it is tied to its exit row (which
+        // has the pid) by the exec id both carry.
         let find = |action: &str, pid: u64| {
+            let exit = rows
+                .iter()
+                .position(|r| r["action"] == "process.exit" && r["detail"]["pid"] == pid)
+                .unwrap_or_else(|| panic!("no process.exit row for pid {pid}: {rows:#?}"));
+            if action == "process.exit" {
+                return exit;
+            }
+            let exec_id = &rows[exit]["detail"]["exec_id"];
+            assert!(exec_id.is_string(), "exit row without exec id: {}", rows[exit]);
             rows.iter()
-                .position(|r| r["action"] == action && r["detail"]["pid"] == pid)
+                .position(|r| r["action"] == action && &r["detail"]["exec_id"] == exec_id)
                 .unwrap_or_else(|| panic!("no {action} row for pid {pid}: {rows:#?}"))
         };
         for pid in [p1, p2, p3, p4] {
@@ -3226,7 +3261,11 @@ fn the_audit_log_records_every_action_in_order() {
         );
         assert_eq!(rows[find("process.exit", p3)]["detail"]["signal"], 15);
         assert_eq!(rows[find("process.exit", p4)]["detail"]["signal"], 9);
-        assert_eq!(rows[find("process.signal", p3)]["detail"]["signal"], 15);
+        let signal = rows
+            .iter()
+            .find(|r| r["action"] == "process.signal" && r["detail"]["pid"] == p3)
+            .expect("process.signal row");
+        assert_eq!(signal["detail"]["signal"], 15);
         let create = rows
             .iter()
             .find(|r| r["action"] == "sandbox.create")

@@ -503,3 +503,66 @@ fn json_exec_output_is_bounded_and_says_it_was_cut() {
     drop(rt);
     server.stop();
 }
+
+/// A refusal answered before the request body was read (an upload with a bad key) says
+/// `Connection: close`, and the server does close; a refusal of a request without a body keeps the
+/// connection.
+#[test]
+fn an_early_error_on_an_upload_says_the_connection_closes() {
+    if !require_root() {
+        return;
+    }
+    let env = TestEnv::new();
+    let server = Server::start(&env, &[], "info");
+    let addr = server_addr(&server);
+    let rt = runtime();
+    rt.block_on(async {
+        let has_close = |head: &str| {
+            head.lines().any(|l| {
+                l.split_once(':').is_some_and(|(name, value)| {
+                    name.eq_ignore_ascii_case("connection") && value.trim().eq_ignore_ascii_case("close")
+                })
+            })
+        };
+        // Requests without a body refused: the connection stays usable, and says nothing of closing.
+        let mut conn = TcpStream::connect(addr).await.expect("connect");
+        for _ in 0..2 {
+            conn.write_all(
+                b"GET /v1/sandboxes HTTP/1.1\r\nHost: paddock\r\nAuthorization: Bearer pdk_0123456789ab_nope\r\n\r\n",
+            )
+            .await
+            .expect("send");
+            let head = read_response(&mut conn).await;
+            assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+            assert!(!has_close(&head), "{head}");
+        }
+
+        // A 50 MB upload refused after its first 64 KiB.
+        let mut conn = TcpStream::connect(addr).await.expect("connect");
+        conn.write_all(
+            b"PUT /v1/sandboxes/sb-0123456789abcdef/files?path=/home/user/big HTTP/1.1\r\nHost: paddock\r\n\
+              Authorization: Bearer pdk_0123456789ab_nope\r\nContent-Type: application/octet-stream\r\n\
+              Content-Length: 50000000\r\n\r\n",
+        )
+        .await
+        .expect("send the head");
+        conn.write_all(&vec![b'x'; 64 * 1024]).await.expect("send some of the body");
+        let head = read_response(&mut conn).await;
+        assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+        assert!(has_close(&head), "the server closes the connection without saying so: {head}");
+        // And it does close it (a reset counts: the client was still sending).
+        let mut buf = [0u8; 4096];
+        let closed = tokio::time::timeout(DEADLINE, async {
+            loop {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the connection stayed open");
+    });
+    drop(rt);
+    server.stop();
+}

@@ -542,6 +542,37 @@ async fn rollback_case(prepared: bool) {
     let client = connect(&handle).await;
     assert_eq!(ok(&client, "cat /home/user/d/file").await, "original\n");
 
+    // A preparation that fails once its run directory is staged leaves no staging directory (here
+    // the way is blocked by a file where `<id>.next` goes); one that finds a staging directory a
+    // crash left (`run/.new-<id>.next`, empty: the crash came before its lock file) takes it over.
+    if prepared {
+        let run = env.state().join("run");
+        let staged = |run: &Path| -> Vec<String> {
+            names(run)
+                .into_iter()
+                .filter(|n| n.starts_with(".new-"))
+                .collect()
+        };
+        std::fs::write(&next, "in the way").expect("a file where the run dir goes");
+        backend
+            .prepare_rollback(&handle, &snapshot)
+            .await
+            .expect_err("the way is blocked");
+        assert_eq!(
+            staged(&run),
+            Vec::<String>::new(),
+            "a failed preparation left its staging directory behind"
+        );
+        std::fs::remove_file(&next).expect("clear the way");
+        std::fs::create_dir(run.join(".new-sb-roll.next")).expect("a crash's leftover");
+        backend
+            .prepare_rollback(&handle, &snapshot)
+            .await
+            .expect("prepare over a crash's staging directory");
+        assert!(next.join("lock").exists());
+        assert_eq!(staged(&run), Vec::<String>::new());
+        backend.discard_rollback(&handle).await.expect("discard");
+    }
     // A prepared rollback that is discarded leaves nothing behind.
     if prepared {
         backend

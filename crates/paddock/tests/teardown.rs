@@ -103,3 +103,57 @@ fn a_killed_paddock_takes_its_sandbox_along_and_gc_reclaims_the_rest() {
     assert_code(&env.run(&[], &["true"]), 0);
     env.assert_clean();
 }
+
+/// This environment's parent cgroups that exist, in every hierarchy.
+fn parent_cgroups(env: &TestEnv) -> Vec<std::path::PathBuf> {
+    ["memory", "pids", "cpu", "blkio", "unified", ""]
+        .iter()
+        .map(|h| {
+            std::path::Path::new("/sys/fs/cgroup")
+                .join(h)
+                .join(&env.cgroup_parent)
+        })
+        .filter(|p| p.is_dir())
+        .collect()
+}
+
+#[test]
+fn gc_and_pool_destroy_remove_the_parent_cgroups_paddock_made() {
+    if !require_root() {
+        return;
+    }
+    let env = TestEnv::new();
+    assert_code(&env.run(&[], &["true"]), 0);
+    assert!(!parent_cgroups(&env).is_empty(), "a run makes its parent cgroups");
+    assert_code(&env.cmd().arg("gc").output().expect("gc"), 0);
+    assert_eq!(
+        parent_cgroups(&env),
+        Vec::<std::path::PathBuf>::new(),
+        "gc leaves the empty parent cgroups it made"
+    );
+
+    assert_code(&env.run(&[], &["true"]), 0);
+    assert_code(
+        &env.cmd()
+            .args(["pool", "destroy"])
+            .output()
+            .expect("pool destroy"),
+        0,
+    );
+    assert_eq!(
+        parent_cgroups(&env),
+        Vec::<std::path::PathBuf>::new(),
+        "pool destroy leaves the empty parent cgroups it made"
+    );
+
+    // A parent made by the operator (on a v1 hierarchy here) is theirs: gc leaves it.
+    let operators = std::path::Path::new("/sys/fs/cgroup/pids").join(&env.cgroup_parent);
+    if std::path::Path::new("/sys/fs/cgroup/pids/tasks").exists() {
+        std::fs::create_dir(&operators).expect("the operator's parent cgroup");
+        assert_code(&env.run(&[], &["true"]), 0);
+        assert_code(&env.cmd().arg("gc").output().expect("gc"), 0);
+        assert_eq!(parent_cgroups(&env), vec![operators.clone()]);
+        std::fs::remove_dir(&operators).expect("remove the operator's parent");
+    }
+    env.assert_clean();
+}

@@ -3,9 +3,12 @@
 //! A sandbox is alive while some process holds the lock on `<state>/run/<id>/lock`. Anything of a
 //! sandbox whose lock is free (its run directory, cgroups, subvolume) is garbage; so are cgroups and
 //! subvolumes with no run directory at all (a crash between creation steps), the staging subvolume of
-//! an import whose process died (`transfer/staging.rs`), and the pool's trash (subvolumes whose
-//! deletion a crash interrupted). A sandbox prepared for a rollback (`<id>.next`) is a sandbox like any
-//! other here: its own run directory, lock, cgroups and subvolume.
+//! an import whose process died (`transfer/staging.rs`), the pool's trash (subvolumes whose deletion
+//! a crash interrupted), a run directory's staging (`run/.new-<name>`) whose creator died (after a
+//! minute's grace), and the parent cgroups paddock made that hold no sandbox any more
+//! (`cgroup/parents.rs`; `paddock pool destroy` runs gc first, so it removes them too). A sandbox
+//! prepared for a rollback (`<id>.next`) is a sandbox like any other here: its own run directory,
+//! lock, cgroups and subvolume.
 //!
 //! Garbage collection never fails because of one item: whatever a sandbox left (nested subvolumes
 //! included, which the pool deletes too), an item that cannot be reclaimed is logged and skipped,
@@ -88,6 +91,9 @@ impl NativeBackend {
                 reclaimed.push(id);
             }
         }
+        // Last, once every abandoned sandbox's cgroups are gone: the parents made here that hold
+        // none any more.
+        self.cgroups.remove_created_parents();
         Ok(reclaimed)
     }
 

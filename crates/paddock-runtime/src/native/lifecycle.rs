@@ -466,13 +466,12 @@ impl Backend for NativeBackend {
         // The run directory appears under its real name only with its lock already held, so a
         // concurrent `gc` never mistakes a sandbox being born for an abandoned one.
         let staging = run_dir.with_file_name(format!(".new-{id}"));
-        fs::create_dir(&staging).map_err(state_err("create", &staging))?;
-        let lock = StateLock::acquire(&staging.join("lock"))?;
-        if run_dir.exists() {
-            let _ = fs::remove_dir_all(&staging);
-            return Err(RuntimeError::InvalidSpec(format!("sandbox {id} already exists")));
-        }
-        fs::rename(&staging, &run_dir).map_err(state_err("rename", &staging))?;
+        let lock = super::lock::stage_run_dir(&staging, &run_dir, || {
+            if run_dir.exists() {
+                return Err(RuntimeError::InvalidSpec(format!("sandbox {id} already exists")));
+            }
+            Ok(())
+        })?;
         let t = std::time::Instant::now();
         let cgroup = match self.cgroups.create(&spec.id, &spec.limits) {
             Ok(c) => c,

@@ -113,7 +113,10 @@ impl NativeBackend {
                 config.ids.base, config.ids.count
             )));
         }
-        let cgroups = CgroupLayout::detect(&config.cgroup_parent)?;
+        let cgroups = CgroupLayout::detect(
+            &config.cgroup_parent,
+            config.state_dir.join(cgroup::CREATED_PARENTS),
+        )?;
         if paddock_sys::landlock::kernel_abi().is_none() {
             tracing::warn!(
                 "this kernel has no Landlock: sandboxes run without its write restrictions (namespaces, \

@@ -90,13 +90,13 @@ impl NativeBackend {
         let run_dir = self.run_dir(&name);
         // As at creation: the run directory appears under its name only with its lock held.
         let staging = run_dir.with_file_name(format!(".new-{name}"));
-        fs::create_dir(&staging).map_err(state_err("create", &staging))?;
-        let lock = StateLock::acquire(&staging.join("lock"))?;
-        if run_dir.exists() {
-            // Left by a crash; gc would reclaim it, but it is in the way now.
-            self.reclaim(&name)?;
-        }
-        fs::rename(&staging, &run_dir).map_err(state_err("rename", &staging))?;
+        let lock = super::lock::stage_run_dir(&staging, &run_dir, || {
+            if run_dir.exists() {
+                // Left by a crash; gc would reclaim it, but it is in the way now.
+                self.reclaim(&name)?;
+            }
+            Ok(())
+        })?;
         let volume = self.pool.volume_path(&name);
         let source = VolumeSource::Snapshot(snapshot.clone());
         let started = self

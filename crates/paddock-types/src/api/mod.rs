@@ -6,6 +6,7 @@
 //! Requests refuse unknown fields so a typo is an error, not a silently ignored option.
 
 mod audit;
+mod cursor;
 mod error;
 mod exec;
 mod files;

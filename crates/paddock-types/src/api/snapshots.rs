@@ -85,7 +85,7 @@ pub struct ListSnapshotsQuery {
     #[serde(default)]
     pub limit: Option<u32>,
     /// The `next_cursor` of the previous page.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::cursor::deserialize_cursor")]
     pub cursor: Option<String>,
 }
 

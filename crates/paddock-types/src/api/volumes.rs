@@ -69,7 +69,7 @@ pub struct ListVolumesQuery {
     #[serde(default)]
     pub limit: Option<u32>,
     /// The `next_cursor` of the previous page.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::cursor::deserialize_cursor")]
     pub cursor: Option<String>,
 }
 

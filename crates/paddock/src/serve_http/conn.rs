@@ -5,7 +5,9 @@
 //! "Idle" is the keep-alive sense: no request in flight. A response being streamed is in flight until
 //! its body is finished or dropped, however long it stays quiet, so NDJSON and SSE streams are never
 //! cut for idleness; a request whose body stalls is the body timeout's business
-//! ([`IdleTimeoutBody`]). Nothing here applies to a connection once it is upgraded to a WebSocket.
+//! ([`IdleTimeoutBody`]), which also notes whether the body was read to its end ([`BodyEnd`]): an
+//! error answered before that says `Connection: close` ([`must_close`]). Nothing here applies to a
+//! connection once it is upgraded to a WebSocket.
 
 use std::future::Future;
 use std::io;
@@ -205,20 +207,51 @@ impl std::error::Error for BodyStalled {}
 /// A request body that fails when the client sends nothing for `timeout` while the handler waits.
 /// The clock runs only while the handler is polling and no data is there: a handler busy elsewhere
 /// (writing to a sandbox that applies backpressure) does not count against the client.
+/// It also notes when the body reaches its end ([`BodyEnd`]).
 pub(crate) struct IdleTimeoutBody {
     inner: hyper::body::Incoming,
     timeout: Duration,
     sleep: Option<Pin<Box<Sleep>>>,
+    end: BodyEnd,
 }
 
 impl IdleTimeoutBody {
-    pub(crate) fn new(inner: hyper::body::Incoming, timeout: Duration) -> Self {
-        Self {
+    /// The body, and the flag that says whether it has been read to its end.
+    pub(crate) fn new(inner: hyper::body::Incoming, timeout: Duration) -> (Self, BodyEnd) {
+        let end = BodyEnd::default();
+        if hyper::body::Body::is_end_stream(&inner) {
+            end.mark();
+        }
+        let body = Self {
             inner,
             timeout,
             sleep: None,
-        }
+            end: end.clone(),
+        };
+        (body, end)
     }
+}
+
+/// Whether a request body was read to its end. A response given before that (a refusal that did
+/// not read an upload) must say `Connection: close`: hyper will not read the rest either, so it
+/// closes the connection after the response, and a client must not send its next request there.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BodyEnd(Arc<std::sync::atomic::AtomicBool>);
+
+impl BodyEnd {
+    fn mark(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    pub(crate) fn reached(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// Whether a response must carry `Connection: close`: an error answered before its request's body
+/// was read to the end.
+pub(crate) fn must_close(status: hyper::StatusCode, body_read: bool) -> bool {
+    !body_read && (status.is_client_error() || status.is_server_error())
 }
 
 impl hyper::body::Body for IdleTimeoutBody {
@@ -233,6 +266,9 @@ impl hyper::body::Body for IdleTimeoutBody {
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
                 this.sleep = None;
+                if frame.is_none() || hyper::body::Body::is_end_stream(&this.inner) {
+                    this.end.mark();
+                }
                 Poll::Ready(frame.map(|f| f.map_err(Into::into)))
             }
             Poll::Pending => {

@@ -69,3 +69,13 @@ fn log_lines_are_rate_limited_with_counts() {
     e.last = Some(Instant::now() - LOG_EVERY);
     assert_eq!(e.tick(), Some(3), "the count since the last line");
 }
+
+#[test]
+fn an_error_before_the_body_was_read_closes_the_connection() {
+    use hyper::StatusCode;
+    assert!(conn::must_close(StatusCode::UNAUTHORIZED, false));
+    assert!(conn::must_close(StatusCode::INTERNAL_SERVER_ERROR, false));
+    assert!(!conn::must_close(StatusCode::UNAUTHORIZED, true));
+    // A success may stream while it reads (stdin of a process): the connection is the client's.
+    assert!(!conn::must_close(StatusCode::OK, false));
+}

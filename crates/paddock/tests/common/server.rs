@@ -226,6 +226,27 @@ impl Server {
         );
     }
 
+    /// Waits for the server to die on its own, as it does at an armed crash point (`PADDOCK_FAULT`):
+    /// it writes a line containing `needle`, then kills itself. Returns its exit status and whether
+    /// that line came within `deadline`; a server that wrote no such line by then (or whose stderr
+    /// closed first) is killed here, so the call never hangs.
+    pub fn wait_died(mut self, needle: &str, deadline: Duration) -> (std::process::ExitStatus, bool) {
+        let start = Instant::now();
+        let mut seen = false;
+        while !seen {
+            match self.log.recv_timeout(deadline.saturating_sub(start.elapsed())) {
+                Ok(line) => seen = line.contains(needle),
+                Err(_) => break,
+            }
+        }
+        if !seen {
+            let _ = self.child.kill();
+        }
+        // After the line, the server's own SIGKILL is already on its way: this wait is short.
+        let status = self.child.wait().expect("wait");
+        (status, seen)
+    }
+
     /// Log lines so far (after the `listening` line) that contain `needle`.
     pub fn log_lines_with(&self, needle: &str) -> Vec<String> {
         let early = std::mem::take(&mut *self.early.lock().expect("lock"));

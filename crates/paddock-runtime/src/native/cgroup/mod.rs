@@ -5,13 +5,16 @@
 //! shim joins them before creating the sandbox's namespaces, so every process of the sandbox, however
 //! it daemonizes, stays inside and is killed with it. Limits are written at creation and may change
 //! while the sandbox runs (`limits.rs`); usage counters are read from the same cgroups (`usage.rs`);
-//! the cgroup2 freezer stops all of a sandbox's processes at once (`freeze.rs`).
+//! the cgroup2 freezer stops all of a sandbox's processes at once (`freeze.rs`). The parents are made
+//! on first use and removed by gc once empty, if paddock made them (`parents.rs`).
 
 mod freeze;
 mod limits;
+mod parents;
 mod usage;
 
 pub(crate) use limits::DEFAULT_IO_WEIGHT;
+pub(crate) use parents::CREATED_PARENTS;
 
 use std::fs;
 use std::io;
@@ -30,6 +33,8 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 pub struct CgroupLayout {
     kind: CgroupKind,
     parent: String,
+    /// The record of the parents made here (`parents.rs`).
+    created: PathBuf,
 }
 
 /// Which cgroup interface the host offers.
@@ -130,8 +135,9 @@ impl CgroupKind {
 }
 
 impl CgroupLayout {
-    /// Detects the layout of this host; sandboxes go under `parent` in every hierarchy.
-    pub fn detect(parent: &str) -> Result<Self, RuntimeError> {
+    /// Detects the layout of this host; sandboxes go under `parent` in every hierarchy. The parents
+    /// this layout makes are recorded in `created` (a file in the state directory).
+    pub fn detect(parent: &str, created: PathBuf) -> Result<Self, RuntimeError> {
         let valid = !parent.is_empty()
             && parent.len() <= 64
             && parent
@@ -146,29 +152,8 @@ impl CgroupLayout {
         Ok(Self {
             kind: CgroupKind::detect()?,
             parent: parent.to_owned(),
+            created,
         })
-    }
-
-    /// The parent directories paddock creates its cgroups in.
-    fn parents(&self) -> Vec<PathBuf> {
-        let p = &self.parent;
-        match &self.kind {
-            CgroupKind::V2 { root, .. } => vec![root.join(p)],
-            CgroupKind::V1 {
-                memory,
-                pids,
-                cpu,
-                blkio,
-                unified,
-            } => {
-                let mut v = vec![memory.join(p), pids.join(p), cpu.join(p)];
-                v.extend(blkio.iter().map(|b| b.join(p)));
-                if let Some(u) = unified {
-                    v.push(u.join(p));
-                }
-                v
-            }
-        }
     }
 
     /// The cgroups of sandbox `id` (whether or not they exist).
@@ -221,36 +206,6 @@ impl CgroupLayout {
         ids
     }
 
-    fn ensure_parents(&self) -> Result<(), RuntimeError> {
-        for parent in self.parents() {
-            if !parent.exists() {
-                match fs::create_dir(&parent) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(io_err(&parent, "create")(e)),
-                }
-            }
-        }
-        if let CgroupKind::V2 { root, io } = &self.kind {
-            let wanted: &[&str] = if *io {
-                &["memory", "pids", "cpu", "io"]
-            } else {
-                &["memory", "pids", "cpu"]
-            };
-            // Controllers must be enabled in every ancestor's subtree_control for the child to get them.
-            for dir in [root.clone(), root.join(&self.parent)] {
-                let ctl = dir.join("cgroup.subtree_control");
-                let current = fs::read_to_string(&ctl).map_err(io_err(&ctl, "read"))?;
-                for &c in wanted {
-                    if !current.split_whitespace().any(|x| x == c) {
-                        write_file(&ctl, &format!("+{c}"))?;
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// How sandboxes' block I/O is weighted on this host, for the backend's capabilities and its
     /// startup report: the weight file each sandbox gets (`blkio.bfq.weight`, `blkio.weight`,
     /// `io.bfq.weight` or `io.weight`), or `None` when the hierarchy offers none. Creates the parent
@@ -277,7 +232,15 @@ impl CgroupLayout {
         self.ensure_parents()?;
         let cg = self.sandbox(name);
         for dir in cg.dirs() {
-            fs::create_dir(dir).map_err(io_err(dir, "create"))?;
+            let made = match fs::create_dir(dir) {
+                // A gc in another process removed the parent, empty until now: make it again, once.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    self.ensure_parents()?;
+                    fs::create_dir(dir)
+                }
+                other => other,
+            };
+            made.map_err(io_err(dir, "create"))?;
         }
         let applied = cg.set_limits(limits);
         if applied.is_err() {
