@@ -87,18 +87,23 @@ pub async fn assert_consistent(env: &TestEnv, api: &Api, admin: &str) {
     assert_every_exit_has_a_start(api, admin).await;
 }
 
-/// Every `process.exit` row has an earlier `process.start` row of the same sandbox and process.
+/// Every `process.exit` row names (by `exec_id`) an earlier `process.start` row of the same sandbox.
 pub async fn assert_every_exit_has_a_start(api: &Api, admin: &str) {
     let rows = api.audit_rows(admin, "action=process.").await;
     let mut started = BTreeSet::new();
     for row in &rows {
-        let key = (row["sandbox_id"].to_string(), row["detail"]["pid"].to_string());
+        let exec_id = row["detail"]["exec_id"].as_str();
         match row["action"].as_str() {
             Some("process.start") => {
-                started.insert(key.clone());
+                let exec_id = exec_id.unwrap_or_else(|| panic!("a start row without exec_id: {row}"));
+                started.insert((row["sandbox_id"].to_string(), exec_id.to_owned()));
             }
             Some("process.exit") => {
-                assert!(started.contains(&key), "an exit without a start row: {row}");
+                let key = exec_id.map(|e| (row["sandbox_id"].to_string(), e.to_owned()));
+                assert!(
+                    key.is_some_and(|k| started.contains(&k)),
+                    "an exit without a start row: {row}"
+                );
             }
             _ => {}
         }
