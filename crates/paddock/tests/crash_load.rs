@@ -188,7 +188,7 @@ async fn client(api: Api, key: String, n: u64, seed: u64, acks: mpsc::UnboundedS
         ack(&mut log);
 
         // A named snapshot rolls back cold; a checkpoint usually takes the prepared path.
-        let named = rng.next() % 2 == 0;
+        let named = rng.next().is_multiple_of(2);
         log.pending = Pending::Save;
         let save = if named {
             path("snapshots")
