@@ -2884,8 +2884,13 @@ fn timeouts_expiry_extension_and_usage() {
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(rows[0]["tenant"], "timer");
         assert_eq!(rows[0]["key_id"], Value::Null, "the reaper acted, not a key: {}", rows[0]);
-        // Its resources are gone (the run directory is the backend's record of a live sandbox).
-        assert!(!h.env().state().join("run").join(&short).exists());
+        // Its resources go (the run directory is the backend's record of a live sandbox): the end is
+        // recorded first and the teardown follows, so the state can be read a moment before.
+        let run_dir = h.env().state().join("run").join(&short);
+        poll(SOON, "the expired sandbox's teardown", || async {
+            (!run_dir.exists()).then_some(())
+        })
+        .await;
 
         // Extension: a 2-second sandbox given 600 seconds outlives its first deadline.
         let id = a.create_sandbox(json!({"timeout_secs": 2})).await;

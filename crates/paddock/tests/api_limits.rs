@@ -176,13 +176,17 @@ fn every_sandbox_gets_a_cpu_weight_and_an_io_weight_where_offered() {
             ["io.bfq.weight", "io.weight"]
                 .into_iter()
                 .find_map(|f| read("", &plain, f).ok())
-        } else if Path::new("/sys/fs/cgroup/blkio/tasks").exists() {
+        } else if ["blkio.bfq.weight", "blkio.weight"].iter().any(|f| {
+            // Offered where the sandboxes' parent cgroup has a weight file (BFQ on v1); the
+            // blkio hierarchy alone offers only throttling.
+            Path::new("/sys/fs/cgroup/blkio").join(parent).join(f).exists()
+        }) {
             let w = ["blkio.bfq.weight", "blkio.weight"]
                 .into_iter()
                 .find_map(|f| read("blkio", &plain, f).ok());
             assert!(
                 w.is_some(),
-                "the blkio hierarchy is mounted but the sandbox has no weight"
+                "the blkio hierarchy offers a weight but the sandbox has none"
             );
             w
         } else {

@@ -137,9 +137,12 @@ impl NativeBackend {
                 "block I/O: every sandbox gets its own weight (it acts where the pool's device is \
                  scheduled by BFQ, or io.cost on cgroup v2)"
             ),
-            None => tracing::warn!(
-                "block I/O: this host's cgroups offer no I/O weight (no blkio hierarchy or io controller); \
-                 sandboxes' disk I/O is not weighted"
+            // Info, not warn: a host property, not a fault, and `paddock run` prints warnings on
+            // every call (serve logs info by default, so operators still see it).
+            None => tracing::info!(
+                "block I/O: sandboxes' disk I/O is not weighted: this host's cgroups offer no weight \
+                 file (blkio.weight or blkio.bfq.weight on cgroup v1, which needs the BFQ scheduler; \
+                 io.weight or io.bfq.weight on cgroup v2)"
             ),
         }
         Ok(Self {
