@@ -9,9 +9,9 @@
 
 use std::sync::Arc;
 
-use paddock_runtime::native::diff::{Change, DiffOptions};
 use paddock_runtime::Backend;
 use paddock_types::api::ErrorCode;
+use paddock_types::diff::{Change, DiffOptions};
 use paddock_types::SnapshotId;
 
 use crate::lifecycle::runtime_error;

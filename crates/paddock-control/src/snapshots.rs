@@ -769,8 +769,8 @@ impl SandboxService {
         id: &str,
         q: paddock_types::api::DiffQuery,
     ) -> Result<paddock_types::api::DiffResult, ServiceError> {
-        use paddock_runtime::native::diff::{Change, DiffOptions, EntryKind};
         use paddock_types::api::{ChangeBody, DiffEntryBody, DiffResult};
+        use paddock_types::diff::{Change, DiffOptions, EntryKind};
         // Reads the pool, not the agent: a paused sandbox can be diffed.
         let sb = self.owned_live_any(p, id).await?;
         let record = self.snapshot_or_checkpoint(p, id, q.snapshot.as_deref()).await?;

@@ -229,8 +229,8 @@ pub trait Backend {
         &self,
         handle: &SandboxHandle,
         snapshot: &SnapshotId,
-        options: &native::diff::DiffOptions,
-    ) -> Result<native::diff::TreeDiff, RuntimeError>;
+        options: &paddock_types::diff::DiffOptions,
+    ) -> Result<paddock_types::diff::TreeDiff, RuntimeError>;
     /// Freezes every process of the sandbox until [`Backend::resume_sandbox`]: they use no CPU and
     /// keep their memory. The state is the kernel's, so it survives a restart of this process (an
     /// adopted sandbox may come back paused). Pausing a paused sandbox does nothing.
@@ -405,8 +405,8 @@ impl Backend for AnyBackend {
         &self,
         handle: &SandboxHandle,
         snapshot: &SnapshotId,
-        options: &native::diff::DiffOptions,
-    ) -> Result<native::diff::TreeDiff, RuntimeError> {
+        options: &paddock_types::diff::DiffOptions,
+    ) -> Result<paddock_types::diff::TreeDiff, RuntimeError> {
         match self {
             Self::Native(b) => b.diff_sandbox(handle, snapshot, options).await,
         }

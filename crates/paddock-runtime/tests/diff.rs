@@ -10,9 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use paddock_runtime::native::diff::{
-    diff_trees, Change, DiffEntry, DiffError, DiffOptions, EntryKind, TreeDiff,
-};
+use paddock_runtime::native::diff::{diff_trees, DiffError};
+use paddock_types::diff::{Change, DiffEntry, DiffOptions, EntryKind, TreeDiff};
 use proptest::prelude::*;
 
 struct Trees {

@@ -33,3 +33,4 @@ pub use volumes::{
 };
 
 pub mod api;
+pub mod diff;

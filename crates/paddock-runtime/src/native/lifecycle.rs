@@ -736,8 +736,8 @@ impl Backend for NativeBackend {
         &self,
         handle: &SandboxHandle,
         snapshot: &SnapshotId,
-        options: &super::diff::DiffOptions,
-    ) -> Result<super::diff::TreeDiff, RuntimeError> {
+        options: &paddock_types::diff::DiffOptions,
+    ) -> Result<paddock_types::diff::TreeDiff, RuntimeError> {
         let old = self.pool.existing_snapshot(snapshot)?;
         let new = self.pool.volume_path(handle.id.as_str());
         super::diff::diff_trees(&old, &new, options).map_err(|e| RuntimeError::Pool {
