@@ -43,6 +43,11 @@ impl ServiceError {
         Self::new(ErrorCode::SandboxNotFound, format!("sandbox {id} not found"))
     }
 
+    /// A live sandbox whose handle was taken: it is being destroyed, stopped or rolled back.
+    pub(crate) fn sandbox_ending(id: &str) -> Self {
+        Self::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
+    }
+
     /// An internal failure: logs `cause` and returns an error that does not reveal it.
     pub fn internal(what: &str, cause: &dyn std::fmt::Display) -> Self {
         tracing::error!(error = %cause, "{what}");

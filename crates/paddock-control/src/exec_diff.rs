@@ -9,8 +9,6 @@
 
 use std::sync::Arc;
 
-use paddock_runtime::Backend;
-use paddock_types::api::ErrorCode;
 use paddock_types::diff::{Change, DiffOptions};
 use paddock_types::SnapshotId;
 
@@ -32,24 +30,23 @@ impl SandboxService {
             return Ok(None);
         }
         let base = SnapshotId::from_random(rand::random());
-        let guard = sb.handle.lock().await;
-        let handle = guard.as_ref().ok_or_else(|| {
-            ServiceError::new(
-                ErrorCode::SandboxNotRunning,
-                format!("sandbox {} is ending", sb.id),
-            )
-        })?;
-        let backend = &self.inner.backend;
-        crate::service::blocking(|| {
-            tokio::runtime::Handle::current().block_on(backend.snapshot_sandbox(handle, &base))
+        let taken = base.clone();
+        self.on_handle(sb, "snapshot a sandbox before a process", move |b, handle| {
+            b.snapshot_sandbox(handle, &taken)
         })
+        .await?
+        .ok_or_else(|| ServiceError::sandbox_ending(&sb.id))?
         .map_err(|e| runtime_error("snapshot a sandbox before a process", e))?;
         Ok(Some(base))
     }
 
     /// Deletes an exec-diff snapshot (best effort: gc removes what is left).
     pub(crate) async fn drop_exec_diff_base(&self, base: &SnapshotId) {
-        if let Err(e) = self.inner.backend.delete_snapshot(base).await {
+        let snapshot = base.clone();
+        if let Ok(Err(e)) = self
+            .on_backend("delete a snapshot", move |b| b.delete_snapshot(&snapshot))
+            .await
+        {
             tracing::warn!(snapshot = %base, error = %e, "exec diff snapshot not deleted; gc will");
         }
     }
@@ -67,19 +64,16 @@ impl SandboxService {
             max_entries: 10_000,
             ..DiffOptions::default()
         };
-        let diff = {
-            let guard = sb.handle.lock().await;
-            match guard.as_ref() {
-                Some(handle) => {
-                    let backend = &self.inner.backend;
-                    crate::service::blocking(|| {
-                        tokio::runtime::Handle::current()
-                            .block_on(backend.diff_sandbox(handle, &base, &options))
-                    })
-                    .map_err(|e| e.to_string())
-                }
-                None => Err(format!("sandbox {} is ending", sb.id)),
-            }
+        let against = base.clone();
+        let diff = match self
+            .on_handle(sb, "diff a sandbox after a process", move |b, handle| {
+                b.diff_sandbox(handle, &against, &options)
+            })
+            .await
+        {
+            Ok(Some(diff)) => diff.map_err(|e| e.to_string()),
+            Ok(None) => Err(format!("sandbox {} is ending", sb.id)),
+            Err(e) => Err(e.to_string()),
         };
         let entry = match diff {
             Ok(diff) => {

@@ -10,6 +10,7 @@
 //! (`paddock-runtime`).
 
 mod admin;
+mod backend;
 mod collect;
 mod config;
 mod error;

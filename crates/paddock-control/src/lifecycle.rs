@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use paddock_runtime::agent_client::AgentClient;
-use paddock_runtime::{fault, Backend, RuntimeError, SandboxHandle};
+use paddock_runtime::{fault, RuntimeError, SandboxHandle};
 
 use paddock_store::{NewSandbox, SandboxState, StoreError};
 use paddock_types::{SandboxId, SandboxSpec, UserSpec};
@@ -61,16 +61,10 @@ impl SandboxService {
             volumes: spec.volumes.clone(),
             network: network.as_ref().map(|row| self.network_spec(row)).transpose()?,
         };
-        let backend = self.inner.backend.clone();
-        let runtime = tokio::runtime::Handle::current();
-        // The native backend's create does blocking work (the setup shim, btrfs ioctls): keep it off
-        // the async workers.
-        let handle = tokio::task::spawn_blocking(move || {
-            runtime.block_on(async move { backend.create_sandbox(&sandbox_spec).await })
-        })
-        .await
-        .map_err(|e| ServiceError::internal("create a sandbox", &e))?
-        .map_err(|e| runtime_error("create a sandbox", e))?;
+        let handle = self
+            .on_backend("create a sandbox", move |b| b.create_sandbox(&sandbox_spec))
+            .await?
+            .map_err(|e| runtime_error("create a sandbox", e))?;
         let client = match AgentClient::connect(&handle.agent_socket).await {
             Ok(client) => client,
             Err(e) => {
@@ -89,20 +83,24 @@ impl SandboxService {
     /// Tears a sandbox down on the backend (logging, not returning, a failure: the state is already
     /// recorded and gc reclaims leftovers).
     pub(crate) async fn destroy_handle(&self, handle: SandboxHandle) {
-        let backend = self.inner.backend.clone();
-        let runtime = tokio::runtime::Handle::current();
+        self.tear_down(handle, false).await;
+    }
+
+    /// [`Self::destroy_handle`], thawing a paused sandbox first (`thaw`) so that every process can
+    /// take its SIGKILL at once.
+    async fn tear_down(&self, handle: SandboxHandle, thaw: bool) {
         let id = handle.id.to_string();
         self.detach_network(&handle.id);
-        let result = tokio::task::spawn_blocking(move || {
-            runtime.block_on(async move { backend.destroy_sandbox(handle).await })
-        })
-        .await;
-        match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(sandbox_id = %id, error = %e, "teardown incomplete; gc will finish it")
-            }
-            Err(e) => tracing::error!(sandbox_id = %id, error = %e, "teardown task failed"),
+        let result = self
+            .on_backend("destroy a sandbox", move |b| {
+                if thaw {
+                    let _ = b.resume_sandbox(&handle);
+                }
+                b.destroy_sandbox(handle)
+            })
+            .await;
+        if let Ok(Err(e)) = result {
+            tracing::warn!(sandbox_id = %id, error = %e, "teardown incomplete; gc will finish it");
         }
     }
 
@@ -154,11 +152,7 @@ impl SandboxService {
         if let Some(sb) = removed {
             let handle = sb.handle.lock().await.take();
             if let Some(handle) = handle {
-                if sb.is_paused() {
-                    // Thawed first, so every process can take its SIGKILL at once.
-                    let _ = self.inner.backend.resume_sandbox(&handle).await;
-                }
-                self.destroy_handle(handle).await;
+                self.tear_down(handle, sb.is_paused()).await;
             }
         }
         self.free_snapshot_storage(dropped);

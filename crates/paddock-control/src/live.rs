@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use paddock_runtime::agent_client::AgentClient;
 use paddock_runtime::SandboxHandle;
@@ -56,8 +56,9 @@ pub(crate) struct ProcessCounters {
 pub(crate) struct LiveSandbox {
     pub(crate) id: String,
     pub(crate) client: AgentClient,
-    /// Taken when the sandbox is destroyed.
-    pub(crate) handle: tokio::sync::Mutex<Option<SandboxHandle>>,
+    /// Taken when the sandbox is destroyed. Shared with backend work on it (`on_handle`), which holds
+    /// the lock until the backend returns.
+    pub(crate) handle: Arc<tokio::sync::Mutex<Option<SandboxHandle>>>,
     pub(crate) owner: Mutex<Ownership>,
     pub(crate) processes: Mutex<HashMap<u32, ProcessCounters>>,
     /// Every process frozen: the agent does not answer until it is resumed.
@@ -71,7 +72,7 @@ impl LiveSandbox {
         Self {
             id,
             client,
-            handle: tokio::sync::Mutex::new(Some(handle)),
+            handle: Arc::new(tokio::sync::Mutex::new(Some(handle))),
             owner: Mutex::new(owner),
             processes: Mutex::new(HashMap::new()),
             paused: AtomicBool::new(false),

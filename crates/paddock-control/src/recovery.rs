@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::stream::{self, StreamExt};
 use paddock_runtime::agent_client::AgentClient;
-use paddock_runtime::{Adoption, Backend, SandboxHandle};
+use paddock_runtime::{Adoption, SandboxHandle};
 use paddock_store::{IntentOp, IntentRecord, SandboxRecord, SandboxState, StoreError};
 use paddock_types::api::ErrorCode;
 use paddock_types::{SandboxId, SnapshotId, VolumeSource};
@@ -143,12 +143,7 @@ impl SandboxService {
             self.undo_fork(&fork).await;
         }
         let count = |what| outcomes.iter().filter(|o| **o == what).count();
-        let backend = self.inner.backend.clone();
-        let runtime = tokio::runtime::Handle::current();
-        let reclaimed = tokio::task::spawn_blocking(move || {
-            runtime.block_on(async move { backend.collect_garbage().await })
-        })
-        .await;
+        let reclaimed = self.on_backend("collect garbage", |b| b.collect_garbage()).await;
         let reclaimed = match reclaimed {
             Ok(Ok(ids)) => ids.len(),
             Ok(Err(e)) => {
@@ -199,14 +194,10 @@ impl SandboxService {
 
     /// Takes over a sandbox that survived the restart, or records why it did not.
     async fn adopt_one(&self, record: &SandboxRecord, id: &SandboxId) -> Result<Recovered, ServiceError> {
-        let backend = self.inner.backend.clone();
-        let runtime = tokio::runtime::Handle::current();
         let adopt_id = id.clone();
-        let adoption = tokio::task::spawn_blocking(move || {
-            runtime.block_on(async move { backend.adopt_sandbox(&adopt_id).await })
-        })
-        .await
-        .map_err(|e| ServiceError::internal("adopt a sandbox", &e))?;
+        let adoption = self
+            .on_backend("adopt a sandbox", move |b| b.adopt_sandbox(&adopt_id))
+            .await?;
         let spec: Option<StoredSpec> = serde_json::from_str(&record.spec_json).ok();
         let reason = match (adoption, spec) {
             (Ok(Adoption::Alive(handle)), Some(spec)) if record.state != SandboxState::Creating => {
@@ -244,7 +235,13 @@ impl SandboxService {
         // The backend hands a sandbox over as it found it: frozen if it was paused, or if a crash
         // came in the middle of a snapshot. Its agent answers only thawed; a paused one is frozen
         // again below, once connected.
-        if let Err(e) = self.inner.backend.resume_sandbox(&handle).await {
+        let (handle, thawed) = self
+            .on_backend("thaw an adopted sandbox", move |b| {
+                let thawed = b.resume_sandbox(&handle);
+                (handle, thawed)
+            })
+            .await?;
+        if let Err(e) = thawed {
             tracing::warn!(sandbox_id = %record.id, error = %e, "cannot thaw an adopted sandbox");
         }
         let client =
@@ -279,14 +276,12 @@ impl SandboxService {
         let sb = Arc::new(LiveSandbox::new(record.id.clone(), client, handle, owner));
         self.follow_running_processes(&sb).await;
         if record.paused {
-            let guard = sb.handle.lock().await;
-            if let Some(handle) = guard.as_ref() {
-                self.inner
-                    .backend
-                    .pause_sandbox(handle)
-                    .await
-                    .map_err(|e| crate::lifecycle::runtime_error("pause an adopted sandbox", e))?;
-            }
+            self.on_handle(&sb, "pause an adopted sandbox", |b, handle| {
+                b.pause_sandbox(handle)
+            })
+            .await?
+            .unwrap_or(Ok(()))
+            .map_err(|e| crate::lifecycle::runtime_error("pause an adopted sandbox", e))?;
             sb.set_paused(true);
         }
         lock(&self.inner.live).insert(record.id.clone(), sb);
@@ -362,14 +357,10 @@ impl SandboxService {
         id: &SandboxId,
         cause: &str,
     ) -> Result<Recovered, ServiceError> {
-        let backend = self.inner.backend.clone();
-        let runtime = tokio::runtime::Handle::current();
         let park_id = id.clone();
-        let kept = tokio::task::spawn_blocking(move || {
-            runtime.block_on(async move { backend.park_sandbox(&park_id).await })
-        })
-        .await
-        .map_err(|e| ServiceError::internal("stop a sandbox", &e))?;
+        let kept = self
+            .on_backend("stop a sandbox", move |b| b.park_sandbox(&park_id))
+            .await?;
         match kept {
             Ok(true) => {}
             Ok(false) => {
@@ -457,13 +448,10 @@ impl SandboxService {
 
     /// Removes whatever of sandbox `id` is left (no owner holds it), logging a failure.
     async fn reclaim(&self, id: &SandboxId) {
-        let backend = self.inner.backend.clone();
-        let runtime = tokio::runtime::Handle::current();
         let rid = id.clone();
-        let reclaimed = tokio::task::spawn_blocking(move || {
-            runtime.block_on(async move { backend.reclaim_sandbox(&rid).await })
-        })
-        .await;
+        let reclaimed = self
+            .on_backend("reclaim a sandbox", move |b| b.reclaim_sandbox(&rid))
+            .await;
         if let Ok(Err(e)) = reclaimed {
             tracing::warn!(sandbox_id = %id, error = %e, "cannot reclaim a sandbox; gc will retry");
         }

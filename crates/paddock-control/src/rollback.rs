@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use paddock_runtime::agent_client::AgentClient;
-use paddock_runtime::{fault, Backend, SandboxHandle};
+use paddock_runtime::{fault, SandboxHandle};
 use paddock_store::{IntentOp, SnapshotRecord, StoreError};
 use paddock_types::api::{ErrorCode, RollbackRequest, SandboxInfo, SnapshotInfo};
 use paddock_types::SnapshotId;
@@ -69,10 +69,7 @@ impl SandboxService {
         let mut guard = sb.handle.lock().await;
         let Some(handle) = guard.take() else {
             sb.set_restarting(false);
-            return Err(ServiceError::new(
-                ErrorCode::SandboxNotRunning,
-                format!("sandbox {id} is ending"),
-            ));
+            return Err(ServiceError::sandbox_ending(id));
         };
         let intent = match self
             .begin_intent(
@@ -91,13 +88,11 @@ impl SandboxService {
             }
         };
         fault::point("rollback.intent_recorded");
-        let backend = self.inner.backend.clone();
-        let runtime = tokio::runtime::Handle::current();
-        let restarted = tokio::task::spawn_blocking(move || {
-            runtime.block_on(async move { backend.rollback_sandbox(handle, &snapshot).await })
-        })
-        .await
-        .map_err(|e| ServiceError::internal("roll a sandbox back", &e))?;
+        let restarted = self
+            .on_backend("roll a sandbox back", move |b| {
+                b.rollback_sandbox(handle, &snapshot)
+            })
+            .await?;
         let handle = match restarted {
             Ok(handle) => handle,
             Err(e) => {

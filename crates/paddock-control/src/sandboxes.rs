@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use paddock_runtime::{fault, Backend};
+use paddock_runtime::fault;
 use paddock_store::{Claim, NewSandbox, SandboxFilter, SandboxRecord, SandboxState, VolumeMountRecord};
 use paddock_types::api::{
     CreateSandboxRequest, ErrorCode, LimitsRequest, ListSandboxesQuery, SandboxInfo, SandboxList,
@@ -245,13 +245,13 @@ impl SandboxService {
             return Ok(None);
         };
         if sb.spec().limits != plan.spec.limits {
-            let result = {
-                let guard = sb.handle.lock().await;
-                match guard.as_ref() {
-                    Some(handle) => self.inner.backend.update_limits(handle, &plan.spec.limits).await,
-                    None => Ok(()),
-                }
-            };
+            let limits = plan.spec.limits.clone();
+            let result = self
+                .on_handle(&sb, "apply limits", move |b, handle| {
+                    b.update_limits(handle, &limits)
+                })
+                .await?
+                .unwrap_or(Ok(()));
             if let Err(e) = result {
                 let error = runtime_error("apply limits to a claimed sandbox", e);
                 self.end_sandbox(
@@ -616,15 +616,10 @@ impl SandboxService {
         // Read from cgroups and the pool, not the agent: a paused sandbox answers too.
         let sb = self.owned_live_any(p, id).await?;
         let limits = sb.spec().limits;
-        let guard = sb.handle.lock().await;
-        let handle = guard.as_ref().ok_or_else(|| {
-            ServiceError::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
-        })?;
         let usage = self
-            .inner
-            .backend
-            .sandbox_usage(handle)
-            .await
+            .on_handle(&sb, "read a sandbox's usage", |b, handle| b.sandbox_usage(handle))
+            .await?
+            .ok_or_else(|| ServiceError::sandbox_ending(id))?
             .map_err(|e| runtime_error("read a sandbox's usage", e))?;
         Ok(SandboxUsageBody {
             cpu_time_us: usage.cpu_time_us,

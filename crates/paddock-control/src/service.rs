@@ -285,17 +285,6 @@ pub(crate) fn store_error(what: &'static str, e: StoreError) -> ServiceError {
     }
 }
 
-/// Runs short blocking work in place: through `block_in_place` on a multi-threaded runtime (its other
-/// tasks move to another worker), directly otherwise.
-pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
-    }
-}
-
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section only edits maps; a panic inside one leaves them consistent.
     m.lock().unwrap_or_else(PoisonError::into_inner)

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use paddock_runtime::{Backend, ExportOptions, ImportLimits, RuntimeError, TransferSummary};
+use paddock_runtime::{ExportOptions, ImportLimits, RuntimeError, TransferSummary};
 use paddock_store::{NewSnapshot, QuotaRequest, SnapshotKind, SnapshotRecord, StoreError};
 use paddock_types::api::{ErrorCode, SnapshotInfo};
 use paddock_types::SnapshotId;
@@ -102,17 +102,21 @@ impl SandboxService {
         let record = self.owned_snapshot(p, id).await?;
         let snapshot: SnapshotId = record.id.parse().map_err(|_| snapshot_not_found(id))?;
         let (tx, mut rx) = mpsc::channel::<Piece>(4);
-        let backend = self.inner.backend.clone();
         let writer = ChannelWriter {
             tx: tx.clone(),
             buf: Vec::with_capacity(CHUNK + HOLD_BACK),
             sent: 0,
         };
-        let job = tokio::task::spawn_blocking(move || {
-            let mut writer = writer;
-            let result = backend.export_snapshot(&snapshot, &options, &mut writer);
-            (result, writer.buf, writer.sent)
-        });
+        let exporter = self.clone();
+        let job = async move {
+            exporter
+                .on_backend("export a snapshot", move |b| {
+                    let mut writer = writer;
+                    let result = b.export_snapshot(&snapshot, &options, &mut writer);
+                    (result, writer.buf, writer.sent)
+                })
+                .await
+        };
         let service = self.clone();
         let principal = p.clone();
         tokio::spawn(async move {
@@ -121,7 +125,7 @@ impl SandboxService {
                 Err(e) => (
                     Err(RuntimeError::Stream {
                         what: "write",
-                        source: io::Error::other(e.to_string()),
+                        source: io::Error::other(e.message),
                     }),
                     Vec::new(),
                     0,
@@ -229,12 +233,12 @@ impl SandboxService {
             }
         });
         let mut reader = SyncIoBridge::new(StreamReader::new(counted));
-        let backend = self.inner.backend.clone();
         let target = snapshot.clone();
-        let unpacked =
-            tokio::task::spawn_blocking(move || backend.import_snapshot(&target, &mut reader, &limits))
-                .await
-                .map_err(|e| ServiceError::internal("import a snapshot", &e))?;
+        let unpacked = self
+            .on_backend("import a snapshot", move |b| {
+                b.import_snapshot(&target, &mut reader, &limits)
+            })
+            .await?;
         let summary = match unpacked {
             Ok(summary) => summary,
             Err(e) => {
@@ -289,7 +293,9 @@ impl SandboxService {
             .await;
         if let Err(e) = stored {
             // Storage without a record is garbage: remove it now rather than at the next start.
-            let _ = self.inner.backend.delete_snapshot(&snapshot).await;
+            let _ = self
+                .on_backend("delete a snapshot", move |b| b.delete_snapshot(&snapshot))
+                .await;
             return self.audit_refusal(p, "snapshot.import", None, Err(e)).await;
         }
         Ok(info(&SnapshotRecord {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use paddock_runtime::{fault, Backend};
+use paddock_runtime::fault;
 use paddock_store::{
     IntentOp, NewSnapshot, QuotaRequest, SnapshotFilter, SnapshotKind, SnapshotRecord, StoreError,
 };
@@ -145,31 +145,22 @@ impl SandboxService {
             ..QuotaRequest::default()
         };
         self.precheck_quota(p, action, Some(&sb.id), request).await?;
-        let written = {
-            let guard = sb.handle.lock().await;
-            let handle = guard.as_ref().ok_or_else(|| {
-                ServiceError::new(
-                    ErrorCode::SandboxNotRunning,
-                    format!("sandbox {} is ending", sb.id),
-                )
-            })?;
-            // A few milliseconds of ioctls and cgroup writes: off the async workers' queue.
-            let backend = &self.inner.backend;
-            crate::service::blocking(|| {
-                tokio::runtime::Handle::current().block_on(backend.snapshot_sandbox(handle, &snapshot))
+        let taken = snapshot.clone();
+        let written = self
+            .on_handle(sb, "snapshot a sandbox", move |backend, handle| {
+                backend
+                    .snapshot_sandbox(handle, &taken)
+                    .map_err(|e| runtime_error("snapshot a sandbox", e))?;
+                // The capture committed the pool's transaction, so the quota group's count covers
+                // every byte the snapshot can hold of the sandbox's own writes (later writes only add
+                // to it).
+                backend.sandbox_usage(handle).map(|u| u.disk_bytes).map_err(|e| {
+                    let _ = backend.delete_snapshot(&taken);
+                    runtime_error("measure a snapshot", e)
+                })
             })
-            .map_err(|e| runtime_error("snapshot a sandbox", e))?;
-            // The capture committed the pool's transaction, so the quota group's count covers every
-            // byte the snapshot can hold of the sandbox's own writes (later writes only add to it).
-            let usage = backend.sandbox_usage(handle).await;
-            match usage {
-                Ok(usage) => usage.disk_bytes,
-                Err(e) => {
-                    let _ = backend.delete_snapshot(&snapshot).await;
-                    return Err(runtime_error("measure a snapshot", e));
-                }
-            }
-        };
+            .await?
+            .ok_or_else(|| ServiceError::sandbox_ending(&sb.id))??;
         fault::point("snapshot.captured");
         let new = NewSnapshot {
             id: snapshot.to_string(),
@@ -200,7 +191,9 @@ impl SandboxService {
             .await;
         if let Err(e) = stored {
             // Storage without a record is garbage: remove it now rather than at the next start.
-            let _ = self.inner.backend.delete_snapshot(&snapshot).await;
+            let _ = self
+                .on_backend("delete a snapshot", move |b| b.delete_snapshot(&snapshot))
+                .await;
             return self.audit_refusal(p, action, Some(&sb.id), Err(e)).await;
         }
         self.inner
@@ -238,13 +231,10 @@ impl SandboxService {
         let record = self.owned_snapshot(p, id).await?;
         let mut body = info(&record);
         if let Ok(snapshot) = record.id.parse::<SnapshotId>() {
-            // Maps every file's extents (about 20 ms per 1,000 files): on a blocking thread.
-            let backend = self.inner.backend.clone();
-            let runtime = tokio::runtime::Handle::current();
-            let usage = tokio::task::spawn_blocking(move || {
-                runtime.block_on(async move { backend.snapshot_usage(&snapshot).await })
-            })
-            .await;
+            // Maps every file's extents (about 20 ms per 1,000 files).
+            let usage = self
+                .on_backend("measure a snapshot", move |b| b.snapshot_usage(&snapshot))
+                .await;
             if let Ok(Ok(usage)) = usage {
                 body.referenced_bytes = Some(usage.referenced_bytes);
                 body.exclusive_bytes = Some(usage.exclusive_bytes);
@@ -326,9 +316,14 @@ impl SandboxService {
             return Err(snapshot_not_found(&record.id));
         }
         if let Ok(snapshot) = record.id.parse::<SnapshotId>() {
-            let backend = self.inner.backend.clone();
+            let service = self.clone();
             let delete = async move {
-                if let Err(e) = backend.delete_snapshot(&snapshot).await {
+                let deleted = service
+                    .on_backend("delete a snapshot", move |b| {
+                        b.delete_snapshot(&snapshot).map_err(|e| (snapshot, e))
+                    })
+                    .await;
+                if let Ok(Err((snapshot, e))) = deleted {
                     tracing::warn!(snapshot = %snapshot, error = %e, "snapshot storage not freed; gc will");
                 }
             };
@@ -336,8 +331,7 @@ impl SandboxService {
             // agent's path: the record is gone already, and storage without a record is garbage the
             // next start collects if this is interrupted. An explicit delete frees it before answering.
             if matches!(action, "sandbox.commit" | "snapshot.consume") {
-                let runtime = tokio::runtime::Handle::current();
-                tokio::task::spawn_blocking(move || runtime.block_on(delete));
+                tokio::spawn(delete);
             } else {
                 delete.await;
             }
@@ -366,20 +360,19 @@ impl SandboxService {
     }
 
     /// Lets the backend prepare a rollback of `sb` to `snapshot` now, in the background (a boot of a
-    /// copy), so that the rollback itself is a switch (see `Backend::prepare_rollback`).
+    /// copy), so that the rollback itself is a switch (see `SandboxBackend::prepare_rollback`).
     pub(crate) fn prepare_rollback(&self, sb: &Arc<LiveSandbox>, snapshot: &str) {
         let Ok(snapshot) = snapshot.parse::<SnapshotId>() else {
             return;
         };
         let (service, sb) = (self.clone(), sb.clone());
         tokio::spawn(async move {
-            let guard = sb.handle.lock().await;
-            let Some(handle) = guard.as_ref() else { return };
-            let backend = &service.inner.backend;
-            let prepared = crate::service::blocking(|| {
-                tokio::runtime::Handle::current().block_on(backend.prepare_rollback(handle, &snapshot))
-            });
-            if let Err(e) = prepared {
+            let prepared = service
+                .on_handle(&sb, "prepare a rollback", move |b, handle| {
+                    b.prepare_rollback(handle, &snapshot).map_err(|e| (snapshot, e))
+                })
+                .await;
+            if let Ok(Some(Err((snapshot, e)))) = prepared {
                 tracing::debug!(sandbox_id = %sb.id, snapshot = %snapshot, error = %e, "rollback not prepared; a rollback will restart the sandbox");
             }
         });
@@ -389,12 +382,9 @@ impl SandboxService {
     pub(crate) fn discard_rollback(&self, sb: &Arc<LiveSandbox>) {
         let (service, sb) = (self.clone(), sb.clone());
         tokio::spawn(async move {
-            let guard = sb.handle.lock().await;
-            let Some(handle) = guard.as_ref() else { return };
-            let backend = &service.inner.backend;
-            let _ = crate::service::blocking(|| {
-                tokio::runtime::Handle::current().block_on(backend.discard_rollback(handle))
-            });
+            let _ = service
+                .on_handle(&sb, "discard a rollback", |b, handle| b.discard_rollback(handle))
+                .await;
         });
     }
 
@@ -653,28 +643,21 @@ impl SandboxService {
     async fn set_frozen(&self, p: &Principal, id: &str, frozen: bool) -> Result<SandboxInfo, ServiceError> {
         let sb = self.owned_live_any(p, id).await?;
         if sb.is_paused() != frozen {
-            {
-                let guard = sb.handle.lock().await;
-                let handle = guard.as_ref().ok_or_else(|| {
-                    ServiceError::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
-                })?;
-                let backend = &self.inner.backend;
-                let result = if frozen {
-                    backend.pause_sandbox(handle).await
+            let what = if frozen {
+                "pause a sandbox"
+            } else {
+                "resume a sandbox"
+            };
+            self.on_handle(&sb, what, move |b, handle| {
+                if frozen {
+                    b.pause_sandbox(handle)
                 } else {
-                    backend.resume_sandbox(handle).await
-                };
-                result.map_err(|e| {
-                    runtime_error(
-                        if frozen {
-                            "pause a sandbox"
-                        } else {
-                            "resume a sandbox"
-                        },
-                        e,
-                    )
-                })?;
-            }
+                    b.resume_sandbox(handle)
+                }
+            })
+            .await?
+            .ok_or_else(|| ServiceError::sandbox_ending(id))?
+            .map_err(|e| runtime_error(what, e))?;
             sb.set_paused(frozen);
             fault::point(if frozen { "pause.frozen" } else { "pause.thawed" });
             self.record_pause(p, id, frozen).await?;
@@ -702,14 +685,16 @@ impl SandboxService {
     pub(crate) async fn collect_snapshot_garbage(&self) -> Result<(), ServiceError> {
         let known = self.db("list snapshots", |s| s.existing_snapshot_ids()).await?;
         let on_disk = self
-            .inner
-            .backend
-            .list_snapshots()
+            .on_backend("list snapshots", |b| b.list_snapshots())
+            .await?
             .map_err(|e| runtime_error("list snapshots", e))?;
         for snapshot in &on_disk {
             if !known.iter().any(|k| *k == snapshot.to_string()) {
                 tracing::info!(snapshot = %snapshot, "removing unrecorded snapshot storage");
-                let _ = self.inner.backend.delete_snapshot(snapshot).await;
+                let snapshot = snapshot.clone();
+                let _ = self
+                    .on_backend("delete a snapshot", move |b| b.delete_snapshot(&snapshot))
+                    .await;
             }
         }
         for id in known {
@@ -731,16 +716,17 @@ impl SandboxService {
         if snapshots.is_empty() {
             return;
         }
-        let backend = self.inner.backend.clone();
-        let runtime = tokio::runtime::Handle::current();
-        tokio::task::spawn_blocking(move || {
-            runtime.block_on(async move {
-                for snapshot in snapshots {
-                    if let Err(e) = backend.delete_snapshot(&snapshot).await {
-                        tracing::warn!(snapshot = %snapshot, error = %e, "snapshot storage not freed; the next start will");
+        let service = self.clone();
+        tokio::spawn(async move {
+            let _ = service
+                .on_backend("free snapshot storage", move |b| {
+                    for snapshot in snapshots {
+                        if let Err(e) = b.delete_snapshot(&snapshot) {
+                            tracing::warn!(snapshot = %snapshot, error = %e, "snapshot storage not freed; the next start will");
+                        }
                     }
-                }
-            })
+                })
+                .await;
         });
     }
 
@@ -783,17 +769,13 @@ impl SandboxService {
             max_entries: 100_000,
             ..DiffOptions::default()
         };
-        let diff = {
-            let guard = sb.handle.lock().await;
-            let handle = guard.as_ref().ok_or_else(|| {
-                ServiceError::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
-            })?;
-            let backend = &self.inner.backend;
-            crate::service::blocking(|| {
-                tokio::runtime::Handle::current().block_on(backend.diff_sandbox(handle, &snapshot, &options))
+        let diff = self
+            .on_handle(&sb, "diff a sandbox", move |b, handle| {
+                b.diff_sandbox(handle, &snapshot, &options)
             })
-            .map_err(|e| runtime_error("diff a sandbox", e))?
-        };
+            .await?
+            .ok_or_else(|| ServiceError::sandbox_ending(id))?
+            .map_err(|e| runtime_error("diff a sandbox", e))?;
         self.audit(
             AuditEntry::ok(p, "sandbox.diff", Some(id))
                 .detail(serde_json::json!({ "snapshot": record.id, "entries": diff.entries.len() })),

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use paddock_runtime::{fault, Backend};
+use paddock_runtime::fault;
 use paddock_store::{IntentOp, SandboxState, StoreError};
 use paddock_types::api::{ErrorCode, OnTimeout, SandboxInfo};
 use paddock_types::{SandboxId, VolumeSource};
@@ -42,12 +42,7 @@ impl SandboxService {
         // Held until the backend is done: an operation that restarts the sandbox (a rollback) is
         // either finished or not begun.
         let mut guard = sb.handle.lock().await;
-        let handle = guard.take().ok_or_else(|| {
-            ServiceError::new(
-                ErrorCode::SandboxNotRunning,
-                format!("sandbox {} is ending", sb.id),
-            )
-        })?;
+        let handle = guard.take().ok_or_else(|| ServiceError::sandbox_ending(&sb.id))?;
         // Before the first irreversible step: a crash from here on is finished by recovery.
         let intent = match self
             .begin_intent(
@@ -73,14 +68,11 @@ impl SandboxService {
             }
         }
         self.detach_network(&handle.id);
-        let backend = self.inner.backend.clone();
-        let runtime = tokio::runtime::Handle::current();
-        let stopped = tokio::task::spawn_blocking(move || {
-            runtime.block_on(async move { backend.stop_sandbox(handle).await })
-        })
-        .await;
+        let stopped = self
+            .on_backend("stop a sandbox", move |b| b.stop_sandbox(handle))
+            .await;
         drop(guard);
-        let stopped = stopped.map_err(|e| ServiceError::internal("stop a sandbox", &e))?;
+        let stopped = stopped?;
         if let Err(e) = stopped {
             let error = runtime_error("stop a sandbox", e);
             self.end_sandbox(
@@ -128,9 +120,7 @@ impl SandboxService {
         if !recorded {
             // Ended (killed, expired) while it was stopping: the files it kept go with it.
             if let Ok(id) = sb.id.parse::<SandboxId>() {
-                if let Err(e) = self.inner.backend.delete_stopped(&id).await {
-                    tracing::warn!(sandbox_id = %sb.id, error = %e, "stopped file system not freed; the next start will");
-                }
+                self.free_stopped(id).await;
             }
             return Err(ServiceError::new(
                 ErrorCode::SandboxNotRunning,
@@ -202,9 +192,7 @@ impl SandboxService {
                     .await?;
                 if !kept {
                     // Killed while it was resuming: the files put back go too.
-                    if let Err(e) = self.inner.backend.delete_stopped(&sandbox_id).await {
-                        tracing::warn!(sandbox_id = %id, error = %e, "stopped file system not freed; the next start will");
-                    }
+                    self.free_stopped(sandbox_id).await;
                 }
                 return Err(e);
             }
@@ -313,11 +301,22 @@ impl SandboxService {
             ));
         }
         if let Ok(sandbox_id) = id.parse::<SandboxId>() {
-            if let Err(e) = self.inner.backend.delete_stopped(&sandbox_id).await {
-                tracing::warn!(sandbox_id = %id, error = %e, "stopped file system not freed; the next start will");
-            }
+            self.free_stopped(sandbox_id).await;
         }
         Ok(())
+    }
+
+    /// Deletes a stopped sandbox's kept files (logging a failure: the next start deletes what is
+    /// left, storage without a stopped record).
+    async fn free_stopped(&self, id: SandboxId) {
+        let deleted = self
+            .on_backend("delete a stopped file system", move |b| {
+                b.delete_stopped(&id).map_err(|e| (id, e))
+            })
+            .await;
+        if let Ok(Err((id, e))) = deleted {
+            tracing::warn!(sandbox_id = %id, error = %e, "stopped file system not freed; the next start will");
+        }
     }
 
     /// What the reaper does with live sandbox `record_id` whose timeout passed.
@@ -327,14 +326,9 @@ impl SandboxService {
         match (action, live) {
             (OnTimeout::Pause, Some(sb)) => {
                 if !sb.is_paused() {
-                    let guard = sb.handle.lock().await;
-                    let handle = guard.as_ref().ok_or_else(|| {
-                        ServiceError::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
-                    })?;
-                    self.inner
-                        .backend
-                        .pause_sandbox(handle)
-                        .await
+                    self.on_handle(&sb, "pause a sandbox", |b, handle| b.pause_sandbox(handle))
+                        .await?
+                        .ok_or_else(|| ServiceError::sandbox_ending(id))?
                         .map_err(|e| runtime_error("pause a sandbox", e))?;
                     sb.set_paused(true);
                 }
@@ -368,7 +362,10 @@ impl SandboxService {
         &self,
         intents: &[paddock_store::IntentRecord],
     ) -> Result<(), ServiceError> {
-        for id in self.inner.backend.list_stopped() {
+        for id in self
+            .on_backend("list stopped sandboxes", |b| b.list_stopped())
+            .await?
+        {
             let sid = id.to_string();
             if intents.iter().any(|i| {
                 i.sandbox_id == sid
@@ -384,9 +381,7 @@ impl SandboxService {
                 continue;
             }
             tracing::info!(sandbox_id = %id, "deleting the kept files of a sandbox that is not stopped");
-            if let Err(e) = self.inner.backend.delete_stopped(&id).await {
-                tracing::warn!(sandbox_id = %id, error = %e, "cannot delete a stopped file system");
-            }
+            self.free_stopped(id).await;
         }
         Ok(())
     }

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use paddock_runtime::Backend;
 use paddock_store::{NewVolume, QuotaRequest, StoreError, VolumeFilter, VolumeRecord};
 use paddock_types::api::{
     CreateVolumeRequest, ErrorCode, ListVolumesQuery, VolumeInfo, VolumeList, VolumeMountRequest,
@@ -16,7 +15,7 @@ use paddock_types::api::{
 use paddock_types::{check_volume_mounts, SandboxPath, VolumeId, VolumeMount, VolumeName};
 
 use crate::lifecycle::{row_with_time, runtime_error};
-use crate::service::{blocking, now_ms, rfc3339, AuditEntry};
+use crate::service::{now_ms, rfc3339, AuditEntry};
 use crate::{Principal, SandboxService, ServiceError};
 
 const MAX_LABELS: usize = 64;
@@ -103,8 +102,9 @@ impl SandboxService {
             return Err(volume_exists(name.as_str()));
         }
         let id = VolumeId::from_random(rand::random());
-        let backend = &self.inner.backend;
-        blocking(|| tokio::runtime::Handle::current().block_on(backend.create_volume(&id, size)))
+        let made = id.clone();
+        self.on_backend("create a volume", move |b| b.create_volume(&made, size))
+            .await?
             .map_err(|e| runtime_error("create a volume", e))?;
         let new = NewVolume {
             id: id.to_string(),
@@ -129,7 +129,9 @@ impl SandboxService {
             .await;
         if let Err(e) = stored {
             // Storage without a record is garbage: remove it now rather than at the next start.
-            let _ = self.inner.backend.delete_volume(&id).await;
+            let _ = self
+                .on_backend("delete a volume", move |b| b.delete_volume(&id))
+                .await;
             return self.audit_refusal(p, "volume.create", None, Err(e)).await;
         }
         let record = VolumeRecord {
@@ -223,9 +225,10 @@ impl SandboxService {
             }
             Ok(false) => Err(volume_not_found(id_or_name)),
             Ok(true) => {
-                let backend = &self.inner.backend;
-                if let Err(e) =
-                    blocking(|| tokio::runtime::Handle::current().block_on(backend.delete_volume(&id)))
+                let volume = id.clone();
+                if let Ok(Err(e)) = self
+                    .on_backend("delete a volume", move |b| b.delete_volume(&volume))
+                    .await
                 {
                     tracing::warn!(volume = %id, error = %e, "volume storage not freed; gc will");
                 }
@@ -267,14 +270,16 @@ impl SandboxService {
     pub(crate) async fn collect_volume_garbage(&self) -> Result<(), ServiceError> {
         let known = self.db("list volumes", |s| s.existing_volume_ids()).await?;
         let on_disk = self
-            .inner
-            .backend
-            .list_volumes()
+            .on_backend("list volumes", |b| b.list_volumes())
+            .await?
             .map_err(|e| runtime_error("list volumes", e))?;
         for volume in &on_disk {
             if !known.iter().any(|k| *k == volume.as_str()) {
                 tracing::info!(volume = %volume, "removing unrecorded volume storage");
-                let _ = self.inner.backend.delete_volume(volume).await;
+                let volume = volume.clone();
+                let _ = self
+                    .on_backend("delete a volume", move |b| b.delete_volume(&volume))
+                    .await;
             }
         }
         for id in known {
@@ -296,7 +301,13 @@ impl SandboxService {
             .db("read a volume's users", move |s| s.volume_users(&vid))
             .await?;
         let used_bytes = match r.id.parse::<VolumeId>() {
-            Ok(id) => self.inner.backend.volume_usage(&id).await.ok().map(|u| u.bytes),
+            Ok(id) => match self
+                .on_backend("measure a volume", move |b| b.volume_usage(&id))
+                .await
+            {
+                Ok(Ok(usage)) => Some(usage.bytes),
+                _ => None,
+            },
             Err(_) => None,
         };
         Ok(VolumeInfo {

@@ -15,7 +15,9 @@
 pub mod frame;
 mod messages;
 
-pub use frame::{decode_frame, encode_frame, Frame, FrameError, MAX_HEADER_LEN, MAX_PAYLOAD_LEN};
+pub use frame::{
+    decode_frame, decode_prefix, encode_frame, Frame, FrameError, MAX_HEADER_LEN, MAX_PAYLOAD_LEN, PREFIX_LEN,
+};
 pub use messages::*;
 
 /// The protocol version this build speaks.

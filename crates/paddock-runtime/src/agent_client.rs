@@ -16,6 +16,7 @@
 //!
 //! This module does not start or find agents; it only talks to one.
 
+mod probe;
 mod routing;
 
 use std::io;
@@ -34,6 +35,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+pub use probe::probe;
 use routing::{
     cancel_route, cancel_watch, lock, read_frames, watch_events, Answer, Pending, Routes, Subscribe,
 };

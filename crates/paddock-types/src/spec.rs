@@ -33,7 +33,7 @@ pub enum VolumeSource {
     Template,
     /// A writable copy of this snapshot (a fork of the sandbox it was taken of).
     Snapshot(SnapshotId),
-    /// The sandbox's own file system, kept when it was stopped (`Backend::stop_sandbox`): the sandbox
+    /// The sandbox's own file system, kept when it was stopped (`SandboxBackend::stop_sandbox` in paddock-runtime): the sandbox
     /// resumes with the same id.
     Stopped,
 }

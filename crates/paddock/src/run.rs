@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use paddock_protocol::{CommandSpec, ExitStatus, SpawnRequest, Stream};
 use paddock_runtime::agent_client::{AgentClient, ProcessEvent, ProcessEvents};
-use paddock_runtime::{Backend, SandboxHandle};
+use paddock_runtime::{SandboxBackend, SandboxHandle};
 use paddock_types::{Limits, RootfsSpec, SandboxId, SandboxSpec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{signal, SignalKind};
@@ -264,7 +264,6 @@ async fn run_async(
     let mut signals = Signals::new()?;
     let handle = backend
         .create_sandbox(&spec)
-        .await
         .context("failed to create the sandbox")?;
     let served = match network {
         Some((config, ca)) => Some(serve_network(config, &handle, policy, secrets, &ca).await),
@@ -279,7 +278,7 @@ async fn run_async(
         }
         None => drive(&handle, &args, &spec, &[], &mut signals).await,
     };
-    let teardown = backend.destroy_sandbox(handle).await;
+    let teardown = backend.destroy_sandbox(handle);
     let outcome = outcome?;
     if let Err(e) = teardown {
         eprintln!("paddock: warning: {e}");

@@ -15,7 +15,7 @@ use common::*;
 use paddock_protocol::{CommandSpec, FsEventKind, SpawnRequest, Stream};
 use paddock_runtime::agent_client::{AgentClient, ProcessEvent, WatchUpdate};
 use paddock_runtime::native::NativeBackend;
-use paddock_runtime::{Adoption, Backend, RuntimeError, SandboxHandle};
+use paddock_runtime::{Adoption, RuntimeError, SandboxBackend, SandboxHandle};
 use paddock_types::{ByteSize, CpuQuota, Limits, RootfsSpec, SandboxId, SandboxSpec};
 
 /// Set (to `<state dir>\n<cgroup parent>\n<id>,<id>...`) when this binary runs as the creating
@@ -76,7 +76,7 @@ async fn helper_creates_sandboxes_then_exits() {
     .expect("raise the open-file limit");
     let backend = backend(Path::new(state), parent);
     for id in ids.split(',') {
-        let handle = backend.create_sandbox(&spec(id)).await.expect("create");
+        let handle = backend.create_sandbox(&spec(id)).expect("create");
         // Exit without tearing down: the lock goes with this process, the sandbox stays.
         std::mem::forget(handle);
     }
@@ -241,20 +241,23 @@ async fn adopted_sandbox_reports_usage_takes_new_limits_and_is_destroyed() {
     let env = TestEnv::new();
     create_elsewhere(&env, &["sb-kept", "sb-abandoned"]);
     let backend = backend(env.state(), &env.cgroup_parent);
-    let handle = alive(backend.adopt_sandbox(&id("sb-kept")).await.expect("adopt"));
+    let handle = alive(backend.adopt_sandbox(&id("sb-kept")).expect("adopt"));
     assert_eq!(handle.id().as_str(), "sb-kept");
-    assert_eq!(init_record(&env, "sb-kept").0, handle.init_pid());
+    assert_eq!(
+        init_record(&env, "sb-kept").0,
+        handle.init_pid().expect("a native init")
+    );
 
     // While this process holds it, another one (here: another backend) cannot take it.
     let other = backend_with_same_state(&env);
     assert!(matches!(
-        other.adopt_sandbox(&id("sb-kept")).await.expect("adopt"),
+        other.adopt_sandbox(&id("sb-kept")).expect("adopt"),
         Adoption::Busy
     ));
-    assert!(!other.reclaim_sandbox(&id("sb-kept")).await.expect("reclaim"));
+    assert!(!other.reclaim_sandbox(&id("sb-kept")).expect("reclaim"));
 
     // Garbage collection takes the sandbox nobody adopted and leaves the adopted one alone.
-    let reclaimed = backend.collect_garbage().await.expect("gc");
+    let reclaimed = backend.collect_garbage().expect("gc");
     assert_eq!(reclaimed, vec!["sb-abandoned".to_owned()]);
     assert_gone(&env, "sb-abandoned");
 
@@ -279,7 +282,7 @@ async fn adopted_sandbox_reports_usage_takes_new_limits_and_is_destroyed() {
     );
 
     // Usage moves: memory (a 48 MiB file in /dev/shm is charged to the sandbox), disk, CPU.
-    let before = backend.sandbox_usage(&handle).await.expect("usage");
+    let before = backend.sandbox_usage(&handle).expect("usage");
     assert_eq!(before.disk_limit_bytes, Some(2 << 30));
     assert!(before.pids >= 1, "{before:?}");
     let (code, _) = sh(
@@ -291,7 +294,7 @@ async fn adopted_sandbox_reports_usage_takes_new_limits_and_is_destroyed() {
     assert_eq!(code, 0);
     // Disk usage is counted at the pool's transaction commits: force one.
     paddock_sys::btrfs::sync(&env.state().join("pool")).expect("btrfs sync");
-    let after = backend.sandbox_usage(&handle).await.expect("usage");
+    let after = backend.sandbox_usage(&handle).expect("usage");
     assert!(
         after.memory_bytes >= before.memory_bytes + 40 * MIB,
         "memory: {before:?} -> {after:?}"
@@ -313,10 +316,7 @@ async fn adopted_sandbox_reports_usage_takes_new_limits_and_is_destroyed() {
     limits.pids = Some(8);
     limits.cpus = Some(CpuQuota::try_from(0.5).expect("quota"));
     limits.disk = Some(ByteSize::gib(1));
-    backend
-        .update_limits(&handle, &limits)
-        .await
-        .expect("lower limits");
+    backend.update_limits(&handle, &limits).expect("lower limits");
     let forked = forks(&client, 30).await;
     assert!(forked < 8, "{forked} forks under pids 8");
     assert!(
@@ -325,20 +325,13 @@ async fn adopted_sandbox_reports_usage_takes_new_limits_and_is_destroyed() {
         cpu_quota(&env, "sb-kept")
     );
     assert_eq!(
-        backend
-            .sandbox_usage(&handle)
-            .await
-            .expect("usage")
-            .disk_limit_bytes,
+        backend.sandbox_usage(&handle).expect("usage").disk_limit_bytes,
         Some(1 << 30)
     );
     limits.pids = Some(256);
     limits.disk = None;
     limits.cpus = None;
-    backend
-        .update_limits(&handle, &limits)
-        .await
-        .expect("raise limits");
+    backend.update_limits(&handle, &limits).expect("raise limits");
     assert_eq!(forks(&client, 30).await, 30, "pids limit raised again");
     assert!(
         ["-1", "max 100000"].contains(&cpu_quota(&env, "sb-kept").as_str()),
@@ -346,11 +339,7 @@ async fn adopted_sandbox_reports_usage_takes_new_limits_and_is_destroyed() {
         cpu_quota(&env, "sb-kept")
     );
     assert_eq!(
-        backend
-            .sandbox_usage(&handle)
-            .await
-            .expect("usage")
-            .disk_limit_bytes,
+        backend.sandbox_usage(&handle).expect("usage").disk_limit_bytes,
         None
     );
     // Memory cannot go below what the sandbox holds (the /dev/shm file cannot be reclaimed): a clear
@@ -359,7 +348,6 @@ async fn adopted_sandbox_reports_usage_takes_new_limits_and_is_destroyed() {
         limits.memory = Some(ByteSize::mib(8));
         let err = backend
             .update_limits(&handle, &limits)
-            .await
             .expect_err("memory below usage");
         assert!(matches!(err, RuntimeError::InvalidSpec(_)), "{err:?}");
         assert!(err.to_string().contains("memory"), "{err}");
@@ -383,8 +371,8 @@ async fn adopted_sandbox_reports_usage_takes_new_limits_and_is_destroyed() {
     drop(client);
 
     // An adopted sandbox (whose init is not this process's child) is torn down completely.
-    let init = handle.init_pid();
-    backend.destroy_sandbox(handle).await.expect("destroy");
+    let init = handle.init_pid().expect("a native init");
+    backend.destroy_sandbox(handle).expect("destroy");
     assert!(process_gone(init), "init {init} survived");
     assert_gone(&env, "sb-kept");
     assert_clean_after_reaping(&env);
@@ -423,20 +411,20 @@ async fn dead_missing_busy_and_impostor_sandboxes_are_told_apart() {
 
     // Missing: nothing there, nothing done.
     assert!(matches!(
-        backend.adopt_sandbox(&id("sb-never")).await.expect("adopt"),
+        backend.adopt_sandbox(&id("sb-never")).expect("adopt"),
         Adoption::Missing
     ));
-    assert!(!backend.reclaim_sandbox(&id("sb-never")).await.expect("reclaim"));
+    assert!(!backend.reclaim_sandbox(&id("sb-never")).expect("reclaim"));
 
     // Busy: this process owns it (through another backend instance).
-    let owned = backend.create_sandbox(&spec("sb-owned")).await.expect("create");
+    let owned = backend.create_sandbox(&spec("sb-owned")).expect("create");
     let other = backend_with_same_state(&env);
     assert!(matches!(
-        other.adopt_sandbox(&id("sb-owned")).await.expect("adopt"),
+        other.adopt_sandbox(&id("sb-owned")).expect("adopt"),
         Adoption::Busy
     ));
-    assert!(!other.reclaim_sandbox(&id("sb-owned")).await.expect("reclaim"));
-    backend.destroy_sandbox(owned).await.expect("destroy");
+    assert!(!other.reclaim_sandbox(&id("sb-owned")).expect("reclaim"));
+    backend.destroy_sandbox(owned).expect("destroy");
     assert_gone(&env, "sb-owned");
 
     create_elsewhere(
@@ -459,7 +447,7 @@ async fn dead_missing_busy_and_impostor_sandboxes_are_told_apart() {
     .expect("kill init");
     assert!(wait_until(Duration::from_secs(10), || process_gone(init)));
     assert!(matches!(
-        backend.adopt_sandbox(&id("sb-killed")).await.expect("adopt"),
+        backend.adopt_sandbox(&id("sb-killed")).expect("adopt"),
         Adoption::Dead
     ));
     assert_gone(&env, "sb-killed");
@@ -474,7 +462,7 @@ async fn dead_missing_busy_and_impostor_sandboxes_are_told_apart() {
     )
     .expect("rewrite init.pid");
     assert!(matches!(
-        backend.adopt_sandbox(&id("sb-impostor")).await.expect("adopt"),
+        backend.adopt_sandbox(&id("sb-impostor")).expect("adopt"),
         Adoption::Dead
     ));
     assert!(
@@ -493,7 +481,7 @@ async fn dead_missing_busy_and_impostor_sandboxes_are_told_apart() {
     )
     .expect("rewrite init.pid");
     assert!(matches!(
-        backend.adopt_sandbox(&id("sb-restarted")).await.expect("adopt"),
+        backend.adopt_sandbox(&id("sb-restarted")).expect("adopt"),
         Adoption::Dead
     ));
     assert!(wait_until(Duration::from_secs(10), || process_gone(pid)));
@@ -507,29 +495,23 @@ async fn dead_missing_busy_and_impostor_sandboxes_are_told_apart() {
     )
     .expect("stop init");
     assert!(matches!(
-        backend.adopt_sandbox(&id("sb-frozen")).await.expect("adopt"),
+        backend.adopt_sandbox(&id("sb-frozen")).expect("adopt"),
         Adoption::Dead
     ));
     assert!(wait_until(Duration::from_secs(10), || process_gone(frozen)));
     assert_gone(&env, "sb-frozen");
 
     // Reclaim by id: once true, then nothing is left to reclaim.
-    assert!(backend
-        .reclaim_sandbox(&id("sb-reclaimed"))
-        .await
-        .expect("reclaim"));
+    assert!(backend.reclaim_sandbox(&id("sb-reclaimed")).expect("reclaim"));
     assert_gone(&env, "sb-reclaimed");
-    assert!(!backend
-        .reclaim_sandbox(&id("sb-reclaimed"))
-        .await
-        .expect("reclaim"));
+    assert!(!backend.reclaim_sandbox(&id("sb-reclaimed")).expect("reclaim"));
 
     // Leftovers without a run directory (a crash in the middle of a teardown) count as dead.
     create_elsewhere(&env, &["sb-half"]);
     let (half_init, _) = init_record(&env, "sb-half");
     std::fs::remove_dir_all(run_dir(&env, "sb-half")).expect("remove run dir");
     assert!(matches!(
-        backend.adopt_sandbox(&id("sb-half")).await.expect("adopt"),
+        backend.adopt_sandbox(&id("sb-half")).expect("adopt"),
         Adoption::Dead
     ));
     assert!(wait_until(Duration::from_secs(10), || process_gone(half_init)));

@@ -21,7 +21,7 @@ use common::*;
 use paddock_protocol::{CommandSpec, SpawnRequest, Stream};
 use paddock_runtime::agent_client::{AgentClient, ProcessEvent};
 use paddock_runtime::native::{NativeBackend, NativeConfig};
-use paddock_runtime::{Adoption, Backend, SandboxHandle};
+use paddock_runtime::{Adoption, SandboxBackend, SandboxHandle, StorageBackend};
 use paddock_types::{
     EgressPorts, MountSpec, NetworkLink, NetworkSpec, RootfsSpec, SandboxSpec, SnapshotId, VolumeSource,
     CA_BUNDLE_PATH, EGRESS_CA_PATH,
@@ -316,7 +316,7 @@ async fn traffic_reaches_only_the_proxy_listeners() {
     if !require_network(&backend) {
         return;
     }
-    let handle = backend.create_sandbox(&spec("sb-1")).await.expect("create");
+    let handle = backend.create_sandbox(&spec("sb-1")).expect("create");
     let m = made(&env, &handle);
     let host = m.link.host_ip;
     // The host's own service on every address: the sandbox must not reach it.
@@ -373,7 +373,7 @@ async fn traffic_reaches_only_the_proxy_listeners() {
     }
     drop(proxy);
     drop(client);
-    backend.destroy_sandbox(handle).await.expect("destroy");
+    backend.destroy_sandbox(handle).expect("destroy");
     assert_link_gone(&m);
     env.assert_clean();
 }
@@ -389,7 +389,7 @@ async fn the_sandbox_root_cannot_change_its_network() {
     if !require_network(&backend) {
         return;
     }
-    let handle = backend.create_sandbox(&spec("sb-1")).await.expect("create");
+    let handle = backend.create_sandbox(&spec("sb-1")).expect("create");
     let m = made(&env, &handle);
     let proxy = FakeProxy::start(&m.link, Vec::new());
     let client = connect(&handle).await;
@@ -449,7 +449,7 @@ async fn the_sandbox_root_cannot_change_its_network() {
     assert!(table(m.link.slot).is_some_and(|t| t.contains("redirect to :15001")));
     drop(proxy);
     drop(client);
-    backend.destroy_sandbox(handle).await.expect("destroy");
+    backend.destroy_sandbox(handle).expect("destroy");
     assert_link_gone(&m);
     env.assert_clean();
 }
@@ -465,8 +465,8 @@ async fn two_sandboxes_get_their_own_links_and_files() {
     if !require_network(&backend) {
         return;
     }
-    let a = backend.create_sandbox(&spec("sb-a")).await.expect("create a");
-    let b = backend.create_sandbox(&spec("sb-b")).await.expect("create b");
+    let a = backend.create_sandbox(&spec("sb-a")).expect("create a");
+    let b = backend.create_sandbox(&spec("sb-b")).expect("create b");
     let (ma, mb) = (made(&env, &a), made(&env, &b));
     assert_ne!(ma.link.slot, mb.link.slot);
     assert_ne!(ma.link.host_ip, mb.link.host_ip);
@@ -508,14 +508,14 @@ async fn two_sandboxes_get_their_own_links_and_files() {
     );
     drop(proxy_a);
     drop(client);
-    backend.destroy_sandbox(a).await.expect("destroy a");
+    backend.destroy_sandbox(a).expect("destroy a");
     assert_link_gone(&ma);
     assert_eq!(
         interface_index(mb.link.slot),
         Some(mb.ifindex),
         "the other link stays"
     );
-    backend.destroy_sandbox(b).await.expect("destroy b");
+    backend.destroy_sandbox(b).expect("destroy b");
     assert_link_gone(&mb);
     env.assert_clean();
 }
@@ -531,7 +531,7 @@ async fn rollbacks_keep_the_link() {
     if !require_network(&backend) {
         return;
     }
-    let handle = backend.create_sandbox(&spec("sb-1")).await.expect("create");
+    let handle = backend.create_sandbox(&spec("sb-1")).expect("create");
     let m = made(&env, &handle);
     let proxy = FakeProxy::start(&m.link, Vec::new());
     let client = connect(&handle).await;
@@ -544,7 +544,7 @@ async fn rollbacks_keep_the_link() {
     .await;
     drop(client);
     let snap = snapshot_id("sn-1");
-    backend.snapshot_sandbox(&handle, &snap).await.expect("snapshot");
+    backend.snapshot_sandbox(&handle, &snap).expect("snapshot");
     let check = |handle: SandboxHandle, how: &'static str| async move {
         assert_eq!(handle.network, Some(m.link), "{how}: same link");
         let client = connect(&handle).await;
@@ -568,23 +568,19 @@ async fn rollbacks_keep_the_link() {
         handle
     };
     // Cold: a new init, in the same namespace.
-    let handle = backend
-        .rollback_sandbox(handle, &snap)
-        .await
-        .expect("cold rollback");
+    let handle = backend.rollback_sandbox(handle, &snap).expect("cold rollback");
     let handle = check(handle, "cold").await;
     assert_eq!(interface_index(m.link.slot), Some(m.ifindex));
     // Prepared: a second init booted beside the first, in the same namespace.
-    backend.prepare_rollback(&handle, &snap).await.expect("prepare");
+    backend.prepare_rollback(&handle, &snap).expect("prepare");
     let handle = backend
         .rollback_sandbox(handle, &snap)
-        .await
         .expect("prepared rollback");
     let handle = check(handle, "prepared").await;
     assert_eq!(interface_index(m.link.slot), Some(m.ifindex));
     drop(proxy);
-    backend.destroy_sandbox(handle).await.expect("destroy");
-    assert!(backend.delete_snapshot(&snap).await.expect("delete snapshot"));
+    backend.destroy_sandbox(handle).expect("destroy");
+    assert!(backend.delete_snapshot(&snap).expect("delete snapshot"));
     assert_link_gone(&m);
     env.assert_clean();
 }
@@ -601,15 +597,15 @@ async fn stop_gc_and_adoption_handle_the_link() {
         return;
     }
     // Stop: the link goes with the processes; resume makes a new one.
-    let handle = backend.create_sandbox(&spec("sb-stop")).await.expect("create");
+    let handle = backend.create_sandbox(&spec("sb-stop")).expect("create");
     let first = made(&env, &handle);
-    backend.stop_sandbox(handle).await.expect("stop");
+    backend.stop_sandbox(handle).expect("stop");
     assert_link_gone(&first);
     let resumed = SandboxSpec {
         volume: VolumeSource::Stopped,
         ..spec("sb-stop")
     };
-    let handle = backend.create_sandbox(&resumed).await.expect("resume");
+    let handle = backend.create_sandbox(&resumed).expect("resume");
     let second = made(&env, &handle);
     let proxy = FakeProxy::start(&second.link, Vec::new());
     let client = connect(&handle).await;
@@ -630,14 +626,13 @@ async fn stop_gc_and_adoption_handle_the_link() {
     let other = self::backend(&env, "10.252.5.0/24");
     let adopted = match other
         .adopt_sandbox(&"sb-stop".parse().expect("id"))
-        .await
         .expect("adopt")
     {
         Adoption::Alive(handle) => handle,
         got => panic!("expected a live sandbox, got {got:?}"),
     };
     assert_eq!(adopted.network, Some(second.link));
-    other.destroy_sandbox(adopted).await.expect("destroy");
+    other.destroy_sandbox(adopted).expect("destroy");
     assert_link_gone(&second);
 
     // gc: a sandbox whose owner is gone loses its link, and nothing of another pool is touched.
@@ -645,13 +640,12 @@ async fn stop_gc_and_adoption_handle_the_link() {
     let neighbour_backend = self::backend(&neighbour_env, "10.252.6.0/24");
     let neighbour = neighbour_backend
         .create_sandbox(&spec("sb-1"))
-        .await
         .expect("create neighbour");
     let nm = made(&neighbour_env, &neighbour);
-    let handle = backend.create_sandbox(&spec("sb-1")).await.expect("create");
+    let handle = backend.create_sandbox(&spec("sb-1")).expect("create");
     let third = made(&env, &handle);
     drop(handle);
-    let reclaimed = backend.collect_garbage().await.expect("gc");
+    let reclaimed = backend.collect_garbage().expect("gc");
     assert_eq!(reclaimed, vec!["sb-1".to_owned()]);
     assert_link_gone(&third);
     assert_eq!(
@@ -662,7 +656,6 @@ async fn stop_gc_and_adoption_handle_the_link() {
     assert!(table(nm.link.slot).is_some());
     neighbour_backend
         .destroy_sandbox(neighbour)
-        .await
         .expect("destroy neighbour");
     assert_link_gone(&nm);
     // The inits whose handles were dropped are this process's children (the shim clones them as
@@ -696,7 +689,7 @@ async fn a_failed_create_leaves_no_link() {
         }],
         ..spec("sb-1")
     };
-    let err = backend.create_sandbox(&bad).await.expect_err("the create fails");
+    let err = backend.create_sandbox(&bad).expect_err("the create fails");
     eprintln!("{err}: {:?}", std::error::Error::source(&err));
     assert!(
         err.to_string().contains("setup"),
@@ -760,7 +753,7 @@ async fn a_rootfs_directory_gets_the_files_through_a_layer() {
         user: "root".parse().expect("user"),
         ..spec("sb-1")
     };
-    let handle = backend.create_sandbox(&networked).await.expect("create");
+    let handle = backend.create_sandbox(&networked).expect("create");
     let m = made(&env, &handle);
     let proxy = FakeProxy::start(&m.link, Vec::new());
     let client = connect(&handle).await;
@@ -793,7 +786,7 @@ async fn a_rootfs_directory_gets_the_files_through_a_layer() {
     let out = ok_as(&client, None, "echo hi | nc 192.0.2.1 443").await;
     assert_eq!(out, "transparent 192.0.2.1:443\n");
     drop((proxy, client));
-    backend.destroy_sandbox(handle).await.expect("destroy");
+    backend.destroy_sandbox(handle).expect("destroy");
     assert_link_gone(&m);
     env.assert_clean();
 }
@@ -806,7 +799,7 @@ async fn a_sandbox_without_network_sees_only_loopback() {
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env, "10.252.8.0/24");
-    let handle = backend.create_sandbox(&host_spec("sb-1")).await.expect("create");
+    let handle = backend.create_sandbox(&host_spec("sb-1")).expect("create");
     assert_eq!(handle.network, None);
     assert!(!env.state().join("run/sb-1/netns").exists());
     let client = connect(&handle).await;
@@ -814,7 +807,7 @@ async fn a_sandbox_without_network_sees_only_loopback() {
     let out = probe(&client, None, &["tcp:192.0.2.1:443".to_owned()]).await;
     assert!(line_of(&out, "tcp:192.0.2.1:443").contains("-> error"), "{out}");
     drop(client);
-    backend.destroy_sandbox(handle).await.expect("destroy");
+    backend.destroy_sandbox(handle).expect("destroy");
     env.assert_clean();
 }
 
@@ -831,8 +824,8 @@ async fn create_time_with_and_without_network() {
     let backend = backend(&env, "10.252.9.0/24");
     // Warm up (template, caches).
     for spec in [host_spec("sb-warm"), spec("sb-warm-net")] {
-        let h = backend.create_sandbox(&spec).await.expect("create");
-        backend.destroy_sandbox(h).await.expect("destroy");
+        let h = backend.create_sandbox(&spec).expect("create");
+        backend.destroy_sandbox(h).expect("destroy");
     }
     let mut plain = Vec::new();
     let mut networked = Vec::new();
@@ -846,10 +839,10 @@ async fn create_time_with_and_without_network() {
             let id = format!("sb-{i}-{with}");
             let s = if with { spec(&id) } else { host_spec(&id) };
             let t = Instant::now();
-            let h = backend.create_sandbox(&s).await.expect("create");
+            let h = backend.create_sandbox(&s).expect("create");
             times.push(t.elapsed());
             let t = Instant::now();
-            backend.destroy_sandbox(h).await.expect("destroy");
+            backend.destroy_sandbox(h).expect("destroy");
             destroys.push(t.elapsed());
         }
     }
@@ -959,7 +952,6 @@ async fn a_sandbox_gets_a_bounded_share_of_connection_tracking() {
     // At most 20 tracked at once.
     let handle = backend
         .create_sandbox(&with("sb-ct", 20, 10_000))
-        .await
         .expect("create");
     let m = made(&env, &handle);
     let rules = table(m.link.slot).expect("table");
@@ -987,14 +979,11 @@ async fn a_sandbox_gets_a_bounded_share_of_connection_tracking() {
     assert_eq!(counts(&out), (15, 0, 0), "{out}");
     drop(holder);
     drop(client);
-    backend.destroy_sandbox(handle).await.expect("destroy");
+    backend.destroy_sandbox(handle).expect("destroy");
     assert_link_gone(&m);
 
     // At most 1 new connection a second (bursts of 2): 20 in a row, most rejected.
-    let handle = backend
-        .create_sandbox(&with("sb-rate", 4096, 1))
-        .await
-        .expect("create");
+    let handle = backend.create_sandbox(&with("sb-rate", 4096, 1)).expect("create");
     let m = made(&env, &handle);
     let host = m.link.host_ip;
     let holder = Holder::start(host, EgressPorts::default().proxy);
@@ -1010,7 +999,7 @@ async fn a_sandbox_gets_a_bounded_share_of_connection_tracking() {
     assert!(ok <= 10 && failed == 20 - ok && slow == 0, "{out}");
     drop(holder);
     drop(client);
-    backend.destroy_sandbox(handle).await.expect("destroy");
+    backend.destroy_sandbox(handle).expect("destroy");
     assert_link_gone(&m);
     env.assert_clean();
 }

@@ -16,7 +16,7 @@ use common::*;
 use paddock_protocol::{CommandSpec, SpawnRequest, Stream};
 use paddock_runtime::agent_client::{AgentClient, ProcessEvent};
 use paddock_runtime::native::{IdRange, NativeBackend, NativeConfig};
-use paddock_runtime::{Backend, RuntimeError, SandboxHandle};
+use paddock_runtime::{RuntimeError, SandboxBackend, SandboxHandle, StorageBackend};
 use paddock_types::{ByteSize, RootfsSpec, SandboxId, SandboxSpec, SnapshotId, VolumeSource};
 
 const MIB: u64 = 1 << 20;
@@ -287,7 +287,7 @@ async fn a_snapshot_taken_while_a_process_writes_holds_a_consistent_prefix() {
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env);
-    let handle = backend.create_sandbox(&spec("sb-writer")).await.expect("create");
+    let handle = backend.create_sandbox(&spec("sb-writer")).expect("create");
     let client = connect(&handle).await;
     // Each line is one write(2), without fsync, first to the log, then to the journal: at any instant
     // the journal holds as many lines as the log or one fewer.
@@ -311,10 +311,7 @@ async fn a_snapshot_taken_while_a_process_writes_holds_a_consistent_prefix() {
         let snapshot = snapshot_id(&format!("sn-writer-{n}"));
         let watch = FreezeWatch::start(&env, "sb-writer");
         let started = Instant::now();
-        backend
-            .snapshot_sandbox(&handle, &snapshot)
-            .await
-            .expect("snapshot");
+        backend.snapshot_sandbox(&handle, &snapshot).expect("snapshot");
         taken.push(started.elapsed());
         assert!(
             watch.saw_a_freeze(),
@@ -367,17 +364,16 @@ async fn a_snapshot_taken_while_a_process_writes_holds_a_consistent_prefix() {
     // A snapshot id is taken once.
     let err = backend
         .snapshot_sandbox(&handle, &snapshot_id("sn-writer-0"))
-        .await
         .expect_err("the same snapshot id twice");
     assert!(matches!(err, RuntimeError::InvalidSpec(_)), "{err:?}");
     assert!(!frozen(&env, "sb-writer"));
 
     drop(client);
-    backend.destroy_sandbox(handle).await.expect("destroy");
+    backend.destroy_sandbox(handle).expect("destroy");
     let listed = backend.list_snapshots().expect("list");
     assert_eq!(listed.len(), 20, "{listed:?}");
     for snapshot in listed {
-        assert!(backend.delete_snapshot(&snapshot).await.expect("delete"));
+        assert!(backend.delete_snapshot(&snapshot).expect("delete"));
     }
     assert_all_clean(&env);
 }
@@ -401,7 +397,7 @@ async fn rollback_case(prepared: bool) {
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env);
-    let handle = backend.create_sandbox(&spec("sb-roll")).await.expect("create");
+    let handle = backend.create_sandbox(&spec("sb-roll")).expect("create");
     let client = connect(&handle).await;
     ok(
         &client,
@@ -435,10 +431,7 @@ async fn rollback_case(prepared: bool) {
     assert!(expected.len() > 20, "{expected:#?}");
 
     let snapshot = snapshot_id("sn-roll");
-    backend
-        .snapshot_sandbox(&handle, &snapshot)
-        .await
-        .expect("snapshot");
+    backend.snapshot_sandbox(&handle, &snapshot).expect("snapshot");
 
     // Change everything: content, modes, owners, the symlink, deletions, new files; and leave a
     // process running.
@@ -460,7 +453,7 @@ async fn rollback_case(prepared: bool) {
     std::fs::set_permissions(&owned, std::os::unix::fs::PermissionsExt::from_mode(0o644)).expect("chmod");
     assert_ne!(volume_tree(&env, "sb-roll"), expected);
     background(&client, "exec sleep 1000").await;
-    let old_init = handle.init_pid();
+    let old_init = handle.init_pid().expect("a native init");
     let old_processes: Vec<i32> = env.processes().into_iter().map(|(pid, _)| pid).collect();
     assert!(old_processes.len() >= 2, "{old_processes:?}");
 
@@ -468,23 +461,22 @@ async fn rollback_case(prepared: bool) {
     if prepared {
         backend
             .prepare_rollback(&handle, &snapshot)
-            .await
             .expect("prepare the rollback");
         assert!(next.join("agent.sock").exists(), "a prepared sandbox runs");
         assert!(pool(&env).join("sandboxes/sb-roll.next").is_dir());
     }
     let started = Instant::now();
-    let handle = backend
-        .rollback_sandbox(handle, &snapshot)
-        .await
-        .expect("rollback");
+    let handle = backend.rollback_sandbox(handle, &snapshot).expect("rollback");
     assert!(!next.exists(), "the prepared sandbox became the sandbox");
     assert!(!pool(&env).join("sandboxes/sb-roll.next").exists());
     eprintln!("rollback took {:?}", started.elapsed());
     assert_eq!(handle.id().as_str(), "sb-roll");
-    assert_ne!(handle.init_pid(), old_init);
+    assert_ne!(handle.init_pid().expect("a native init"), old_init);
     let record = std::fs::read_to_string(run_dir(&env, "sb-roll").join("init.pid")).expect("init.pid");
-    assert!(record.starts_with(&format!("{} ", handle.init_pid())), "{record}");
+    assert!(
+        record.starts_with(&format!("{} ", handle.init_pid().expect("a native init"))),
+        "{record}"
+    );
     for pid in &old_processes {
         assert!(process_gone(*pid), "process {pid} survived the rollback");
     }
@@ -523,7 +515,7 @@ async fn rollback_case(prepared: bool) {
         (10..64).contains(&forked),
         "{forked} forks under a pids limit of 64"
     );
-    let usage = backend.sandbox_usage(&handle).await.expect("usage");
+    let usage = backend.sandbox_usage(&handle).expect("usage");
     assert_eq!(usage.disk_limit_bytes, Some(2 << 30));
 
     // The snapshot is intact: rolling back again, after more changes, gives the same tree.
@@ -531,12 +523,10 @@ async fn rollback_case(prepared: bool) {
     if prepared {
         backend
             .prepare_rollback(&handle, &snapshot)
-            .await
             .expect("prepare the rollback again");
     }
     let handle = backend
         .rollback_sandbox(handle, &snapshot)
-        .await
         .expect("second rollback");
     assert_eq!(volume_tree(&env, "sb-roll"), expected);
     let client = connect(&handle).await;
@@ -556,7 +546,6 @@ async fn rollback_case(prepared: bool) {
         std::fs::write(&next, "in the way").expect("a file where the run dir goes");
         backend
             .prepare_rollback(&handle, &snapshot)
-            .await
             .expect_err("the way is blocked");
         assert_eq!(
             staged(&run),
@@ -567,39 +556,31 @@ async fn rollback_case(prepared: bool) {
         std::fs::create_dir(run.join(".new-sb-roll.next")).expect("a crash's leftover");
         backend
             .prepare_rollback(&handle, &snapshot)
-            .await
             .expect("prepare over a crash's staging directory");
         assert!(next.join("lock").exists());
         assert_eq!(staged(&run), Vec::<String>::new());
-        backend.discard_rollback(&handle).await.expect("discard");
+        backend.discard_rollback(&handle).expect("discard");
     }
     // A prepared rollback that is discarded leaves nothing behind.
     if prepared {
-        backend
-            .prepare_rollback(&handle, &snapshot)
-            .await
-            .expect("prepare");
+        backend.prepare_rollback(&handle, &snapshot).expect("prepare");
         assert!(next.exists());
-        backend.discard_rollback(&handle).await.expect("discard");
+        backend.discard_rollback(&handle).expect("discard");
         assert!(!next.exists(), "a discarded preparation is removed");
         assert!(!pool(&env).join("sandboxes/sb-roll.next").exists());
         // And one still prepared when the rollback goes elsewhere is removed with the sandbox.
-        backend
-            .prepare_rollback(&handle, &snapshot)
-            .await
-            .expect("prepare");
+        backend.prepare_rollback(&handle, &snapshot).expect("prepare");
     }
     // A rollback to a snapshot that does not exist fails, and takes the sandbox with it.
     drop(client);
     let err = backend
         .rollback_sandbox(handle, &snapshot_id("sn-missing"))
-        .await
         .expect_err("rollback to a missing snapshot");
     assert!(matches!(err, RuntimeError::InvalidSpec(_)), "{err:?}");
     assert_gone(&env, "sb-roll");
     assert_gone(&env, "sb-roll.next");
 
-    assert!(backend.delete_snapshot(&snapshot).await.expect("delete"));
+    assert!(backend.delete_snapshot(&snapshot).expect("delete"));
     assert_all_clean(&env);
 }
 
@@ -611,7 +592,7 @@ async fn forks_never_see_each_others_writes() {
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = Arc::new(backend(&env));
-    let source = backend.create_sandbox(&spec("sb-source")).await.expect("create");
+    let source = backend.create_sandbox(&spec("sb-source")).expect("create");
     let source_client = connect(&source).await;
     ok(
         &source_client,
@@ -619,18 +600,12 @@ async fn forks_never_see_each_others_writes() {
     )
     .await;
     let snapshot = snapshot_id("sn-base");
-    backend
-        .snapshot_sandbox(&source, &snapshot)
-        .await
-        .expect("snapshot");
+    backend.snapshot_sandbox(&source, &snapshot).expect("snapshot");
 
     let mut forks = Vec::new();
     for i in 0..3 {
         let id = format!("sb-fork-{i}");
-        let handle = backend
-            .create_sandbox(&fork_spec(&id, &snapshot))
-            .await
-            .expect("fork");
+        let handle = backend.create_sandbox(&fork_spec(&id, &snapshot)).expect("fork");
         let client = connect(&handle).await;
         assert_eq!(ok(&client, "cat /home/user/base").await, "base\n");
         assert_eq!(
@@ -668,7 +643,6 @@ async fn forks_never_see_each_others_writes() {
     // A fork of a snapshot that does not exist is refused up front, leaving nothing.
     let err = backend
         .create_sandbox(&fork_spec("sb-nowhere", &snapshot_id("sn-missing")))
-        .await
         .expect_err("fork of a missing snapshot");
     assert!(matches!(err, RuntimeError::InvalidSpec(_)), "{err:?}");
     assert_gone(&env, "sb-nowhere");
@@ -679,8 +653,7 @@ async fn forks_never_see_each_others_writes() {
         .map(|i| {
             let backend = backend.clone();
             let spec = fork_spec(&format!("sb-many-{i}"), &snapshot);
-            let runtime = tokio::runtime::Handle::current();
-            tokio::task::spawn_blocking(move || runtime.block_on(backend.create_sandbox(&spec)))
+            tokio::task::spawn_blocking(move || backend.create_sandbox(&spec))
         })
         .collect();
     let mut many = Vec::new();
@@ -697,35 +670,35 @@ async fn forks_never_see_each_others_writes() {
     }
 
     for handle in many {
-        backend.destroy_sandbox(handle).await.expect("destroy");
+        backend.destroy_sandbox(handle).expect("destroy");
     }
     drop(source_client);
-    backend.destroy_sandbox(source).await.expect("destroy");
+    backend.destroy_sandbox(source).expect("destroy");
     for (handle, client) in forks {
         drop(client);
-        backend.destroy_sandbox(handle).await.expect("destroy");
+        backend.destroy_sandbox(handle).expect("destroy");
     }
     // The snapshot outlived the sandbox it was taken of.
     assert_eq!(backend.list_snapshots().expect("list"), vec![snapshot.clone()]);
-    assert!(backend.delete_snapshot(&snapshot).await.expect("delete"));
+    assert!(backend.delete_snapshot(&snapshot).expect("delete"));
     assert_all_clean(&env);
 }
 
 /// CPU time the sandbox used over `window`, microseconds.
 async fn cpu_burnt(backend: &NativeBackend, handle: &SandboxHandle, window: Duration) -> u64 {
-    let before = backend.sandbox_usage(handle).await.expect("usage").cpu_time_us;
+    let before = backend.sandbox_usage(handle).expect("usage").cpu_time_us;
     tokio::time::sleep(window).await;
-    backend.sandbox_usage(handle).await.expect("usage").cpu_time_us - before
+    backend.sandbox_usage(handle).expect("usage").cpu_time_us - before
 }
 
 /// Whether the sandbox burns 50 ms of CPU within ten seconds (on a busy test machine its loop may get
 /// little of a CPU, but never none).
 async fn burns_cpu(backend: &NativeBackend, handle: &SandboxHandle) -> bool {
-    let before = backend.sandbox_usage(handle).await.expect("usage").cpu_time_us;
+    let before = backend.sandbox_usage(handle).expect("usage").cpu_time_us;
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let now = backend.sandbox_usage(handle).await.expect("usage").cpu_time_us;
+        let now = backend.sandbox_usage(handle).expect("usage").cpu_time_us;
         if now - before >= 50_000 {
             return true;
         }
@@ -741,45 +714,37 @@ async fn a_paused_sandbox_uses_no_cpu_until_resumed() {
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env);
-    let handle = backend.create_sandbox(&spec("sb-paused")).await.expect("create");
+    let handle = backend.create_sandbox(&spec("sb-paused")).expect("create");
     let client = connect(&handle).await;
     background(&client, "while :; do :; done").await;
     let window = Duration::from_millis(300);
     assert!(burns_cpu(&backend, &handle).await, "the loop does not burn CPU");
 
-    backend.pause_sandbox(&handle).await.expect("pause");
+    backend.pause_sandbox(&handle).expect("pause");
     assert!(frozen(&env, "sb-paused"));
     let paused = cpu_burnt(&backend, &handle, window).await;
     assert!(paused < 2_000, "{paused} us of CPU while paused");
-    backend
-        .pause_sandbox(&handle)
-        .await
-        .expect("pausing twice is fine");
+    backend.pause_sandbox(&handle).expect("pausing twice is fine");
 
     // A snapshot of a paused sandbox leaves it paused.
     let snapshot = snapshot_id("sn-paused");
     backend
         .snapshot_sandbox(&handle, &snapshot)
-        .await
         .expect("snapshot while paused");
     assert!(frozen(&env, "sb-paused"), "the snapshot thawed a paused sandbox");
     assert!(cpu_burnt(&backend, &handle, window).await < 2_000);
 
-    backend.resume_sandbox(&handle).await.expect("resume");
+    backend.resume_sandbox(&handle).expect("resume");
     assert!(!frozen(&env, "sb-paused"));
     assert!(burns_cpu(&backend, &handle).await, "no CPU after resume");
     assert_eq!(ok(&client, "echo alive").await, "alive\n");
-    backend
-        .resume_sandbox(&handle)
-        .await
-        .expect("resuming twice is fine");
+    backend.resume_sandbox(&handle).expect("resuming twice is fine");
 
     // A rollback of a paused sandbox starts it running.
-    backend.pause_sandbox(&handle).await.expect("pause");
+    backend.pause_sandbox(&handle).expect("pause");
     drop(client);
     let handle = backend
         .rollback_sandbox(handle, &snapshot)
-        .await
         .expect("rollback while paused");
     assert!(!frozen(&env, "sb-paused"));
     let client = connect(&handle).await;
@@ -787,13 +752,10 @@ async fn a_paused_sandbox_uses_no_cpu_until_resumed() {
 
     // A paused sandbox can be destroyed.
     background(&client, "exec sleep 1000").await;
-    backend.pause_sandbox(&handle).await.expect("pause");
+    backend.pause_sandbox(&handle).expect("pause");
     drop(client);
-    backend
-        .destroy_sandbox(handle)
-        .await
-        .expect("destroy while paused");
-    assert!(backend.delete_snapshot(&snapshot).await.expect("delete"));
+    backend.destroy_sandbox(handle).expect("destroy while paused");
+    assert!(backend.delete_snapshot(&snapshot).expect("delete"));
     assert_all_clean(&env);
 }
 
@@ -805,7 +767,7 @@ async fn snapshots_are_measured_listed_deleted_and_left_alone_by_gc() {
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env);
-    let handle = backend.create_sandbox(&spec("sb-usage")).await.expect("create");
+    let handle = backend.create_sandbox(&spec("sb-usage")).expect("create");
     let client = connect(&handle).await;
     ok(
         &client,
@@ -814,9 +776,9 @@ async fn snapshots_are_measured_listed_deleted_and_left_alone_by_gc() {
     .await;
     let first = snapshot_id("sn-first");
     let second = snapshot_id("sn-second");
-    backend.snapshot_sandbox(&handle, &first).await.expect("snapshot");
+    backend.snapshot_sandbox(&handle, &first).expect("snapshot");
     sync_pool(&env);
-    let fresh = backend.snapshot_usage(&first).await.expect("usage");
+    let fresh = backend.snapshot_usage(&first).expect("usage");
     assert!(fresh.referenced_bytes >= 8 * MIB, "{fresh:?}");
     assert!(
         fresh.exclusive_bytes < MIB,
@@ -830,13 +792,10 @@ async fn snapshots_are_measured_listed_deleted_and_left_alone_by_gc() {
     )
     .await;
     sync_pool(&env);
-    let diverged = backend.snapshot_usage(&first).await.expect("usage");
+    let diverged = backend.snapshot_usage(&first).expect("usage");
     assert!(diverged.exclusive_bytes >= 8 * MIB, "{fresh:?} -> {diverged:?}");
     assert_eq!(diverged.referenced_bytes, fresh.referenced_bytes);
-    backend
-        .snapshot_sandbox(&handle, &second)
-        .await
-        .expect("snapshot");
+    backend.snapshot_sandbox(&handle, &second).expect("snapshot");
     assert_eq!(
         backend.list_snapshots().expect("list"),
         vec![first.clone(), second.clone()]
@@ -845,33 +804,25 @@ async fn snapshots_are_measured_listed_deleted_and_left_alone_by_gc() {
     let json = serde_json::to_value(diverged).expect("serialize");
     assert!(json.get("exclusive_bytes").is_some(), "{json}");
 
-    assert!(backend.delete_snapshot(&first).await.expect("delete"));
+    assert!(backend.delete_snapshot(&first).expect("delete"));
     assert!(!snapshot_dir(&env, &first).exists());
-    assert!(!backend.delete_snapshot(&first).await.expect("delete again"));
+    assert!(!backend.delete_snapshot(&first).expect("delete again"));
     assert_eq!(backend.list_snapshots().expect("list"), vec![second.clone()]);
     let err = backend
         .snapshot_usage(&first)
-        .await
         .expect_err("usage of a deleted snapshot");
     assert!(matches!(err, RuntimeError::InvalidSpec(_)), "{err:?}");
 
     // Garbage collection reclaims sandboxes, never snapshots: not with the sandbox alive, not after
     // it is gone.
-    assert!(backend.collect_garbage().await.expect("gc").is_empty());
+    assert!(backend.collect_garbage().expect("gc").is_empty());
     drop(client);
-    backend.destroy_sandbox(handle).await.expect("destroy");
-    assert!(backend.collect_garbage().await.expect("gc").is_empty());
+    backend.destroy_sandbox(handle).expect("destroy");
+    assert!(backend.collect_garbage().expect("gc").is_empty());
     let out = env.cmd().arg("gc").output().expect("paddock gc");
     assert_code(&out, 0);
     assert_eq!(backend.list_snapshots().expect("list"), vec![second.clone()]);
-    assert!(
-        backend
-            .snapshot_usage(&second)
-            .await
-            .expect("usage")
-            .referenced_bytes
-            >= 4 * MIB
-    );
+    assert!(backend.snapshot_usage(&second).expect("usage").referenced_bytes >= 4 * MIB);
 
     // `pool destroy` takes the remaining snapshot with it.
     env.assert_clean();
@@ -896,7 +847,7 @@ async fn a_sandbox_at_its_disk_limit_can_be_snapshotted_and_rolled_back() {
     let backend = backend(&env);
     let mut full = spec("sb-full");
     full.limits.disk = Some(ByteSize::mib(32));
-    let handle = backend.create_sandbox(&full).await.expect("create");
+    let handle = backend.create_sandbox(&full).expect("create");
     let client = connect(&handle).await;
     ok(&client, "echo keep > /home/user/keep").await;
     let (code, _) = sh(&client, "head -c 64M /dev/zero > /home/user/fill").await;
@@ -910,16 +861,14 @@ async fn a_sandbox_at_its_disk_limit_can_be_snapshotted_and_rolled_back() {
     let snapshot = snapshot_id("sn-full");
     backend
         .snapshot_sandbox(&handle, &snapshot)
-        .await
         .expect("snapshot at the disk limit");
     drop(client);
     let handle = backend
         .rollback_sandbox(handle, &snapshot)
-        .await
         .expect("rollback at the disk limit");
     let client = connect(&handle).await;
     assert_eq!(ok(&client, "cat /home/user/keep").await, "keep\n");
-    let usage = backend.sandbox_usage(&handle).await.expect("usage");
+    let usage = backend.sandbox_usage(&handle).expect("usage");
     assert_eq!(
         usage.disk_limit_bytes,
         Some(32 * MIB),
@@ -936,8 +885,8 @@ async fn a_sandbox_at_its_disk_limit_can_be_snapshotted_and_rolled_back() {
     assert_ne!(code, 0, "the disk limit no longer holds after a rollback");
 
     drop(client);
-    backend.destroy_sandbox(handle).await.expect("destroy");
-    assert!(backend.delete_snapshot(&snapshot).await.expect("delete"));
+    backend.destroy_sandbox(handle).expect("destroy");
+    assert!(backend.delete_snapshot(&snapshot).expect("delete"));
     assert_all_clean(&env);
 }
 
@@ -968,7 +917,7 @@ async fn helper_creates_a_sandbox_then_exits() {
         network_subnet: Default::default(),
     })
     .expect("open the native backend");
-    let handle = backend.create_sandbox(&spec(id)).await.expect("create");
+    let handle = backend.create_sandbox(&spec(id)).expect("create");
     let client = connect(&handle).await;
     ok(&client, "echo from-the-first-owner > /home/user/first").await;
     // Exit without tearing down: the lock goes with this process, the sandbox stays.
@@ -1004,16 +953,12 @@ async fn an_adopted_sandbox_stays_paused_and_can_be_rolled_back() {
     // Paused when its owner went away (as `pause_sandbox` leaves it).
     std::fs::write(unified_cgroup(&env, "sb-adopted").join("cgroup.freeze"), "1").expect("freeze");
     let backend = backend(&env);
-    let handle = match backend
-        .adopt_sandbox(&sandbox_id("sb-adopted"))
-        .await
-        .expect("adopt")
-    {
+    let handle = match backend.adopt_sandbox(&sandbox_id("sb-adopted")).expect("adopt") {
         paddock_runtime::Adoption::Alive(handle) => handle,
         other => panic!("a paused sandbox was not adopted: {other:?}"),
     };
     assert!(frozen(&env, "sb-adopted"), "adoption resumed a paused sandbox");
-    backend.resume_sandbox(&handle).await.expect("resume");
+    backend.resume_sandbox(&handle).expect("resume");
     let client = connect(&handle).await;
     assert_eq!(
         ok(&client, "cat /home/user/first").await,
@@ -1022,16 +967,12 @@ async fn an_adopted_sandbox_stays_paused_and_can_be_rolled_back() {
 
     // Its rollback restarts it from what its first owner recorded (root file system, user, mounts).
     let snapshot = snapshot_id("sn-adopted");
-    backend
-        .snapshot_sandbox(&handle, &snapshot)
-        .await
-        .expect("snapshot");
+    backend.snapshot_sandbox(&handle, &snapshot).expect("snapshot");
     ok(&client, "rm /home/user/first").await;
-    let old_init = handle.init_pid();
+    let old_init = handle.init_pid().expect("a native init");
     drop(client);
     let handle = backend
         .rollback_sandbox(handle, &snapshot)
-        .await
         .expect("rollback of an adopted sandbox");
     assert!(wait_until(Duration::from_secs(10), || process_gone(old_init)));
     let client = connect(&handle).await;
@@ -1041,8 +982,8 @@ async fn an_adopted_sandbox_stays_paused_and_can_be_rolled_back() {
     );
 
     drop(client);
-    backend.destroy_sandbox(handle).await.expect("destroy");
-    assert!(backend.delete_snapshot(&snapshot).await.expect("delete"));
+    backend.destroy_sandbox(handle).expect("destroy");
+    assert!(backend.delete_snapshot(&snapshot).expect("delete"));
     // The first init, orphaned by its creator, is reaped by the host's init in its own time.
     assert!(
         wait_until(Duration::from_secs(30), || env.processes().is_empty()),
@@ -1069,7 +1010,7 @@ async fn measure_snapshot_rollback_and_fork_times() {
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = Arc::new(backend(&env));
-    let handle = backend.create_sandbox(&spec("sb-big")).await.expect("create");
+    let handle = backend.create_sandbox(&spec("sb-big")).expect("create");
     let client = connect(&handle).await;
     // 100 directories of 100 files of 100 KiB, each with bytes of its own.
     ok(
@@ -1088,10 +1029,7 @@ async fn measure_snapshot_rollback_and_fork_times() {
     for i in 0..21 {
         let snapshot = snapshot_id(&format!("sn-idle-{i}"));
         let t = Instant::now();
-        backend
-            .snapshot_sandbox(&handle, &snapshot)
-            .await
-            .expect("snapshot");
+        backend.snapshot_sandbox(&handle, &snapshot).expect("snapshot");
         snapshots.push(t.elapsed());
     }
     eprintln!(
@@ -1108,10 +1046,7 @@ async fn measure_snapshot_rollback_and_fork_times() {
         .await;
         let snapshot = snapshot_id(&format!("sn-busy-{i}"));
         let t = Instant::now();
-        backend
-            .snapshot_sandbox(&handle, &snapshot)
-            .await
-            .expect("snapshot");
+        backend.snapshot_sandbox(&handle, &snapshot).expect("snapshot");
         busy.push(t.elapsed());
     }
     eprintln!(
@@ -1121,7 +1056,7 @@ async fn measure_snapshot_rollback_and_fork_times() {
 
     let target = snapshot_id("sn-idle-0");
     let t = Instant::now();
-    let usage = backend.snapshot_usage(&target).await.expect("usage");
+    let usage = backend.snapshot_usage(&target).expect("usage");
     eprintln!("snapshot_usage of 10k files: {:?} ({usage:?})", t.elapsed());
 
     drop(client);
@@ -1129,7 +1064,7 @@ async fn measure_snapshot_rollback_and_fork_times() {
     let mut rollbacks = Vec::new();
     for _ in 0..11 {
         let t = Instant::now();
-        handle = backend.rollback_sandbox(handle, &target).await.expect("rollback");
+        handle = backend.rollback_sandbox(handle, &target).expect("rollback");
         rollbacks.push(t.elapsed());
     }
     eprintln!(
@@ -1147,7 +1082,6 @@ async fn measure_snapshot_rollback_and_fork_times() {
         forks.push(
             backend
                 .create_sandbox(&fork_spec(&format!("sb-seq-{i}"), &target))
-                .await
                 .expect("fork"),
         );
         sequential.push(t.elapsed());
@@ -1162,8 +1096,7 @@ async fn measure_snapshot_rollback_and_fork_times() {
         .map(|i| {
             let backend = backend.clone();
             let spec = fork_spec(&format!("sb-par-{i}"), &target);
-            let runtime = tokio::runtime::Handle::current();
-            tokio::task::spawn_blocking(move || runtime.block_on(backend.create_sandbox(&spec)))
+            tokio::task::spawn_blocking(move || backend.create_sandbox(&spec))
         })
         .collect();
     for task in tasks {
@@ -1172,11 +1105,11 @@ async fn measure_snapshot_rollback_and_fork_times() {
     eprintln!("10 concurrent forks: total {:?}", t.elapsed());
 
     for fork in forks {
-        backend.destroy_sandbox(fork).await.expect("destroy");
+        backend.destroy_sandbox(fork).expect("destroy");
     }
-    backend.destroy_sandbox(handle).await.expect("destroy");
+    backend.destroy_sandbox(handle).expect("destroy");
     for snapshot in backend.list_snapshots().expect("list") {
-        backend.delete_snapshot(&snapshot).await.expect("delete");
+        backend.delete_snapshot(&snapshot).expect("delete");
     }
     assert_all_clean(&env);
 }
@@ -1211,7 +1144,7 @@ async fn a_symlink_in_a_snapshot_never_binds_a_host_file() {
     std::fs::write(&secret, "host-only\n").expect("secret");
     std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o644)).expect("chmod");
 
-    let handle = backend.create_sandbox(&spec("sb-evil")).await.expect("create");
+    let handle = backend.create_sandbox(&spec("sb-evil")).expect("create");
     let client = connect(&handle).await;
     let (code, out) = sh_as(
         &client,
@@ -1224,12 +1157,9 @@ async fn a_symlink_in_a_snapshot_never_binds_a_host_file() {
     .await;
     assert_eq!(code, 0, "{out}");
     let snapshot = snapshot_id("sn-evil");
-    backend
-        .snapshot_sandbox(&handle, &snapshot)
-        .await
-        .expect("snapshot");
+    backend.snapshot_sandbox(&handle, &snapshot).expect("snapshot");
     drop(client);
-    backend.destroy_sandbox(handle).await.expect("destroy");
+    backend.destroy_sandbox(handle).expect("destroy");
 
     let rootfs = tempfile::Builder::new()
         .prefix("paddock-rootfs-")
@@ -1256,17 +1186,17 @@ async fn a_symlink_in_a_snapshot_never_binds_a_host_file() {
         },
         ..fork_spec("sb-victim", &snapshot)
     };
-    match backend.create_sandbox(&custom).await {
+    match backend.create_sandbox(&custom) {
         Err(e) => assert!(e.to_string().contains("not a regular file"), "{e}"),
         Ok(handle) => {
             let client = connect(&handle).await;
             let (_, out) = sh(&client, "cat /etc/resolv.conf").await;
             drop(client);
-            backend.destroy_sandbox(handle).await.expect("destroy");
+            backend.destroy_sandbox(handle).expect("destroy");
             panic!("a sandbox was created on a symlinked /etc/resolv.conf; it reads: {out}");
         }
     }
     assert_gone(&env, "sb-victim");
-    assert!(backend.delete_snapshot(&snapshot).await.expect("delete"));
+    assert!(backend.delete_snapshot(&snapshot).expect("delete"));
     assert_all_clean(&env);
 }

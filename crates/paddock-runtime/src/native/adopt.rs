@@ -20,8 +20,8 @@ use paddock_types::SandboxId;
 use super::lifecycle::{state_err, wait_exit, BootSpec, NativeSandbox};
 use super::lock::StateLock;
 use super::NativeBackend;
-use crate::agent_client::AgentClient;
-use crate::{Adoption, RuntimeError, SandboxHandle};
+use crate::agent_client;
+use crate::{Adoption, AnyHandle, RuntimeError, SandboxHandle};
 
 /// How long adoption waits for the agent's handshake before declaring the sandbox dead.
 const ADOPT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -118,8 +118,8 @@ impl NativeBackend {
         }
     }
 
-    /// [`Backend::adopt_sandbox`](crate::Backend::adopt_sandbox).
-    pub(super) async fn adopt(&self, id: &SandboxId) -> Result<Adoption, RuntimeError> {
+    /// [`SandboxBackend::adopt_sandbox`](crate::SandboxBackend::adopt_sandbox).
+    pub(super) fn adopt(&self, id: &SandboxId) -> Result<Adoption, RuntimeError> {
         let lock = match self.take_ownership(id.as_str())? {
             Ownership::Taken(lock) => lock,
             Ownership::Busy => return Ok(Adoption::Busy),
@@ -141,21 +141,21 @@ impl NativeBackend {
                 if paused {
                     cgroup.thaw()?;
                 }
-                let answer = tokio::time::timeout(ADOPT_CONNECT_TIMEOUT, AgentClient::connect(&socket)).await;
+                let answer = agent_client::probe(&socket, ADOPT_CONNECT_TIMEOUT);
                 if paused {
                     if let Err(e) = cgroup.freeze(ADOPT_CONNECT_TIMEOUT) {
                         tracing::warn!(sandbox_id = %id, error = %e, "a paused sandbox could not be paused again");
                     }
                 }
                 match answer {
-                    Ok(Ok(_client)) => {
+                    Ok(()) => {
                         tracing::info!(sandbox_id = %id, pid = record.pid, paused, "adopted sandbox");
                         let boot = BootSpec::read(&run_dir);
                         return Ok(Adoption::Alive(SandboxHandle {
                             id: id.clone(),
                             agent_socket: socket,
                             network: boot.as_ref().and_then(|b| b.network.as_ref()).map(|n| n.link()),
-                            inner: NativeSandbox {
+                            inner: AnyHandle::Native(NativeSandbox {
                                 run_dir,
                                 cgroup,
                                 init_pid: record.pid,
@@ -166,11 +166,10 @@ impl NativeBackend {
                                 freezer: Mutex::new(()),
                                 next: Mutex::new(None),
                                 _lock: lock,
-                            },
+                            }),
                         }));
                     }
-                    Ok(Err(e)) => format!("its agent does not answer: {e}"),
-                    Err(_) => format!("its agent did not answer within {ADOPT_CONNECT_TIMEOUT:?}"),
+                    Err(e) => format!("its agent does not answer (within {ADOPT_CONNECT_TIMEOUT:?}): {e}"),
                 }
             }
         };
@@ -206,7 +205,7 @@ impl NativeBackend {
         Ok((record, pidfd))
     }
 
-    /// [`Backend::park_sandbox`](crate::Backend::park_sandbox): whatever runs of sandbox `id` ends
+    /// [`SandboxBackend::park_sandbox`](crate::SandboxBackend::park_sandbox): whatever runs of sandbox `id` ends
     /// (its init, its prepared copy, anything in its cgroups), its run directory, cgroups and link go,
     /// and its file system is kept as a stopped sandbox's (moved to `stopped/` unless it is there
     /// already). Whether a kept file system exists now.
@@ -236,7 +235,7 @@ impl NativeBackend {
         Ok(self.pool.stopped_path(id.as_str()).exists())
     }
 
-    /// [`Backend::reclaim_sandbox`](crate::Backend::reclaim_sandbox).
+    /// [`SandboxBackend::reclaim_sandbox`](crate::SandboxBackend::reclaim_sandbox).
     pub(super) fn reclaim_unowned(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
         match self.take_ownership(id.as_str())? {
             Ownership::Busy | Ownership::NoRunDir { leftovers: false } => Ok(false),

@@ -9,9 +9,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use paddock_sys::fs_in_root::{Owner, Root, Symlinks};
-use paddock_types::{
-    Limits, MountSpec, RootfsSpec, SandboxId, SandboxSpec, SnapshotId, UserSpec, VolumeId, VolumeMount,
-};
+use paddock_types::{MountSpec, RootfsSpec, SandboxId, SandboxSpec, UserSpec, VolumeMount};
 use serde::{Deserialize, Serialize};
 
 use super::adopt::InitRecord;
@@ -21,10 +19,7 @@ use super::network::{netns_pin, BootNetwork, PendingLink};
 use super::setup::owner::OwnerPool;
 use super::setup::{SetupOutcome, SetupSpec};
 use super::NativeBackend;
-use crate::{
-    Adoption, Backend, Capabilities, ImportLimits, RuntimeError, SandboxHandle, SandboxUsage, SnapshotUsage,
-    TransferSummary,
-};
+use crate::{AnyHandle, RuntimeError, SandboxHandle};
 
 /// How long teardown waits for killed processes to disappear.
 pub(super) const KILL_DEADLINE: Duration = Duration::from_secs(10);
@@ -452,12 +447,9 @@ impl Shim {
     }
 }
 
-impl Backend for NativeBackend {
-    fn capabilities(&self) -> Capabilities {
-        NativeBackend::capabilities(self)
-    }
-
-    async fn create_sandbox(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
+impl NativeBackend {
+    /// [`SandboxBackend::create_sandbox`](crate::SandboxBackend::create_sandbox).
+    pub(super) fn create(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
         self.check_spec(spec)?;
         // Start the shim's process first: its exec overlaps the run directory and cgroup creation.
         let shim = Shim::start(&self.config.setup_binary)?;
@@ -566,7 +558,7 @@ impl Backend for NativeBackend {
             id: spec.id.clone(),
             agent_socket: run_dir.join("agent.sock"),
             network: link,
-            inner: NativeSandbox {
+            inner: AnyHandle::Native(NativeSandbox {
                 run_dir,
                 cgroup,
                 init_pid,
@@ -577,33 +569,15 @@ impl Backend for NativeBackend {
                 freezer: Mutex::new(()),
                 next: Mutex::new(None),
                 _lock: lock,
-            },
+            }),
         })
     }
 
-    async fn wait_sandbox(&self, handle: &mut SandboxHandle) -> Result<(), RuntimeError> {
-        let sb = &mut handle.inner;
-        if sb.reaped {
-            return Ok(());
-        }
-        if let Some(fd) = sb.pidfd.take() {
-            // A pidfd becomes readable when the process exits; wait for that on a blocking thread (the
-            // init's parent is the thread that started the shim, so this thread's lifetime is irrelevant).
-            let fd = tokio::task::spawn_blocking(move || {
-                wait_exit(&fd, None);
-                fd
-            })
-            .await
-            .map_err(|e| RuntimeError::Agent(format!("watch init: {e}")))?;
-            sb.pidfd = Some(fd);
-        }
-        reap(sb);
-        Ok(())
-    }
-
-    async fn destroy_sandbox(&self, mut handle: SandboxHandle) -> Result<(), RuntimeError> {
-        self.discard_prepared(&handle.inner);
-        let sb = &mut handle.inner;
+    /// [`SandboxBackend::destroy_sandbox`](crate::SandboxBackend::destroy_sandbox).
+    pub(super) fn destroy(&self, handle: SandboxHandle) -> Result<(), RuntimeError> {
+        let mut sb = super::into_native(handle.inner)?;
+        self.discard_prepared(&sb);
+        let sb = &mut sb;
         if !sb.reaped {
             kill_init(sb);
             let t = std::time::Instant::now();
@@ -613,9 +587,11 @@ impl Backend for NativeBackend {
         self.cleanup(handle.id.as_str(), &sb.cgroup, &sb.run_dir)
     }
 
-    async fn stop_sandbox(&self, mut handle: SandboxHandle) -> Result<(), RuntimeError> {
-        self.discard_prepared(&handle.inner);
-        let sb = &mut handle.inner;
+    /// [`SandboxBackend::stop_sandbox`](crate::SandboxBackend::stop_sandbox).
+    pub(super) fn stop(&self, handle: SandboxHandle) -> Result<(), RuntimeError> {
+        let mut sb = super::into_native(handle.inner)?;
+        self.discard_prepared(&sb);
+        let sb = &mut sb;
         self.kill_old(sb, None)?;
         crate::fault::point("stop.killed");
         let id = handle.id.as_str();
@@ -623,144 +599,6 @@ impl Backend for NativeBackend {
         self.pool.keep_stopped(id)?;
         crate::fault::point("stop.kept");
         self.cleanup(id, &sb.cgroup, &sb.run_dir)
-    }
-
-    async fn delete_stopped(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
-        self.pool.delete_stopped(id.as_str())
-    }
-
-    async fn park_sandbox(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
-        self.park(id)
-    }
-
-    fn list_stopped(&self) -> Vec<SandboxId> {
-        self.pool
-            .list_stopped()
-            .into_iter()
-            .filter_map(|id| id.parse().ok())
-            .collect()
-    }
-
-    async fn collect_garbage(&self) -> Result<Vec<String>, RuntimeError> {
-        self.collect_garbage_now()
-    }
-
-    async fn adopt_sandbox(&self, id: &SandboxId) -> Result<Adoption, RuntimeError> {
-        self.adopt(id).await
-    }
-
-    async fn sandbox_usage(&self, handle: &SandboxHandle) -> Result<SandboxUsage, RuntimeError> {
-        self.usage(handle)
-    }
-
-    async fn update_limits(&self, handle: &SandboxHandle, limits: &Limits) -> Result<(), RuntimeError> {
-        self.set_limits(handle, limits)
-    }
-
-    async fn reclaim_sandbox(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
-        self.reclaim_unowned(id)
-    }
-
-    async fn snapshot_sandbox(
-        &self,
-        handle: &SandboxHandle,
-        snapshot: &SnapshotId,
-    ) -> Result<(), RuntimeError> {
-        self.snapshot(handle, snapshot)
-    }
-
-    async fn prepare_rollback(
-        &self,
-        handle: &SandboxHandle,
-        snapshot: &SnapshotId,
-    ) -> Result<(), RuntimeError> {
-        self.prepare(handle, snapshot)
-    }
-
-    async fn discard_rollback(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
-        self.discard_prepared(&handle.inner);
-        Ok(())
-    }
-
-    async fn delete_snapshot(&self, snapshot: &SnapshotId) -> Result<bool, RuntimeError> {
-        self.pool.delete_snapshot(snapshot)
-    }
-
-    async fn snapshot_usage(&self, snapshot: &SnapshotId) -> Result<SnapshotUsage, RuntimeError> {
-        super::snapshot_usage::measure(&self.pool.existing_snapshot(snapshot)?)
-    }
-
-    fn list_snapshots(&self) -> Result<Vec<SnapshotId>, RuntimeError> {
-        self.pool.list_snapshots()
-    }
-
-    fn export_snapshot(
-        &self,
-        snapshot: &SnapshotId,
-        options: &crate::ExportOptions,
-        out: &mut dyn std::io::Write,
-    ) -> Result<TransferSummary, RuntimeError> {
-        self.export(snapshot, options, out)
-    }
-
-    fn import_snapshot(
-        &self,
-        snapshot: &SnapshotId,
-        input: &mut dyn std::io::Read,
-        limits: &ImportLimits,
-    ) -> Result<TransferSummary, RuntimeError> {
-        self.import(snapshot, input, limits)
-    }
-
-    async fn create_volume(
-        &self,
-        volume: &VolumeId,
-        size: Option<paddock_types::ByteSize>,
-    ) -> Result<(), RuntimeError> {
-        self.pool.create_named_volume(volume, size)
-    }
-
-    async fn delete_volume(&self, volume: &VolumeId) -> Result<bool, RuntimeError> {
-        self.pool.delete_named_volume(volume)
-    }
-
-    async fn volume_usage(&self, volume: &VolumeId) -> Result<crate::native::VolumeUsage, RuntimeError> {
-        self.pool.named_volume_usage(volume)
-    }
-
-    fn list_volumes(&self) -> Result<Vec<VolumeId>, RuntimeError> {
-        self.pool.list_named_volumes()
-    }
-
-    async fn diff_sandbox(
-        &self,
-        handle: &SandboxHandle,
-        snapshot: &SnapshotId,
-        options: &paddock_types::diff::DiffOptions,
-    ) -> Result<paddock_types::diff::TreeDiff, RuntimeError> {
-        let old = self.pool.existing_snapshot(snapshot)?;
-        let new = self.pool.volume_path(handle.id.as_str());
-        super::diff::diff_trees(&old, &new, options).map_err(|e| RuntimeError::Pool {
-            what: "diff",
-            path: new.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })
-    }
-
-    async fn pause_sandbox(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
-        self.pause(handle)
-    }
-
-    async fn resume_sandbox(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
-        self.resume(handle)
-    }
-
-    async fn rollback_sandbox(
-        &self,
-        handle: SandboxHandle,
-        snapshot: &SnapshotId,
-    ) -> Result<SandboxHandle, RuntimeError> {
-        self.rollback(handle, snapshot)
     }
 }
 

@@ -33,6 +33,7 @@ mod network;
 mod pool;
 mod resources;
 mod rollback;
+mod seam;
 pub mod setup;
 mod snapshot;
 mod snapshot_usage;
@@ -45,12 +46,12 @@ pub use cgroup::{CgroupKind, CgroupLayout};
 pub use host::host_facts;
 pub(crate) use lifecycle::NativeSandbox;
 pub use network::{ruleset, NetworkError, NetworkSubnet, ParseSubnetError};
-pub use pool::{StoragePool, VolumeUsage};
+pub use pool::StoragePool;
 pub use users::IdRange;
 
 use paddock_types::ByteSize;
 
-use crate::{Capabilities, RuntimeError};
+use crate::{AnyHandle, Capabilities, RuntimeError, SandboxHandle};
 
 /// Configuration of the native backend.
 #[derive(Debug, Clone)]
@@ -228,4 +229,29 @@ pub(super) fn unsearchable_ancestor(path: &Path) -> Option<&Path> {
     path.ancestors()
         .skip(1)
         .find(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 == 0))
+}
+
+impl SandboxHandle {
+    /// The native part of a handle; a handle of another backend is refused.
+    pub(crate) fn native(&self) -> Result<&NativeSandbox, RuntimeError> {
+        match &self.inner {
+            AnyHandle::Native(sb) => Ok(sb),
+            #[cfg(feature = "fake")]
+            AnyHandle::Fake(_) => Err(foreign_handle()),
+        }
+    }
+}
+
+/// The native part of a handle's private state, taken; a handle of another backend is refused.
+pub(crate) fn into_native(inner: AnyHandle) -> Result<NativeSandbox, RuntimeError> {
+    match inner {
+        AnyHandle::Native(sb) => Ok(sb),
+        #[cfg(feature = "fake")]
+        AnyHandle::Fake(_) => Err(foreign_handle()),
+    }
+}
+
+#[cfg(feature = "fake")]
+fn foreign_handle() -> RuntimeError {
+    RuntimeError::Unsupported("a sandbox of another backend was handed to the native backend".into())
 }

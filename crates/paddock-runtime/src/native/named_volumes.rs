@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use paddock_sys::btrfs;
 use paddock_types::{ByteSize, VolumeId};
 
-use super::pool::{pool_err, StoragePool, VolumeUsage};
-use crate::RuntimeError;
+use super::pool::{pool_err, StoragePool};
+use crate::{RuntimeError, VolumeUsage};
 
 /// The uid and gid of the sandbox's default user, inside the sandbox.
 const DEFAULT_USER_ID: u32 = 1000;

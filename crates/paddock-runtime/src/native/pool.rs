@@ -39,7 +39,7 @@ use paddock_types::{ByteSize, SandboxId, SnapshotId, VolumeSource};
 
 use super::lock::StateLock;
 use super::users::IdRange;
-use crate::RuntimeError;
+use crate::{RuntimeError, VolumeUsage};
 
 /// Bumped when the template layout changes, so old templates are rebuilt.
 const TEMPLATE_VERSION: u32 = 1;
@@ -94,16 +94,6 @@ pub struct StoragePool {
     ids: IdRange,
     /// The pool file system's UUID, naming its `/sys/fs/btrfs/<uuid>/` (quota group usage).
     fs_uuid: String,
-}
-
-/// How much a sandbox's subvolume holds, and its limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VolumeUsage {
-    /// Bytes the sandbox wrote that still exist (its simple-quota group's count, as of the file
-    /// system's last transaction commit).
-    pub bytes: u64,
-    /// Its disk limit.
-    pub limit: Option<u64>,
 }
 
 impl StoragePool {

@@ -6,10 +6,10 @@ use super::NativeBackend;
 use crate::{RuntimeError, SandboxHandle, SandboxUsage};
 
 impl NativeBackend {
-    /// [`Backend::sandbox_usage`](crate::Backend::sandbox_usage): cgroup counters plus the sandbox
+    /// [`SandboxBackend::sandbox_usage`](crate::SandboxBackend::sandbox_usage): cgroup counters plus the sandbox
     /// subvolume's quota group.
     pub(super) fn usage(&self, handle: &SandboxHandle) -> Result<SandboxUsage, RuntimeError> {
-        let cgroup = handle.inner.cgroup.usage()?;
+        let cgroup = handle.native()?.cgroup.usage()?;
         let disk = self.pool.volume_usage(handle.id.as_str())?;
         Ok(SandboxUsage {
             cpu_time_us: cgroup.cpu_time_us,
@@ -21,10 +21,10 @@ impl NativeBackend {
         })
     }
 
-    /// [`Backend::update_limits`](crate::Backend::update_limits): the same cgroup files and quota
+    /// [`SandboxBackend::update_limits`](crate::SandboxBackend::update_limits): the same cgroup files and quota
     /// group limit creation writes.
     pub(super) fn set_limits(&self, handle: &SandboxHandle, limits: &Limits) -> Result<(), RuntimeError> {
-        handle.inner.cgroup.set_limits(limits)?;
+        handle.native()?.cgroup.set_limits(limits)?;
         self.pool.set_disk_limit(handle.id.as_str(), limits.disk)?;
         tracing::debug!(sandbox_id = %handle.id, ?limits, "limits updated");
         Ok(())

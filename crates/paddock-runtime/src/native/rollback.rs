@@ -3,7 +3,7 @@
 //! The sandbox keeps its id, run directory, lock, cgroups (so its limits, and its usage counters) and
 //! disk limit; its processes do not survive. Two paths:
 //!
-//! - **Prepared** (`Backend::prepare_rollback`, run in the background after a checkpoint): a complete
+//! - **Prepared** (`SandboxBackend::prepare_rollback`, run in the background after a checkpoint): a complete
 //!   second sandbox, `<id>.next`, is booted ahead of time on a writable copy of the snapshot, with the
 //!   sandbox's own hostname, mounts and user, its own run directory and PID namespace, and an idle
 //!   agent, inside the sandbox's own cgroups (moving processes between cgroups at the rollback would
@@ -39,7 +39,7 @@ use super::lifecycle::{
 };
 use super::lock::StateLock;
 use super::NativeBackend;
-use crate::{RuntimeError, SandboxHandle};
+use crate::{AnyHandle, RuntimeError, SandboxHandle};
 
 /// Most bytes of a snapshot's `/etc/hostname` read (a sandbox id is 27).
 const MAX_HOSTNAME_BYTES: u64 = 256;
@@ -57,10 +57,10 @@ pub(crate) struct Prepared {
 }
 
 impl NativeBackend {
-    /// [`Backend::prepare_rollback`](crate::Backend::prepare_rollback): boots `<id>.next` on a copy of
+    /// [`SandboxBackend::prepare_rollback`](crate::SandboxBackend::prepare_rollback): boots `<id>.next` on a copy of
     /// `snapshot`, replacing one prepared for another snapshot.
     pub(super) fn prepare(&self, handle: &SandboxHandle, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
-        let sb = &handle.inner;
+        let sb = handle.native()?;
         let mut next = sb.next.lock().unwrap_or_else(PoisonError::into_inner);
         if next.as_ref().is_some_and(|p| &p.snapshot == snapshot) {
             return Ok(());
@@ -139,7 +139,7 @@ impl NativeBackend {
         Ok(())
     }
 
-    /// [`Backend::discard_rollback`](crate::Backend::discard_rollback).
+    /// [`SandboxBackend::discard_rollback`](crate::SandboxBackend::discard_rollback).
     pub(super) fn discard_prepared(&self, sb: &NativeSandbox) {
         if let Some(prepared) = sb.next.lock().unwrap_or_else(PoisonError::into_inner).take() {
             self.discard(prepared);
@@ -167,7 +167,7 @@ impl NativeBackend {
         }
     }
 
-    /// [`Backend::rollback_sandbox`](crate::Backend::rollback_sandbox). On failure everything of the
+    /// [`SandboxBackend::rollback_sandbox`](crate::SandboxBackend::rollback_sandbox). On failure everything of the
     /// sandbox is removed, as by `destroy_sandbox`.
     pub(super) fn rollback(
         &self,
@@ -178,8 +178,9 @@ impl NativeBackend {
             id,
             agent_socket,
             network,
-            inner: mut sb,
+            inner,
         } = handle;
+        let mut sb = super::into_native(inner)?;
         let prepared = {
             let mut next = sb.next.lock().unwrap_or_else(PoisonError::into_inner);
             match next.take() {
@@ -200,7 +201,7 @@ impl NativeBackend {
                 id,
                 agent_socket,
                 network,
-                inner: sb,
+                inner: AnyHandle::Native(sb),
             }),
             Err(e) => {
                 tracing::warn!(sandbox_id = %id, snapshot = %snapshot, error = %e, "rollback failed; destroying the sandbox");

@@ -20,9 +20,9 @@ use crate::{RuntimeError, SandboxHandle};
 const FREEZE_DEADLINE: Duration = Duration::from_secs(5);
 
 impl NativeBackend {
-    /// [`Backend::snapshot_sandbox`](crate::Backend::snapshot_sandbox).
+    /// [`StorageBackend::snapshot_sandbox`](crate::StorageBackend::snapshot_sandbox).
     pub(super) fn snapshot(&self, handle: &SandboxHandle, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
-        let sb = &handle.inner;
+        let sb = handle.native()?;
         let _guard = sb.freezer.lock().unwrap_or_else(PoisonError::into_inner);
         let start = Instant::now();
         let paused = sb.cgroup.frozen()?;
@@ -47,18 +47,18 @@ impl NativeBackend {
         taken.and(thawed)
     }
 
-    /// [`Backend::pause_sandbox`](crate::Backend::pause_sandbox).
+    /// [`SandboxBackend::pause_sandbox`](crate::SandboxBackend::pause_sandbox).
     pub(super) fn pause(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
-        let sb = &handle.inner;
+        let sb = handle.native()?;
         let _guard = sb.freezer.lock().unwrap_or_else(PoisonError::into_inner);
         sb.cgroup.freeze(FREEZE_DEADLINE)?;
         tracing::debug!(sandbox_id = %handle.id, "paused");
         Ok(())
     }
 
-    /// [`Backend::resume_sandbox`](crate::Backend::resume_sandbox).
+    /// [`SandboxBackend::resume_sandbox`](crate::SandboxBackend::resume_sandbox).
     pub(super) fn resume(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
-        let sb = &handle.inner;
+        let sb = handle.native()?;
         let _guard = sb.freezer.lock().unwrap_or_else(PoisonError::into_inner);
         sb.cgroup.thaw()?;
         tracing::debug!(sandbox_id = %handle.id, "resumed");

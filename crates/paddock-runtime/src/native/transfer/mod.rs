@@ -70,7 +70,7 @@ pub struct ExportOptions {
 }
 
 impl NativeBackend {
-    /// [`Backend::export_snapshot`](crate::Backend::export_snapshot).
+    /// [`StorageBackend::export_snapshot`](crate::StorageBackend::export_snapshot).
     pub(super) fn export(
         &self,
         snapshot: &SnapshotId,
@@ -90,7 +90,7 @@ impl NativeBackend {
         Ok(summary)
     }
 
-    /// [`Backend::import_snapshot`](crate::Backend::import_snapshot).
+    /// [`StorageBackend::import_snapshot`](crate::StorageBackend::import_snapshot).
     pub(super) fn import(
         &self,
         snapshot: &SnapshotId,
