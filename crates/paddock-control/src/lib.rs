@@ -9,43 +9,21 @@
 //! It does not: speak HTTP (`paddock-api`), run SQL (`paddock-store`), or set up sandboxes
 //! (`paddock-runtime`).
 
-mod admin;
-mod backend;
-mod collect;
-mod config;
-mod error;
-mod exec;
-mod exec_diff;
-mod exec_restart;
-mod files;
+mod core;
 mod lifecycle;
-mod live;
-mod metrics;
-mod network;
-mod network_audit;
-mod paging;
-mod principal;
-mod quota;
-mod recovery;
-mod rollback;
-mod sandboxes;
-mod service;
-mod signals;
-mod snapshot_transfer;
-mod snapshots;
-mod stop;
-mod streams;
-mod volumes;
-mod watch;
+mod ops;
+mod plan;
 
-pub use admin::ADMIN_TENANT;
-pub use collect::{CollectedOutput, COLLECT_LIMIT};
-pub use config::{NetworkAuditConfig, ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET};
-pub use error::ServiceError;
-pub use exec::stream_bytes;
-pub use files::WriteFileOptions;
-pub use network::NetworkConfig;
 pub use paddock_runtime::ExportOptions;
-pub use principal::Principal;
-pub use service::SandboxService;
-pub use streams::{ByteStream, ExecStream, FileDownload, WatchStream};
+
+pub use crate::core::config::{
+    NetworkAuditConfig, NetworkConfig, ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET,
+};
+pub use crate::core::error::ServiceError;
+pub use crate::core::output::collect::{CollectedOutput, COLLECT_LIMIT};
+pub use crate::core::output::events::stream_bytes;
+pub use crate::core::output::streams::{ByteStream, ExecStream, FileDownload, WatchStream};
+pub use crate::core::principal::Principal;
+pub use crate::core::service::SandboxService;
+pub use crate::ops::admin::ADMIN_TENANT;
+pub use crate::ops::files::WriteFileOptions;

@@ -1,0 +1,52 @@
+//! The one place the control plane runs backend work.
+//!
+//! Every backend method is synchronous and may block (processes, btrfs ioctls, file walks, waiting
+//! for killed processes), so it runs on tokio's blocking pool and the async workers stay free. Work on
+//! a live sandbox's handle holds the handle's lock until the backend returns, also when the request
+//! that asked for it is dropped meanwhile: a rollback or a stop never starts while a snapshot of the
+//! same sandbox is still being taken.
+//!
+//! This module does not interpret backend errors; callers map them (`ServiceError::from_runtime`).
+
+use std::sync::Arc;
+
+use paddock_runtime::{Backend, SandboxHandle};
+
+use crate::core::live::LiveSandbox;
+use crate::core::service::SandboxService;
+use crate::ServiceError;
+
+impl SandboxService {
+    /// Runs `f` on the backend on a blocking thread. The error is only for a panic of `f` (`what`
+    /// names the operation); the backend's own result is `f`'s to return.
+    pub(crate) async fn on_backend<T, F>(&self, what: &'static str, f: F) -> Result<T, ServiceError>
+    where
+        F: FnOnce(&dyn Backend) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let backend = self.inner.backend.clone();
+        tokio::task::spawn_blocking(move || f(backend.get()))
+            .await
+            .map_err(|e| ServiceError::internal(what, &e))
+    }
+
+    /// Runs `f` with `sb`'s backend handle on a blocking thread (see [`Self::on_backend`]), holding
+    /// the handle's lock until `f` returns. `Ok(None)` when the sandbox is ending (its handle was
+    /// taken).
+    pub(crate) async fn on_handle<T, F>(
+        &self,
+        sb: &LiveSandbox,
+        what: &'static str,
+        f: F,
+    ) -> Result<Option<T>, ServiceError>
+    where
+        F: FnOnce(&dyn Backend, &SandboxHandle) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let guard = Arc::clone(&sb.handle).lock_owned().await;
+        self.on_backend(what, move |backend| {
+            guard.as_ref().map(|handle| f(backend, handle))
+        })
+        .await
+    }
+}

@@ -1,0 +1,132 @@
+//! What the service is configured with (built by the binary from its one typed config).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use paddock_egress::EgressConfig;
+use paddock_store::TenantQuota;
+use paddock_types::{ConntrackLimits, EgressPorts, Limits, RootfsSpec};
+
+/// The default of [`ServiceConfig::collect_budget_bytes`].
+pub const DEFAULT_COLLECT_BUDGET: u64 = 256 << 20;
+
+/// The service's configuration.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    /// Limits a sandbox gets for every limit its request leaves out.
+    pub default_limits: Limits,
+    /// The most a single sandbox may ask for (`None` fields: no cap beyond the absolute bounds every
+    /// limit has, see [`paddock_types::check_limits`]).
+    pub max_limits: Limits,
+    /// The quota of every tenant whose own quota leaves a field unset (`None` fields: unlimited).
+    pub quotas: TenantQuota,
+    /// Timeout of a sandbox whose request names none.
+    pub default_timeout: Duration,
+    /// The longest timeout a request (or an extension) may set.
+    pub max_timeout: Duration,
+    /// Templates by name; `default` must exist.
+    pub templates: BTreeMap<String, TemplateConfig>,
+    /// How often the reaper looks for expired and dead sandboxes.
+    pub reaper_interval: Duration,
+    /// How long ended sandboxes stay listed (`state=all`) before their rows are purged.
+    pub history_retention: Duration,
+    /// The largest snapshot archive an import accepts, in bytes (413 `payload_too_large` past it).
+    pub max_import_bytes: u64,
+    /// The egress proxy that gives sandboxes a network; `None`: sandboxes have loopback only and a
+    /// request for a network is refused (`unsupported`).
+    pub network: Option<crate::NetworkConfig>,
+    /// Bytes of process output all requests answered with one collected JSON document may hold
+    /// together (JSON-encoded); past it, answers are truncated and say so.
+    pub collect_budget_bytes: u64,
+    /// How the egress proxy's events become audit rows, and how long those rows are kept.
+    pub network_audit: NetworkAuditConfig,
+}
+
+/// The network audit: aggregation window, row rates and retention (see `network_audit/`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkAuditConfig {
+    /// Repeats of an event within this of its row fold into one more row with a count.
+    pub window: Duration,
+    /// Rows per second one sandbox may add, sustained.
+    pub sandbox_rows_per_second: f64,
+    /// Rows one sandbox may add at once.
+    pub sandbox_burst: u32,
+    /// Rows per second one tenant's sandboxes may add together, sustained.
+    pub tenant_rows_per_second: f64,
+    /// Rows one tenant's sandboxes may add at once.
+    pub tenant_burst: u32,
+    /// Network rows older than this are removed.
+    pub retention: Duration,
+    /// Each tenant keeps at most this many network rows (its oldest go first).
+    pub max_rows_per_tenant: u64,
+    /// How often retention runs.
+    pub retention_interval: Duration,
+}
+
+impl Default for NetworkAuditConfig {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(10),
+            sandbox_rows_per_second: 10.0,
+            sandbox_burst: 100,
+            tenant_rows_per_second: 50.0,
+            tenant_burst: 500,
+            retention: Duration::from_secs(30 * 24 * 3600),
+            max_rows_per_tenant: 250_000,
+            retention_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A template: a root file system and how many sandboxes of it to keep warm.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateConfig {
+    /// Its root file system.
+    pub rootfs: RootfsSpec,
+    /// Sandboxes kept pre-started, so creation is a claim.
+    pub warm_pool_size: u32,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        let mut templates = BTreeMap::new();
+        templates.insert(
+            "default".to_owned(),
+            TemplateConfig {
+                rootfs: RootfsSpec::Host,
+                warm_pool_size: 0,
+            },
+        );
+        Self {
+            default_limits: Limits::default(),
+            max_limits: Limits {
+                memory: None,
+                cpus: None,
+                pids: None,
+                disk: None,
+            },
+            quotas: TenantQuota::default(),
+            default_timeout: Duration::from_secs(300),
+            max_timeout: Duration::from_secs(24 * 3600),
+            templates,
+            reaper_interval: Duration::from_secs(1),
+            history_retention: Duration::from_secs(7 * 24 * 3600),
+            max_import_bytes: 10 << 30,
+            network: None,
+            collect_budget_bytes: DEFAULT_COLLECT_BUDGET,
+            network_audit: NetworkAuditConfig::default(),
+        }
+    }
+}
+
+/// The egress proxy's configuration, in the service's.
+#[derive(Debug, Clone)]
+pub struct NetworkConfig {
+    /// The ports the proxy listens on, on the host side of every sandbox's link.
+    pub ports: EgressPorts,
+    /// The proxy itself: the operator's deny list and exceptions, host map, resolver, upstream
+    /// trust, and the bounds on what sandboxes can make it hold.
+    pub egress: EgressConfig,
+    /// Each networked sandbox's share of the host's connection tracking table (its link's firewall).
+    pub conntrack: ConntrackLimits,
+}

@@ -1,0 +1,19 @@
+//! Floor 0, the core: the service's shared state and the one way to do each shared thing: store
+//! access (`db`), audit rows, intents, backend work (`on_backend`), the live-sandbox registry, tenant
+//! access checks, quotas, errors and configuration.
+//!
+//! It does not plan requests, drive a sandbox's lifecycle or implement an operation; nothing here
+//! imports from the floors above (`plan`, `lifecycle`, `ops`).
+
+pub(crate) mod access;
+pub(crate) mod backend;
+pub(crate) mod config;
+pub(crate) mod error;
+pub(crate) mod live;
+pub(crate) mod metrics;
+pub(crate) mod output;
+pub(crate) mod paging;
+pub(crate) mod principal;
+pub(crate) mod quota;
+pub(crate) mod service;
+pub(crate) mod time;

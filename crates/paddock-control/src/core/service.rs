@@ -1,0 +1,228 @@
+//! The service object: shared state, store access, audit rows, startup and shutdown.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use paddock_runtime::{AnyBackend, RuntimeError};
+use paddock_store::{NewAuditEntry, Store, StoreError};
+use paddock_types::api::ErrorCode;
+use paddock_types::SandboxId;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::core::live::{lock, LiveSandbox};
+use crate::core::metrics::Metrics;
+use crate::core::time::now_ms;
+use crate::{Principal, ServiceConfig, ServiceError};
+
+/// The control plane's service. Cheap to clone (all clones share one state).
+#[derive(Debug, Clone)]
+pub struct SandboxService {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) config: ServiceConfig,
+    pub(crate) backend: Arc<AnyBackend>,
+    pub(crate) store: Arc<Store>,
+    /// Sandboxes with a live agent connection, warm ones included.
+    pub(crate) live: Mutex<HashMap<String, Arc<LiveSandbox>>>,
+    pub(crate) metrics: Metrics,
+    /// Wakes the warm-pool fillers (a claim happened).
+    pub(crate) pool_wakeup: Notify,
+    pub(crate) stop: CancellationToken,
+    /// The egress proxy, when sandboxes may have a network.
+    pub(crate) egress: Option<Arc<paddock_egress::Egress>>,
+    /// Networked sandboxes being served on the egress proxy, by id.
+    pub(crate) served: Mutex<HashMap<String, crate::core::live::Served>>,
+    pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Output held by requests answered with one collected JSON document, all together.
+    pub(crate) collect_budget: crate::core::output::collect::OutputBudget,
+    /// Sandboxes the store says are live that recovery has not finished with yet (see
+    /// `recovery.rs`): a request for one answers `sandbox_recovering`.
+    pub(crate) recovering: Mutex<HashSet<String>>,
+    /// Cancelled once recovery has finished with every sandbox.
+    pub(crate) recovered: CancellationToken,
+}
+
+impl SandboxService {
+    /// Returns once recovery after the start has finished with every sandbox (at once when there
+    /// was nothing to recover).
+    pub async fn recovered(&self) {
+        self.inner.recovered.cancelled().await;
+    }
+
+    /// How many sandboxes recovery has not finished with yet.
+    pub fn recovering(&self) -> usize {
+        lock(&self.inner.recovering).len()
+    }
+
+    /// Records that `op` on sandbox `sandbox` is about to begin (see `recovery.rs`); the intent's id.
+    pub(crate) async fn begin_intent(
+        &self,
+        sandbox: &str,
+        op: paddock_store::IntentOp,
+        snapshot: Option<&str>,
+        detail: serde_json::Value,
+    ) -> Result<i64, ServiceError> {
+        let (sandbox, snapshot) = (sandbox.to_owned(), snapshot.map(str::to_owned));
+        self.db("record an operation's intent", move |s| {
+            s.begin_intent(&paddock_store::NewIntent {
+                sandbox_id: &sandbox,
+                op,
+                snapshot_id: snapshot.as_deref(),
+                detail,
+                created_at_ms: now_ms(),
+            })
+        })
+        .await
+    }
+
+    /// Removes an intent whose operation is over (its outcome recorded elsewhere). A failure is
+    /// logged: the next start finds the intent and recovery treats the operation as interrupted.
+    pub(crate) async fn end_intent(&self, intent: i64) {
+        if let Err(e) = self
+            .db("end an operation's intent", move |s| s.end_intent(intent))
+            .await
+        {
+            tracing::warn!(intent, error = %e.message, "an operation's intent was not removed");
+        }
+    }
+
+    /// Stops the background tasks. Sandboxes keep running; the next start re-adopts them.
+    pub async fn shutdown(&self) {
+        self.inner.stop.cancel();
+        let tasks = std::mem::take(&mut *lock(&self.inner.tasks));
+        for task in tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+    }
+
+    /// Runs a store operation on a blocking thread.
+    pub(crate) async fn db<T, F>(&self, what: &'static str, f: F) -> Result<T, ServiceError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    {
+        let store = self.inner.store.clone();
+        match tokio::task::spawn_blocking(move || f(&store)).await {
+            Ok(result) => result.map_err(|e| store_error(what, e)),
+            Err(join) => Err(ServiceError::internal(what, &join)),
+        }
+    }
+
+    /// Appends an audit row. An operation whose row cannot be written fails: nothing happens
+    /// unrecorded.
+    pub(crate) async fn audit(&self, entry: AuditEntry<'_>) -> Result<(), ServiceError> {
+        let row = entry.into_row();
+        self.db("write the audit log", move |s| s.append_audit(&row).map(|_| ()))
+            .await
+    }
+
+    pub(crate) fn live_sandbox(&self, id: &str) -> Option<Arc<LiveSandbox>> {
+        lock(&self.inner.live).get(id).cloned()
+    }
+}
+
+/// One audit row being written: who, what, on which sandbox, how it ended, and details.
+#[derive(Debug)]
+pub(crate) struct AuditEntry<'a> {
+    pub(crate) principal: Option<&'a Principal>,
+    pub(crate) tenant: Option<String>,
+    pub(crate) action: &'static str,
+    pub(crate) sandbox: Option<&'a str>,
+    pub(crate) outcome: String,
+    pub(crate) detail: serde_json::Value,
+}
+
+impl<'a> AuditEntry<'a> {
+    /// A successful action by `p`.
+    pub(crate) fn ok(p: &'a Principal, action: &'static str, sandbox: Option<&'a str>) -> Self {
+        Self {
+            principal: Some(p),
+            tenant: None,
+            action,
+            sandbox,
+            outcome: "ok".into(),
+            detail: serde_json::Value::Object(Default::default()),
+        }
+    }
+
+    /// An action taken by paddock itself (reaper, recovery, pools) for `tenant`.
+    pub(crate) fn system(action: &'static str, tenant: Option<String>, sandbox: Option<&'a str>) -> Self {
+        Self {
+            principal: None,
+            tenant,
+            action,
+            sandbox,
+            outcome: "ok".into(),
+            detail: serde_json::Value::Object(Default::default()),
+        }
+    }
+
+    pub(crate) fn outcome(mut self, outcome: impl Into<String>) -> Self {
+        self.outcome = outcome.into();
+        self
+    }
+
+    pub(crate) fn detail(mut self, detail: serde_json::Value) -> Self {
+        self.detail = detail;
+        self
+    }
+
+    pub(crate) fn into_row(self) -> NewAuditEntry {
+        NewAuditEntry {
+            ts_ms: now_ms(),
+            tenant: self.tenant.or_else(|| self.principal.map(|p| p.tenant.clone())),
+            key_id: self.principal.map(|p| p.key_id.clone()).filter(|k| !k.is_empty()),
+            action: self.action.to_owned(),
+            sandbox_id: self.sandbox.map(str::to_owned),
+            outcome: self.outcome,
+            detail: self.detail,
+        }
+    }
+}
+
+pub(crate) fn store_error(what: &'static str, e: StoreError) -> ServiceError {
+    if let Some(full) = crate::core::error::store_no_space(&e) {
+        return full;
+    }
+    match e {
+        StoreError::QuotaExceeded {
+            what: kind,
+            limit,
+            requested_total,
+            ..
+        } => crate::core::error::quota_exceeded(kind, limit, requested_total),
+        StoreError::Missing { what: "volume", id } => crate::core::error::volume_not_found(&id),
+        StoreError::Conflict {
+            what: "volume name",
+            id,
+        } => crate::core::error::volume_exists(&id),
+        StoreError::Conflict {
+            what: "secret name",
+            id,
+        } => ServiceError {
+            code: ErrorCode::AlreadyExists,
+            message: format!("secret {id:?} exists; delete it first to replace it"),
+            field: Some("name".into()),
+        },
+        other => ServiceError::internal(what, &other),
+    }
+}
+
+pub(crate) fn runtime_error(what: &'static str, e: RuntimeError) -> ServiceError {
+    ServiceError::from_runtime(what, e)
+}
+
+/// Audit rows written inside a caller's transaction get their time when written.
+pub(crate) fn row_with_time(mut row: paddock_store::NewAuditEntry) -> paddock_store::NewAuditEntry {
+    row.ts_ms = now_ms();
+    row
+}
+
+pub(crate) fn new_sandbox_id() -> SandboxId {
+    SandboxId::from_random(rand::random())
+}

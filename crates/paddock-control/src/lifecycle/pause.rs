@@ -1,0 +1,74 @@
+//! Pausing and resuming a sandbox: every process frozen (no CPU, memory kept) and thawed, with the
+//! state and its audit row recorded.
+
+use paddock_runtime::fault;
+use paddock_store::StoreError;
+use paddock_types::api::SandboxInfo;
+
+use crate::core::service::{row_with_time, runtime_error, AuditEntry};
+use crate::{Principal, SandboxService, ServiceError};
+
+impl SandboxService {
+    /// Freezes every process of the sandbox (no CPU used, memory kept).
+    pub async fn pause_sandbox(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
+        self.set_frozen(p, id, true).await
+    }
+
+    /// Thaws a paused sandbox, or boots a stopped one again on its files. Either way, a timeout that
+    /// paused or stopped it starts again.
+    pub async fn resume_sandbox(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
+        let Some(sb) = self.live_sandbox(id) else {
+            let record = self.owned_record(p, id).await?;
+            if record.state == paddock_store::SandboxState::Stopped {
+                return self.resume_stopped(p, id).await;
+            }
+            return self.set_frozen(p, id, false).await;
+        };
+        let info = self.set_frozen(p, id, false).await?;
+        if info.expires_at.is_none() {
+            self.rearm_timeout(id, &sb.spec()).await?;
+            return self.get_sandbox(p, id).await;
+        }
+        Ok(info)
+    }
+
+    /// Pauses (`frozen`) or resumes the sandbox; doing what is already done changes nothing.
+    async fn set_frozen(&self, p: &Principal, id: &str, frozen: bool) -> Result<SandboxInfo, ServiceError> {
+        let sb = self.owned_live_any(p, id).await?;
+        if sb.is_paused() != frozen {
+            let what = if frozen {
+                "pause a sandbox"
+            } else {
+                "resume a sandbox"
+            };
+            self.on_handle(&sb, what, move |b, handle| {
+                if frozen {
+                    b.pause_sandbox(handle)
+                } else {
+                    b.resume_sandbox(handle)
+                }
+            })
+            .await?
+            .ok_or_else(|| ServiceError::sandbox_ending(id))?
+            .map_err(|e| runtime_error(what, e))?;
+            sb.set_paused(frozen);
+            fault::point(if frozen { "pause.frozen" } else { "pause.thawed" });
+            self.record_pause(p, id, frozen).await?;
+        }
+        self.get_sandbox(p, id).await
+    }
+
+    async fn record_pause(&self, p: &Principal, id: &str, paused: bool) -> Result<(), ServiceError> {
+        let action = if paused { "sandbox.pause" } else { "sandbox.resume" };
+        let row = AuditEntry::ok(p, action, Some(id)).into_row();
+        let sid = id.to_owned();
+        self.db("record a pause", move |s| {
+            s.transaction(|tx| {
+                tx.set_sandbox_paused(&sid, paused)?;
+                tx.append_audit(&row_with_time(row))?;
+                Ok::<_, StoreError>(())
+            })
+        })
+        .await
+    }
+}

@@ -1,0 +1,166 @@
+//! Following a process to its end: forwarding its output to whoever streams it, then writing its
+//! `process.exit` row (and its exec diff). Used by exec and by recovery, which re-attaches to
+//! processes that outlived a restart.
+//!
+//! It does not start processes (`ops::exec`).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use paddock_protocol::CommandSpec;
+use paddock_runtime::agent_client::{ProcessEvent, ProcessEvents};
+use paddock_types::api::ExecEvent;
+use tokio::sync::mpsc;
+
+use crate::core::live::LiveSandbox;
+use crate::core::output::events::{exit_info, sandbox_ended_event};
+use crate::core::output::streams::StreamItem;
+use crate::core::principal::Principal;
+use crate::core::service::{AuditEntry, SandboxService};
+
+pub(crate) fn command_audit(c: &CommandSpec) -> serde_json::Value {
+    match c {
+        CommandSpec::Argv { argv } => serde_json::json!({ "argv": argv }),
+        CommandSpec::Shell { script } => serde_json::json!({ "shell": script }),
+    }
+}
+
+/// The process a monitor follows, and what its exit row says about it besides the exit.
+pub(crate) struct Followed {
+    pub(crate) pid: u32,
+    /// The exec id of its `process.start` row, when known.
+    pub(crate) exec_id: Option<String>,
+    /// Its command as the agent reports it (`{"argv": ...}` or `{"shell": ...}`), for exits
+    /// recorded after a restart: the start row may be missing from older logs.
+    pub(crate) command: Option<serde_json::Value>,
+}
+
+impl Followed {
+    pub(crate) fn annotate(&self, mut detail: serde_json::Value) -> serde_json::Value {
+        if let Some(exec_id) = &self.exec_id {
+            detail["exec_id"] = exec_id.clone().into();
+        }
+        if let Some(serde_json::Value::Object(command)) = &self.command {
+            for (k, v) in command {
+                detail[k.as_str()] = v.clone();
+            }
+        }
+        detail
+    }
+}
+
+impl SandboxService {
+    /// Follows one process to its end: forwards its events, then records its exit.
+    #[expect(clippy::too_many_arguments, reason = "one task's whole context, passed once")]
+    pub(crate) async fn monitor(
+        self,
+        sb: Arc<LiveSandbox>,
+        p: Principal,
+        followed: Followed,
+        mut events: ProcessEvents,
+        mut tx: Option<mpsc::Sender<StreamItem>>,
+        foreground: bool,
+        started: Instant,
+        diff_base: Option<paddock_types::SnapshotId>,
+    ) {
+        let pid = followed.pid;
+        let mut bytes_out = 0u64;
+        let exit = loop {
+            let event = match &tx {
+                Some(sender) => tokio::select! {
+                    event = events.recv() => event,
+                    () = sender.closed() => {
+                        tx = None;
+                        if foreground {
+                            let _ = sb.client.kill_tree(pid, None).await;
+                        }
+                        continue;
+                    }
+                },
+                None => events.recv().await,
+            };
+            match event {
+                Some(ProcessEvent::Output { stream, offset, data }) => {
+                    bytes_out += data.len() as u64;
+                    if let Some(sender) = &tx {
+                        let item = StreamItem::Output { stream, offset, data };
+                        if sender.send(item).await.is_err() {
+                            tx = None;
+                            if foreground {
+                                let _ = sb.client.kill_tree(pid, None).await;
+                            }
+                        }
+                    }
+                }
+                Some(ProcessEvent::Exited(status)) => break Some(status),
+                None => break None,
+            }
+        };
+        let counters = sb.take_counters(pid);
+        let (outcome, detail) = match &exit {
+            Some(status) => {
+                let info = exit_info(status);
+                if let Some(sender) = &tx {
+                    let _ = sender.send(StreamItem::Event(ExecEvent::Exit(info))).await;
+                }
+                self.inner.metrics.observe_exec(started.elapsed());
+                (
+                    "ok",
+                    serde_json::json!({
+                        "pid": pid,
+                        "exit_code": info.exit_code,
+                        "signal": info.signal,
+                        "timed_out": info.timed_out,
+                        "duration_ms": info.duration_ms,
+                        "cpu_time_us": info.cpu_time_us,
+                        "max_rss_kib": info.max_rss_kib,
+                        "bytes_in": counters.bytes_in,
+                        "bytes_out": bytes_out,
+                    }),
+                )
+            }
+            None => {
+                if let Some(sender) = &tx {
+                    let _ = sender.send(StreamItem::Event(sandbox_ended_event())).await;
+                }
+                (
+                    "lost",
+                    serde_json::json!({
+                        "pid": pid,
+                        "duration_ms": started.elapsed().as_millis() as u64,
+                        "bytes_in": counters.bytes_in,
+                        "bytes_out": bytes_out,
+                    }),
+                )
+            }
+        };
+        let entry = AuditEntry::ok(&p, "process.exit", Some(&sb.id))
+            .outcome(outcome)
+            .detail(followed.annotate(detail));
+        if let Err(e) = self.audit(entry).await {
+            tracing::error!(sandbox_id = %sb.id, pid, error = %e, "cannot record a process exit");
+        }
+        if let Some(base) = diff_base {
+            self.record_exec_diff(&sb, &p, pid, base).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exit_row_names_its_start_and_the_reported_command() {
+        use serde_json::json;
+        let followed = Followed {
+            pid: 3,
+            exec_id: Some("e1".into()),
+            command: Some(json!({"argv": ["ls"]})),
+        };
+        assert_eq!(
+            followed.annotate(json!({"pid": 3})),
+            json!({"pid": 3, "exec_id": "e1", "argv": ["ls"]})
+        );
+    }
+}

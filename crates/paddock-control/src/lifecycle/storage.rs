@@ -1,0 +1,231 @@
+//! Snapshot, volume and stopped-sandbox storage: dropping snapshots with their records, freeing
+//! storage off the request path, and reclaiming storage no record owns.
+
+use paddock_store::{NewAuditEntry, SandboxState, SnapshotRecord, StoreError, StoreTx};
+use paddock_types::{SandboxId, SnapshotId};
+
+use crate::core::error::snapshot_not_found;
+use crate::core::service::{row_with_time, runtime_error, AuditEntry};
+use crate::core::time::now_ms;
+use crate::{Principal, SandboxService, ServiceError};
+
+impl SandboxService {
+    /// Marks `record` deleted (with its audit row), then removes its storage.
+    pub(crate) async fn drop_snapshot(
+        &self,
+        p: Option<&Principal>,
+        record: &SnapshotRecord,
+        action: &'static str,
+    ) -> Result<(), ServiceError> {
+        let row = AuditEntry {
+            principal: p,
+            tenant: Some(record.tenant.clone()),
+            action,
+            sandbox: record.sandbox_id.as_deref(),
+            outcome: "ok".into(),
+            detail: serde_json::json!({ "snapshot": record.id, "kind": record.kind.as_str() }),
+        }
+        .into_row();
+        let sid = record.id.clone();
+        let deleted = self
+            .db("delete a snapshot", move |s| {
+                s.transaction(|tx| {
+                    let deleted = tx.mark_snapshot_deleted(&sid, now_ms())?;
+                    if deleted {
+                        tx.append_audit(&row_with_time(row))?;
+                    }
+                    Ok::<_, StoreError>(deleted)
+                })
+            })
+            .await?;
+        if !deleted {
+            return Err(snapshot_not_found(&record.id));
+        }
+        if let Ok(snapshot) = record.id.parse::<SnapshotId>() {
+            let service = self.clone();
+            let delete = async move {
+                let deleted = service
+                    .on_backend("delete a snapshot", move |b| {
+                        b.delete_snapshot(&snapshot).map_err(|e| (snapshot, e))
+                    })
+                    .await;
+                if let Ok(Err((snapshot, e))) = deleted {
+                    tracing::warn!(snapshot = %snapshot, error = %e, "snapshot storage not freed; gc will");
+                }
+            };
+            // A step transaction's checkpoint (commit, or consumed by its rollback) is deleted off the
+            // agent's path: the record is gone already, and storage without a record is garbage the
+            // next start collects if this is interrupted. An explicit delete frees it before answering.
+            if matches!(action, "sandbox.commit" | "snapshot.consume") {
+                tokio::spawn(delete);
+            } else {
+                delete.await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Storage of snapshots the store does not know (a crash between capture and record, or a
+    /// deletion whose storage removal failed) is removed; records whose storage is gone are marked
+    /// deleted.
+    pub(crate) async fn collect_snapshot_garbage(&self) -> Result<(), ServiceError> {
+        let known = self.db("list snapshots", |s| s.existing_snapshot_ids()).await?;
+        let on_disk = self
+            .on_backend("list snapshots", |b| b.list_snapshots())
+            .await?
+            .map_err(|e| runtime_error("list snapshots", e))?;
+        for snapshot in &on_disk {
+            if !known.iter().any(|k| *k == snapshot.to_string()) {
+                tracing::info!(snapshot = %snapshot, "removing unrecorded snapshot storage");
+                let snapshot = snapshot.clone();
+                let _ = self
+                    .on_backend("delete a snapshot", move |b| b.delete_snapshot(&snapshot))
+                    .await;
+            }
+        }
+        for id in known {
+            if !on_disk.iter().any(|s| s.to_string() == id) {
+                tracing::warn!(snapshot = %id, "snapshot storage is gone; marking it deleted");
+                let sid = id.clone();
+                self.db("mark a snapshot deleted", move |s| {
+                    s.mark_snapshot_deleted(&sid, now_ms())
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Frees the storage of snapshots whose records are marked deleted, on a blocking thread off the
+    /// caller's path (what this misses, the next start collects: storage without a record).
+    pub(crate) fn free_snapshot_storage(&self, snapshots: Vec<SnapshotId>) {
+        if snapshots.is_empty() {
+            return;
+        }
+        let service = self.clone();
+        tokio::spawn(async move {
+            let _ = service
+                .on_backend("free snapshot storage", move |b| {
+                    for snapshot in snapshots {
+                        if let Err(e) = b.delete_snapshot(&snapshot) {
+                            tracing::warn!(snapshot = %snapshot, error = %e, "snapshot storage not freed; the next start will");
+                        }
+                    }
+                })
+                .await;
+        });
+    }
+
+    /// Checkpoints whose sandbox ended without them being dropped (a crash between the end and the
+    /// drop, by an older paddock): their records are marked deleted, each with its audit row, and
+    /// their storage freed.
+    pub(crate) async fn drop_orphaned_checkpoints(&self) -> Result<(), ServiceError> {
+        let orphans = self
+            .db("list orphaned checkpoints", |s| s.orphaned_checkpoints())
+            .await?;
+        for record in orphans {
+            tracing::info!(snapshot = %record.id, sandbox_id = ?record.sandbox_id, "dropping the checkpoint of an ended sandbox");
+            if let Err(e) = self.drop_snapshot(None, &record, "snapshot.delete").await {
+                tracing::warn!(snapshot = %record.id, error = %e, "checkpoint not dropped");
+            }
+        }
+        Ok(())
+    }
+
+    /// Storage of volumes the store does not know (a crash between creation and record, or a
+    /// deletion whose storage removal failed) is removed; records whose storage is gone are marked
+    /// deleted.
+    pub(crate) async fn collect_volume_garbage(&self) -> Result<(), ServiceError> {
+        let known = self.db("list volumes", |s| s.existing_volume_ids()).await?;
+        let on_disk = self
+            .on_backend("list volumes", |b| b.list_volumes())
+            .await?
+            .map_err(|e| runtime_error("list volumes", e))?;
+        for volume in &on_disk {
+            if !known.iter().any(|k| *k == volume.as_str()) {
+                tracing::info!(volume = %volume, "removing unrecorded volume storage");
+                let volume = volume.clone();
+                let _ = self
+                    .on_backend("delete a volume", move |b| b.delete_volume(&volume))
+                    .await;
+            }
+        }
+        for id in known {
+            if !on_disk.iter().any(|v| v.as_str() == id) {
+                tracing::warn!(volume = %id, "volume storage is gone; marking it deleted");
+                let vid = id.clone();
+                self.db("mark a volume deleted", move |s| {
+                    s.mark_volume_deleted(&vid, now_ms())
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes kept file systems of sandboxes the store does not say are stopped (a crash between
+    /// the backend's stop or delete and the store's record).
+    /// The kept file system of a sandbox whose stop or resume a crash interrupted (an intent in
+    /// `intents`) is not garbage: recovery settles it.
+    pub(crate) async fn collect_stopped_garbage(
+        &self,
+        intents: &[paddock_store::IntentRecord],
+    ) -> Result<(), ServiceError> {
+        for id in self
+            .on_backend("list stopped sandboxes", |b| b.list_stopped())
+            .await?
+        {
+            let sid = id.to_string();
+            if intents.iter().any(|i| {
+                i.sandbox_id == sid
+                    && matches!(
+                        i.op,
+                        paddock_store::IntentOp::Stop | paddock_store::IntentOp::Resume
+                    )
+            }) {
+                continue;
+            }
+            let record = self.db("read a sandbox", move |s| s.get_sandbox(&sid)).await?;
+            if record.is_some_and(|r| r.state == SandboxState::Stopped) {
+                continue;
+            }
+            tracing::info!(sandbox_id = %id, "deleting the kept files of a sandbox that is not stopped");
+            self.free_stopped(id).await;
+        }
+        Ok(())
+    }
+
+    /// Deletes a stopped sandbox's kept files (logging a failure: the next start deletes what is
+    /// left, storage without a stopped record).
+    pub(crate) async fn free_stopped(&self, id: SandboxId) {
+        let deleted = self
+            .on_backend("delete a stopped file system", move |b| {
+                b.delete_stopped(&id).map_err(|e| (id, e))
+            })
+            .await;
+        if let Ok(Err((id, e))) = deleted {
+            tracing::warn!(sandbox_id = %id, error = %e, "stopped file system not freed; the next start will");
+        }
+    }
+}
+
+/// Marks every checkpoint of `sandbox` deleted inside `tx` (step transactions do not outlive their
+/// sandbox), each with a `snapshot.delete` row made from `who` (its principal and tenant); the
+/// snapshots whose storage the caller frees once the transaction is committed.
+pub(crate) fn drop_checkpoints_in(
+    tx: &StoreTx<'_>,
+    sandbox: &str,
+    who: &NewAuditEntry,
+) -> Result<Vec<SnapshotId>, StoreError> {
+    let dropped = tx.drop_checkpoints_of(sandbox, now_ms())?;
+    for record in &dropped {
+        let mut row = who.clone();
+        row.ts_ms = now_ms();
+        row.action = "snapshot.delete".to_owned();
+        row.outcome = "ok".to_owned();
+        row.sandbox_id = Some(sandbox.to_owned());
+        row.detail = serde_json::json!({ "snapshot": record.id, "kind": record.kind.as_str() });
+        tx.append_audit(&row)?;
+    }
+    Ok(dropped.iter().filter_map(|r| r.id.parse().ok()).collect())
+}

@@ -1,0 +1,115 @@
+//! Warm pools: booting sandboxes ahead of demand, per template, up to the configured size.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use paddock_store::{NewSandbox, SandboxState};
+use paddock_types::UserSpec;
+
+use crate::core::live::{lock, LiveSandbox, Ownership, StoredSpec};
+use crate::core::service::new_sandbox_id;
+use crate::core::time::now_ms;
+use crate::{SandboxService, ServiceError};
+
+impl SandboxService {
+    /// Keeps `template`'s warm pool at its configured size until the service stops.
+    pub(crate) async fn run_pool_filler(self, template: String) {
+        let target = self.inner.config.templates[&template].warm_pool_size as usize;
+        self.inner.metrics.set_pool_target(&template, target as i64);
+        loop {
+            if self.inner.stop.is_cancelled() {
+                break;
+            }
+            let have = self.warm_count(&template);
+            self.inner.metrics.set_pool_size(&template, have as i64);
+            if have < target {
+                if let Err(e) = self.create_warm(&template).await {
+                    tracing::warn!(template = %template, error = %e, "warm pool refill failed");
+                    tokio::select! {
+                        () = self.inner.stop.cancelled() => break,
+                        () = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    }
+                }
+                continue;
+            }
+            tokio::select! {
+                () = self.inner.stop.cancelled() => break,
+                () = self.inner.pool_wakeup.notified() => {}
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    pub(crate) fn warm_count(&self, template: &str) -> usize {
+        lock(&self.inner.live)
+            .values()
+            .filter(|sb| sb.is_warm() && sb.spec().template == template)
+            .count()
+    }
+
+    async fn create_warm(&self, template: &str) -> Result<(), ServiceError> {
+        let id = new_sandbox_id();
+        let spec = StoredSpec {
+            template: template.to_owned(),
+            limits: self.inner.config.default_limits.clone(),
+            env: Default::default(),
+            workdir: None,
+            user: UserSpec::default_user().to_string(),
+            on_timeout: Default::default(),
+            audit_exec_diff: false,
+            timeout_ms: None,
+            volumes: Vec::new(),
+            network: false,
+        };
+        let new = NewSandbox {
+            id: id.to_string(),
+            tenant: None,
+            state: SandboxState::Creating,
+            profile: template.to_owned(),
+            spec_json: serde_json::to_string(&spec)
+                .map_err(|e| ServiceError::internal("encode a spec", &e))?,
+            labels: Default::default(),
+            memory_bytes: 0,
+            cpu_millis: 0,
+            disk_bytes: crate::core::quota::sandbox_storage(&spec.limits, 0),
+            base_bytes: 0,
+            created_at_ms: now_ms(),
+            expires_at_ms: None,
+        };
+        self.db("record a warm sandbox", move |s| s.insert_sandbox(&new))
+            .await?;
+        let (handle, client) = match self.boot(&id, &spec, paddock_types::VolumeSource::Template).await {
+            Ok(booted) => booted,
+            Err(e) => {
+                self.mark_lost(id.as_str(), None, "warm pool boot failed").await?;
+                return Err(e);
+            }
+        };
+        let owner = Ownership { tenant: None, spec };
+        let sb = Arc::new(LiveSandbox::new(id.to_string(), client, handle, owner));
+        lock(&self.inner.live).insert(id.to_string(), sb);
+        let sid = id.to_string();
+        let ready = self
+            .db("record a warm sandbox", move |s| {
+                s.transition_sandbox(
+                    &sid,
+                    &[SandboxState::Creating],
+                    SandboxState::Warm,
+                    now_ms(),
+                    None,
+                )
+            })
+            .await;
+        if !matches!(ready, Ok(true)) {
+            self.end_sandbox(
+                id.as_str(),
+                SandboxState::Failed,
+                "warm pool boot failed",
+                None,
+                "sandbox.lost",
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,232 @@
+//! Planning a create: a request's template, limits (defaults merged, bounds checked), user, environment,
+//! labels and timeout, resolved into a `CreatePlan`; nothing is booted or recorded here.
+
+use std::collections::BTreeMap;
+
+use paddock_types::api::{CreateSandboxRequest, LimitsRequest};
+use paddock_types::{EnvVar, Limits, SandboxPath, UserSpec};
+
+use crate::core::live::StoredSpec;
+use crate::plan::labels::{MAX_LABELS, MAX_LABEL_LEN};
+use crate::{Principal, SandboxService, ServiceError};
+
+/// The template every server has.
+pub(crate) const DEFAULT_TEMPLATE: &str = "default";
+
+/// A validated create request.
+pub(crate) struct CreatePlan {
+    pub(crate) spec: StoredSpec,
+    pub(crate) labels: BTreeMap<String, String>,
+    pub(crate) timeout_ms: i64,
+    pub(crate) memory_bytes: u64,
+    pub(crate) cpu_millis: u32,
+    /// Its network, when it has one.
+    pub(crate) network: Option<crate::plan::network::NetworkPlan>,
+}
+
+impl SandboxService {
+    /// [`Self::plan_create`] plus the volumes the request mounts, resolved for `p`'s tenant.
+    pub(crate) async fn plan_request(
+        &self,
+        p: &Principal,
+        req: CreateSandboxRequest,
+    ) -> Result<CreatePlan, ServiceError> {
+        let volumes = self.resolve_volume_mounts(p, &req.volumes).await?;
+        let network = self
+            .plan_network(p, req.network.clone(), req.secrets.clone())
+            .await?;
+        let mut plan = self.plan_create(req)?;
+        plan.spec.volumes = volumes;
+        plan.spec.network = network.is_some();
+        plan.network = network;
+        Ok(plan)
+    }
+
+    fn plan_create(&self, req: CreateSandboxRequest) -> Result<CreatePlan, ServiceError> {
+        let config = &self.inner.config;
+        let template = req.template.unwrap_or_else(|| DEFAULT_TEMPLATE.to_owned());
+        if !config.templates.contains_key(&template) {
+            return Err(ServiceError::invalid(
+                "template",
+                format!(
+                    "no template {template:?}; this server has: {}",
+                    config.templates.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+        let limits = merge_limits(&config.default_limits, &req.limits);
+        check_limits(&limits, &config.max_limits)?;
+        let user = match req.user {
+            Some(u) => u
+                .parse::<UserSpec>()
+                .map_err(|e| ServiceError::invalid("user", e.to_string()))?
+                .to_string(),
+            None => UserSpec::default_user().to_string(),
+        };
+        if let Some(dir) = &req.workdir {
+            dir.parse::<SandboxPath>()
+                .map_err(|e| ServiceError::invalid("workdir", e.to_string()))?;
+        }
+        check_env("env", &req.env)?;
+        if req.labels.len() > MAX_LABELS {
+            return Err(ServiceError::invalid(
+                "labels",
+                format!("at most {MAX_LABELS} labels"),
+            ));
+        }
+        for (k, v) in &req.labels {
+            if k.is_empty() || k.len() > MAX_LABEL_LEN || v.len() > MAX_LABEL_LEN || k.contains(['=', ',']) {
+                return Err(ServiceError::invalid(
+                    format!("labels.{k}"),
+                    format!("label keys are 1-{MAX_LABEL_LEN} characters without '=' or ',', values at most {MAX_LABEL_LEN}"),
+                ));
+            }
+        }
+        let timeout = match req.timeout_secs {
+            Some(0) => {
+                return Err(ServiceError::invalid(
+                    "timeout_secs",
+                    "timeout_secs must be at least 1",
+                ))
+            }
+            Some(s) => std::time::Duration::from_secs(s),
+            None => config.default_timeout,
+        };
+        if timeout > config.max_timeout {
+            return Err(ServiceError::invalid(
+                "timeout_secs",
+                format!("at most {} seconds", config.max_timeout.as_secs()),
+            ));
+        }
+        let memory_bytes = limits.memory.map_or(0, u64::from);
+        let cpu_millis = limits.cpus.map_or_else(host_millicpus, |c| c.millicpus());
+        Ok(CreatePlan {
+            spec: StoredSpec {
+                template,
+                limits,
+                env: req.env,
+                workdir: req.workdir,
+                user,
+                on_timeout: req.on_timeout.unwrap_or_default(),
+                audit_exec_diff: req.audit_exec_diff,
+                timeout_ms: Some(timeout.as_millis() as i64),
+                volumes: Vec::new(),
+                network: false,
+            },
+            network: None,
+            labels: req.labels,
+            timeout_ms: timeout.as_millis() as i64,
+            memory_bytes,
+            cpu_millis,
+        })
+    }
+}
+
+/// Refuses limits outside their absolute bounds or above `max`, naming the field (`limits.pids`).
+pub(crate) fn check_limits(limits: &Limits, max: &Limits) -> Result<(), ServiceError> {
+    paddock_types::check_limits(limits, max, host_millicpus())
+        .map_err(|e| ServiceError::invalid(format!("limits.{}", e.field), e.reason))
+}
+
+pub(crate) fn check_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), ServiceError> {
+    if env.len() > MAX_ENV {
+        return Err(ServiceError::invalid(
+            field,
+            format!("at most {MAX_ENV} variables"),
+        ));
+    }
+    for (k, v) in env {
+        // A name holding '=' would parse as a different name and value; the agent refuses it.
+        if k.contains('=') {
+            return Err(ServiceError::invalid(
+                format!("{field}.{k}"),
+                format!("invalid environment variable name {k:?}: names cannot contain '='"),
+            ));
+        }
+        format!("{k}={v}")
+            .parse::<EnvVar>()
+            .map_err(|e| ServiceError::invalid(format!("{field}.{k}"), e.to_string()))?;
+    }
+    Ok(())
+}
+
+pub(crate) const MAX_ENV: usize = 1024;
+
+pub(crate) fn merge_limits(defaults: &Limits, req: &LimitsRequest) -> Limits {
+    Limits {
+        memory: req.memory.or(defaults.memory),
+        cpus: req.cpus.or(defaults.cpus),
+        pids: req.pids.or(defaults.pids),
+        disk: req.disk.or(defaults.disk),
+    }
+}
+
+pub(crate) fn host_millicpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32) * 1000
+}
+
+pub(crate) fn encode_spec(spec: &StoredSpec) -> Result<String, ServiceError> {
+    serde_json::to_string(spec).map_err(|e| ServiceError::internal("encode a sandbox spec", &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use paddock_types::api::ErrorCode;
+    use paddock_types::ByteSize;
+
+    #[test]
+    fn request_limits_override_defaults_field_by_field() {
+        let defaults = Limits::default();
+        let req = LimitsRequest {
+            memory: Some(ByteSize::mib(256)),
+            ..Default::default()
+        };
+        let merged = merge_limits(&defaults, &req);
+        assert_eq!(merged.memory, Some(ByteSize::mib(256)));
+        assert_eq!(merged.pids, defaults.pids);
+        assert_eq!(merged.disk, defaults.disk);
+    }
+
+    #[test]
+    fn limits_outside_their_bounds_name_the_field() {
+        let max = Limits {
+            memory: None,
+            cpus: None,
+            pids: Some(10),
+            disk: None,
+        };
+        let with_pids = |pids| Limits {
+            pids,
+            ..Limits::default()
+        };
+        assert!(check_limits(&with_pids(Some(10)), &max).is_ok());
+        let e = check_limits(&with_pids(Some(11)), &max).expect_err("above the cap");
+        assert_eq!(e.field.as_deref(), Some("limits.pids"));
+        // No limit at all is more than any cap.
+        let e = check_limits(&with_pids(None), &max).expect_err("unlimited");
+        assert_eq!(e.code, ErrorCode::InvalidRequest);
+        let e = check_limits(&with_pids(Some(1)), &max).expect_err("below the minimum");
+        assert_eq!(e.field.as_deref(), Some("limits.pids"));
+        let tiny = Limits {
+            memory: Some(paddock_types::ByteSize::bytes(1)),
+            ..Limits::default()
+        };
+        let e = check_limits(&tiny, &Limits::default()).expect_err("1 byte of memory");
+        assert_eq!(e.field.as_deref(), Some("limits.memory"));
+    }
+
+    #[test]
+    fn env_keys_are_validated() {
+        let mut env = BTreeMap::new();
+        env.insert("GOOD".to_owned(), "x=y".to_owned());
+        assert!(check_env("env", &env).is_ok());
+        let mut bad = env.clone();
+        bad.insert("A=B".to_owned(), "x".to_owned());
+        let e = check_env("env", &bad).expect_err("'=' in a name");
+        assert_eq!(e.field.as_deref(), Some("env.A=B"));
+        env.insert(String::new(), "v".to_owned());
+        let e = check_env("env", &env).expect_err("empty key");
+        assert_eq!(e.field.as_deref(), Some("env."));
+    }
+}
