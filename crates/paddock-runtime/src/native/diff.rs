@@ -7,11 +7,16 @@
 //!   symlink mid-walk cannot redirect a read outside the tree, and symlinks are never followed;
 //! - a directory or file is used only after `fstat` of the opened descriptor shows the expected type
 //!   and inode on the tree's own file system and mount (another file system, a bind mount or a nested
-//!   subvolume is listed but not entered, and files on it are not read);
+//!   subvolume is listed but not entered, and files on it are not read): directories are opened and
+//!   checked, and parents reopened, with the host side's walk primitives (`native/walk/`:
+//!   `open_listed_dir`, `open_parent`, `Fs`), the same as every other walk of a sandbox's tree. The
+//!   diff is not a visitor of that walker because it walks two trees in lockstep and tolerates a
+//!   live tree changing under it (the module docs there say why in full);
 //! - fifos, sockets and devices are compared by metadata only and never opened; regular files are
 //!   opened `O_NONBLOCK`, so a file swapped for a fifo after its `statx` cannot block the walk;
-//! - the work is bounded: entries listed, directory entries scanned, depth, bytes read to compare
-//!   contents, bytes of text diffs, and the time of each text diff; and so are open descriptors:
+//! - the work is bounded: entries listed, directory entries scanned, depth (at most the walks'
+//!   ceiling, `walk::MAX_DEPTH`), bytes read to compare contents, bytes of text diffs, and the time
+//!   of each text diff; and so are open descriptors:
 //!   only the innermost [`OPEN_LEVELS`] directories of the walk keep theirs (two per level, one per
 //!   tree), an outer one is closed and reopened when the walk returns to it, through `..` of the
 //!   directory it comes back from (checked to be the same inode) or else component by component
@@ -43,10 +48,13 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use paddock_sys::fs_in_root::list_names;
 use paddock_types::diff::{Change, DiffEntry, DiffOptions, EntryKind, TreeDiff};
-use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, Statx, StatxAttributes, StatxFlags, CWD};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Statx, StatxFlags, CWD};
 use rustix::io::Errno;
 use similar::TextDiff;
+
+use super::walk::{open_listed_dir, open_parent, Fs, Opened, Place, MAX_DEPTH, PLACE_MASK};
 
 /// How many of the innermost directories of the walk keep their descriptors open (see the module
 /// docs): the walk holds at most twice as many, whatever the depth.
@@ -168,23 +176,19 @@ struct Meta {
     perm: u32,
     uid: u32,
     gid: u32,
-    ino: u64,
     size: u64,
     ctime: (i64, u32),
-    dev: (u32, u32),
     rdev: (u32, u32),
-    mnt_id: Option<u64>,
-    mount_root: bool,
+    /// Inode, device and mount: what the walk primitives check.
+    place: Place,
 }
 
-const STATX_MASK: StatxFlags = StatxFlags::TYPE
+const STATX_MASK: StatxFlags = PLACE_MASK
     .union(StatxFlags::MODE)
     .union(StatxFlags::UID)
     .union(StatxFlags::GID)
-    .union(StatxFlags::INO)
     .union(StatxFlags::SIZE)
-    .union(StatxFlags::CTIME)
-    .union(StatxFlags::MNT_ID);
+    .union(StatxFlags::CTIME);
 
 impl Meta {
     fn from_statx(s: &Statx) -> Self {
@@ -194,16 +198,10 @@ impl Meta {
             perm: mode & 0o7777,
             uid: s.stx_uid,
             gid: s.stx_gid,
-            ino: s.stx_ino,
             size: s.stx_size,
             ctime: (s.stx_ctime.tv_sec, s.stx_ctime.tv_nsec),
-            dev: (s.stx_dev_major, s.stx_dev_minor),
             rdev: (s.stx_rdev_major, s.stx_rdev_minor),
-            mnt_id: StatxFlags::from_bits_retain(s.stx_mask)
-                .contains(StatxFlags::MNT_ID)
-                .then_some(s.stx_mnt_id),
-            mount_root: s.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT)
-                && s.stx_attributes.contains(StatxAttributes::MOUNT_ROOT),
+            place: Place::from_statx(s),
         }
     }
 
@@ -231,7 +229,7 @@ impl Meta {
 
     /// Same inode, size and change time: unchanged since the snapshot (which preserves all three).
     fn unchanged_since(&self, old: &Meta) -> bool {
-        self.ino == old.ino && self.size == old.size && self.ctime == old.ctime
+        self.place.ino == old.place.ino && self.size == old.size && self.ctime == old.ctime
     }
 }
 
@@ -239,7 +237,8 @@ impl Meta {
 struct Tree {
     path: PathBuf,
     fd: OwnedFd,
-    root: Meta,
+    /// The root's file system and mount, which the walk stays on.
+    fs: Fs,
 }
 
 impl Tree {
@@ -256,25 +255,29 @@ impl Tree {
             Mode::empty(),
         )
         .map_err(err)?;
-        let root = Meta::of_fd(fd.as_fd()).map_err(err)?;
+        let root = Place::of_fd(fd.as_fd()).map_err(err)?;
         Ok(Self {
             path: path.to_owned(),
             fd,
-            root,
+            fs: Fs::of(&root),
         })
     }
 
     /// Whether `m` lies on this tree's file system and mount, and is not itself a mount point.
     fn same_fs(&self, m: &Meta) -> bool {
-        m.dev == self.root.dev && !m.mount_root && (m.mnt_id.is_none() || m.mnt_id == self.root.mnt_id)
+        self.fs.holds(&m.place)
     }
 
     fn err(&self, step: &'static str, rel: &[u8], e: Errno) -> DiffError {
+        self.io_err(step, rel, e.into())
+    }
+
+    fn io_err(&self, step: &'static str, rel: &[u8], source: io::Error) -> DiffError {
         DiffError::Walk {
             step,
             tree: self.path.clone(),
             path: display_path(rel),
-            source: e.into(),
+            source,
         }
     }
 
@@ -295,14 +298,11 @@ impl Tree {
         rel: &[u8],
         expected: &Meta,
     ) -> Result<Option<OwnedFd>, DiffError> {
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = match rustix::fs::openat(dir, name, flags, Mode::empty()) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => return Ok(None),
-            Err(e) => return Err(self.err("open the directory", rel, e)),
-        };
-        let m = Meta::of_fd(fd.as_fd()).map_err(|e| self.err("stat", rel, e))?;
-        Ok((m.file_type == FileType::Directory && m.ino == expected.ino && self.same_fs(&m)).then_some(fd))
+        match open_listed_dir(dir, name, expected.place.ino, &self.fs) {
+            Ok(Opened::Dir(fd)) => Ok(Some(fd)),
+            Ok(Opened::Changed | Opened::Foreign) => Ok(None),
+            Err(e) => Err(self.io_err("open the directory", rel, e)),
+        }
     }
 
     /// Opens the regular file `name` for reading if it is still the one `expected` describes, on this
@@ -332,7 +332,7 @@ impl Tree {
             Err(e) => return Err(self.err("open the file", rel, e)),
         };
         let m = Meta::of_fd(fd.as_fd()).map_err(|e| self.err("stat", rel, e))?;
-        Ok((m.is_file() && m.ino == expected.ino && self.same_fs(&m)).then_some(fd))
+        Ok((m.is_file() && m.place.ino == expected.place.ino && self.same_fs(&m)).then_some(fd))
     }
 
     /// Reopens the directory at `rel` that `expected` describes (its descriptor was closed to bound
@@ -344,13 +344,16 @@ impl Tree {
         rel: &[u8],
         expected: &Meta,
     ) -> Result<Option<OwnedFd>, DiffError> {
-        let is_it = |m: &Meta| m.file_type == FileType::Directory && m.ino == expected.ino && self.same_fs(m);
+        // The directory it was: the same inode on the same mount (a mount's root only for the
+        // tree's own root, which the walk started from).
+        let is_it = |m: &Meta| {
+            m.file_type == FileType::Directory
+                && m.place.ino == expected.place.ino
+                && self.fs.same_mount(&m.place)
+        };
         if let Some(child) = child {
-            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            if let Ok(up) = rustix::fs::openat(child, c"..", flags, Mode::empty()) {
-                if Meta::of_fd(up.as_fd()).is_ok_and(|m| is_it(&m)) {
-                    return Ok(Some(up));
-                }
+            if let Ok(Some(up)) = open_parent(child.as_fd(), expected.place.ino, &self.fs) {
+                return Ok(Some(up));
             }
         }
         let mut current = rustix::io::dup(&self.fd).map_err(|e| self.err("open the directory", rel, e))?;
@@ -505,31 +508,20 @@ impl Walker<'_> {
         }
     }
 
+    /// The names in one side's directory, each charged to `max_scanned` (the walk stops where it
+    /// runs out).
     fn list(&mut self, old: bool, fd: BorrowedFd<'_>, rel: &[u8]) -> Result<Vec<CString>, DiffError> {
-        let mut names = Vec::new();
-        let mut dir = match Dir::read_from(fd) {
-            Ok(dir) => dir,
-            Err(Errno::NOENT) => return Ok(names), // removed while we held it
+        let left = self.options.max_scanned.saturating_sub(self.scanned);
+        let listed = match list_names(fd, left) {
+            Ok(listed) => listed,
+            Err(Errno::NOENT) => return Ok(Vec::new()), // removed while we held it
             Err(e) => return Err(self.tree(old).err("list the directory", rel, e)),
         };
-        while let Some(entry) = dir.read() {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(Errno::NOENT) => break,
-                Err(e) => return Err(self.tree(old).err("list the directory", rel, e)),
-            };
-            let name = entry.file_name();
-            if name == c"." || name == c".." {
-                continue;
-            }
-            if self.scanned >= self.options.max_scanned {
-                self.stop();
-                break;
-            }
-            self.scanned += 1;
-            names.push(name.to_owned());
+        self.scanned += listed.names.len() as u64;
+        if !listed.complete {
+            self.stop();
         }
-        Ok(names)
+        Ok(listed.names)
     }
 
     fn stop(&mut self) {
@@ -539,6 +531,7 @@ impl Walker<'_> {
 
     /// Walks depth-first from `start`, with an explicit stack (a tree may be deeper than ours).
     fn walk(&mut self, start: Frame) -> Result<(), DiffError> {
+        let max_depth = self.options.max_depth.min(MAX_DEPTH);
         let mut stack = vec![start];
         while let Some(frame) = stack.last_mut() {
             if self.stopped {
@@ -553,7 +546,7 @@ impl Walker<'_> {
             };
             frame.next += 1;
             let depth = frame.depth + 1;
-            if depth > self.options.max_depth {
+            if depth > max_depth {
                 self.diff.truncated = true;
                 continue;
             }
@@ -581,7 +574,7 @@ impl Walker<'_> {
             if old_enter.is_none() && new_enter.is_none() {
                 continue;
             }
-            if depth >= self.options.max_depth {
+            if depth >= max_depth {
                 self.diff.truncated = true;
                 continue;
             }
@@ -1038,7 +1031,7 @@ mod tests {
         let options = DiffOptions::default();
         let mut w = walker(&old, &new, &options);
         let frame = w.root_frame().expect("frame");
-        w.new.root.dev.1 = w.new.root.dev.1.wrapping_add(1);
+        w.new.fs.dev = w.new.fs.dev.wrapping_add(1);
         w.walk(frame).expect("walk");
         let paths: Vec<_> = w.diff.entries.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, ["/mnt"]);

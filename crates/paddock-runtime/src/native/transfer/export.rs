@@ -1,12 +1,14 @@
 //! Writing a snapshot's tree as a POSIX tar (pax) stream.
 //!
 //! The tree is a read-only btrfs snapshot of a sandbox's volume, whose content the sandbox wrote, so
-//! it is walked with [`walk_tree`]: one component at a time relative to an open directory
-//! (`openat(O_NOFOLLOW)`, `fstatat(AT_SYMLINK_NOFOLLOW)`, `readlinkat`), one directory descriptor
-//! at a time however deep the tree, never following a symlink and never entering another file
-//! system or subvolume (such a directory is archived empty). Every opened file and directory is
-//! checked with `fstat` to be the inode that was listed, and a file is opened for reading only once
-//! it is known to be a regular one ([`open_regular_at`]).
+//! export is a visitor of the host side's walker ([`walk_tree`], `native/walk/`): one component at a
+//! time relative to an open directory (`openat(O_NOFOLLOW)`, `fstatat(AT_SYMLINK_NOFOLLOW)`,
+//! `readlinkat`), one directory descriptor at a time however deep the tree, never following a
+//! symlink and never entering another file system, mount or subvolume (such a directory is archived
+//! empty). Every opened file and directory is checked with `fstat` to be the inode that was listed,
+//! and a file is opened for reading only once it is known to be a regular one ([`open_regular_at`]).
+//! A tree nesting deeper than an import accepts ([`MAX_DEPTH`] levels) is refused, and the stream
+//! then ends without an end-of-archive marker.
 //!
 //! What the archive holds, in depth-first order with siblings in byte order, the root first as `./`:
 //! directories (empty ones included), regular files with their contents, symlinks (their targets
@@ -31,13 +33,14 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
-use paddock_sys::fs_in_root::{open_regular_at, walk_tree, WalkEntry, WalkStep};
-use rustix::fs::{FileType, Mode, OFlags, Stat};
+use paddock_sys::fs_in_root::{open_dir_at, open_regular_at};
+use rustix::fs::{FileType, Stat};
 use tar::{EntryType, Header};
 
 use super::member_path::MAX_DEPTH;
 use super::pax;
 use super::{ExportOptions, TransferSummary};
+use crate::native::walk::{walk_tree, WalkEntry, WalkError, WalkOptions, WalkStep};
 use crate::native::IdRange;
 use crate::RuntimeError;
 
@@ -60,16 +63,10 @@ pub(crate) fn export_tree(
     options: &ExportOptions,
     out: &mut dyn Write,
 ) -> Result<TransferSummary, RuntimeError> {
-    let fd = rustix::fs::open(
-        root,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| walk_error(root, "open", "", e.into()))?;
+    let fd = open_dir_at(rustix::fs::CWD, root).map_err(|e| walk_error(root, "open", "", e.into()))?;
     let st = rustix::fs::fstat(&fd).map_err(|e| walk_error(root, "stat", "", e.into()))?;
     let mut exporter = Exporter {
         root: root.to_owned(),
-        dev: st.st_dev,
         ids,
         keep_setid: options.keep_setid,
         out: Counted { inner: out, bytes: 0 },
@@ -78,7 +75,9 @@ pub(crate) fn export_tree(
         buf: vec![0; CHUNK],
     };
     exporter.emit(b"./", &st, EntryType::Directory, None)?;
-    walk_tree::<RuntimeError>(fd.as_fd(), |entry| exporter.entry(entry))?;
+    let options = WalkOptions { max_depth: MAX_DEPTH };
+    walk_tree(fd.as_fd(), &options, |entry| exporter.entry(entry))
+        .map_err(|stopped| stopped.into_error(|e| walk_failed(root, e)))?;
     exporter.write(&[0; 2 * BLOCK])?;
     exporter.out.inner.flush().map_err(stream_error)?;
     exporter.summary.bytes = exporter.out.bytes;
@@ -87,7 +86,6 @@ pub(crate) fn export_tree(
 
 struct Exporter<'a> {
     root: PathBuf,
-    dev: u64,
     ids: IdRange,
     keep_setid: bool,
     out: Counted<'a>,
@@ -108,6 +106,10 @@ fn walk_error(root: &Path, step: &str, path: &str, source: io::Error) -> Runtime
         path: root.join(path),
         source: io::Error::new(source.kind(), format!("{step}: {source}")),
     }
+}
+
+fn walk_failed(root: &Path, e: WalkError) -> RuntimeError {
+    walk_error(root, e.step, &String::from_utf8_lossy(&e.path), e.source)
 }
 
 fn stream_error(source: io::Error) -> RuntimeError {
@@ -137,19 +139,12 @@ impl Exporter<'_> {
     }
 
     /// Archives one entry of the walk; directories are entered (the walk skips those on another file
-    /// system or subvolume, archived empty).
+    /// system, mount or subvolume, archived empty, and refuses to go deeper than [`MAX_DEPTH`]).
     fn entry(&mut self, e: &WalkEntry<'_>) -> Result<WalkStep, RuntimeError> {
         let mut path = e.path.to_vec();
         let st = e.stat;
         match e.file_type() {
             FileType::Directory => {
-                if e.depth >= MAX_DEPTH && st.st_dev == self.dev {
-                    return Err(self.error(
-                        "descend into",
-                        &path,
-                        io::Error::other(format!("directories nest deeper than {MAX_DEPTH} levels")),
-                    ));
-                }
                 path.push(b'/');
                 self.emit(&path, st, EntryType::Directory, None)?;
                 return Ok(WalkStep::Descend);
