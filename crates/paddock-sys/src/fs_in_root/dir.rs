@@ -1,7 +1,7 @@
 //! The two primitives every walk of a tree a sandbox wrote is built on: opening a directory one
 //! component at a time without following a symlink ([`open_dir_at`]), and listing it
-//! ([`list_names`]). The host side's walker and diff (`paddock-runtime`'s `native/walk.rs` and
-//! `native/diff.rs`), an import, [`Root::remove_tree`](super::Root::remove_tree) and the agent's
+//! ([`list_names`]). The host side's walker and diff (`paddock-runtime`'s `native/walk/` and
+//! `native/diff/`), an import, [`Root::remove_tree`](super::Root::remove_tree) and the agent's
 //! directory watches all open directories through here, so the flags are written once.
 
 use std::ffi::{CStr, CString};

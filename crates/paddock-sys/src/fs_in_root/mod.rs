@@ -15,7 +15,7 @@
 //! place of whatever is there; [`open_regular_at`] does what `read_regular` does for one name of an
 //! open directory. The primitives every walk of such a tree is built on are here too: the one
 //! no-follow directory open ([`open_dir_at`]) and the listing ([`list_names`]). The walker itself
-//! is `paddock-runtime`'s (`native/walk.rs`); [`Root::remove_tree`] walks on its own because the
+//! is `paddock-runtime`'s (`native/walk/`); [`Root::remove_tree`] walks on its own because the
 //! agent uses it too (`remove.rs`).
 //!
 //! Everything goes through rustix's safe wrappers; this module has no `unsafe` of its own.

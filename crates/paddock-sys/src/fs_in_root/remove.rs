@@ -8,7 +8,7 @@
 //! not a recursion, so depth costs no stack either.
 //!
 //! This is the one tree walk in this crate: the agent removes trees through it and cannot depend on
-//! `paddock-runtime`, whose walker (`native/walk.rs`) the host side's other walks are visitors of.
+//! `paddock-runtime`, whose walker (`native/walk/`) the host side's other walks are visitors of.
 //! Both are built on the same primitives ([`open_dir_at`], [`list_names`]).
 
 use std::ffi::{CString, OsStr};

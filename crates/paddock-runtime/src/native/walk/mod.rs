@@ -1,7 +1,7 @@
 //! The host side's walk of a tree a sandbox wrote (its volume, a snapshot, an import), and the
 //! checks every such walk makes. Snapshot export (`transfer/export.rs`), snapshot usage
-//! (`snapshot_usage.rs`) and an import's last pass over the tree it unpacked (`transfer/import.rs`)
-//! are visitors of [`walk_tree`]; the diff (`diff.rs`) shares its primitives.
+//! (`snapshot_usage.rs`) and an import's last pass over the tree it unpacked (`transfer/import/`)
+//! are visitors of [`walk_tree`]; the diff (`diff/`) shares its primitives.
 //!
 //! What every walk here does and does not do:
 //! - it is fd-relative: each lookup is one name relative to an open directory, never a path string;
