@@ -7,7 +7,7 @@
 //!
 //! The native backend (`native/`) builds a sandbox from Linux namespaces, a root file system assembled
 //! from read-only host directories plus a private btrfs subvolume (`native/pool.rs`), cgroup limits
-//! (`native/cgroup.rs`), seccomp, Landlock and no capabilities. The privileged setup happens in a
+//! (`native/cgroup/`), seccomp, Landlock and no capabilities. The privileged setup happens in a
 //! separate single-threaded process (`native/setup/`), never in the caller.
 //!
 //! This crate does not parse CLI flags, serve HTTP or store records.
