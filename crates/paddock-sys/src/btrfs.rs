@@ -249,12 +249,7 @@ pub fn delete_subvolume(parent: &Path, name: &str) -> io::Result<()> {
         Err(err) if matches!(err.raw_os_error(), Some(libc::EPERM | libc::ENOTEMPTY)) => err,
         Err(err) => return Err(err),
     };
-    let subvol = rustix::fs::openat(
-        &dir,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-        Mode::empty(),
-    )?;
+    let subvol = crate::fs_in_root::open_dir_at(dir.as_fd(), name)?;
     if first.raw_os_error() == Some(libc::ENOTEMPTY) {
         let id = subvolume_id_of(subvol.as_fd())?;
         nested::delete_descendants(subvol.as_fd(), id)?;

@@ -1,16 +1,15 @@
-//! Seccomp: the system-call allowlist of a sandbox, as data, a pure decision function, and the
-//! mechanism that compiles it to one classic-BPF program and installs it.
+//! Seccomp: the mechanism that turns a system-call policy into one classic-BPF program and installs
+//! it, and the pure decision function that says what a policy means.
 //!
-//! The policy is an allowlist in the style of Docker's default profile for x86_64: ordinary programs
-//! (shells, coreutils, Python, Node, compilers, git, pip) work; the kernel interfaces that let a
-//! process leave or attack the sandbox are refused with `EPERM` and a reason; anything not listed
-//! gets the policy's default errno, `ENOSYS`, so that programs probing newer system calls fall back
-//! as they would on an older kernel. `ioctl` is itself an allowlist of request numbers
-//! (`ioctls.rs`, a reason per group); any other request fails with `ENOTTY`.
+//! A [`SeccompPolicy`] is data: a rule per system call number (allow, refuse with an errno, or allow
+//! depending on one argument, by mask or by a list of values), one reason each, and a default errno.
+//! [`decide`] is what a policy means; [`compile`] must agree with it, and unit tests run the compiled
+//! BPF through an interpreter, for every system call number and for random policies and arguments,
+//! to check that (`verify.rs`, also offered to other crates' tests with the `test-support` feature).
 //!
-//! [`decide`] is what the policy means; [`compile`] must agree with it, and unit tests run the
-//! compiled BPF through an interpreter, for every system call number and for random policies and
-//! arguments, to check that.
+//! Which rules a sandbox gets is policy, and lives with the setup that installs it:
+//! `paddock-runtime`'s `native/setup/seccomp_policy.rs` (the allowlist) and its `ioctls.rs` (the
+//! `ioctl` request allowlist). The tests here use sample policies of their own (`samples.rs`).
 //!
 //! # Why the BPF is written by hand
 //!
@@ -24,9 +23,10 @@
 //!
 //! [`compile`] instead writes one program that returns every action itself and finds a number's
 //! action by binary search over runs of numbers treated alike (the layout is described in
-//! `compile.rs`). The default policy is now 200 instructions (102 before the ioctl allowlist, whose
-//! values get a binary search of their own); a call whose rule looks at no argument reaches its
-//! return within 12 instructions, one that looks at an argument within 19 (tests keep both under 32).
+//! `compile.rs`). The sandbox's default policy is now 200 instructions (102 before the ioctl
+//! allowlist, whose values get a binary search of their own); a call whose rule looks at no argument
+//! reaches its return within 12 instructions, one that looks at an argument within 19 (its tests keep
+//! both under 32).
 //! Before the ioctl allowlist, `apply` took about 48 µs (release build, fresh process, on the
 //! development VM), close to the 25 to 50 µs that attaching even an 8-instruction filter costs
 //! there, and `compile` about 28 µs (8 µs when warm). The longer program costs attach time: on a
@@ -39,18 +39,18 @@
 
 mod bpf;
 mod compile;
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 mod interpret;
-mod ioctls;
 mod policy;
 #[cfg(test)]
 mod samples;
+#[cfg(any(test, feature = "test-support"))]
+pub mod verify;
 
 use seccompiler::{BackendError, BpfProgram};
 
 pub use compile::compile;
-pub use ioctls::{allowed_ioctls, IoctlCommand, IoctlGroup, IOCTL_ALLOWLIST, IOCTL_REFUSED_ERRNO};
-pub use policy::{decide, default_policy, Decision, RuleAction, SeccompPolicy, SyscallRule};
+pub use policy::{decide, Decision, RuleAction, SeccompPolicy, SyscallRule};
 
 /// Why a policy could not be compiled or installed.
 #[derive(Debug, thiserror::Error)]
@@ -198,13 +198,15 @@ mod tests {
         Some(text)
     }
 
-    /// The body of `installed_policy_in_child`, run in its child process.
+    /// The body of `installed_policy_in_child`, run in its child process: the sample policy, installed,
+    /// does what `decide` says for raw system calls of each kind of rule, and ordinary programs run
+    /// under it (the sandbox's own policy is tried so in `paddock-runtime`).
     fn child_installed_policy() {
         assert!(
             std::env::var_os(CHILD_ENV).is_some(),
             "run through installed_policy_in_child"
         );
-        install(&default_policy()).expect("install");
+        install(&sample_policy()).expect("install");
 
         assert!(rustix::process::getpid().as_raw_nonzero().get() > 0);
         let unshared = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER);
@@ -214,9 +216,8 @@ mod tests {
         let byte = b'x';
         let byte_ptr = std::ptr::from_ref(&byte) as i64;
         let clone_flags = i64::from(libc::CLONE_NEWUSER | libc::CLONE_FS | libc::SIGCHLD);
-        let (tiocsti, tcgets) = (TIOCSTI as i64, TCGETS as i64);
-        // `_IOWR('X', 120, int)` and `_IO(0x00, 2)`, from linux/fs.h.
-        const FITHAW: i64 = 0xc004_5878;
+        let (tiocsti, tcgets, fithaw) = (TIOCSTI as i64, TCGETS as i64, FITHAW as i64);
+        // `_IO(0x00, 2)`, from linux/fs.h.
         const FIGETBSZ: i64 = 2;
         const EFAULT: u32 = libc::EFAULT as u32;
         let (af_packet, sock_raw) = (AF_PACKET as i64, i64::from(libc::SOCK_RAW));
@@ -227,7 +228,7 @@ mod tests {
             (libc::SYS_clone3, [0; 5], ENOSYS),                 // size 0: EINVAL
             (libc::SYS_clone, [clone_flags, 0, 0, 0, 0], EPERM), // NEWUSER with FS: EINVAL
             (libc::SYS_ioctl, [fd, tiocsti, byte_ptr, 0, 0], ENOTTY), // /dev/null: ENOTTY too
-            (libc::SYS_ioctl, [fd, FITHAW, 0, 0, 0], ENOTTY), // thaw a file system that is not frozen: EINVAL (EPERM unprivileged)
+            (libc::SYS_ioctl, [fd, fithaw, 0, 0, 0], ENOTTY), // thaw a file system that is not frozen: EINVAL (EPERM unprivileged)
             (libc::SYS_ioctl, [fd, tcgets, 0, 0, 0], ENOTTY), // allowed: the kernel answers
             (libc::SYS_ioctl, [fd, FIGETBSZ, 0, 0, 0], EFAULT), // allowed: the kernel answers
             (libc::SYS_io_setup, [1, 0, 0, 0, 0], ENOSYS),    // ctxp NULL: EFAULT

@@ -2,8 +2,9 @@
 //! subtree that moved away.
 //!
 //! Directories are walked with an explicit stack of open descriptors: the first is opened confined to
-//! the root by the caller, every other one with `openat(parent, name, O_NOFOLLOW | O_DIRECTORY)`, so a
-//! symlink is never followed, and each kernel watch is added through `/proc/self/fd/N`.
+//! the root by the caller, every other one relative to its parent with
+//! `paddock_sys::fs_in_root::open_dir_at` (`O_NOFOLLOW | O_DIRECTORY`, the host side's directory open
+//! too), so a symlink is never followed, and each kernel watch is added through `/proc/self/fd/N`.
 
 use std::ffi::OsString;
 use std::io;
@@ -12,7 +13,8 @@ use std::os::unix::ffi::OsStringExt;
 use std::rc::Rc;
 
 use paddock_protocol::{AgentError, ErrorCode, FsEvent, FsEventKind};
-use rustix::fs::{FileType, Mode, OFlags};
+use paddock_sys::fs_in_root::open_dir_at;
+use rustix::fs::FileType;
 
 use super::{child_path, watch_flags, Watch, MAX_DIRS_PER_CONNECTION};
 use crate::agent::Agent;
@@ -80,9 +82,8 @@ pub(super) fn add_tree(
                 });
             }
             if watch.recursive && is_dir {
-                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
                 // A directory that vanished or was swapped for something else meanwhile is skipped.
-                if let Ok(fd) = rustix::fs::openat(dir.as_fd(), name.as_os_str(), flags, Mode::empty()) {
+                if let Ok(fd) = open_dir_at(dir.as_fd(), name.as_os_str()) {
                     if !is_pseudo_fs(fd.as_fd()) {
                         stack.push((fd, child, false));
                     }

@@ -39,6 +39,7 @@ mod snapshot;
 mod snapshot_usage;
 pub mod transfer;
 mod users;
+mod walk;
 
 use std::path::{Path, PathBuf};
 

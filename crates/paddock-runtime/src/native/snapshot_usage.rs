@@ -14,9 +14,10 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use paddock_sys::fs_in_root::{open_regular_at, walk_tree, WalkError, WalkStep};
+use paddock_sys::fs_in_root::open_regular_at;
 use rustix::fs::{FileType, Mode, OFlags};
 
+use super::walk::{walk_tree, WalkOptions, WalkStep, MAX_DEPTH};
 use crate::{RuntimeError, SnapshotUsage};
 
 fn measure_err(path: PathBuf) -> impl FnOnce(io::Error) -> RuntimeError {
@@ -27,18 +28,8 @@ fn measure_err(path: PathBuf) -> impl FnOnce(io::Error) -> RuntimeError {
     }
 }
 
-impl From<WalkError> for RuntimeError {
-    fn from(e: WalkError) -> Self {
-        RuntimeError::Pool {
-            what: "walk",
-            path: PathBuf::from(String::from_utf8_lossy(&e.path).into_owned()),
-            source: io::Error::new(e.source.kind(), format!("{}: {}", e.step, e.source)),
-        }
-    }
-}
-
 /// Measures the snapshot (or any subvolume) at `root`, walking it with one directory descriptor
-/// open at a time ([`walk_tree`]), however deep or wide it is.
+/// open at a time ([`walk_tree`]), however deep (up to [`MAX_DEPTH`] levels) or wide it is.
 pub(super) fn measure(root: &Path) -> Result<SnapshotUsage, RuntimeError> {
     let start = std::time::Instant::now();
     let open_root = rustix::fs::open(
@@ -54,7 +45,8 @@ pub(super) fn measure(root: &Path) -> Result<SnapshotUsage, RuntimeError> {
     let mut seen_inodes = HashSet::new();
     let mut seen_extents = HashSet::new();
     let mut files = 0u64;
-    walk_tree::<RuntimeError>(open_root.as_fd(), |entry| {
+    let options = WalkOptions { max_depth: MAX_DEPTH };
+    walk_tree(open_root.as_fd(), &options, |entry| {
         match entry.file_type() {
             FileType::Directory => return Ok(WalkStep::Descend),
             // Hard links are the same data: counted once.
@@ -79,6 +71,15 @@ pub(super) fn measure(root: &Path) -> Result<SnapshotUsage, RuntimeError> {
         })
         .map_err(measure_err(child()))?;
         Ok(WalkStep::Continue)
+    })
+    .map_err(|stopped| {
+        stopped.into_error(|e| {
+            let path = root.join(std::ffi::OsStr::from_bytes(&e.path));
+            measure_err(path)(io::Error::new(
+                e.source.kind(),
+                format!("{}: {}", e.step, e.source),
+            ))
+        })
     })?;
     tracing::debug!(
         path = %root.display(),

@@ -12,8 +12,11 @@
 //! For the host's own code touching trees a sandbox wrote (its volume, snapshots, stopped copies,
 //! imports): [`Root::read_regular`] reads a regular file, bounded, with no symlink anywhere on the
 //! way, without ever opening a fifo or device for reading; [`Root::replace_file`] puts a new file in
-//! place of whatever is there; [`walk_tree`] walks a tree depth-first holding one directory
-//! descriptor at a time, however deep or wide it is.
+//! place of whatever is there; [`open_regular_at`] does what `read_regular` does for one name of an
+//! open directory. The primitives every walk of such a tree is built on are here too: the one
+//! no-follow directory open ([`open_dir_at`]) and the listing ([`list_names`]). The walker itself
+//! is `paddock-runtime`'s (`native/walk/`); [`Root::remove_tree`] walks on its own because the
+//! agent uses it too (`remove.rs`).
 //!
 //! Everything goes through rustix's safe wrappers; this module has no `unsafe` of its own.
 //!
@@ -29,11 +32,12 @@ use std::path::Path;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 
+mod dir;
 mod regular;
-mod walk;
+mod remove;
 
+pub use dir::{is_not_a_dir, list_names, open_dir_at, Names};
 pub use regular::{open_regular_at, reopen, Symlinks};
-pub use walk::{walk_tree, WalkEntry, WalkError, WalkStep};
 
 /// How many times a resolution is retried when the kernel reports a concurrent rename (`EAGAIN`).
 const RESOLVE_RETRIES: usize = 16;
@@ -150,7 +154,8 @@ impl Root {
     pub fn list_dir(&self, path: &Path) -> io::Result<Vec<EntryStat>> {
         let fd = self.open_with(path, OFlags::RDONLY | OFlags::DIRECTORY, 0)?;
         let mut entries = Vec::new();
-        for name in read_names(fd.as_fd())? {
+        for name in list_names(fd.as_fd(), u64::MAX)?.names {
+            let name = OsString::from_vec(name.into_bytes());
             match stat_entry(fd.as_fd(), &name) {
                 Ok(stat) => entries.push(stat),
                 Err(err) if err.kind() == io::ErrorKind::NotFound => {}
@@ -228,7 +233,7 @@ impl Root {
     /// that vanish concurrently are ignored.
     pub fn remove_tree(&self, path: &Path) -> io::Result<()> {
         let (parent, name) = self.open_parent(path)?;
-        walk::remove_entry_tree(parent.as_fd(), &name)
+        remove::remove_entry_tree(parent.as_fd(), &name)
     }
 
     /// Renames `from` to `to` (`renameat`, replacing an existing `to`); both parents are resolved
@@ -313,20 +318,6 @@ fn split_parent(path: &OsStr) -> io::Result<(&OsStr, &OsStr)> {
     Ok((OsStr::from_bytes(parent), OsStr::from_bytes(name)))
 }
 
-/// Reads the names in an open directory, without `.` and `..`.
-fn read_names(dir: BorrowedFd<'_>) -> io::Result<Vec<OsString>> {
-    let mut names = Vec::new();
-    let mut reader = rustix::fs::Dir::read_from(dir)?;
-    while let Some(entry) = reader.read() {
-        let entry = entry?;
-        let name = entry.file_name().to_bytes();
-        if name != b"." && name != b".." {
-            names.push(OsString::from_vec(name.to_vec()));
-        }
-    }
-    Ok(names)
-}
-
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)` plus `readlinkat` for a symlink.
 fn stat_entry(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<EntryStat> {
     let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)?;
@@ -374,8 +365,7 @@ fn set_owner_and_mode(fd: BorrowedFd<'_>, owner: Option<Owner>, mode: u32) -> io
 /// exact mode.
 fn make_dir(parent: BorrowedFd<'_>, name: &OsStr, mode: u32, owner: Option<Owner>) -> io::Result<()> {
     rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode & 0o777))?;
-    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let dir = rustix::fs::openat(parent, name, flags, Mode::empty())?;
+    let dir = open_dir_at(parent, name)?;
     set_owner_and_mode(dir.as_fd(), owner, mode)
 }
 

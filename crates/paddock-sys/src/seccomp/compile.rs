@@ -363,78 +363,16 @@ pub fn compile(policy: &SeccompPolicy) -> Result<CompiledSeccomp, SeccompError> 
 
 #[cfg(test)]
 mod tests {
-    use super::super::interpret::{check, run, Run};
     use super::super::samples::*;
-    use super::super::{decide, default_policy, Decision};
+    use super::super::verify::{
+        assert_agrees_on_each_rule, assert_agrees_on_random_calls, assert_compiled_matches_decide,
+        compile_checked,
+    };
     use super::*;
 
-    /// Runs a stack of filters as the kernel does: newest first, the strictest action wins, and on a
-    /// tie the newest filter's result is kept.
-    fn run_stack(compiled: &CompiledSeccomp, nr: i64, args: [u64; 6]) -> Decision {
-        let action = |ret: u32| (ret & 0xffff_0000) as i32;
-        let mut result = libc::SECCOMP_RET_ALLOW;
-        for program in compiled.programs().iter().rev() {
-            let ret = run(program, nr as u32, AUDIT_ARCH_X86_64, args).action;
-            if action(ret) < action(result) {
-                result = ret;
-            }
-        }
-        match result & 0xffff_0000 {
-            libc::SECCOMP_RET_ALLOW => Decision::Allow,
-            libc::SECCOMP_RET_ERRNO => Decision::Errno(result & 0xffff),
-            other => panic!("unexpected seccomp action {other:#x}"),
-        }
-    }
-
-    /// Compiles `policy`, checks the program as the kernel would, and checks that another architecture
-    /// (here 32-bit x86) is killed outright.
-    fn compile_checked(policy: &SeccompPolicy) -> CompiledSeccomp {
-        let compiled = compile(policy).expect("compile");
-        assert_eq!(compiled.programs().len(), 1, "one program");
-        for program in compiled.programs() {
-            check(program).unwrap_or_else(|error| panic!("the kernel would reject the program: {error}"));
-            let i386 = run(program, 39, 0x4000_0003, [0; 6]);
-            assert_eq!(i386.action, libc::SECCOMP_RET_KILL_PROCESS);
-            assert!(!i386.read_args);
-        }
-        compiled
-    }
-
-    fn assert_compiled_matches_decide(policy: &SeccompPolicy) {
-        let compiled = compile_checked(policy);
-        let values = [
-            SIGCHLD,
-            NEWUSER,
-            NEWUSER | SIGCHLD,
-            NEWNET,
-            1 << 40,
-            TIOCSTI,
-            1 << 32 | TIOCSTI,
-            TCGETS,
-            TIOCLINUX,
-            0x8,
-            0x2_0008,
-            0xffff_ffff,
-            0x1_ffff_ffff,
-            NO_ASLR,
-            AF_INET6,
-            AF_PACKET,
-            0x7,
-            0,
-            u64::MAX,
-        ];
-        let all_args: Vec<_> = (0..6).flat_map(|i| values.map(|v| with_arg(i, v))).collect();
-        for nr in (0..=500).chain([X32 | libc::SYS_getpid, X32 | libc::SYS_ioctl]) {
-            for &args in &all_args {
-                let (got, want) = (run_stack(&compiled, nr, args), decide(policy, nr, args));
-                assert_eq!(got, want, "syscall {nr} args {args:x?}");
-            }
-        }
-    }
-
     #[test]
-    fn compiled_default_policy_matches_decide() {
-        let policy = default_policy();
+    fn compiled_sample_policy_matches_decide() {
+        let policy = sample_policy();
         let compiled = compile(&policy).expect("compile");
         assert_eq!(compiled.programs().len(), 1, "one program for every action");
         assert!(compiled.programs().iter().all(|p| p.len() < MAX_INSTRUCTIONS));
@@ -541,59 +479,10 @@ mod tests {
         ));
     }
 
-    /// Checks `policy`'s program against `decide` on `calls` random system calls.
-    fn assert_agrees_on_random_calls(policy: &SeccompPolicy, rng: &mut Rng, calls: usize) {
-        let compiled = compile_checked(policy);
-        let interesting = interesting_values(policy);
-        for _ in 0..calls {
-            let nr = random_nr(rng, policy);
-            let args = [(); 6].map(|()| random_value(rng, &interesting));
-            let (got, want) = (run_stack(&compiled, nr, args), decide(policy, nr, args));
-            assert_eq!(got, want, "syscall {nr} args {args:x?} (rng state {:#x})", rng.0);
-        }
-    }
-
-    /// Checks `policy`'s program against `decide` for each rule's number and its neighbours, on every
-    /// value the rule's condition mentions, each bit of its mask, and those values with either word
-    /// changed, in the rule's argument (or every argument).
-    fn assert_agrees_on_each_rule(policy: &SeccompPolicy) {
-        let compiled = compile_checked(policy);
-        for rule in &policy.rules {
-            let (arg, mut values) = match &rule.action {
-                RuleAction::AllowUnlessArgMasked { arg, mask, .. } => {
-                    let bits = (0..64).map(|bit| 1 << bit).filter(|bit| mask & bit != 0);
-                    (*arg, bits.chain([*mask, !mask]).collect())
-                }
-                RuleAction::AllowUnlessArgEquals { arg, values, .. }
-                | RuleAction::AllowIfArgEquals { arg, values, .. } => (*arg, values.clone()),
-                RuleAction::Allow | RuleAction::Errno(_) => (0, Vec::new()),
-            };
-            values.extend([0, u64::MAX]);
-            let variants = values.iter().flat_map(|&v| {
-                [
-                    v,
-                    v ^ 1,
-                    v.wrapping_add(1),
-                    v.wrapping_sub(1),
-                    v ^ 1 << 32,
-                    v | 0xffff_ffff << 32,
-                ]
-            });
-            for value in variants {
-                for args in [with_arg(usize::from(arg), value), [value; 6]] {
-                    for nr in [rule.nr - 1, rule.nr, rule.nr + 1] {
-                        let (got, want) = (run_stack(&compiled, nr, args), decide(policy, nr, args));
-                        assert_eq!(got, want, "syscall {nr} args {args:x?}");
-                    }
-                }
-            }
-        }
-    }
-
-    /// The property test of the default policy, over rule-specific and random (number, arguments).
+    /// The property test of the sample policy, over rule-specific and random (number, arguments).
     #[test]
-    fn default_policy_agrees_with_decide_on_random_calls() {
-        let policy = default_policy();
+    fn sample_policy_agrees_with_decide_on_random_calls() {
+        let policy = sample_policy();
         assert_agrees_on_each_rule(&policy);
         assert_agrees_on_random_calls(&policy, &mut Rng(1), 300_000);
     }
@@ -620,80 +509,6 @@ mod tests {
             assert_agrees_on_each_rule(&policy);
             assert_agrees_on_random_calls(&policy, &mut rng, 3_000);
         }
-    }
-
-    /// The number of instructions a number without an argument check runs (nearly every call a
-    /// sandbox makes; the kernel also skips the filter for those it always allows), and whether the
-    /// kernel can tell that those it allows are always allowed.
-    #[test]
-    fn default_policy_paths_are_short_and_cacheable() {
-        let policy = default_policy();
-        let compiled = compile_checked(&policy);
-        let program = &compiled.programs()[0];
-        let mut longest = 0;
-        let numbers = (0..=1024).chain([X32 - 1, X32, X32 | libc::SYS_getpid, i64::from(u32::MAX)]);
-        for nr in numbers {
-            let rule = policy.rules.iter().find(|rule| rule.nr == nr);
-            let checks_args =
-                rule.is_some_and(|rule| !matches!(rule.action, RuleAction::Allow | RuleAction::Errno(_)));
-            let Run {
-                action,
-                steps,
-                read_args,
-            } = run(program, nr as u32, AUDIT_ARCH_X86_64, [0; 6]);
-            if checks_args {
-                assert!(read_args, "{nr}");
-                continue;
-            }
-            assert!(!read_args, "syscall {nr} reads an argument");
-            longest = longest.max(steps);
-            let always_allowed = rule.is_some_and(|rule| rule.action == RuleAction::Allow);
-            assert_eq!(action == ALLOW, always_allowed, "syscall {nr}");
-        }
-        eprintln!("longest path: {longest} instructions of {}", program.len());
-        assert!(longest <= 32, "longest path {longest}");
-        assert!(program.len() <= MAX_INSTRUCTIONS);
-    }
-
-    /// The calls that look at an argument (the ioctl allowlist above all, which every terminal,
-    /// socket and file program calls often) stay short too, and so does the whole program.
-    #[test]
-    fn default_policy_argument_paths_are_short() {
-        let policy = default_policy();
-        let compiled = compile_checked(&policy);
-        let program = &compiled.programs()[0];
-        let mut longest = (0, 0, 0);
-        for rule in &policy.rules {
-            let (arg, values) = match &rule.action {
-                RuleAction::AllowUnlessArgEquals { arg, values, .. }
-                | RuleAction::AllowIfArgEquals { arg, values, .. } => (*arg, values.clone()),
-                RuleAction::AllowUnlessArgMasked { arg, mask, .. } => (*arg, vec![*mask, 0]),
-                RuleAction::Allow | RuleAction::Errno(_) => continue,
-            };
-            let probes = values
-                .iter()
-                .flat_map(|&v| [v, v.wrapping_add(1), v.wrapping_sub(1)])
-                .chain([0, u64::from(u32::MAX)]);
-            for value in probes {
-                let run = run(
-                    program,
-                    rule.nr as u32,
-                    AUDIT_ARCH_X86_64,
-                    with_arg(usize::from(arg), value),
-                );
-                longest = longest.max((run.steps, rule.nr, value));
-            }
-        }
-        let (steps, nr, value) = longest;
-        eprintln!(
-            "longest argument path: {steps} instructions (syscall {nr}, value {value:#x}) of {}",
-            program.len()
-        );
-        assert!(
-            steps <= 32,
-            "syscall {nr} with {value:#x} runs {steps} instructions"
-        );
-        assert!(program.len() <= 400, "{} instructions", program.len());
     }
 
     #[test]

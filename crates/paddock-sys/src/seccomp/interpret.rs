@@ -10,19 +10,19 @@ const SECCOMP_DATA_SIZE: u32 = std::mem::size_of::<libc::seccomp_data>() as u32;
 
 /// What one run of a program did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Run {
+pub struct Run {
     /// The action returned.
-    pub(super) action: u32,
+    pub action: u32,
     /// How many instructions ran, the return included.
-    pub(super) steps: usize,
+    pub steps: usize,
     /// Whether the program read a system call argument (or the instruction pointer). The kernel caches
     /// a number as always allowed only if the filter returns `ALLOW` for it without such a read.
-    pub(super) read_args: bool,
+    pub read_args: bool,
 }
 
 /// Runs `program` over `struct seccomp_data { nr, arch, instruction_pointer: 0, args }` as the kernel
 /// does. Panics on anything [`check`] would reject.
-pub(super) fn run(program: &[sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> Run {
+pub fn run(program: &[sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> Run {
     let load = |offset: u32| -> u32 {
         match offset {
             0 => nr,
@@ -73,7 +73,7 @@ pub(super) fn run(program: &[sock_filter], nr: u32, arch: u32, args: [u64; 6]) -
 /// `seccomp_check_filter`), restricted to the instructions [`run`] knows: a length from 1 to 4096, the
 /// last instruction a return, every jump landing inside the program, and every load aligned and
 /// inside `struct seccomp_data`.
-pub(super) fn check(program: &[sock_filter]) -> Result<(), String> {
+pub fn check(program: &[sock_filter]) -> Result<(), String> {
     if program.is_empty() || program.len() > libc::BPF_MAXINSNS as usize {
         return Err(format!("length {}", program.len()));
     }

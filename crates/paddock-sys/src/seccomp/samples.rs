@@ -1,9 +1,18 @@
 //! Values and policies that the tests feed to both [`decide`](super::decide) and the compiled filter.
+//!
+//! The sandbox's real policy is not here: it is data of the setup that installs it
+//! (`paddock-runtime`'s `native/setup/seccomp_policy.rs`), tested there with `verify.rs`. The
+//! mechanism's tests use [`sample_policy`], shaped like it: rules of every kind on the calls the
+//! tests try, and everything else up to number 470 allowed, so that ordinary programs run under it.
 
 use super::compile::MAX_ERRNO;
-pub(super) use super::policy::{EAFNOSUPPORT, ENOSYS, ENOTTY, EPERM};
-use super::{default_policy, RuleAction, SeccompPolicy, SyscallRule};
+pub(super) use super::verify::{with_arg, Rng, X32};
+use super::{RuleAction, SeccompPolicy, SyscallRule};
 
+pub(super) const EPERM: u32 = libc::EPERM as u32;
+pub(super) const ENOSYS: u32 = libc::ENOSYS as u32;
+pub(super) const EAFNOSUPPORT: u32 = libc::EAFNOSUPPORT as u32;
+pub(super) const ENOTTY: u32 = libc::ENOTTY as u32;
 pub(super) const EINVAL: u32 = libc::EINVAL as u32;
 pub(super) const SIGCHLD: u64 = libc::SIGCHLD as u64;
 pub(super) const NEWUSER: u64 = libc::CLONE_NEWUSER as u64;
@@ -11,23 +20,89 @@ pub(super) const NEWNET: u64 = libc::CLONE_NEWNET as u64;
 pub(super) const TCGETS: u64 = libc::TCGETS;
 pub(super) const TIOCSTI: u64 = libc::TIOCSTI;
 pub(super) const TIOCLINUX: u64 = libc::TIOCLINUX;
-/// `BTRFS_IOC_SUBVOL_CREATE`: `_IOW(0x94, 14, struct btrfs_ioctl_vol_args)` (4096 bytes).
-pub(super) const BTRFS_IOC_SUBVOL_CREATE: u64 = 0x5000_940e;
-/// `BTRFS_IOC_SNAP_CREATE_V2`: `_IOW(0x94, 23, struct btrfs_ioctl_vol_args_v2)` (4096 bytes).
-pub(super) const BTRFS_IOC_SNAP_CREATE_V2: u64 = 0x5000_9417;
-/// `BTRFS_IOC_TREE_SEARCH`: `_IOWR(0x94, 17, struct btrfs_ioctl_search_args)` (4096 bytes).
-pub(super) const BTRFS_IOC_TREE_SEARCH: u64 = 0xd000_9411;
+/// `FITHAW`: `_IOWR('X', 120, int)`, from linux/fs.h.
+pub(super) const FITHAW: u64 = 0xc004_5878;
 pub(super) const NO_ASLR: u64 = libc::ADDR_NO_RANDOMIZE as u64;
 pub(super) const AF_INET6: u64 = libc::AF_INET6 as u64;
 pub(super) const AF_PACKET: u64 = libc::AF_PACKET as u64;
-/// `__X32_SYSCALL_BIT`, as a system call number.
-pub(super) const X32: i64 = 0x4000_0000;
 
-/// Arguments that are all 0 but `args[index]`.
-pub(super) fn with_arg(index: usize, value: u64) -> [u64; 6] {
-    let mut args = [0; 6];
-    args[index] = value;
-    args
+/// The highest number [`sample_policy`] allows wholesale.
+const SAMPLE_LAST_NR: i64 = 470;
+
+/// A policy shaped like a sandbox's (default `ENOSYS`): `clone` refused new namespaces by mask,
+/// `ioctl` refused `TIOCSTI` and `FITHAW` by value, `personality` and `socket` allowed only listed
+/// values, `clone3` and kernel AIO `ENOSYS`, `io_uring_setup`, `keyctl` and `unshare` `EPERM`; every
+/// other number up to [`SAMPLE_LAST_NR`] allowed.
+pub(super) fn sample_policy() -> SeccompPolicy {
+    let namespaces = [
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+        libc::CLONE_NEWCGROUP,
+    ]
+    .iter()
+    .fold(0, |mask, &flag| mask | flag as u64);
+    let families = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK].map(|af| af as u64);
+    let special = [
+        (
+            libc::SYS_clone,
+            RuleAction::AllowUnlessArgMasked {
+                arg: 0,
+                mask: namespaces,
+                errno: EPERM,
+            },
+        ),
+        (libc::SYS_clone3, RuleAction::Errno(ENOSYS)),
+        (
+            libc::SYS_ioctl,
+            RuleAction::AllowUnlessArgEquals {
+                arg: 1,
+                values: vec![TIOCSTI, FITHAW],
+                errno: ENOTTY,
+            },
+        ),
+        (
+            libc::SYS_personality,
+            RuleAction::AllowIfArgEquals {
+                arg: 0,
+                values: vec![0, 0x0008, 0x2_0000, 0x2_0008, 0xffff_ffff],
+                errno: EPERM,
+            },
+        ),
+        (
+            libc::SYS_socket,
+            RuleAction::AllowIfArgEquals {
+                arg: 0,
+                values: families.to_vec(),
+                errno: EAFNOSUPPORT,
+            },
+        ),
+        (libc::SYS_io_setup, RuleAction::Errno(ENOSYS)),
+        (libc::SYS_io_uring_setup, RuleAction::Errno(EPERM)),
+        (libc::SYS_keyctl, RuleAction::Errno(EPERM)),
+        (libc::SYS_unshare, RuleAction::Errno(EPERM)),
+    ];
+    let rules = (0..=SAMPLE_LAST_NR)
+        .map(|nr| {
+            let action = special
+                .iter()
+                .find(|(special, _)| *special == nr)
+                .map_or(RuleAction::Allow, |(_, action)| action.clone());
+            SyscallRule {
+                name: "sample",
+                nr,
+                reason: "test",
+                action,
+            }
+        })
+        .collect();
+    SeccompPolicy {
+        default_errno: ENOSYS,
+        rules,
+    }
 }
 
 /// The number of [`large_policy`]'s rule with a 300-value list (not a system call).
@@ -40,12 +115,12 @@ pub(super) fn large_errno(nr: i64) -> u32 {
     100 + (nr % 7) as u32
 }
 
-/// The default policy plus rules on numbers that are not system calls, chosen so that the program is
+/// The sample policy plus rules on numbers that are not system calls, chosen so that the program is
 /// too long for a conditional jump (255 instructions) to reach across it: a rule allowing 300 values
 /// of argument 2 (multiples of 3), and 600 numbers with a different errno from each neighbour, every
 /// 50th of them instead refusing a mask of argument 3 (a check that is shared only nearby).
 pub(super) fn large_policy() -> SeccompPolicy {
-    let mut policy = default_policy();
+    let mut policy = sample_policy();
     let rule = |nr, action| SyscallRule {
         name: "large",
         nr,
@@ -72,71 +147,6 @@ pub(super) fn large_policy() -> SeccompPolicy {
         rule(nr, action)
     }));
     policy
-}
-
-/// SplitMix64: a deterministic pseudo-random sequence, so that a failure can be replayed.
-pub(super) struct Rng(pub(super) u64);
-
-impl Rng {
-    pub(super) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    pub(super) fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-
-    pub(super) fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-}
-
-/// The values a policy's conditions mention (and their single bits), which random arguments
-/// should hit often, not by chance alone.
-pub(super) fn interesting_values(policy: &SeccompPolicy) -> Vec<u64> {
-    let mut values = vec![0, u64::MAX, 0xffff_ffff, 1 << 32];
-    for rule in &policy.rules {
-        match &rule.action {
-            RuleAction::AllowUnlessArgMasked { mask, .. } => {
-                values.push(*mask);
-                values.extend((0..64).map(|bit| 1 << bit).filter(|bit| mask & bit != 0));
-            }
-            RuleAction::AllowUnlessArgEquals { values: listed, .. }
-            | RuleAction::AllowIfArgEquals { values: listed, .. } => values.extend(listed),
-            RuleAction::Allow | RuleAction::Errno(_) => {}
-        }
-    }
-    values
-}
-
-/// A random argument: any value, a 32-bit one, a small one, or one of `interesting` as is, with a
-/// bit flipped, or with a random high word.
-pub(super) fn random_value(rng: &mut Rng, interesting: &[u64]) -> u64 {
-    match rng.below(6) {
-        0 => rng.next(),
-        1 => rng.next() & 0xffff_ffff,
-        2 => rng.below(64),
-        3 => rng.pick(interesting) ^ (1 << rng.below(64)),
-        4 => rng.pick(interesting) & 0xffff_ffff | rng.next() << 32,
-        _ => rng.pick(interesting),
-    }
-}
-
-/// A random system call number: any 32-bit one, an x32 one, a boundary, a small one, or most often
-/// a number `policy` lists or its neighbour.
-pub(super) fn random_nr(rng: &mut Rng, policy: &SeccompPolicy) -> i64 {
-    match rng.below(8) {
-        0 => rng.below(1 << 32) as i64,
-        1 => X32 + rng.below(600) as i64,
-        2 => rng.pick(&[0, X32 - 1, X32, i64::from(u32::MAX)]),
-        3 => rng.below(1 << 12) as i64,
-        _ if policy.rules.is_empty() => rng.below(600) as i64,
-        _ => policy.rules[rng.below(policy.rules.len() as u64) as usize].nr + rng.pick(&[-1, 0, 0, 1]),
-    }
 }
 
 /// A random action of any kind, on any argument, with masks and values from small pools (so that

@@ -16,9 +16,9 @@
 //!    `CLONE_NEWNET`.
 //! 2. init (in the namespaces): become the namespace's root (an unprivileged host uid), hostname,
 //!    loopback (not in a host-made network namespace), build the root (see [`plan`]), `pivot_root`, drop the capability bounding set to what
-//!    the agent needs, Landlock, `no_new_privs`, seccomp, reset what the caller's process state would
-//!    otherwise pass on (open-file limit, signal dispositions and mask), exec the agent from its file
-//!    descriptor.
+//!    the agent needs, Landlock, `no_new_privs`, seccomp (the policy: [`seccomp_policy`]), reset
+//!    what the caller's process state would otherwise pass on (open-file limit, signal dispositions
+//!    and mask), exec the agent from its file descriptor.
 //!
 //! What a sandbox never inherits from its caller (a server may have raised or changed it): the
 //! open-file limit is reset to soft [`NOFILE_SOFT`] / hard at most [`NOFILE_HARD`] (systemd's defaults
@@ -29,6 +29,7 @@
 mod mounts;
 pub mod owner;
 pub mod plan;
+pub mod seccomp_policy;
 
 use std::fs;
 use std::io::{self, BufRead, Read, Write};
@@ -458,7 +459,7 @@ fn init(
     }
     limit_open_files().map_err(|e| format!("open file limit: {e}"))?;
     paddock_sys::caps::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
-    let policy = paddock_sys::seccomp::default_policy();
+    let policy = seccomp_policy::default_policy();
     paddock_sys::seccomp::install(&policy).map_err(|e| format!("seccomp: {e}"))?;
 
     use paddock_sys::exec;

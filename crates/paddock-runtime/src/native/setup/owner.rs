@@ -142,12 +142,8 @@ fn open_lock_dir(pool: &OwnerPool) -> Result<OwnedFd, String> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(format!("failed to create {shown}: {e}")),
     }
-    let dir = rustix::fs::open(
-        &pool.dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| format!("failed to open {shown}: {e}"))?;
+    let dir = paddock_sys::fs_in_root::open_dir_at(rustix::fs::CWD, &pool.dir)
+        .map_err(|e| format!("failed to open {shown}: {e}"))?;
     let stat = rustix::fs::fstat(&dir).map_err(|e| format!("failed to inspect {shown}: {e}"))?;
     if stat.st_uid != 0 {
         return Err(format!("{shown} is not owned by root"));

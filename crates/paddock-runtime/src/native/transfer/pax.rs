@@ -1,34 +1,20 @@
-//! The two pieces of POSIX pax (`pax(1)`, "pax Interchange Format") the tar crate does not do for us:
-//! writing extended-header records, and timestamps with a fraction of a second.
+//! What the tar crate does not do for us, and only that.
 //!
-//! The tar crate reads pax headers (`path`, `linkpath`, `size`, `uid`, `gid`) but has no writer for
-//! them, so the records are encoded here: `"<len> <key>=<value>\n"`, where `<len>` counts the whole
-//! record, its own digits included.
+//! The crate writes the archive (`tar::Builder`: headers, contents, padding, the end-of-archive
+//! marker) and its pax extended headers (`Builder::append_pax_extensions`: the records
+//! `"<len> <key>=<value>\n"`, the header of type `x` before the member), and reads them back. It
+//! cannot:
+//! - write or read a timestamp with a fraction of a second: [`format_time`] and [`parse_time`] (pax
+//!   `mtime`, to the nanosecond);
+//! - put a name into a ustar header as it is: its `set_path` normalises `.` components and trailing
+//!   slashes away, and an archive member's name should be exactly what was meant (`./`, `dir/`):
+//!   [`set_ustar_path`], with [`placeholder`] for what the ustar field shows when the real name is
+//!   in a pax record.
+//!
+//! The extended header the crate writes has no name, mode or time of its own: readers take those
+//! from the member's header that follows it.
 
-/// Appends one record to `out`.
-pub(super) fn push_record(out: &mut Vec<u8>, key: &str, value: &[u8]) {
-    // " " + key + "=" + value + "\n", then the decimal length, which counts its own digits.
-    let rest = key.len() + value.len() + 3;
-    let mut len = rest + 1;
-    while len != rest + digits(len) {
-        len = rest + digits(len);
-    }
-    out.extend_from_slice(len.to_string().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(key.as_bytes());
-    out.push(b'=');
-    out.extend_from_slice(value);
-    out.push(b'\n');
-}
-
-fn digits(mut n: usize) -> usize {
-    let mut d = 1;
-    while n >= 10 {
-        n /= 10;
-        d += 1;
-    }
-    d
-}
+use tar::Header;
 
 /// A timestamp as pax writes it: seconds since the epoch, a `.` and up to nine digits of fraction,
 /// negative values counting back from the epoch (`-1.5` is 1.5 s before it).
@@ -77,21 +63,83 @@ pub(super) fn parse_time(text: &[u8]) -> Option<(i64, u32)> {
     }
 }
 
+/// Puts `path` verbatim into the ustar `name` field, or split at a `/` into `prefix` (155 bytes) and
+/// `name` (100 bytes); false if it fits neither way. (The tar crate's `set_path` normalises `.`
+/// components and trailing slashes away; an archive member's name should be exactly what was meant.)
+pub(super) fn set_ustar_path(header: &mut Header, path: &[u8]) -> bool {
+    let Some(ustar) = header.as_ustar_mut() else {
+        return false;
+    };
+    let (prefix, name) = if path.len() <= ustar.name.len() {
+        (&b""[..], path)
+    } else {
+        // The last usable slash: the name after it must be non-empty and fit, the prefix must fit.
+        let split = path[..path.len() - 1]
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|&(_, &b)| b == b'/')
+            .map(|(i, _)| i)
+            .find(|&i| i <= ustar.prefix.len() && path.len() - i - 1 <= ustar.name.len());
+        match split {
+            Some(i) if i > 0 => (&path[..i], &path[i + 1..]),
+            _ => return false,
+        }
+    };
+    ustar.name.fill(0);
+    ustar.prefix.fill(0);
+    ustar.name[..name.len()].copy_from_slice(name);
+    ustar.prefix[..prefix.len()].copy_from_slice(prefix);
+    true
+}
+
+/// What the ustar name field holds when the real name is in a pax record: the name's last `max`
+/// bytes of printable ASCII (readers that ignore pax see something recognisable).
+pub(super) fn placeholder(name: &[u8], max: usize) -> String {
+    let printable: String = name
+        .iter()
+        .map(|&b| {
+            if b.is_ascii_graphic() && b != b'\\' {
+                b as char
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let trimmed = printable.trim_matches('/');
+    let start = trimmed.len().saturating_sub(max);
+    let tail = trimmed[start..].trim_start_matches(['/', '.']);
+    if tail.is_empty() {
+        "pax".to_owned()
+    } else {
+        tail.to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
     use super::*;
 
+    /// The records of one pax extended header as the tar crate writes them (what export uses).
+    fn record(key: &str, value: &[u8]) -> Vec<u8> {
+        let mut archive = tar::Builder::new(Vec::new());
+        archive.append_pax_extensions([(key, value)]).expect("append");
+        let bytes = archive.into_inner().expect("finish");
+        let header = Header::from_byte_slice(&bytes[..512]);
+        assert_eq!(header.entry_type(), tar::EntryType::XHeader);
+        let len = header.entry_size().expect("size") as usize;
+        bytes[512..512 + len].to_vec()
+    }
+
     #[test]
     fn records_count_their_own_length() {
-        let mut out = Vec::new();
-        push_record(&mut out, "path", b"a");
+        let out = record("path", b"a");
         assert_eq!(out, b"9 path=a\n");
         // 98 bytes + 2 digits is 100, which has 3 digits: the length grows to 101.
-        let mut out = Vec::new();
         let value = vec![b'x'; 91];
-        push_record(&mut out, "path", &value);
+        let out = record("path", &value);
         assert_eq!(out.len(), 101);
         assert!(out.starts_with(b"101 path="));
     }
@@ -113,8 +161,7 @@ mod tests {
     proptest! {
         #[test]
         fn records_are_self_describing(key in "[a-z.]{1,20}", value in proptest::collection::vec(any::<u8>(), 0..300)) {
-            let mut out = Vec::new();
-            push_record(&mut out, &key, &value);
+            let out = record(&key, &value);
             let space = out.iter().position(|&b| b == b' ').expect("space");
             let len: usize = std::str::from_utf8(&out[..space]).expect("digits").parse().expect("number");
             prop_assert_eq!(len, out.len());

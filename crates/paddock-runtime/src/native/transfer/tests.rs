@@ -479,3 +479,35 @@ fn gnu_tar_reads(archive: &[u8], src: &Path) {
         );
     }
 }
+
+/// A tree nesting deeper than an import accepts is refused, and the stream it was written to does
+/// not end as an archive (no end-of-archive marker after the members written so far); one whose
+/// deepest directory is exactly at the bound, and empty, exports.
+#[test]
+fn a_failed_export_does_not_end_the_archive() {
+    let src = tempfile::tempdir().expect("tempdir");
+    let at_bound = "d/".repeat(super::member_path::MAX_DEPTH);
+    fs::create_dir_all(src.path().join(&at_bound)).expect("mkdir");
+    let mut archive = Vec::new();
+    let exported = export_tree(src.path(), IDS, &ExportOptions::default(), &mut archive).expect("export");
+    assert_eq!(exported.entries, 1 + super::member_path::MAX_DEPTH as u64);
+    assert!(archive.ends_with(&[0; 1024]));
+
+    fs::create_dir(src.path().join(&at_bound).join("deeper")).expect("mkdir");
+    let mut archive = Vec::new();
+    let err = export_tree(src.path(), IDS, &ExportOptions::default(), &mut archive).expect_err("too deep");
+    assert!(err.to_string().contains("export"), "{err}");
+    assert!(format!("{err:?}").contains("deeper than 512 levels"), "{err:?}");
+    assert!(!archive.is_empty() && archive.len() % 512 == 0);
+    assert!(
+        !archive.ends_with(&[0; 1024]),
+        "a failed export must not end with an end-of-archive marker"
+    );
+    if root_or_skip() {
+        let (_dst, result) = import(&archive, &ImportLimits::default());
+        assert!(
+            matches!(&result, Err(RuntimeError::InvalidArchive(m)) if m.contains("truncated")),
+            "an import sees it cut short: {result:?}"
+        );
+    }
+}

@@ -16,7 +16,7 @@
 //! Request numbers are those of x86_64 (`asm-generic/ioctls.h`, `linux/fs.h`, `linux/sockios.h`),
 //! built with the header's own `_IO`/`_IOR`/`_IOW`/`_IOWR` encoding where the header uses it. The
 //! kernel compares requests as `unsigned int`, so only their low 32 bits matter (see
-//! [`RuleAction::AllowIfArgEquals`](super::RuleAction::AllowIfArgEquals)).
+//! [`RuleAction::AllowIfArgEquals`](paddock_sys::seccomp::RuleAction::AllowIfArgEquals)).
 //!
 //! What this list does not hold, on purpose: `TIOCSTI` (inject input into a terminal), `TIOCLINUX`
 //! (console control), `TIOCCONS` (redirect the console), `TIOCSETD` (line disciplines: module
@@ -27,10 +27,8 @@
 //! pidfd requests, socket requests that change an interface or name its namespace (`SIOCS*`,
 //! `SIOCGSKNS`), and anything for devices a sandbox does not have.
 
-use super::policy::ENOTTY;
-
 /// The errno of a request not on the list.
-pub const IOCTL_REFUSED_ERRNO: u32 = ENOTTY;
+pub const IOCTL_REFUSED_ERRNO: u32 = libc::ENOTTY as u32;
 
 /// One request number and its name in the kernel headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,7 +8,9 @@
 //! replaces anything (`openat(O_CREAT | O_EXCL | O_NOFOLLOW)`, `mkdirat`, `symlinkat`, `linkat`
 //! without `AT_SYMLINK_FOLLOW`). A name that exists already is refused (duplicate members), except a
 //! directory listed again (its metadata is updated), so nothing the import made is replaced behind its
-//! back. Every directory opened is checked to be on the tree's own file system.
+//! back. Every directory opened is checked to be on the tree's own file system and mount
+//! (`native/walk/`'s `Fs`). Directories get their times last, in one pass of the host side's walker
+//! over the unpacked tree (creating entries changes a directory's mtime).
 //!
 //! Members: directories, regular files, symlinks (the target is stored verbatim: it is only ever
 //! resolved inside a sandbox), hard links (only to a regular file an earlier member of the same
@@ -28,8 +30,9 @@
 //! Any refusal is an error; the caller removes the staging subvolume, so a refused archive leaves
 //! nothing behind.
 
-use std::cell::Cell;
-use std::collections::HashSet;
+mod input;
+
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -37,18 +40,18 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use paddock_sys::fs_in_root::open_dir_at;
 use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Timespec, Timestamps, Uid};
 use rustix::io::Errno;
 use tar::EntryType;
 
-use super::member_path::MemberPath;
+use super::member_path::{MemberPath, MAX_DEPTH};
 use super::{pax, ImportLimits, TransferSummary};
+use crate::native::walk::{walk_tree, Fs, Place, WalkOptions, WalkStep};
 use crate::native::IdRange;
 use crate::RuntimeError;
+use input::{check_end, Failure, Input, InputState, MAX_METADATA_BYTES};
 
-/// Most bytes read while looking for one member: its header plus any pax / GNU long-name extension
-/// headers before it, which the tar crate reads into memory.
-pub(crate) const MAX_METADATA_BYTES: u64 = 1 << 20;
 const CHUNK: usize = 64 * 1024;
 /// The top-level directories a sandbox mounts from its volume (`/etc`, `/home`, `/root`, `/tmp`).
 /// They must be real directories: the sandbox's setup binds them by path.
@@ -83,172 +86,10 @@ pub(crate) fn import_tree(
     })
 }
 
-/// What went wrong inside the tar crate, told apart by what the reader saw.
-#[derive(Debug)]
-enum Failure {
-    /// The archive is malformed or unsafe.
-    Invalid(String),
-    /// An I/O error: the input's (classified by [`InputState`]) or the tree's.
-    Io(io::Error),
-    /// Writing the tree failed.
-    Tree(RuntimeError),
-}
-
-impl From<io::Error> for Failure {
-    fn from(e: io::Error) -> Self {
-        Self::Io(e)
-    }
-}
-
-/// Counters shared between the reader the tar crate owns and the importer.
-struct InputState {
-    max_bytes: u64,
-    read: Cell<u64>,
-    /// Bytes left before the current metadata window is exceeded (`None`: no window).
-    window: Cell<Option<u64>>,
-    eof: Cell<bool>,
-    too_large: Cell<bool>,
-    metadata_too_large: Cell<bool>,
-    source_failed: Cell<bool>,
-}
-
-impl InputState {
-    fn new(max_bytes: u64) -> Self {
-        Self {
-            max_bytes,
-            read: Cell::new(0),
-            window: Cell::new(None),
-            eof: Cell::new(false),
-            too_large: Cell::new(false),
-            metadata_too_large: Cell::new(false),
-            source_failed: Cell::new(false),
-        }
-    }
-
-    /// Turns a failure into the error the caller answers with: what the reader saw first (the input
-    /// failed, a limit was hit, the input ended early), then the failure itself. A write into `root`
-    /// that found the pool full is the pool's failure, not the archive's.
-    fn classify(&self, failure: Failure, root: &Path) -> RuntimeError {
-        if self.source_failed.get() {
-            let source = match failure {
-                Failure::Io(e) => e,
-                other => io::Error::other(format!("{other:?}")),
-            };
-            return RuntimeError::Stream { what: "read", source };
-        }
-        if self.too_large.get() {
-            return RuntimeError::ArchiveTooLarge(format!(
-                "the archive is larger than the import limit of {} bytes",
-                self.max_bytes
-            ));
-        }
-        if self.metadata_too_large.get() {
-            return RuntimeError::InvalidArchive(format!(
-                "a member's headers are larger than {MAX_METADATA_BYTES} bytes"
-            ));
-        }
-        match failure {
-            Failure::Io(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-                ) =>
-            {
-                RuntimeError::Pool {
-                    what: "write the imported files into",
-                    path: root.to_owned(),
-                    source: e,
-                }
-            }
-            Failure::Invalid(message) => RuntimeError::InvalidArchive(message),
-            Failure::Tree(e) => e,
-            Failure::Io(e) if self.eof.get() || e.kind() == io::ErrorKind::UnexpectedEof => {
-                RuntimeError::InvalidArchive(format!("the archive is truncated ({e})"))
-            }
-            // Everything else the tar crate reports is about the archive's structure (checksums,
-            // numeric fields, sizes).
-            Failure::Io(e) => RuntimeError::InvalidArchive(e.to_string()),
-        }
-    }
-}
-
-/// The input as the tar crate reads it: counted, capped, and watched for its end.
-struct Input<'a> {
-    inner: &'a mut dyn Read,
-    state: Rc<InputState>,
-}
-
-impl Read for Input<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let s = &self.state;
-        if buf.is_empty() {
-            return Ok(0);
-        }
-        // One byte more than allowed may be read, so that an archive of exactly the limit passes and
-        // one byte over does not.
-        let allowed = (s.max_bytes + 1).saturating_sub(s.read.get());
-        let allowed = s.window.get().map_or(allowed, |w| allowed.min(w + 1));
-        let len = buf
-            .len()
-            .min(usize::try_from(allowed).unwrap_or(usize::MAX))
-            .max(1);
-        let n = match self.inner.read(&mut buf[..len]) {
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Err(e),
-            Err(e) => {
-                s.source_failed.set(true);
-                return Err(e);
-            }
-        };
-        if n == 0 {
-            s.eof.set(true);
-            return Ok(0);
-        }
-        s.read.set(s.read.get() + n as u64);
-        if s.read.get() > s.max_bytes {
-            s.too_large.set(true);
-            return Err(io::Error::other("the archive exceeds the import limit"));
-        }
-        if let Some(w) = s.window.get() {
-            if n as u64 > w {
-                s.metadata_too_large.set(true);
-                return Err(io::Error::other("a member's headers are too large"));
-            }
-            s.window.set(Some(w - n as u64));
-        }
-        Ok(n)
-    }
-}
-
-/// After the last member: the stream must have had an end-of-archive block (the tar crate stops at
-/// the first zero block, or at the end of the input, which is a truncation), and only zeros may
-/// follow it.
-fn check_end(reader: &mut Input<'_>, state: &InputState) -> Result<(), Failure> {
-    if state.eof.get() {
-        return Err(Failure::Invalid(
-            "the archive is truncated: it ends without an end-of-archive marker".into(),
-        ));
-    }
-    let mut buf = vec![0u8; CHUNK];
-    loop {
-        let n = match reader.read(&mut buf) {
-            Ok(0) => return Ok(()),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Failure::Io(e)),
-        };
-        if buf[..n].iter().any(|&b| b != 0) {
-            return Err(Failure::Invalid(
-                "the archive has data after its end-of-archive marker".into(),
-            ));
-        }
-    }
-}
-
 struct Importer<'a> {
     root_path: PathBuf,
     root: OwnedFd,
-    dev: u64,
+    fs: Fs,
     ids: IdRange,
     limits: &'a ImportLimits,
     state: Rc<InputState>,
@@ -256,8 +97,9 @@ struct Importer<'a> {
     stack: Vec<(Vec<u8>, OwnedFd)>,
     /// Keys of the regular files this import created: the only valid hard-link targets.
     files: HashSet<Vec<u8>>,
-    /// Directories and their mtimes, set at the end (creating entries changes a directory's mtime).
-    dir_times: Vec<(MemberPath, (i64, u32))>,
+    /// Directories (by [`MemberPath::key`]) and their mtimes, set at the end (creating entries
+    /// changes a directory's mtime). A directory listed again gets its last time.
+    dir_times: HashMap<Vec<u8>, (i64, u32)>,
     summary: TransferSummary,
     buf: Vec<u8>,
 }
@@ -281,13 +123,8 @@ impl<'a> Importer<'a> {
         limits: &'a ImportLimits,
         state: Rc<InputState>,
     ) -> Result<Self, RuntimeError> {
-        let fd = rustix::fs::open(
-            root,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| tree_error(root, "open", e.into()))?;
-        let st = rustix::fs::fstat(&fd).map_err(|e| tree_error(root, "stat", e.into()))?;
+        let fd = open_dir_at(rustix::fs::CWD, root).map_err(|e| tree_error(root, "open", e.into()))?;
+        let place = Place::of_fd(fd.as_fd()).map_err(|e| tree_error(root, "stat", e.into()))?;
         // Until the archive says otherwise, the root is the sandbox root's, like a template's.
         rustix::fs::fchown(&fd, Some(host_uid(ids, 0)), Some(host_gid(ids, 0)))
             .and_then(|()| rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755)))
@@ -295,13 +132,13 @@ impl<'a> Importer<'a> {
         Ok(Self {
             root_path: root.to_owned(),
             root: fd,
-            dev: st.st_dev,
+            fs: Fs::of(&place),
             ids,
             limits,
             state,
             stack: Vec::new(),
             files: HashSet::new(),
-            dir_times: Vec::new(),
+            dir_times: HashMap::new(),
             summary: TransferSummary::default(),
             buf: vec![0; CHUNK],
         })
@@ -468,13 +305,12 @@ impl<'a> Importer<'a> {
     }
 
     /// Opens the directory `name` in `dir` without following a symlink; `Failure::Io(NotFound)` if
-    /// absent, a refusal if it is anything but a directory on the tree's file system.
+    /// absent, a refusal if it is anything but a directory on the tree's file system and mount.
     fn open_dir(&self, dir: BorrowedFd<'_>, name: &[u8], path: &MemberPath) -> Result<OwnedFd, Failure> {
-        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        match rustix::fs::openat(dir, OsStr::from_bytes(name), flags, Mode::empty()) {
+        match open_dir_at(dir, OsStr::from_bytes(name)) {
             Ok(fd) => {
-                let st = rustix::fs::fstat(&fd).map_err(|e| self.error("stat", path, e.into()))?;
-                if st.st_dev != self.dev {
+                let place = Place::of_fd(fd.as_fd()).map_err(|e| self.error("stat", path, e.into()))?;
+                if !self.fs.holds(&place) {
                     return Err(invalid(format!("member {} leaves the snapshot", path.display())));
                 }
                 Ok(fd)
@@ -521,7 +357,7 @@ impl<'a> Importer<'a> {
             };
             self.set_meta(fd.as_fd(), meta, path)?;
         }
-        self.dir_times.push((path.clone(), meta.mtime));
+        self.dir_times.insert(path.key(), meta.mtime);
         Ok(())
     }
 
@@ -660,7 +496,8 @@ impl<'a> Importer<'a> {
             .ok_or_else(|| invalid("the archive's root member `.` must be a directory".into()))
     }
 
-    /// The top-level directories a sandbox needs, then the directories' mtimes.
+    /// The top-level directories a sandbox needs, then the directories' mtimes: one walk of the
+    /// unpacked tree (which nothing but this import writes), setting each listed directory's time.
     fn finish(mut self) -> Result<TransferSummary, RuntimeError> {
         self.stack.clear();
         for (name, mode) in VOLUME_DIRS {
@@ -674,13 +511,7 @@ impl<'a> Importer<'a> {
                 Err(Errno::NOENT) => {
                     let fail = |e: Errno| tree_error(&self.root_path.join(name), "create", e.into());
                     rustix::fs::mkdirat(&self.root, name, Mode::from_raw_mode(0o700)).map_err(fail)?;
-                    let fd = rustix::fs::openat(
-                        &self.root,
-                        name,
-                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    )
-                    .map_err(fail)?;
+                    let fd = open_dir_at(self.root.as_fd(), name).map_err(fail)?;
                     rustix::fs::fchown(&fd, Some(host_uid(self.ids, 0)), Some(host_gid(self.ids, 0)))
                         .and_then(|()| rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)))
                         .map_err(fail)?;
@@ -688,26 +519,29 @@ impl<'a> Importer<'a> {
                 Err(e) => return Err(tree_error(&self.root_path.join(name), "stat", e.into())),
             }
         }
-        for (path, mtime) in std::mem::take(&mut self.dir_times) {
-            let result = if path.is_root() {
-                rustix::fs::futimens(&self.root, &times(mtime)).map_err(io::Error::from)
-            } else {
-                let name = path.name().unwrap_or_default().to_vec();
-                match self.parent(&path) {
-                    Ok(parent) => rustix::fs::utimensat(
-                        parent,
-                        OsStr::from_bytes(&name),
-                        &times(mtime),
-                        AtFlags::SYMLINK_NOFOLLOW,
-                    )
-                    .map_err(io::Error::from),
-                    Err(Failure::Io(e)) => Err(e),
-                    Err(Failure::Invalid(m)) => Err(io::Error::other(m)),
-                    Err(Failure::Tree(e)) => return Err(e),
-                }
-            };
-            result.map_err(|e| tree_error(&self.root_path.join(path.display()), "set the mtime of", e))?;
+        let dir_times = std::mem::take(&mut self.dir_times);
+        let root_path = &self.root_path;
+        let set_time_failed = |rel: &[u8], e: Errno| {
+            let path = root_path.join(OsStr::from_bytes(rel));
+            tree_error(&path, "set the mtime of", e.into())
+        };
+        if let Some(&mtime) = dir_times.get(&b""[..]) {
+            rustix::fs::futimens(&self.root, &times(mtime)).map_err(|e| set_time_failed(b"", e))?;
         }
+        let options = WalkOptions { max_depth: MAX_DEPTH };
+        walk_tree(self.root.as_fd(), &options, |e| {
+            if e.file_type() != FileType::Directory {
+                return Ok(WalkStep::Continue);
+            }
+            if let Some(&mtime) = dir_times.get(e.path) {
+                rustix::fs::utimensat(e.dir, e.name, &times(mtime), AtFlags::SYMLINK_NOFOLLOW)
+                    .map_err(|err| set_time_failed(e.path, err))?;
+            }
+            Ok(WalkStep::Descend)
+        })
+        .map_err(|stopped| {
+            stopped.into_error(|e| tree_error(&root_path.join(OsStr::from_bytes(&e.path)), e.step, e.source))
+        })?;
         Ok(self.summary)
     }
 }
