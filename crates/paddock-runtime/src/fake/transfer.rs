@@ -10,9 +10,10 @@
 //! devices, fifos, hard links to anything but an earlier regular file, duplicate members, members
 //! "through" a symlink or file, and owners outside the sandbox id range; with
 //! [`RuntimeError::ArchiveTooLarge`], more bytes or members than its [`ImportLimits`]. Nothing of a
-//! refused archive is kept (it is built in memory and only returned whole). Not checked, unlike the
-//! native import: a stream that ends between members without the end-of-archive marker is taken as
-//! complete, and pax records are not interpreted beyond what the `tar` crate applies.
+//! refused archive is kept (it is built in memory and only returned whole); data after the
+//! end-of-archive marker must be zero padding. Not checked, unlike the native import: a stream that
+//! ends between members without the end-of-archive marker is taken as complete, and pax records are
+//! not interpreted beyond what the `tar` crate applies.
 
 use std::io::{self, Read, Write};
 
@@ -178,12 +179,13 @@ impl From<io::Error> for Refusal {
     }
 }
 
-/// Unpacks the tar stream `input` into a new tree (with `volume_dirs`, the top-level directories a
-/// sandbox needs are added when missing).
+/// Unpacks the tar stream `input` into a new tree. A `snapshot` import is strict about owners and
+/// gets the top-level directories a sandbox needs when they are missing; otherwise (`tar -x` in a
+/// sandbox, which takes the files as its own user) unreadable owners and times count as 0.
 pub(crate) fn read_tree(
     input: &mut dyn Read,
     limits: &ImportLimits,
-    volume_dirs: bool,
+    snapshot: bool,
 ) -> Result<(Node, TransferSummary), RuntimeError> {
     let mut reader = LimitedReader {
         inner: input,
@@ -194,9 +196,9 @@ pub(crate) fn read_tree(
     };
     let mut summary = TransferSummary::default();
     let mut root = Node::dir(0o755, ROOT_ID, ROOT_ID);
-    let result = unpack(&mut reader, limits, &mut root, &mut summary);
+    let result = unpack(&mut reader, limits, snapshot, &mut root, &mut summary);
     let result = match result {
-        Ok(()) if volume_dirs => add_volume_dirs(&mut root),
+        Ok(()) if snapshot => add_volume_dirs(&mut root),
         other => other,
     };
     if reader.over {
@@ -224,6 +226,7 @@ pub(crate) fn read_tree(
 fn unpack(
     reader: &mut LimitedReader<'_>,
     limits: &ImportLimits,
+    strict: bool,
     root: &mut Node,
     summary: &mut TransferSummary,
 ) -> Result<(), Refusal> {
@@ -245,10 +248,15 @@ fn unpack(
         let path = member_path(&name)?;
         let header = entry.header();
         let bad = |what: &str, e: io::Error| Refusal::Invalid(format!("member {name}: bad {what}: {e}"));
+        let field = |what: &str, value: io::Result<u64>| match value {
+            Ok(v) => Ok(v),
+            Err(_) if !strict => Ok(0),
+            Err(e) => Err(bad(what, e)),
+        };
         let mode = header.mode().map_err(|e| bad("mode", e))? & 0o7777;
-        let uid = header.uid().map_err(|e| bad("uid", e))?;
-        let gid = header.gid().map_err(|e| bad("gid", e))?;
-        let mtime = header.mtime().map_err(|e| bad("mtime", e))?;
+        let uid = field("uid", header.uid())?;
+        let gid = field("gid", header.gid())?;
+        let mtime = field("mtime", header.mtime())?;
         for id in [uid, gid] {
             if id >= ID_COUNT {
                 return Err(Refusal::Invalid(format!(
@@ -316,7 +324,20 @@ fn unpack(
         };
         place(root, &path, node, &name)?;
     }
-    Ok(())
+    // What follows the end-of-archive marker may only be zero padding (read under the byte cap).
+    let rest = archive.into_inner();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = rest.read(&mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if buf[..n].iter().any(|&b| b != 0) {
+            return Err(Refusal::Invalid(
+                "the archive has data after its end-of-archive marker".into(),
+            ));
+        }
+    }
 }
 
 /// A member name as components: relative plain names only.
