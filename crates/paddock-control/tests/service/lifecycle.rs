@@ -164,7 +164,7 @@ async fn a_failed_boot_answers_no_space_and_is_recorded_as_an_error() {
 async fn the_reaper_expires_sandboxes_and_an_extension_postpones_it() {
     let f = Fixture::start().await;
     let short = f.create(&f.a, json!({"timeout_secs": 1})).await;
-    let long = f.create(&f.a, json!({"timeout_secs": 1})).await;
+    let long = f.create(&f.a, json!({"timeout_secs": 2})).await;
     let extended = f
         .service
         .set_timeout(&f.a, &long.id, SetTimeoutRequest { timeout_secs: 600 })
@@ -196,9 +196,20 @@ async fn the_reaper_expires_sandboxes_and_an_extension_postpones_it() {
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0].tenant.as_deref(), Some("tenant-a"));
     assert_eq!(rows[0].key_id, None, "the reaper acted, not a key");
-    // The extended one outlived its first deadline (the expired one shows the reaper ran since).
+    // The extended one outlives its first deadline: nothing can show that but time passing (a
+    // few reaper rounds past it).
+    let first_deadline =
+        humantime::parse_rfc3339(long.expires_at.as_deref().expect("expires_at")).expect("RFC 3339");
+    let wait = first_deadline
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    tokio::time::sleep(wait + std::time::Duration::from_millis(300)).await;
     let info = f.service.get_sandbox(&f.a, &long.id).await.expect("get");
-    assert_eq!(info.state, SandboxStateBody::Running);
+    assert_eq!(
+        info.state,
+        SandboxStateBody::Running,
+        "expired despite the extension"
+    );
     let rows = f.rows("sandbox.timeout").await;
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].detail["timeout_secs"], 600);

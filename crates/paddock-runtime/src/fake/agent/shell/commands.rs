@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use super::{Flow, Io, Shell};
 use crate::fake::fs::FsError;
-use crate::fake::transfer;
-use crate::ImportLimits;
 
 /// Commands that exist as programs (the rest are shell builtins only: `cd`, `exit`, `exec`, `:`).
 const PROGRAMS: [&str; 22] = [
@@ -78,7 +76,7 @@ pub(crate) async fn run(shell: &mut Shell, argv: Vec<String>, mut io: Io) -> Flo
                 2
             }
         },
-        "tar" => tar(shell, args, &mut io).await,
+        "tar" => super::tar::tar(shell, args, &mut io).await,
         "ln" => ln(shell, args, &io).await,
         "chmod" => chmod(shell, args, &io).await,
         other => {
@@ -208,7 +206,7 @@ async fn cat(shell: &mut Shell, args: &[String], io: &mut Io) -> i32 {
 }
 
 /// "No such file or directory", without " (os error 2)".
-fn os_text(e: FsError) -> String {
+pub(crate) fn os_text(e: FsError) -> String {
     let text = e.io().to_string();
     match text.rfind(" (os error") {
         Some(cut) => text[..cut].to_owned(),
@@ -528,85 +526,6 @@ fn test(shell: &Shell, args: &[String]) -> i32 {
         _ => return 2,
     };
     i32::from(!truth)
-}
-
-/// `tar -C DIR -cf - .` (write DIR as an archive to stdout) and `tar -C DIR -xf - [...]` (unpack
-/// stdin into DIR), over the sandbox's files; the archive format is the snapshot exports'.
-async fn tar(shell: &mut Shell, args: &[String], io: &mut Io) -> i32 {
-    let mut dir = shell.ctx().cwd.clone();
-    let mut mode = None;
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "-C" => {
-                dir = shell.absolute(args.get(i + 1).map_or("", String::as_str));
-                i += 1;
-            }
-            "-cf" | "-xf" => {
-                if args.get(i + 1).map(String::as_str) != Some("-") {
-                    shell
-                        .say(&io.err, "tar: only `-f -` is supported by the fake agent\n")
-                        .await;
-                    return 2;
-                }
-                mode = Some(args[i].clone());
-                i += 1;
-            }
-            _ => {}
-        }
-        i += 1;
-    }
-    match mode.as_deref() {
-        Some("-cf") => {
-            let tree = match shell.ctx().agent.read_fs(|fs| fs.subtree(&dir)) {
-                Ok(tree) => tree,
-                Err(e) => {
-                    shell.say(&io.err, &format!("tar: {dir}: {}\n", os_text(e))).await;
-                    return 2;
-                }
-            };
-            let mut archive = Vec::new();
-            if let Err(e) = transfer::write_tree(&tree, &Default::default(), &mut archive) {
-                shell.say(&io.err, &format!("tar: {e}\n")).await;
-                return 2;
-            }
-            for chunk in archive.chunks(64 * 1024) {
-                if !shell.emit(&io.out, chunk).await {
-                    return 2;
-                }
-            }
-            0
-        }
-        Some("-xf") => {
-            let mut archive = Vec::new();
-            while let Some(chunk) = shell.read_input(&mut io.input).await {
-                archive.extend_from_slice(&chunk);
-            }
-            let limits = ImportLimits::default();
-            let tree = match transfer::read_tree(&mut archive.as_slice(), &limits, false) {
-                Ok((tree, _)) => tree,
-                Err(e) => {
-                    shell.say(&io.err, &format!("tar: {e}\n")).await;
-                    return 2;
-                }
-            };
-            let (_, uid, gid) = shell.owner();
-            let tree = transfer::owned_by(tree, uid, gid);
-            match shell.ctx().agent.change_fs(|fs| fs.merge(&dir, tree)) {
-                Ok(()) => 0,
-                Err(e) => {
-                    shell.say(&io.err, &format!("tar: {dir}: {}\n", os_text(e))).await;
-                    2
-                }
-            }
-        }
-        _ => {
-            shell
-                .say(&io.err, "tar: the fake agent supports `-cf -` and `-xf -` only\n")
-                .await;
-            2
-        }
-    }
 }
 
 #[cfg(test)]

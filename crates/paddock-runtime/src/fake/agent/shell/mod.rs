@@ -15,6 +15,7 @@
 
 mod commands;
 mod parse;
+mod tar;
 
 use std::collections::BTreeMap;
 use std::future::Future;
