@@ -254,7 +254,7 @@ impl SandboxBackend for FakeBackend {
 
     fn adopt_sandbox(&self, id: &SandboxId) -> Result<Adoption, RuntimeError> {
         self.fault("adopt_sandbox")?;
-        let dead = {
+        {
             let mut state = lock(&self.shared.state);
             let elsewhere = match state.sandboxes.get(id) {
                 None => return Ok(Adoption::Missing),
@@ -265,17 +265,13 @@ impl SandboxBackend for FakeBackend {
             }
             let owner = self.owner;
             let live = state.sandboxes.get_mut(id).ok_or_else(|| not_running(id))?;
-            match &live.agent {
-                Some(agent) => {
-                    live.owner = owner;
-                    return Ok(Adoption::Alive(Self::handle(id, agent, live.generation)));
-                }
-                None => true,
+            if let Some(agent) = &live.agent {
+                live.owner = owner;
+                return Ok(Adoption::Alive(Self::handle(id, agent, live.generation)));
             }
-        };
-        if dead {
-            let _ = self.take_live(id, None);
         }
+        // Its agent died: what is left of it goes.
+        let _ = self.take_live(id, None);
         Ok(Adoption::Dead)
     }
 
@@ -397,7 +393,10 @@ impl SandboxBackend for FakeBackend {
         drop(state);
         let agent = match self.start_agent(&id, mounts, user) {
             Ok(agent) => agent,
-            Err(e) => return fail_fresh(self, &id, e),
+            Err(e) => {
+                let _ = self.take_live(&id, None);
+                return Err(e);
+            }
         };
         let new_handle = Self::handle(&id, &agent, new_generation);
         let mut state = lock(&self.shared.state);
@@ -413,12 +412,6 @@ impl SandboxBackend for FakeBackend {
             }
         }
     }
-}
-
-/// A rollback that failed after its switch: the sandbox goes.
-fn fail_fresh(backend: &FakeBackend, id: &SandboxId, e: RuntimeError) -> Result<SandboxHandle, RuntimeError> {
-    let _ = backend.take_live(id, None);
-    Err(e)
 }
 
 fn set_paused(state: &mut State, handle: &SandboxHandle, paused: bool) -> Result<(), RuntimeError> {

@@ -176,6 +176,17 @@ async fn commands_files_and_errors_over_the_real_protocol() {
         .collect();
     assert_eq!(names, ["n"]);
     client.remove("/tmp/a", true).await.expect("rm -r");
+    // A directory too large for one reply header is listed in pages.
+    let long = "n".repeat(100);
+    for i in 0..600 {
+        client
+            .write_file(&format!("/home/user/{long}-{i:04}"), b"", &WriteOptions::default())
+            .await
+            .expect("write");
+    }
+    let listed = client.list_dir("/home/user").await.expect("list");
+    assert_eq!(listed.len(), 600);
+    assert!(listed.windows(2).all(|w| w[0].name < w[1].name));
     let b = backend.clone();
     tokio::task::spawn_blocking(move || b.destroy_sandbox(handle))
         .await

@@ -8,7 +8,8 @@
 //! (`paddock-agent/src/process/output.rs`); exited processes are remembered (256 of them, 16 MiB of
 //! output) for listing and re-attaching; watches see the changes made through this agent's own file
 //! operations and commands. While the sandbox is paused the double is frozen as a frozen agent is:
-//! it answers nothing and its processes neither write nor exit until it is resumed.
+//! it answers nothing, and its processes print nothing and do not exit, until it is resumed (their
+//! timers run on, as a frozen process's `sleep` does).
 //!
 //! What it does not do: run programs (only the interpreter's built-in commands exist), emulate a
 //! terminal (a PTY process gets one combined output stream and its size is only recorded; there is

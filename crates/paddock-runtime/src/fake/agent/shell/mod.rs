@@ -341,6 +341,8 @@ impl Shell {
 
     /// Writes to a sink; false (after saying why on stderr) if a file refused it.
     pub(crate) async fn emit(&self, sink: &Sink, data: &[u8]) -> bool {
+        // A frozen process writes nothing until it is thawed.
+        self.ctx.agent.until_running().await;
         match sink {
             Sink::Null => true,
             Sink::Stream(stream) => {

@@ -8,6 +8,9 @@ use super::{Io, Shell};
 use crate::fake::transfer;
 use crate::ImportLimits;
 
+/// The largest archive `tar -x` takes (the fake holds it in memory while unpacking).
+const MAX_ARCHIVE: u64 = 256 << 20;
+
 /// `tar -C DIR -cf - .` (write DIR as an archive to stdout) and `tar -C DIR -xf - [...]` (unpack
 /// stdin into DIR), over the sandbox's files; the archive format is the snapshot exports'.
 pub(crate) async fn tar(shell: &mut Shell, args: &[String], io: &mut Io) -> i32 {
@@ -58,9 +61,18 @@ pub(crate) async fn tar(shell: &mut Shell, args: &[String], io: &mut Io) -> i32 
         Some("-xf") => {
             let mut archive = Vec::new();
             while let Some(chunk) = shell.read_input(&mut io.input).await {
+                if archive.len() as u64 + chunk.len() as u64 > MAX_ARCHIVE {
+                    let message =
+                        format!("tar: the fake agent unpacks archives of at most {MAX_ARCHIVE} bytes\n");
+                    shell.say(&io.err, &message).await;
+                    return 2;
+                }
                 archive.extend_from_slice(&chunk);
             }
-            let limits = ImportLimits::default();
+            let limits = ImportLimits {
+                max_bytes: MAX_ARCHIVE,
+                ..ImportLimits::default()
+            };
             let tree = match transfer::read_tree(&mut archive.as_slice(), &limits, false) {
                 Ok((tree, _)) => tree,
                 Err(e) => {
