@@ -53,6 +53,13 @@ pub struct SandboxHandle {
 
 /// The backend-private part of a [`SandboxHandle`]: one variant per backend.
 #[derive(Debug)]
+#[cfg_attr(
+    feature = "fake",
+    expect(
+        clippy::large_enum_variant,
+        reason = "the small fake variant exists in test builds only; boxing the native one would cost every real handle an allocation for nothing"
+    )
+)]
 pub(crate) enum AnyHandle {
     Native(NativeSandbox),
     #[cfg(feature = "fake")]
@@ -253,6 +260,13 @@ impl<T: SandboxBackend + StorageBackend> Backend for T {}
 
 /// Every backend paddock has, as a closed set.
 #[derive(Debug)]
+#[cfg_attr(
+    feature = "fake",
+    expect(
+        clippy::large_enum_variant,
+        reason = "one backend per process, made once; the small fake variant exists in test builds only"
+    )
+)]
 pub enum AnyBackend {
     /// Linux namespaces + btrfs pool + cgroups + seccomp + Landlock.
     Native(NativeBackend),

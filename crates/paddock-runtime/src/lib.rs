@@ -18,6 +18,8 @@
 pub mod agent_client;
 mod backend;
 mod error;
+#[cfg(feature = "fake")]
+pub mod fake;
 pub mod fault;
 pub mod native;
 

@@ -1,0 +1,160 @@
+//! The fake's storage ([`StorageBackend`]): snapshots as copies of a sandbox's tree, their tar
+//! export and import, named volumes (trees with a size limit) and diffs. Trees are copied out of the
+//! lock before slow work (an export to a slow reader, a diff), so the agents are never held up.
+
+use paddock_types::diff::{DiffOptions, TreeDiff};
+use paddock_types::{ByteSize, SnapshotId, VolumeId};
+
+use super::agent::lock;
+use super::diff::diff_trees;
+use super::lifecycle::live_mut;
+use super::state::Disk;
+use super::transfer::{read_tree, write_tree};
+use super::tree::empty_volume;
+use super::FakeBackend;
+use crate::{
+    ExportOptions, ImportLimits, RuntimeError, SandboxHandle, SnapshotUsage, StorageBackend, TransferSummary,
+    VolumeUsage,
+};
+
+fn no_snapshot(snapshot: &SnapshotId) -> RuntimeError {
+    RuntimeError::InvalidSpec(format!("snapshot {snapshot} does not exist"))
+}
+
+impl StorageBackend for FakeBackend {
+    fn snapshot_sandbox(&self, handle: &SandboxHandle, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
+        self.shared.faults.take("snapshot_sandbox")?;
+        let mut state = lock(&self.shared.state);
+        if state.snapshots.contains_key(snapshot) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "snapshot {snapshot} exists already"
+            )));
+        }
+        let tree = live_mut(&mut state, handle)?.disk.tree.clone();
+        state.snapshots.insert(snapshot.clone(), tree);
+        Ok(())
+    }
+
+    fn delete_snapshot(&self, snapshot: &SnapshotId) -> Result<bool, RuntimeError> {
+        self.shared.faults.take("delete_snapshot")?;
+        Ok(lock(&self.shared.state).snapshots.remove(snapshot).is_some())
+    }
+
+    fn snapshot_usage(&self, snapshot: &SnapshotId) -> Result<SnapshotUsage, RuntimeError> {
+        self.shared.faults.take("snapshot_usage")?;
+        let state = lock(&self.shared.state);
+        let bytes = state
+            .snapshots
+            .get(snapshot)
+            .ok_or_else(|| no_snapshot(snapshot))?
+            .data_bytes();
+        // Nothing is shared between copies: everything a snapshot refers to is its own.
+        Ok(SnapshotUsage {
+            referenced_bytes: bytes,
+            exclusive_bytes: bytes,
+        })
+    }
+
+    fn list_snapshots(&self) -> Result<Vec<SnapshotId>, RuntimeError> {
+        self.shared.faults.take("list_snapshots")?;
+        Ok(lock(&self.shared.state).snapshots.keys().cloned().collect())
+    }
+
+    fn export_snapshot(
+        &self,
+        snapshot: &SnapshotId,
+        options: &ExportOptions,
+        out: &mut dyn std::io::Write,
+    ) -> Result<TransferSummary, RuntimeError> {
+        self.shared.faults.take("export_snapshot")?;
+        let tree = lock(&self.shared.state)
+            .snapshots
+            .get(snapshot)
+            .cloned()
+            .ok_or_else(|| no_snapshot(snapshot))?;
+        write_tree(&tree, options, out)
+    }
+
+    fn import_snapshot(
+        &self,
+        snapshot: &SnapshotId,
+        input: &mut dyn std::io::Read,
+        limits: &ImportLimits,
+    ) -> Result<TransferSummary, RuntimeError> {
+        self.shared.faults.take("import_snapshot")?;
+        if lock(&self.shared.state).snapshots.contains_key(snapshot) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "snapshot {snapshot} already exists"
+            )));
+        }
+        let (tree, summary) = read_tree(input, limits, true)?;
+        let mut state = lock(&self.shared.state);
+        if state.snapshots.contains_key(snapshot) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "snapshot {snapshot} already exists"
+            )));
+        }
+        state.snapshots.insert(snapshot.clone(), tree);
+        Ok(summary)
+    }
+
+    fn create_volume(&self, volume: &VolumeId, size: Option<ByteSize>) -> Result<(), RuntimeError> {
+        self.shared.faults.take("create_volume")?;
+        let mut state = lock(&self.shared.state);
+        if state.volumes.contains_key(volume) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "volume {volume} exists already"
+            )));
+        }
+        state.volumes.insert(
+            volume.clone(),
+            Disk {
+                tree: empty_volume(),
+                limit: size.map(u64::from),
+            },
+        );
+        Ok(())
+    }
+
+    fn delete_volume(&self, volume: &VolumeId) -> Result<bool, RuntimeError> {
+        self.shared.faults.take("delete_volume")?;
+        Ok(lock(&self.shared.state).volumes.remove(volume).is_some())
+    }
+
+    fn volume_usage(&self, volume: &VolumeId) -> Result<VolumeUsage, RuntimeError> {
+        self.shared.faults.take("volume_usage")?;
+        let state = lock(&self.shared.state);
+        let disk = state
+            .volumes
+            .get(volume)
+            .ok_or_else(|| RuntimeError::InvalidSpec(format!("volume {volume} does not exist")))?;
+        Ok(VolumeUsage {
+            bytes: disk.tree.data_bytes(),
+            limit: disk.limit,
+        })
+    }
+
+    fn list_volumes(&self) -> Result<Vec<VolumeId>, RuntimeError> {
+        self.shared.faults.take("list_volumes")?;
+        Ok(lock(&self.shared.state).volumes.keys().cloned().collect())
+    }
+
+    fn diff_sandbox(
+        &self,
+        handle: &SandboxHandle,
+        snapshot: &SnapshotId,
+        options: &DiffOptions,
+    ) -> Result<TreeDiff, RuntimeError> {
+        self.shared.faults.take("diff_sandbox")?;
+        let (old, new) = {
+            let mut state = lock(&self.shared.state);
+            let old = state
+                .snapshots
+                .get(snapshot)
+                .cloned()
+                .ok_or_else(|| no_snapshot(snapshot))?;
+            (old, live_mut(&mut state, handle)?.disk.tree.clone())
+        };
+        diff_trees(&old, &new, options).map_err(|e| RuntimeError::InvalidSpec(e.0))
+    }
+}
