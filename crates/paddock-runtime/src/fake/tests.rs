@@ -180,7 +180,11 @@ async fn commands_files_and_errors_over_the_real_protocol() {
     let long = "n".repeat(100);
     for i in 0..600 {
         client
-            .write_file(&format!("/home/user/{long}-{i:04}"), b"", &WriteOptions::default())
+            .write_file(
+                &format!("/home/user/{long}-{i:04}"),
+                b"",
+                &WriteOptions::default(),
+            )
             .await
             .expect("write");
     }

@@ -8,90 +8,23 @@
 //! and a pidfd of the init; the init is not its child, so teardown watches the pidfd instead of
 //! waiting for it.
 
-use std::fs;
-use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use paddock_types::SandboxId;
 
-use super::lifecycle::{state_err, wait_exit, BootSpec, NativeSandbox};
 use super::lock::StateLock;
+use super::sandbox::{
+    process_start_time, reap_if_child, wait_exit, BootSpec, InitRecord, NativeSandbox, KILL_DEADLINE,
+};
 use super::NativeBackend;
 use crate::agent_client;
 use crate::{Adoption, AnyHandle, RuntimeError, SandboxHandle};
 
 /// How long adoption waits for the agent's handshake before declaring the sandbox dead.
 const ADOPT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// `<run>/init.pid`: the init's host pid and start time (clock ticks after boot, field 22 of
-/// `/proc/<pid>/stat`), as `"<pid> <start time>\n"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct InitRecord {
-    pid: i32,
-    start_time: u64,
-}
-
-impl InitRecord {
-    const FILE: &'static str = "init.pid";
-
-    /// The record of the live (or not yet reaped) process `pid`.
-    pub(super) fn of(pid: i32) -> Result<Self, RuntimeError> {
-        let start_time = process_start_time(pid).map_err(|e| {
-            RuntimeError::Setup(format!(
-                "cannot read the start time of the sandbox init {pid}: {e}"
-            ))
-        })?;
-        Ok(Self { pid, start_time })
-    }
-
-    /// Writes the record into `run_dir`, atomically (a temporary file renamed into place).
-    pub(super) fn write(&self, run_dir: &Path) -> Result<(), RuntimeError> {
-        let staging = run_dir.join(format!(".{}.new", Self::FILE));
-        let path = run_dir.join(Self::FILE);
-        fs::write(&staging, format!("{} {}\n", self.pid, self.start_time))
-            .map_err(state_err("write", &staging))?;
-        fs::rename(&staging, &path).map_err(state_err("rename", &staging))
-    }
-
-    fn read(run_dir: &Path) -> Option<Self> {
-        Self::parse(&fs::read_to_string(run_dir.join(Self::FILE)).ok()?)
-    }
-
-    /// Kills the init recorded in `run_dir` if that very process (same pid and start time) still
-    /// runs, which ends its PID namespace; for an init that shares its cgroups with another sandbox's
-    /// (one prepared for a rollback) and so cannot be killed through them.
-    pub(super) fn kill_recorded(run_dir: &Path) {
-        let Some(record) = Self::read(run_dir) else { return };
-        if process_start_time(record.pid).ok() == Some(record.start_time) {
-            if let Some(pid) = rustix::process::Pid::from_raw(record.pid) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
-        }
-    }
-
-    fn parse(text: &str) -> Option<Self> {
-        let mut fields = text.split_whitespace();
-        let pid = fields.next()?.parse().ok().filter(|p| *p > 0)?;
-        let start_time = fields.next()?.parse().ok()?;
-        fields.next().is_none().then_some(Self { pid, start_time })
-    }
-}
-
-/// Field 22 (`starttime`) of `/proc/<pid>/stat`. The command name (field 2) may hold spaces and
-/// parentheses, so fields are counted after its last `)`.
-fn process_start_time(pid: i32) -> io::Result<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    parse_start_time(&stat).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed stat"))
-}
-
-fn parse_start_time(stat: &str) -> Option<u64> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    // `rest` starts at field 3 (state), so field 22 is the 20th.
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
 
 /// Who owns a sandbox's run directory.
 enum Ownership {
@@ -227,7 +160,7 @@ impl NativeBackend {
             if cgroup.frozen().unwrap_or(false) {
                 cgroup.thaw()?;
             }
-            cgroup.kill_all(super::lifecycle::KILL_DEADLINE)?;
+            cgroup.kill_all(KILL_DEADLINE)?;
         }
         // Nothing writes to the files any more: they go aside before anything is removed.
         self.pool.return_stopped(id.as_str())?;
@@ -250,48 +183,5 @@ impl NativeBackend {
                 self.reclaim(id.as_str()).map(|()| true)
             }
         }
-    }
-}
-
-/// Reaps the exited process of `pidfd` if it is this process's child (a sandbox this process created
-/// and then lost its handle of); does nothing for anyone else's (`ECHILD`).
-pub(super) fn reap_if_child(pidfd: &OwnedFd) {
-    let _ = rustix::process::waitid(
-        rustix::process::WaitId::PidFd(pidfd.as_fd()),
-        rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOHANG,
-    );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn init_record_round_trip() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let record = InitRecord::of(std::process::id() as i32).expect("own record");
-        record.write(dir.path()).expect("write");
-        assert_eq!(InitRecord::read(dir.path()), Some(record));
-        assert!(!dir.path().join(".init.pid.new").exists(), "renamed into place");
-        for bad in ["", "12", "x 5", "0 5", "-3 5", "12 5 7", "12 five"] {
-            assert_eq!(InitRecord::parse(bad), None, "{bad:?}");
-        }
-        assert_eq!(
-            InitRecord::parse("12 345\n"),
-            Some(InitRecord {
-                pid: 12,
-                start_time: 345
-            })
-        );
-    }
-
-    #[test]
-    fn start_time_survives_odd_command_names() {
-        let stat = "4242 (a) b (c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 \
-                    100 18446744073709551615";
-        assert_eq!(parse_start_time(stat), Some(987_654));
-        assert_eq!(parse_start_time("4242 (truncated"), None);
-        let own = process_start_time(std::process::id() as i32).expect("own start time");
-        assert!(own > 0);
     }
 }

@@ -2,55 +2,20 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
-use std::time::Duration;
 
 use paddock_sys::fs_in_root::{Owner, Root, Symlinks};
-use paddock_types::{MountSpec, RootfsSpec, SandboxId, SandboxSpec, UserSpec, VolumeMount};
-use serde::{Deserialize, Serialize};
+use paddock_types::{MountSpec, RootfsSpec, SandboxId, SandboxSpec};
 
-use super::adopt::InitRecord;
 use super::cgroup::SandboxCgroup;
-use super::lock::StateLock;
 use super::network::{netns_pin, BootNetwork, PendingLink};
+use super::sandbox::{kill_init, reap, state_err, BootSpec, InitRecord, NativeSandbox, KILL_DEADLINE};
 use super::setup::owner::OwnerPool;
 use super::setup::{SetupOutcome, SetupSpec};
 use super::NativeBackend;
 use crate::{AnyHandle, RuntimeError, SandboxHandle};
-
-/// How long teardown waits for killed processes to disappear.
-pub(super) const KILL_DEADLINE: Duration = Duration::from_secs(10);
-
-/// Backend-private state of a live native sandbox.
-#[derive(Debug)]
-pub(crate) struct NativeSandbox {
-    pub(super) run_dir: PathBuf,
-    pub(super) cgroup: SandboxCgroup,
-    pub(super) init_pid: i32,
-    pub(super) pidfd: Option<OwnedFd>,
-    /// The init is this process's child (it created the sandbox) and can be waited for; an adopted
-    /// sandbox's init is not, and its exit is seen on its pidfd instead.
-    pub(super) child: bool,
-    pub(super) reaped: bool,
-    /// How to start its init again (a rollback); `None` for a sandbox adopted from a paddock that did
-    /// not record it.
-    pub(super) boot: Option<Box<BootSpec>>,
-    /// Held while the freeze state changes (pause, resume, snapshot), so a snapshot never thaws a
-    /// sandbox paused in the meantime.
-    pub(super) freezer: Mutex<()>,
-    /// A sandbox booted ahead of a rollback (rollback.rs).
-    pub(super) next: Mutex<Option<super::rollback::Prepared>>,
-    pub(super) _lock: StateLock,
-}
-
-impl NativeSandbox {
-    pub(crate) fn init_pid(&self) -> i32 {
-        self.init_pid
-    }
-}
 
 /// Where a sandbox's init starts: its run directory, cgroups and volume (the sandbox's own, or those of
 /// a copy prepared for its rollback).
@@ -59,61 +24,6 @@ pub(super) struct Slot<'a> {
     pub(super) run_dir: &'a Path,
     pub(super) cgroup: &'a SandboxCgroup,
     pub(super) volume: &'a Path,
-}
-
-/// What starting a sandbox's init needs besides its id, run directory and cgroups: kept in
-/// `<run>/boot.json` so that a rollback can restart an adopted sandbox too. Limits are not in it: they
-/// live in the cgroups and the qgroup, which a rollback keeps.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct BootSpec {
-    pub(super) rootfs: RootfsSpec,
-    pub(super) mounts: Vec<MountSpec>,
-    pub(super) user: UserSpec,
-    /// Named volumes (absent from records written before volumes existed).
-    #[serde(default)]
-    pub(super) volumes: Vec<VolumeMount>,
-    /// A networked sandbox's link (absent from records written before networking existed): every
-    /// init of the sandbox joins its namespace, pinned in the run directory.
-    #[serde(default)]
-    pub(super) network: Option<BootNetwork>,
-}
-
-impl BootSpec {
-    const FILE: &'static str = "boot.json";
-
-    fn of(spec: &SandboxSpec, network: Option<BootNetwork>) -> Self {
-        Self {
-            rootfs: spec.rootfs.clone(),
-            mounts: spec.mounts.clone(),
-            user: spec.user.clone(),
-            volumes: spec.volumes.clone(),
-            network,
-        }
-    }
-
-    fn write(&self, run_dir: &Path) -> Result<(), RuntimeError> {
-        let path = run_dir.join(Self::FILE);
-        let json =
-            serde_json::to_vec(self).map_err(|e| state_err("encode", &path)(std::io::Error::other(e)))?;
-        fs::write(&path, json).map_err(state_err("write", &path))
-    }
-
-    /// The record in `run_dir`, if there is a readable one.
-    pub(super) fn read(run_dir: &Path) -> Option<Box<Self>> {
-        serde_json::from_slice(&fs::read(run_dir.join(Self::FILE)).ok()?).ok()
-    }
-}
-
-pub(super) fn state_err<'a>(
-    what: &'static str,
-    path: &'a Path,
-) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
-    move |source| RuntimeError::State {
-        what,
-        path: path.to_owned(),
-        source,
-    }
 }
 
 impl NativeBackend {
@@ -296,7 +206,7 @@ impl NativeBackend {
     pub(super) fn reclaim(&self, id: &str) -> Result<(), RuntimeError> {
         if id.ends_with(".next") {
             // A sandbox prepared for a rollback runs in its sandbox's cgroups: killed by its record.
-            super::adopt::InitRecord::kill_recorded(&self.run_dir(id));
+            InitRecord::kill_recorded(&self.run_dir(id));
             return self.remove_prepared(id, &self.run_dir(id));
         }
         let cgroup = self.cgroups.sandbox(id);
@@ -600,53 +510,4 @@ impl NativeBackend {
         crate::fault::point("stop.kept");
         self.cleanup(id, &sb.cgroup, &sb.run_dir)
     }
-}
-
-/// Sends SIGKILL to the sandbox's init (through its pidfd when there is one), which kills its whole PID
-/// namespace.
-pub(super) fn kill_init(sb: &NativeSandbox) {
-    kill_pid(sb.pidfd.as_ref(), sb.init_pid);
-}
-
-/// SIGKILL to process `pid`, through its pidfd when there is one.
-pub(super) fn kill_pid(pidfd: Option<&OwnedFd>, pid: i32) {
-    match pidfd {
-        Some(fd) => {
-            let _ = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
-        }
-        None => {
-            if let Some(p) = rustix::process::Pid::from_raw(pid) {
-                let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-            }
-        }
-    }
-}
-
-/// Waits until the init has exited: our child (through `CLONE_PARENT`) is reaped with `waitpid`; an
-/// adopted init, someone else's child, is watched through its pidfd (for at most [`KILL_DEADLINE`];
-/// teardown then still waits for the cgroups to empty).
-pub(super) fn reap(sb: &mut NativeSandbox) {
-    if sb.child {
-        if let Some(pid) = rustix::process::Pid::from_raw(sb.init_pid) {
-            // Blocks until the init has exited; an error (ECHILD) means it was reaped already.
-            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
-        }
-    } else if let Some(fd) = &sb.pidfd {
-        if wait_exit(fd, Some(KILL_DEADLINE)) {
-            super::adopt::reap_if_child(fd);
-        }
-    }
-    sb.reaped = true;
-}
-
-/// Waits (at most `timeout`, or forever) until the process of `pidfd` has exited; returns whether it
-/// has.
-pub(super) fn wait_exit(pidfd: &OwnedFd, timeout: Option<Duration>) -> bool {
-    let timeout = timeout.map(|t| rustix::event::Timespec {
-        tv_sec: t.as_secs() as i64,
-        tv_nsec: i64::from(t.subsec_nanos()),
-    });
-    let mut fds = [rustix::event::PollFd::new(pidfd, rustix::event::PollFlags::IN)];
-    // A pidfd polls readable once its process has exited.
-    matches!(rustix::event::poll(&mut fds, timeout.as_ref()), Ok(n) if n > 0)
 }

@@ -33,6 +33,7 @@ mod network;
 mod pool;
 mod resources;
 mod rollback;
+mod sandbox;
 mod seam;
 pub mod setup;
 mod snapshot;
@@ -45,9 +46,9 @@ use std::path::{Path, PathBuf};
 
 pub use cgroup::{CgroupKind, CgroupLayout};
 pub use host::host_facts;
-pub(crate) use lifecycle::NativeSandbox;
 pub use network::{ruleset, NetworkError, NetworkSubnet, ParseSubnetError};
 pub use pool::StoragePool;
+pub(crate) use sandbox::NativeSandbox;
 pub use users::IdRange;
 
 use paddock_types::ByteSize;

@@ -25,36 +25,22 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 use paddock_sys::fs_in_root::Symlinks;
 use paddock_types::{ByteSize, SandboxId, SnapshotId, VolumeSource};
 
-use super::adopt::InitRecord;
-use super::lifecycle::{
-    kill_init, kill_pid, reap, state_err, volume_etc, NativeSandbox, Shim, Slot, KILL_DEADLINE,
+use super::lifecycle::{volume_etc, Shim, Slot};
+use super::sandbox::{
+    kill_init, kill_pid, reap, state_err, InitRecord, NativeSandbox, Prepared, KILL_DEADLINE,
 };
-use super::lock::StateLock;
 use super::NativeBackend;
 use crate::{AnyHandle, RuntimeError, SandboxHandle};
 
 /// Most bytes of a snapshot's `/etc/hostname` read (a sandbox id is 27).
 const MAX_HOSTNAME_BYTES: u64 = 256;
-
-/// A sandbox booted ahead of a rollback, on a writable copy of `snapshot` (see the module docs).
-#[derive(Debug)]
-pub(crate) struct Prepared {
-    snapshot: SnapshotId,
-    /// `<id>.next`: its run directory and volume go by this name.
-    name: String,
-    run_dir: PathBuf,
-    init_pid: i32,
-    pidfd: Option<OwnedFd>,
-    _lock: StateLock,
-}
 
 impl NativeBackend {
     /// [`SandboxBackend::prepare_rollback`](crate::SandboxBackend::prepare_rollback): boots `<id>.next` on a copy of
