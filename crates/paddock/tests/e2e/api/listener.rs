@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{require_root, TestEnv};
+use common::TestEnv;
 use serde_json::{json, Value};
 use server::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -165,9 +165,6 @@ fn steady_fds(pid: i32) -> usize {
 
 #[test]
 fn slow_heads_and_idle_connections_are_closed_while_others_are_answered() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let (_dir, config) = config_file(
         "header_read_timeout = \"2s\"\nidle_timeout = \"3s\"\nmax_connections = 2000\n\
@@ -289,9 +286,6 @@ async fn exec_over_websocket(server: &Server, key: &str, id: &str, script: &str)
 
 #[test]
 fn connections_over_the_caps_are_refused_or_queued_and_others_are_answered() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let (_dir, config) = config_file(
         "header_read_timeout = \"10s\"\nidle_timeout = \"10s\"\nmax_connections = 30\n\
@@ -348,9 +342,6 @@ fn connections_over_the_caps_are_refused_or_queued_and_others_are_answered() {
 
 #[test]
 fn the_api_answers_again_after_running_out_of_descriptors() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     // More connections allowed than descriptors: accept itself fails with EMFILE.
     let (_dir, config) = config_file(
@@ -425,9 +416,6 @@ fn memory_kib(pid: i32) -> (u64, u64) {
 
 #[test]
 fn json_exec_output_is_bounded_and_says_it_was_cut() {
-    if !require_root() {
-        return;
-    }
     const BUDGET_MIB: u64 = 64;
     let env = TestEnv::new();
     let (_dir, config) = config_file(&format!("collected_output_budget = \"{BUDGET_MIB}M\""));
@@ -508,9 +496,6 @@ fn json_exec_output_is_bounded_and_says_it_was_cut() {
 /// connection.
 #[test]
 fn an_early_error_on_an_upload_says_the_connection_closes() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let server = Server::start(&env, &[], "info");
     let addr = server_addr(&server);

@@ -12,6 +12,7 @@ mod stop;
 mod volumes;
 
 use crate::support::api_harness;
+use crate::support::skip;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -361,7 +362,7 @@ fn probes_for(method: &str, template: &str) -> Option<Vec<Probe>> {
 
 #[test]
 fn tenant_isolation_over_every_endpoint() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("tenant-a").await;
         let b = h.admin.new_tenant("tenant-b").await;
@@ -715,7 +716,7 @@ impl Secrets {
 
 #[test]
 fn file_api_path_attacks_stay_inside_the_sandbox() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     let (host_dir, marker) = host_marker_dir();
     let hd = host_dir.path().to_string_lossy().into_owned();
     let root_marker = HostMarker {
@@ -993,7 +994,7 @@ fn secrets_for(dir: &Path, marker: &str) -> Secrets {
 
 #[test]
 fn file_api_under_a_symlink_swap_race() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     let (host_dir, marker) = host_marker_dir();
     let hd = host_dir.path().to_string_lossy().into_owned();
     let host_before = snapshot(host_dir.path());
@@ -1171,7 +1172,7 @@ fn host_paths_containing(root: &Path, needle: &str, depth: usize) -> Vec<PathBuf
 
 #[test]
 fn tar_uploads_cannot_escape_the_target_directory() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     let (host_dir, _) = host_marker_dir();
     let hd = host_dir.path().to_string_lossy().into_owned();
     let host_before = snapshot(host_dir.path());
@@ -1371,7 +1372,7 @@ async fn read_until(lines: &mut Lines, needle: &str) -> String {
 
 #[test]
 fn exec_streams_ndjson_sse_and_json() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("exec").await;
         let id = a.create_sandbox(json!({})).await;
@@ -1488,7 +1489,7 @@ fn exec_streams_ndjson_sse_and_json() {
 
 #[test]
 fn exec_stdin() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("stdin").await;
         let id = a.create_sandbox(json!({})).await;
@@ -1591,7 +1592,7 @@ async fn exit_of(a: &Client, id: &str, pid: u64) -> Value {
 
 #[test]
 fn background_reattach_signals_and_kill() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("background").await;
         let id = a.create_sandbox(json!({})).await;
@@ -1800,7 +1801,7 @@ fn with_query(path: &str, query: &[(&str, &str)]) -> String {
 
 #[test]
 fn pty_resize_and_websockets() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("terminals").await;
         let id = a.create_sandbox(json!({})).await;
@@ -1924,7 +1925,7 @@ fn pty_resize_and_websockets() {
 
 #[test]
 fn a_foreground_client_that_disconnects_kills_its_process() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("leaver").await;
         let id = a.create_sandbox(json!({})).await;
@@ -2089,7 +2090,7 @@ fn host_sha256(chunks: u64, chunk: usize) -> String {
 fn a_64_mib_file_streams_both_ways() {
     const CHUNK: usize = 1 << 20;
     const CHUNKS: u64 = 64;
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     let expected_sha = host_sha256(CHUNKS, CHUNK);
     h.block_on(async {
         let a = h.admin.new_tenant("bulk").await;
@@ -2147,9 +2148,7 @@ fn a_64_mib_file_streams_both_ways() {
                 "the 64 MiB round trip grew the process by {grown} KiB: the file was buffered"
             );
         } else {
-            eprintln!(
-                "SKIPPED the memory check: it needs nextest's process per test and /proc/self/clear_refs"
-            );
+            skip("the memory check: it needs nextest's process per test and /proc/self/clear_refs");
         }
         // The sandbox holds the same bytes.
         let sum = a.sh(&id, "sha256sum /home/user/big.bin | cut -d' ' -f1").await;
@@ -2187,7 +2186,7 @@ async fn frename(a: &Client, id: &str, from: &str, to: &str) -> Reply {
 
 #[test]
 fn file_operations_and_their_errors() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("files").await;
         let id = a.create_sandbox(json!({})).await;
@@ -2397,7 +2396,7 @@ fn file_operations_and_their_errors() {
 
 #[test]
 fn tar_round_trip_of_a_tree() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("tarball").await;
         let id = a.create_sandbox(json!({})).await;
@@ -2486,7 +2485,7 @@ fn tar_round_trip_of_a_tree() {
 
 #[test]
 fn watch_reports_changes_made_through_the_api() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("watcher").await;
         let id = a.create_sandbox(json!({})).await;
@@ -2584,7 +2583,7 @@ fn watch_reports_changes_made_through_the_api() {
 
 #[test]
 fn quotas_per_tenant() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let admin = &h.admin;
         let quota = admin
@@ -2701,7 +2700,7 @@ fn quotas_per_tenant() {
 
 #[test]
 fn validation_errors_name_the_field() {
-    let Some(h) = Harness::with(Options {
+    let h = Harness::with(Options {
         max_limits: paddock_types::Limits {
             memory: Some(paddock_types::ByteSize::gib(2)),
             cpus: None,
@@ -2709,9 +2708,7 @@ fn validation_errors_name_the_field() {
             disk: None,
         },
         ..Options::default()
-    }) else {
-        return;
-    };
+    });
     h.block_on(async {
         let a = h.admin.new_tenant("validation").await;
         let field = |r: &Reply| r.json()["field"].as_str().unwrap_or("").to_owned();
@@ -2856,7 +2853,7 @@ fn now_ms() -> u128 {
 
 #[test]
 fn timeouts_expiry_extension_and_usage() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("timer").await;
         // Expiry: the reaper ends it; it stays visible as `expired`.
@@ -2962,7 +2959,7 @@ fn timeouts_expiry_extension_and_usage() {
 
 #[test]
 fn lists_filter_by_label_and_page() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("lister").await;
         let mut batch = BTreeSet::new();
@@ -3049,7 +3046,7 @@ fn lists_filter_by_label_and_page() {
 
 #[test]
 fn environment_names_with_an_equals_sign_are_refused_up_front() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("envcheck").await;
         // A name such as `A=B` is not a variable name (`A=B=x` would set A to `B=x`), and the agent
@@ -3082,7 +3079,7 @@ fn environment_names_with_an_equals_sign_are_refused_up_front() {
 
 #[test]
 fn the_audit_log_records_every_action_in_order() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("audited").await;
         let mut expected: Vec<(&str, Option<String>)> = Vec::new();
@@ -3395,12 +3392,10 @@ async fn pool_ready(h: &Harness, total: usize) -> BTreeSet<String> {
 
 #[test]
 fn warm_pool_serves_creates_and_refills() {
-    let Some(h) = Harness::with(Options {
+    let h = Harness::with(Options {
         warm_pool: 2,
         ..Options::default()
-    }) else {
-        return;
-    };
+    });
     h.block_on(async {
         let warm = pool_ready(&h, 2).await;
         let templates = h.admin.get("/v1/templates").await.ok(200);
@@ -3537,7 +3532,7 @@ fn warm_pool_serves_creates_and_refills() {
 
 #[test]
 fn killing_a_sandbox_ends_its_streams() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("ender").await;
         let id = a.create_sandbox(json!({})).await;
@@ -3598,7 +3593,7 @@ fn killing_a_sandbox_ends_its_streams() {
 
 #[test]
 fn a_reattached_stream_says_why_it_ends_when_the_sandbox_dies() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("reattacher").await;
         let id = a.create_sandbox(json!({})).await;
@@ -3630,7 +3625,7 @@ fn a_reattached_stream_says_why_it_ends_when_the_sandbox_dies() {
 
 #[test]
 fn a_file_whose_size_is_unknown_downloads_whole() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("procfs").await;
         let id = a.create_sandbox(json!({})).await;
@@ -3655,7 +3650,7 @@ fn a_file_whose_size_is_unknown_downloads_whole() {
 
 #[test]
 fn a_fifo_is_a_client_error_not_a_server_error() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("fifo").await;
         let id = a.create_sandbox(json!({})).await;
@@ -3679,7 +3674,7 @@ fn a_fifo_is_a_client_error_not_a_server_error() {
 /// Snapshots, step transactions, forks, creation from a snapshot, and pause / resume through the API.
 #[test]
 fn snapshots_checkpoints_forks_and_pause() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("snapper").await;
         let b = h.admin.new_tenant("snoop").await;

@@ -69,7 +69,7 @@ async fn sandbox_ids(c: &Client, state: &str) -> Vec<String> {
 
 #[test]
 fn stopped_sandboxes_snapshots_and_volumes_count_against_the_quota() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         h.admin
             .put(
@@ -222,7 +222,7 @@ async fn forked_snapshot(c: &Client) -> String {
 
 #[test]
 fn concurrent_snapshots_volumes_and_forks_cannot_overshoot_the_quota() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         h.admin
             .put(
@@ -312,7 +312,7 @@ fn concurrent_snapshots_volumes_and_forks_cannot_overshoot_the_quota() {
 
 #[test]
 fn storage_quota_charges_disks_snapshots_volumes_and_imports() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         h.admin
             .put("/v1/tenants/filler/quota", json!({"max_storage": "1G"}))

@@ -52,12 +52,10 @@ async fn mount_options(client: &Client, id: &str, path: &str) -> String {
 #[test]
 fn data_outlives_sandboxes_is_shared_live_and_delete_frees_it() {
     // A warm pool, to show that a create with volumes is not served by a warm sandbox (which has none).
-    let Some(h) = Harness::with(Options {
+    let h = Harness::with(Options {
         warm_pool: 1,
         ..Options::default()
-    }) else {
-        return;
-    };
+    });
     h.block_on(async {
         let a = h.admin.new_tenant("vol-owner").await;
         let info = create_volume(
@@ -193,7 +191,7 @@ fn data_outlives_sandboxes_is_shared_live_and_delete_frees_it() {
 
 #[test]
 fn read_only_stays_read_only_and_links_resolve_inside_the_sandbox() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("vol-ro").await;
         create_volume(&a, json!({"name": "shared"})).await;
@@ -261,7 +259,7 @@ fn read_only_stays_read_only_and_links_resolve_inside_the_sandbox() {
 
 #[test]
 fn a_link_planted_on_the_way_to_a_mount_point_stays_inside_the_sandbox() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("vol-link").await;
         create_volume(&a, json!({"name": "v"})).await;
@@ -323,7 +321,7 @@ fn a_link_planted_on_the_way_to_a_mount_point_stays_inside_the_sandbox() {
 
 #[test]
 fn the_size_limit_gives_edquot() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("vol-quota").await;
         create_volume(&a, json!({"name": "small", "size": "32M"})).await;
@@ -349,7 +347,7 @@ fn the_size_limit_gives_edquot() {
 
 #[test]
 fn mount_paths_are_validated() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("vol-paths").await;
         create_volume(&a, json!({"name": "v"})).await;
@@ -424,7 +422,7 @@ fn volume_probes_for(method: &str, template: &str) -> Option<Vec<(Method, Option
 
 #[test]
 fn another_tenants_volume_answers_like_a_missing_one() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("vol-a").await;
         let b = h.admin.new_tenant("vol-b").await;

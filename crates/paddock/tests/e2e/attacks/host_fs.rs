@@ -10,6 +10,7 @@
 
 use crate::support as common;
 use crate::support::api_harness;
+use crate::support::skip;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -149,7 +150,7 @@ async fn assert_own_identity(c: &Client, id: &str, host: &HostFiles) {
 /// through a prepared rollback (a checkpoint's).
 #[test]
 fn a_rollback_reads_nothing_a_snapshot_planted_in_etc() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     let host = HostFiles::new();
     h.block_on(async {
         let a = h.admin.new_tenant("planter").await;
@@ -233,7 +234,7 @@ fn a_rollback_reads_nothing_a_snapshot_planted_in_etc() {
 /// symlinks to host fifos, `/dev/zero` and host files, and fifos, where plain files are expected.
 #[test]
 fn other_host_side_reads_never_follow_what_a_sandbox_planted() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     let host = HostFiles::new();
     h.block_on(async {
         let a = h.admin.new_tenant("planter").await;
@@ -354,15 +355,12 @@ fn other_host_side_reads_never_follow_what_a_sandbox_planted() {
 #[test]
 fn network_files_replace_what_a_sandbox_planted() {
     if !has_network_tools() {
-        eprintln!("SKIPPED: no ip/nft: sandboxes cannot have networks here");
-        return;
+        return skip("no ip/nft: sandboxes cannot have networks here");
     }
-    let Some(h) = Harness::with(Options {
+    let h = Harness::with(Options {
         network: Some(network_config()),
         ..Options::default()
-    }) else {
-        return;
-    };
+    });
     let host = HostFiles::new();
     h.block_on(async {
         let a = h.admin.new_tenant("netplanter").await;
@@ -424,7 +422,7 @@ fn network_files_replace_what_a_sandbox_planted() {
 /// rollback (the delays only spread the interleavings; every one must end clean).
 #[test]
 fn a_kill_racing_a_rollback_leaves_no_untracked_init() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("racer").await;
         for round in 0..12u64 {
@@ -500,7 +498,7 @@ fn a_kill_racing_a_rollback_leaves_no_untracked_init() {
 /// number of descriptors (it runs in this process: its descriptors are this process's).
 #[test]
 fn huge_trees_are_walked_with_bounded_descriptors() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("deep").await;
         let id = a.create_sandbox(json!({})).await;
@@ -557,7 +555,7 @@ fn huge_trees_are_walked_with_bounded_descriptors() {
 /// and says so in its audit row; owners stay the sandbox's ids.
 #[test]
 fn an_export_clears_set_id_bits_unless_asked() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("suid").await;
         let id = a.create_sandbox(json!({})).await;
@@ -616,7 +614,7 @@ fn an_export_clears_set_id_bits_unless_asked() {
 /// sandbox's user or root.
 #[test]
 fn nothing_host_side_is_named_inside_a_sandbox() {
-    let Some(h) = Harness::start() else { return };
+    let h = Harness::start();
     let state = h.env().state().to_string_lossy().into_owned();
     let agent = common::agent_bin();
     let needles = [

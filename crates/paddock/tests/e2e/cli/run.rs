@@ -9,9 +9,6 @@ use common::*;
 
 #[test]
 fn exit_codes_follow_the_command() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     assert_code(&env.run(&[], &["true"]), 0);
     assert_code(&env.run(&[], &["false"]), 1);
@@ -26,9 +23,6 @@ fn exit_codes_follow_the_command() {
 
 #[test]
 fn stdout_and_stderr_stay_separate() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let o = env.sh(&[], "echo out1; echo err1 >&2; echo out2; echo err2 >&2");
     assert_code(&o, 0);
@@ -39,9 +33,6 @@ fn stdout_and_stderr_stay_separate() {
 
 #[test]
 fn stdin_is_piped_through() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let mut child = env
         .cmd()
@@ -75,9 +66,6 @@ fn stdin_is_piped_through() {
 
 #[test]
 fn options_shape_the_sandbox() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let o = env.sh(&[], "id -un; id -u; pwd; hostname; echo $HOME");
     assert_code(&o, 0);
@@ -102,9 +90,6 @@ fn options_shape_the_sandbox() {
 
 #[test]
 fn bad_input_gets_one_line_and_exit_125() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let cases: &[&[&str]] = &[
         &["run", "--bogus", "--", "true"],
@@ -166,9 +151,6 @@ fn run_on_pty(env: &TestEnv, script: &str) -> (Option<i32>, String) {
 
 #[test]
 fn tty_mode_runs_on_a_real_terminal() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let (code, out) = run_on_pty(&env, "stty size; tty; test -t 0 && echo STDIN-IS-TTY; exit 3");
     assert_eq!(code, Some(3), "{out}");
@@ -180,9 +162,6 @@ fn tty_mode_runs_on_a_real_terminal() {
 
 #[test]
 fn tiocsti_is_refused_under_tty() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let (code, out) = run_on_pty(
         &env,
@@ -201,9 +180,6 @@ fn tiocsti_is_refused_under_tty() {
 
 #[test]
 fn runs_on_a_custom_rootfs() {
-    if !require_root() {
-        return;
-    }
     let busybox = std::path::Path::new("/bin/busybox");
     if !busybox.exists() {
         panic!("this test needs busybox-static (/bin/busybox); scripts/test.sh installs it");
@@ -233,9 +209,6 @@ fn runs_on_a_custom_rootfs() {
 
 #[test]
 fn tty_window_size_follows_the_terminal() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let (master, slave) =
         paddock_sys::pty::open_pty(Some(paddock_sys::pty::WinSize { rows: 33, cols: 101 })).expect("pty");
@@ -296,9 +269,6 @@ fn tty_window_size_follows_the_terminal() {
 
 #[test]
 fn a_foreign_state_directory_is_refused_untouched() {
-    if !require_root() {
-        return;
-    }
     use std::os::unix::fs::PermissionsExt;
     let foreign = tempfile::tempdir().expect("tempdir");
     std::fs::write(foreign.path().join("notes.txt"), "someone else's").expect("write");

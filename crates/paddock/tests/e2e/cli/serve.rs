@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{assert_code, require_root, stderr, stdout, wait_until, TestEnv};
+use common::{assert_code, stderr, stdout, wait_until, TestEnv};
 
 use crate::support::server;
 
@@ -58,9 +58,6 @@ fn json(o: &Output) -> serde_json::Value {
 
 #[test]
 fn serve_and_drive_it_with_the_client() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let server = Server::start(&env, &[], "info");
     let key_path = env.state().join("admin.key");
@@ -351,9 +348,6 @@ fn serve_and_drive_it_with_the_client() {
 
 #[test]
 fn a_second_server_on_the_same_state_directory_is_refused() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let server = Server::start(&env, &[], "info");
     let o = env
@@ -371,9 +365,6 @@ fn a_second_server_on_the_same_state_directory_is_refused() {
 
 #[test]
 fn sandboxes_survive_a_server_restart() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let server = Server::start(&env, &[], "info");
     let id = ok(&server.run(&env, &["sandbox", "create"])).trim().to_owned();
@@ -407,9 +398,6 @@ fn sandboxes_survive_a_server_restart() {
 
 #[test]
 fn a_stopped_sandbox_survives_a_server_restart_and_resumes() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let server = Server::start(&env, &[], "info");
     let id = ok(&server.run(&env, &["sandbox", "create"])).trim().to_owned();
@@ -508,9 +496,6 @@ fn assert_same_tree(a: &Path, b: &Path) {
 
 #[test]
 fn volumes_with_the_cli_and_across_a_restart() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let server = Server::start(&env, &[], "info");
     let vid = ok(&server.run(

@@ -9,7 +9,7 @@ use crate::support::server;
 use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
-use common::{require_root, TestEnv};
+use common::TestEnv;
 use reqwest::Method;
 use serde_json::{json, Value};
 use server::*;
@@ -19,9 +19,6 @@ const DIE_DEADLINE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_right_after_a_spawn_leaves_the_process_audited() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let server = Server::start_wrapped(&env, &["env", "PADDOCK_FAULT=exec.spawned"], &[], "info");
     let api = server.api();

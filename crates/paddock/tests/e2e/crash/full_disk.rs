@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{require_root, TestEnv};
+use common::TestEnv;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use server::*;
@@ -132,9 +132,6 @@ fn assert_no_space(reply: &Reply, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_state_directory_refuses_writes_serves_reads_and_recovers() {
-    if !require_root() {
-        return;
-    }
     let fs = SmallStateFs::new();
     let env = fs.env();
     let server = Server::start(env, &[], "info");
@@ -274,9 +271,6 @@ async fn pool_writes(api: &Api, key: &str, sandbox: &str, archive: &[u8]) -> Vec
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_pool_answers_no_space_on_every_route_that_writes_to_it_and_recovers() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let server = Server::start(&env, &["--pool-size", SMALL_POOL], "info");
     let api = server.api();

@@ -16,7 +16,7 @@ use crate::support as common;
 use crate::support::crash;
 use crate::support::server;
 
-use common::{require_root, TestEnv};
+use common::TestEnv;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use server::*;
@@ -297,9 +297,6 @@ async fn check_client(api: &Api, key: &str, log: &ClientLog) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_concurrent_load_loses_nothing_acknowledged() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let mut server = Server::start(&env, &[], "info");
     let key = server.api().create_key(&server.admin_key, TENANT).await;

@@ -12,7 +12,7 @@ use crate::support::server;
 use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
-use common::{require_root, TestEnv};
+use common::TestEnv;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use server::*;
@@ -108,9 +108,6 @@ async fn set_up_and_crash(env: &TestEnv, api: &Api, key: &str, a: &str, scenario
 /// Runs one crash case: `point` (a crash point, `name` or `name@N`) armed, `scenario` played, then
 /// a restart and the checks.
 async fn crash_case(point: &str, scenario: Scenario, expect: Expect) {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let server = Server::start_with_env(&env, &[], "info", &[("PADDOCK_FAULT", point)]);
     let (api, admin) = (server.api(), server.admin_key.clone());

@@ -11,7 +11,7 @@ use crate::support::server;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{require_root, TestEnv};
+use common::TestEnv;
 use futures_util::StreamExt as _;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -136,9 +136,6 @@ async fn assert_nothing_orphaned(env: &TestEnv, api: &Api, admin: &str) -> BTree
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_and_restart_loses_nothing_and_orphans_nothing() {
-    if !require_root() {
-        return;
-    }
     let started = Instant::now();
     let env = TestEnv::new();
     let server = Server::start(&env, WARM_POOL, "info");
@@ -416,9 +413,6 @@ async fn kill_9_and_restart_loses_nothing_and_orphans_nothing() {
 /// exit is a row; the agent still remembers the exit status).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_that_ends_while_the_server_is_down_gets_its_exit_recorded() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let server = Server::start(&env, &[], "info");
     let api = server.api();

@@ -10,7 +10,7 @@ use crate::support::server;
 
 use std::time::Instant;
 
-use common::{require_root, TestEnv};
+use common::TestEnv;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use server::*;
@@ -91,9 +91,6 @@ async fn assert_states(env: &TestEnv, api: &Api, key: &str, paused: &[String], s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_and_stopped_sandboxes_survive_restarts_in_their_state() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let server = Server::start(&env, &[], "info");
     let admin = server.admin_key.clone();

@@ -53,6 +53,8 @@ fn run(cmd: &mut Command) {
 }
 
 fn outside() -> Outside {
+    // Root before the first veth: not root is a failure, as in `TestEnv::new`.
+    common::require_root();
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     run(Command::new("python3")
@@ -211,16 +213,11 @@ fn fetch(url: &str, auth: Option<&str>) -> String {
 
 #[test]
 fn a_networked_sandbox_reaches_only_what_its_policy_allows() {
-    if !common::require_root() {
-        return;
-    }
     let o = outside();
-    let Some(h) = Harness::with(Options {
+    let h = Harness::with(Options {
         network: Some(network_config(&o)),
         ..Options::default()
-    }) else {
-        return;
-    };
+    });
     let (ip, http, https) = (o.ip, o.http, o.https);
     h.block_on(async {
         let c = &h.admin;
@@ -395,9 +392,7 @@ fn a_networked_sandbox_reaches_only_what_its_policy_allows() {
 
 #[test]
 fn a_sandbox_without_a_network_is_refused_one_by_a_server_without_egress() {
-    let Some(h) = Harness::start() else {
-        return;
-    };
+    let h = Harness::start();
     h.block_on(async {
         let r = h
             .admin
@@ -431,9 +426,6 @@ fn egress_toml(o: &Outside, env: &common::TestEnv) -> std::path::PathBuf {
 /// configuration file and the secret's value from its own environment.
 #[test]
 fn paddock_run_filters_and_injects_like_the_server() {
-    if !common::require_root() {
-        return;
-    }
     let o = outside();
     let env = common::TestEnv::new();
     let config = egress_toml(&o, &env);
@@ -504,9 +496,6 @@ fn paddock_run_filters_and_injects_like_the_server() {
 /// network view and a live change.
 #[test]
 fn the_cli_manages_secrets_and_sandbox_networks_on_a_server() {
-    if !common::require_root() {
-        return;
-    }
     let o = outside();
     let env = common::TestEnv::new();
     let config = egress_toml(&o, &env);
@@ -671,16 +660,11 @@ fn tls_raw(host: &str, port: u16, request: &str) -> String {
 /// proxy, never forwarded with the value.
 #[test]
 fn injection_gives_a_reflecting_or_fronted_host_nothing() {
-    if !common::require_root() {
-        return;
-    }
     let o = outside();
-    let Some(h) = Harness::with(Options {
+    let h = Harness::with(Options {
         network: Some(network_config(&o)),
         ..Options::default()
-    }) else {
-        return;
-    };
+    });
     let https = o.https;
     h.block_on(async {
         let c = &h.admin;
@@ -822,9 +806,6 @@ fn open_descriptors() -> usize {
 /// in the audit log as a few rows with counts, and in the metrics.
 #[test]
 fn a_flooding_sandbox_leaves_the_server_and_its_neighbours_working() {
-    if !common::require_root() {
-        return;
-    }
     const BUDGET: usize = 400;
     let o = outside();
     let mut network = network_config(&o);
@@ -838,12 +819,10 @@ fn a_flooding_sandbox_leaves_the_server_and_its_neighbours_working() {
     // Let thousands of connections reach the proxy (the default firewall rate would stop most of
     // them before it: that bound is checked in runtime_network.rs).
     network.conntrack.new_per_second = 20_000;
-    let Some(h) = Harness::with(Options {
+    let h = Harness::with(Options {
         network: Some(network),
         ..Options::default()
-    }) else {
-        return;
-    };
+    });
     let http = o.http;
     h.block_on(async {
         let c = &h.admin;

@@ -16,9 +16,6 @@ fn py(env: &TestEnv, opts: &[&str], code: &str) -> std::process::Output {
 
 #[test]
 fn cannot_read_a_root_only_host_file() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let name = format!("/root/paddock-secret-{}", std::process::id());
     std::fs::write(&name, "TOP-SECRET-CONTENT").expect("plant secret");
@@ -44,9 +41,6 @@ fn cannot_read_a_root_only_host_file() {
 
 #[test]
 fn cannot_see_the_callers_environment() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let o = env
         .cmd()
@@ -78,9 +72,6 @@ fn cannot_see_the_callers_environment() {
 
 #[test]
 fn cannot_write_any_host_path() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let probe = format!("paddock-probe-{}", std::process::id());
     for user in ["user", "root"] {
@@ -111,9 +102,6 @@ fn cannot_write_any_host_path() {
 
 #[test]
 fn host_directories_are_not_visible() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let o = env.sh(
         &[],
@@ -128,9 +116,6 @@ fn host_directories_are_not_visible() {
 
 #[test]
 fn cannot_see_or_signal_host_processes() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let mut host = Command::new("sleep").arg("987654").spawn().expect("host sleep");
     let pid = host.id();
@@ -168,9 +153,6 @@ print(len([p for p in os.listdir("/proc") if p.isdigit()]))
 
 #[test]
 fn cannot_reach_host_loopback_or_abstract_sockets() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let tcp = TcpListener::bind("127.0.0.1:0").expect("bind");
     tcp.set_nonblocking(true).expect("nonblocking");
@@ -201,9 +183,6 @@ except OSError as e: print("unix refused", e.errno)
 
 #[test]
 fn network_is_loopback_only_without_a_default_route() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let o = env.sh(
         &[],
@@ -234,9 +213,6 @@ fn network_is_loopback_only_without_a_default_route() {
 
 #[test]
 fn no_capabilities_seccomp_and_no_new_privs() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     for user in ["user", "root"] {
         let o = env.sh(
@@ -262,9 +238,6 @@ fn no_capabilities_seccomp_and_no_new_privs() {
 
 #[test]
 fn kernel_knobs_are_not_writable() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let o = env.sh(
         &["--user", "root"],
@@ -285,9 +258,6 @@ fn kernel_knobs_are_not_writable() {
 
 #[test]
 fn no_kvm_or_block_devices() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let o = env.sh(
         &["--user", "root"],
@@ -310,9 +280,6 @@ fn no_kvm_or_block_devices() {
 
 #[test]
 fn dangerous_syscalls_are_refused() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     // x86_64 syscall numbers: io_uring_setup 425, userfaultfd 323, bpf 321, keyctl 250, add_key 248,
     // unshare 272, perf_event_open 298, mount 165, open_by_handle_at 304, kexec_load 246, init_module 175.
@@ -347,9 +314,6 @@ print("getpid", os.getpid() > 0)
 
 #[test]
 fn sandbox_users_map_to_unprivileged_host_ids() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     for (user, inside) in [("user", 1000u32), ("root", 0u32)] {
         let mut child = env
@@ -402,9 +366,6 @@ fn sandbox_users_map_to_unprivileged_host_ids() {
 
 #[test]
 fn mounts_honour_read_only() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("in.txt"), "from host").expect("write");

@@ -37,10 +37,10 @@ fn backend(env: &TestEnv, subnet: &str) -> NativeBackend {
     .expect("open the native backend")
 }
 
-/// Skips (loudly) where the host cannot make links.
+/// Whether the host can make links; a loud skip when not.
 fn require_network(backend: &NativeBackend) -> bool {
     if !backend.capabilities().network {
-        eprintln!("SKIPPED: this host lacks ip (iproute2), nft (nftables) or util-linux");
+        skip("this host lacks ip (iproute2), nft (nftables) or util-linux");
         return false;
     }
     true
@@ -307,9 +307,6 @@ async fn interfaces(client: &AgentClient) -> String {
 
 #[tokio::test]
 async fn traffic_reaches_only_the_proxy_listeners() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env, "10.252.1.0/24");
@@ -380,9 +377,6 @@ async fn traffic_reaches_only_the_proxy_listeners() {
 
 #[tokio::test]
 async fn the_sandbox_root_cannot_change_its_network() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env, "10.252.2.0/24");
@@ -456,9 +450,6 @@ async fn the_sandbox_root_cannot_change_its_network() {
 
 #[tokio::test]
 async fn two_sandboxes_get_their_own_links_and_files() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env, "10.252.3.0/24");
@@ -522,9 +513,6 @@ async fn two_sandboxes_get_their_own_links_and_files() {
 
 #[tokio::test]
 async fn rollbacks_keep_the_link() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env, "10.252.4.0/24");
@@ -591,9 +579,6 @@ async fn rollbacks_keep_the_link() {
 
 #[tokio::test]
 async fn stop_gc_and_adoption_handle_the_link() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env, "10.252.5.0/24");
@@ -677,9 +662,6 @@ async fn stop_gc_and_adoption_handle_the_link() {
 
 #[tokio::test]
 async fn a_failed_create_leaves_no_link() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let subnet = "10.252.7.0/24";
@@ -724,9 +706,6 @@ async fn a_failed_create_leaves_no_link() {
 
 #[tokio::test]
 async fn a_rootfs_directory_gets_the_files_through_a_layer() {
-    if !require_root() {
-        return;
-    }
     let busybox = std::path::Path::new("/bin/busybox");
     assert!(
         busybox.exists(),
@@ -800,9 +779,6 @@ async fn a_rootfs_directory_gets_the_files_through_a_layer() {
 
 #[tokio::test]
 async fn a_sandbox_without_network_sees_only_loopback() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env, "10.252.8.0/24");
@@ -823,9 +799,6 @@ async fn a_sandbox_without_network_sees_only_loopback() {
 #[tokio::test]
 #[ignore = "a measurement, not a check"]
 async fn create_time_with_and_without_network() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env, "10.252.9.0/24");
@@ -937,9 +910,6 @@ impl Drop for Holder {
 /// either, a connection is rejected at once and takes no entry.
 #[tokio::test]
 async fn a_sandbox_gets_a_bounded_share_of_connection_tracking() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let _gc = GcOnDrop(&env);
     let backend = backend(&env, "10.252.9.0/24");

@@ -180,12 +180,12 @@ impl FreezeWatch {
     }
 }
 
-/// Whether this host can freeze sandboxes (a cgroup2 hierarchy); says so loudly when not.
+/// Whether this host can freeze sandboxes (a cgroup2 hierarchy); a loud skip when not.
 fn require_freezer() -> bool {
     let v2 = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers").is_ok();
     let hybrid = Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists();
     if !(v2 || hybrid) {
-        eprintln!("SKIPPED: no cgroup2 hierarchy, so no freezer (snapshots and pause are unsupported)");
+        skip("no cgroup2 hierarchy, so no freezer (snapshots and pause are unsupported)");
         return false;
     }
     true
@@ -281,7 +281,7 @@ fn volume_tree(env: &TestEnv, id: &str) -> BTreeMap<String, String> {
 
 #[tokio::test]
 async fn a_snapshot_taken_while_a_process_writes_holds_a_consistent_prefix() {
-    if !require_root() || !require_freezer() {
+    if !require_freezer() {
         return;
     }
     let env = TestEnv::new();
@@ -395,7 +395,7 @@ async fn a_prepared_rollback_restores_exactly_the_same_and_leaves_nothing_behind
 }
 
 async fn rollback_case(prepared: bool) {
-    if !require_root() || !require_freezer() {
+    if !require_freezer() {
         return;
     }
     let env = TestEnv::new();
@@ -605,7 +605,7 @@ async fn rollback_case(prepared: bool) {
 
 #[tokio::test]
 async fn forks_never_see_each_others_writes() {
-    if !require_root() || !require_freezer() {
+    if !require_freezer() {
         return;
     }
     let env = TestEnv::new();
@@ -735,7 +735,7 @@ async fn burns_cpu(backend: &NativeBackend, handle: &SandboxHandle) -> bool {
 
 #[tokio::test]
 async fn a_paused_sandbox_uses_no_cpu_until_resumed() {
-    if !require_root() || !require_freezer() {
+    if !require_freezer() {
         return;
     }
     let env = TestEnv::new();
@@ -799,7 +799,7 @@ async fn a_paused_sandbox_uses_no_cpu_until_resumed() {
 
 #[tokio::test]
 async fn snapshots_are_measured_listed_deleted_and_left_alone_by_gc() {
-    if !require_root() || !require_freezer() {
+    if !require_freezer() {
         return;
     }
     let env = TestEnv::new();
@@ -888,7 +888,7 @@ async fn snapshots_are_measured_listed_deleted_and_left_alone_by_gc() {
 
 #[tokio::test]
 async fn a_sandbox_at_its_disk_limit_can_be_snapshotted_and_rolled_back() {
-    if !require_root() || !require_freezer() {
+    if !require_freezer() {
         return;
     }
     let env = TestEnv::new();
@@ -999,7 +999,7 @@ fn create_elsewhere(env: &TestEnv, id: &str) {
 
 #[tokio::test]
 async fn an_adopted_sandbox_stays_paused_and_can_be_rolled_back() {
-    if !require_root() || !require_freezer() {
+    if !require_freezer() {
         return;
     }
     let env = TestEnv::new();
@@ -1062,7 +1062,7 @@ async fn an_adopted_sandbox_stays_paused_and_can_be_rolled_back() {
 #[tokio::test]
 #[ignore = "a measurement (writes 1 GB), run by hand"]
 async fn measure_snapshot_rollback_and_fork_times() {
-    if !require_root() || !require_freezer() {
+    if !require_freezer() {
         return;
     }
     // PADDOCK_LOG=debug shows each step's time.
@@ -1191,7 +1191,7 @@ async fn measure_snapshot_rollback_and_fork_times() {
 /// `group`, `hosts` and `hostname` are rewritten for the new sandbox, `resolv.conf` is not).
 #[tokio::test]
 async fn a_symlink_in_a_snapshot_never_binds_a_host_file() {
-    if !require_root() || !require_freezer() {
+    if !require_freezer() {
         return;
     }
     let busybox = std::path::Path::new("/bin/busybox");

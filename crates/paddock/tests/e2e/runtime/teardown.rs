@@ -42,9 +42,6 @@ fn signal(child: &Child, sig: rustix::process::Signal) {
 
 #[test]
 fn sigterm_and_sigint_tear_everything_down() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     for (sig, code) in [
         (rustix::process::Signal::TERM, 143),
@@ -64,9 +61,6 @@ fn sigterm_and_sigint_tear_everything_down() {
 
 #[test]
 fn daemonized_processes_do_not_survive_a_normal_exit() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let o = env.sh(
         &[],
@@ -78,9 +72,6 @@ fn daemonized_processes_do_not_survive_a_normal_exit() {
 
 #[test]
 fn a_killed_paddock_takes_its_sandbox_along_and_gc_reclaims_the_rest() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     let mut child = start(&env, DAEMONS);
     signal(&child, rustix::process::Signal::KILL);
@@ -119,9 +110,6 @@ fn parent_cgroups(env: &TestEnv) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn gc_and_pool_destroy_remove_the_parent_cgroups_paddock_made() {
-    if !require_root() {
-        return;
-    }
     let env = TestEnv::new();
     assert_code(&env.run(&[], &["true"]), 0);
     assert!(!parent_cgroups(&env).is_empty(), "a run makes its parent cgroups");

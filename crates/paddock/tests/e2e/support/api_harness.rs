@@ -19,7 +19,7 @@ use paddock_types::{Limits, RootfsSpec};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::support::{require_root, TestEnv};
+use crate::support::TestEnv;
 
 /// How long one plain (non-streaming) request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -81,16 +81,15 @@ pub struct Harness {
 }
 
 impl Harness {
-    /// A service with default options; `None` (a loud skip) when not root.
-    pub fn start() -> Option<Self> {
+    /// A service with default options (a failure when not root: [`TestEnv::new`]).
+    #[track_caller]
+    pub fn start() -> Self {
         Self::with(Options::default())
     }
 
-    /// A service configured by `options`; `None` (a loud skip) when not root.
-    pub fn with(options: Options) -> Option<Self> {
-        if !require_root() {
-            return None;
-        }
+    /// A service configured by `options` (a failure when not root: [`TestEnv::new`]).
+    #[track_caller]
+    pub fn with(options: Options) -> Self {
         let env = TestEnv::new();
         let http = reqwest::Client::builder()
             .no_proxy()
@@ -190,7 +189,7 @@ impl Harness {
         h.admin.base = h.base.clone();
         h.admin.key = Some(admin_key.key);
         h.admin.key_id = Some(admin_key.id);
-        Some(h)
+        h
     }
 
     pub fn env(&self) -> &TestEnv {

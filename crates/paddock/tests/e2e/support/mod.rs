@@ -29,13 +29,46 @@ pub fn agent_bin() -> PathBuf {
     p
 }
 
-/// Skips (loudly) unless running as root: the native backend needs it. CI runs as root.
-pub fn require_root() -> bool {
-    if !rustix::process::geteuid().is_root() {
-        eprintln!("SKIPPED: end-to-end sandbox tests need root (CI runs them as root)");
-        return false;
+/// Fails the test unless this is root on a host with what every sandbox needs (cgroup hierarchies
+/// with the memory, pids and cpu controllers; user namespaces). The end-to-end suite must fail there
+/// rather than count skipped tests as passes: CI runs it as root. [`TestEnv::new`] and the API
+/// harness start with it; a test only calls it itself when it needs root before its environment.
+///
+/// A root host that lacks a feature only some tests need (the freezer, `ip`/`nft`, an I/O weight)
+/// is different: those tests skip with a loud reason ([`skip`]).
+#[track_caller]
+pub fn require_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "the end-to-end tests create real sandboxes and must run as root (CI does): \
+         run scripts/test.sh as root"
+    );
+    let cgroup = Path::new("/sys/fs/cgroup");
+    if !cgroup.join("cgroup.controllers").exists() {
+        for controller in ["memory", "pids", "cpu"] {
+            assert!(
+                cgroup.join(controller).join("tasks").exists(),
+                "the end-to-end tests need the cgroup v1 controller '{controller}' mounted at \
+                 /sys/fs/cgroup/{controller} (or a cgroup v2 root)"
+            );
+        }
     }
-    true
+    let user_namespaces = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .ok()
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    assert!(
+        user_namespaces.is_some_and(|n| n > 0),
+        "the end-to-end tests need user namespaces (/proc/sys/user/max_user_namespaces > 0)"
+    );
+}
+
+/// A loud skip, for a root host that lacks what one test needs: says why on stderr (nextest shows
+/// it with the test's output). Not being root is still a failure ([`require_root`] first), so no
+/// run that is not root can pass by skipping.
+#[track_caller]
+pub fn skip(reason: &str) {
+    require_root();
+    eprintln!("SKIPPED: {reason}");
 }
 
 pub struct TestEnv {
@@ -45,7 +78,13 @@ pub struct TestEnv {
 }
 
 impl TestEnv {
+    /// The fixture every test that creates sandboxes starts with: [`require_root`] (a failure when
+    /// not root), then a fresh state directory and cgroup parent. Dropped, also when the test
+    /// panics, it destroys the pool and removes the parent cgroups; a test ends with
+    /// [`TestEnv::assert_clean`] (the API harness calls it on drop) to check nothing was left.
+    #[track_caller]
     pub fn new() -> Self {
+        require_root();
         let state_dir = tempfile::Builder::new()
             .prefix("paddock-test-")
             .tempdir_in("/var/tmp")
