@@ -6,16 +6,17 @@
 //! log holds a row for every process start and exit and its chain verifies. Throughput and latency
 //! are printed, never asserted.
 
-use crate::support as common;
-use crate::support::server;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{wait_until, TestEnv};
 use serde_json::{json, Value};
-use server::*;
+
+use crate::support::{
+    cgroups, cli_audit_verify, cli_gc, fd_kinds, open_fds, sandbox_processes,
+    server::{wait_for, Api, Reply, Server},
+    state_mounts, store_ids, store_sandboxes, threads, wait_until, TestEnv,
+};
 
 const CLIENTS: usize = 50;
 const EXECS_PER_CLIENT: usize = 200;

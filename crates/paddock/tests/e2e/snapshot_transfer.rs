@@ -4,17 +4,18 @@
 //! stable code, write nothing outside their staging subvolume and leave no subvolume behind; another
 //! tenant's snapshot cannot be exported.
 
-use crate::support as common;
-use crate::support::api_harness;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use api_harness::{Client, Harness, Options, Reply};
 use reqwest::Method;
 use serde_json::{json, Value};
+
+use crate::support::{
+    harness::{Client, Harness, Options, Reply},
+    paddock_bin,
+};
 
 /// What a sandbox reports about its whole volume: every path with its type, mode, owner, size,
 /// mtime (ns), link count and symlink target, then every regular file's checksum. Workloads have no
@@ -507,7 +508,7 @@ fn hostile_archives_are_refused_and_leave_nothing() {
 }
 
 fn cli(h: &Harness, key: &str, args: &[&str], stdin: Option<&Path>) -> Output {
-    let mut c = Command::new(common::paddock_bin());
+    let mut c = Command::new(paddock_bin());
     c.env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("PADDOCK_URL", &h.base)

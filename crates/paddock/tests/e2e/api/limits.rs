@@ -4,13 +4,14 @@
 //! never answered 500; every sandbox gets a CPU weight and, where the hierarchy offers one, a block
 //! I/O weight.
 
-use crate::support::api_harness;
-use crate::support::skip;
-
 use std::path::Path;
 
-use api_harness::{Client, Harness};
 use serde_json::{json, Value};
+
+use crate::support::{
+    harness::{Client, Harness},
+    skip,
+};
 
 /// Ids of the tenant's sandboxes in `state` (`all`, `running`, `stopped`).
 async fn sandbox_ids(c: &Client, state: &str) -> Vec<String> {

@@ -5,20 +5,21 @@
 //! timeouts are set short in each test's configuration, so nothing waits long; every wait is on a
 //! condition with a deadline.
 
-use crate::support as common;
-use crate::support::server;
-
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
 use serde_json::{json, Value};
-use server::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpSocket, TcpStream};
+
+use crate::support::{
+    fd_kinds, open_fds,
+    server::{wait_for, Reply, Server},
+    TestEnv,
+};
 
 /// How long a test waits for what the short timeouts make happen (a safety net, not a measure).
 const DEADLINE: Duration = Duration::from_secs(90);

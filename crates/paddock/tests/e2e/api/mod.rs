@@ -11,18 +11,19 @@ mod quotas;
 mod stop;
 mod volumes;
 
-use crate::support::api_harness;
-use crate::support::skip;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use api_harness::{poll, Client, Harness, Lines, Options, Reply, WsStream};
 use futures_util::{SinkExt as _, StreamExt as _};
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
+
+use crate::support::{
+    harness::{poll, Client, Harness, Lines, Options, Reply, WsStream},
+    skip,
+};
 
 /// An id no sandbox has.
 const NO_SUCH_SANDBOX: &str = "sb-0000000000000000";

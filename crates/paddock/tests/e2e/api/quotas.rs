@@ -5,13 +5,12 @@
 //! also under concurrent requests, refuse with `quota_exceeded` naming the quota, leave nothing behind
 //! when they refuse, and deleting frees them.
 
-use crate::support::api_harness;
-
 use std::collections::BTreeSet;
 
-use api_harness::{Client, Harness, Reply};
 use reqwest::Method;
 use serde_json::{json, Value};
+
+use crate::support::harness::{Client, Harness, Reply};
 
 /// How many requests race in the concurrency tests.
 const RACERS: usize = 6;

@@ -3,12 +3,11 @@
 //! a loopback port). Each test has its own service, state directory and cgroup parent; teardown kills
 //! every sandbox and checks nothing was left behind (stopped sandboxes' kept files included).
 
-use crate::support::api_harness;
-
 use std::time::Duration;
 
-use api_harness::{poll, Harness};
 use serde_json::{json, Value};
+
+use crate::support::harness::{poll, Harness};
 
 /// Generous bound for anything that should happen "soon".
 const SOON: Duration = Duration::from_secs(20);

@@ -1,18 +1,17 @@
-//! Named volumes through the REST API, in-process against a real service (the harness of `api.rs`):
+//! Named volumes through the REST API, in-process against a real service (`support/harness.rs`):
 //! data outlives its sandboxes and is shared live between the sandboxes mounting it; read-only mounts
 //! stay read-only from inside; symlinks in a volume (and planted on the way to its mount point) resolve
 //! inside the sandbox, never on the host; the size limit gives EDQUOT; a delete is refused while a
 //! sandbox mounts the volume and frees its subvolume afterwards; another tenant's volume answers
 //! exactly like a missing one, on every documented volume route and when mounting.
 
-use crate::support::api_harness;
-
 use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use api_harness::{Client, Harness, Options};
 use reqwest::Method;
 use serde_json::{json, Value};
+
+use crate::support::harness::{Client, Harness, Options, Reply};
 
 /// An id no volume has.
 const NO_SUCH_VOLUME: &str = "vol-0000000000000000";
@@ -447,7 +446,7 @@ fn another_tenants_volume_answers_like_a_missing_one() {
             }
         }
         assert_eq!(documented.len(), 2, "{documented:?}");
-        let outcome = |r: api_harness::Reply, probed: &str| {
+        let outcome = |r: Reply, probed: &str| {
             let v: Value = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
             (
                 r.status,

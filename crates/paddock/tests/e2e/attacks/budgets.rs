@@ -7,12 +7,11 @@
 //! pseudo-terminal it can leaves other sandboxes theirs (the host-wide pool of PTYs outside the
 //! host's own is 3,072).
 
-use crate::support::api_harness;
-
 use std::time::Duration;
 
-use api_harness::{Client, Harness};
 use serde_json::json;
+
+use crate::support::harness::{poll, Client, Harness};
 
 /// How long a background probe may take to report (a loaded 2-core host).
 const REPORT_DEADLINE: Duration = Duration::from_secs(60);
@@ -23,7 +22,7 @@ const REPORT_DEADLINE: Duration = Duration::from_secs(60);
 async fn background_report(client: &Client, id: &str, script: &str) -> String {
     let shell = format!("python3 - <<'EOF'\n{script}\nEOF");
     client.exec_background(id, json!({"shell": shell})).await;
-    api_harness::poll(REPORT_DEADLINE, "the probe's report", || async move {
+    poll(REPORT_DEADLINE, "the probe's report", || async move {
         let r = client.read_file(id, "/tmp/report").await;
         (r.status == 200).then(|| r.text())
     })

@@ -6,19 +6,20 @@
 //! trees hold a bounded number of descriptors; exports clear set-id bits unless asked; and nothing
 //! inside a sandbox names a host path of paddock's.
 //!
-//! Each test drives a real service through its HTTP API (`common/api_harness.rs`).
-
-use crate::support as common;
-use crate::support::api_harness;
-use crate::support::skip;
+//! Each test drives a real service through its HTTP API (`support/harness.rs`).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use api_harness::{Client, Harness, Options, Reply};
 use serde_json::{json, Value};
+
+use crate::support::{
+    agent_bin,
+    harness::{poll, Client, Harness, Options, Reply},
+    skip, ID_BASE,
+};
 
 /// A generous bound for one request that must not hang (it normally takes well under a second): a
 /// request blocked on a fifo would never answer.
@@ -474,7 +475,7 @@ fn a_kill_racing_a_rollback_leaves_no_untracked_init() {
                 );
             }
             // Nothing of it runs any more (and nothing is left in its cgroups).
-            let left = api_harness::poll(Duration::from_secs(30), "its processes to go", || async {
+            let left = poll(Duration::from_secs(30), "its processes to go", || async {
                 let procs = h.env().processes();
                 procs.is_empty().then_some(())
             });
@@ -616,7 +617,7 @@ fn an_export_clears_set_id_bits_unless_asked() {
 fn nothing_host_side_is_named_inside_a_sandbox() {
     let h = Harness::start();
     let state = h.env().state().to_string_lossy().into_owned();
-    let agent = common::agent_bin();
+    let agent = agent_bin();
     let needles = [
         state.clone(),
         agent.to_string_lossy().into_owned(),
@@ -689,8 +690,8 @@ fn nest_in_volume(state: &Path, id: &str, levels: usize) {
     use rustix::fs::{Mode, OFlags};
     let home = state.join("pool/sandboxes").join(id).join("home/user");
     let owner = (
-        Some(rustix::fs::Uid::from_raw(common::ID_BASE + 1000)),
-        Some(rustix::fs::Gid::from_raw(common::ID_BASE + 1000)),
+        Some(rustix::fs::Uid::from_raw(ID_BASE + 1000)),
+        Some(rustix::fs::Gid::from_raw(ID_BASE + 1000)),
     );
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW;
     let mut dir = rustix::fs::open(&home, flags, Mode::empty()).expect("home");

@@ -8,18 +8,19 @@
 //! volume and stopped-sandbox deletion, `paddock gc` and a server restart delete completely, and the
 //! server still starts.
 
-use crate::support as common;
-use crate::support::api_harness;
-use crate::support::server;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use api_harness::{Client, Harness};
-use common::TestEnv;
 use paddock_sys::btrfs;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
+
+use crate::support::{
+    cli_gc,
+    harness::{Client, Harness},
+    server::Server,
+    TestEnv,
+};
 
 /// Tries each btrfs request (and a few generic ones) and prints `name errno` (0 for success).
 /// Arguments whose structures the kernel would read are zeroed buffers of the request's size, with
@@ -207,7 +208,6 @@ fn init_pid(env: &TestEnv, id: &str) -> i32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nested_subvolumes_do_not_stop_teardown_gc_or_a_restart() {
-    use server::*;
     let env = TestEnv::new();
     let host_dir = tempfile::tempdir_in("/var/tmp").expect("tempdir");
     let outside: PathBuf = host_dir.path().join("outside");

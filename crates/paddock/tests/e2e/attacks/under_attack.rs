@@ -12,20 +12,21 @@
 //! wall-clock times. `bench/under_attack.py` runs this test on a release build, each attack alone
 //! (`UNDER_ATTACK_CLASSES`) and all at once, and reports the figures.
 
-use crate::support as common;
-use crate::support::server;
-
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::TestEnv;
 use serde_json::json;
-use server::*;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::TcpSocket;
+
+use crate::support::{
+    fd_kinds, open_fds,
+    server::{Api, Server},
+    wait_until, TestEnv,
+};
 
 const ATTACK: Duration = Duration::from_secs(30);
 /// How long the other tenant is measured alone first.
@@ -442,7 +443,7 @@ fn another_tenant_is_answered_while_one_attacks_at_full_speed() {
     });
     drop(rt);
     // The attacker's connections are gone: the server holds about what it held before.
-    let settled = common::wait_until(Duration::from_secs(30), || open_fds(pid) <= baseline + 8);
+    let settled = wait_until(Duration::from_secs(30), || open_fds(pid) <= baseline + 8);
     assert!(
         settled,
         "{} descriptors, {baseline} before: {:?}",

@@ -1,15 +1,13 @@
 //! The CLI client against a scripted HTTP server (no root, no sandboxes): paging, output, exit
 //! statuses, error lines, and `config show`'s layering. The real server is in `serve_cli.rs`.
 
-use crate::support as common;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 
-use common::{assert_code, paddock_bin, stderr, stdout};
+use crate::support::{assert_code, paddock_bin, stderr, stdout};
 
 /// A recorded request.
 #[derive(Debug, Clone)]

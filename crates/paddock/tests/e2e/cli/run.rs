@@ -1,11 +1,9 @@
 //! `paddock run` as a command-line tool: exit codes, streams, stdin, PTY, options, bad input.
 
-use crate::support as common;
-
 use std::io::{Read, Write};
 use std::process::Stdio;
 
-use common::*;
+use crate::support::{assert_code, stderr, stdout, TestEnv};
 
 #[test]
 fn exit_codes_follow_the_command() {

@@ -2,17 +2,11 @@
 //! driven by the real CLI client (`paddock sandbox ...`, `paddock audit ...`, `paddock keys ...`). Every
 //! sandbox is removed before the server stops; the test environment then checks nothing was left.
 
-use crate::support as common;
-
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::{assert_code, stderr, stdout, wait_until, TestEnv};
-
-use crate::support::server;
-
-use server::Server;
+use crate::support::{assert_code, server::Server, stderr, stdout, wait_until, TestEnv};
 
 /// The CLI client as a client of `server` (the key comes from the state directory).
 fn client(server: &Server, env: &TestEnv) -> Command {

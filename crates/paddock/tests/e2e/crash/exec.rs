@@ -3,16 +3,17 @@
 //! directory the sandbox is usable, the audit chain verifies, and every `process.exit` row has its
 //! `process.start` row with the command: no process ran unaudited.
 
-use crate::support as common;
-use crate::support::server;
-
 use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
-use common::TestEnv;
 use reqwest::Method;
 use serde_json::{json, Value};
-use server::*;
+
+use crate::support::{
+    cli_audit_verify, cli_gc,
+    server::{wait_for, Server},
+    TestEnv,
+};
 
 /// How long the server may take to reach the crash point and die.
 const DIE_DEADLINE: Duration = Duration::from_secs(60);

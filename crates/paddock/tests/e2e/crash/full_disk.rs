@@ -11,18 +11,18 @@
 //! Before the wal-index moved to tmpfs, the first write on the full file system killed the server with
 //! SIGBUS (SQLite's memory-mapped `-shm` on a copy-on-write file system).
 
-use crate::support as common;
-use crate::support::server;
-
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::TestEnv;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use server::*;
+
+use crate::support::{
+    server::{Api, Reply, Server},
+    TestEnv,
+};
 
 /// The state file system's size: room for the database and the pool's template, little more.
 const STATE_FS_BYTES: u64 = 256 << 20;

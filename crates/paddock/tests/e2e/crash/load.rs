@@ -9,18 +9,18 @@
 //! different step each round. After the restart every sandbox a client was told exists is running
 //! with the files of its last acknowledged operation, or of the one in flight finished (the only
 //! operation whose outcome the client cannot know); every one it was told is deleted stays deleted;
-//! and the whole state passes `common/crash.rs`'s checks (storage owned by records, no intents left,
+//! and the whole state passes `support/crash.rs`'s checks (storage owned by records, no intents left,
 //! the audit chain verifies, every process that ran has its start row).
 
-use crate::support as common;
-use crate::support::crash;
-use crate::support::server;
-
-use common::TestEnv;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use server::*;
 use tokio::sync::mpsc;
+
+use crate::support::{
+    crash::assert_consistent,
+    server::{Api, Reply, Server},
+    TestEnv,
+};
 
 const TENANT: &str = "load";
 /// Concurrent clients: enough to keep every kind of operation in flight at once on two cores.
@@ -326,7 +326,7 @@ async fn kill_9_under_concurrent_load_loses_nothing_acknowledged() {
         for log in &logs {
             check_client(&api, &key, log).await;
         }
-        crash::assert_consistent(&env, &api, &server.admin_key).await;
+        assert_consistent(&env, &api, &server.admin_key).await;
 
         // Clear the round: every sandbox still running (acknowledged or finished after the crash)
         // must answer and be deletable, and every named snapshot deletable.
@@ -355,6 +355,6 @@ async fn kill_9_under_concurrent_load_loses_nothing_acknowledged() {
             );
         }
     }
-    crash::assert_consistent(&env, &server.api(), &server.admin_key).await;
+    assert_consistent(&env, &server.api(), &server.admin_key).await;
     server.stop();
 }

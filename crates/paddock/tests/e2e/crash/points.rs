@@ -3,19 +3,19 @@
 //! and delete, then restarted on the same state directory. Every acknowledged sandbox is usable with
 //! the right files (an interrupted operation is finished or undone as `paddock-control`'s
 //! `recovery.rs` says), nothing of an unacknowledged one is left, the audit chain verifies and
-//! every process that ran has its start row (`common/crash.rs`).
-
-use crate::support as common;
-use crate::support::crash;
-use crate::support::server;
+//! every process that ran has its start row (`support/crash.rs`).
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
-use common::TestEnv;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use server::*;
+
+use crate::support::{
+    crash::assert_consistent,
+    server::{wait_for, Api, Reply, Server},
+    TestEnv,
+};
 
 const TENANT: &str = "crash";
 
@@ -175,7 +175,7 @@ async fn crash_case(point: &str, scenario: Scenario, expect: Expect) {
             "snapshots left: {snapshots}"
         );
     }
-    crash::assert_consistent(&env, &api, &admin).await;
+    assert_consistent(&env, &api, &admin).await;
     // The sandbox keeps working for what comes next: a checkpoint and a rollback.
     if let Expect::Running(_) | Expect::Stopped(_) = expect {
         request(

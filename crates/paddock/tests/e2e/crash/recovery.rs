@@ -5,17 +5,18 @@
 //! should be, nothing is orphaned (run directories, subvolumes, cgroups and processes correspond
 //! exactly to the live sandboxes), no acknowledged action is lost and the audit chain continues intact.
 
-use crate::support as common;
-use crate::support::server;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::TestEnv;
 use futures_util::StreamExt as _;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use server::*;
+
+use crate::support::{
+    assert_cgroups_are, cli_audit_verify, cli_gc, run_dirs, sandbox_processes,
+    server::{wait_for, Api, Server},
+    store_ids, store_sandboxes, subvolumes, StoredSandbox, TestEnv,
+};
 
 const WARM_POOL: &[&str] = &["--warm-pool", "2"];
 /// The script of the long-running background process.

@@ -4,16 +4,16 @@
 //! API answers while sandboxes are still being recovered; the time from the restart to the first
 //! `/healthz` answer with 20 paused sandboxes is printed (a figure, not asserted).
 
-use crate::support as common;
-use crate::support::crash;
-use crate::support::server;
-
 use std::time::Instant;
 
-use common::TestEnv;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use server::*;
+
+use crate::support::{
+    crash::assert_consistent,
+    server::{Api, Server},
+    TestEnv,
+};
 
 const TENANT: &str = "states";
 const PAUSED: usize = 20;
@@ -153,7 +153,7 @@ async fn paused_and_stopped_sandboxes_survive_restarts_in_their_state() {
         api.sh(&key, &stopped, "cat /home/user/f").await,
         format!("{stopped}\n")
     );
-    crash::assert_consistent(&env, &api, &admin).await;
+    assert_consistent(&env, &api, &admin).await;
     for id in ids.iter().chain([&stopped, &running]) {
         api.delete_sandbox(&key, id).await;
     }

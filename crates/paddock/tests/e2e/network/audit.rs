@@ -5,16 +5,17 @@
 //! chain still verifies. Nothing leaves the machine: every name asked for is refused or answered
 //! from the operator's host map.
 
-use crate::support::api_harness;
-use crate::support::server;
-
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use api_harness::{Client, Harness, Options};
 use paddock_control::NetworkAuditConfig;
 use paddock_egress::policy::OperatorPolicy;
 use serde_json::{json, Value};
+
+use crate::support::{
+    cli_audit_verify,
+    harness::{Client, Harness, Options},
+};
 
 /// How long each flooding process sends.
 const FLOOD_SECONDS: u64 = 4;
@@ -264,7 +265,7 @@ fn a_dns_flood_adds_a_bounded_number_of_rows_that_count_every_question() {
             metric(&metrics, "paddock_audit_rows_pruned_total"),
             Some(pruned as f64)
         );
-        let cli = server::cli_audit_verify(h.env());
+        let cli = cli_audit_verify(h.env());
         assert!(cli.contains("removed by retention"), "{cli}");
         c.delete(&format!("/v1/sandboxes/{id}")).await.ok(204);
     });

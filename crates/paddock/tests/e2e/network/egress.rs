@@ -6,18 +6,20 @@
 //!
 //! Each property is tried from inside the sandbox the way a workload would try to get around it.
 
-use crate::support as common;
-use crate::support::api_harness;
-use crate::support::server;
-
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-use api_harness::{Harness, Options};
 use paddock_egress::policy::{OperatorAllow, OperatorPolicy};
 use serde_json::json;
+
+use crate::support::{
+    harness::{poll, Harness, Options},
+    require_root,
+    server::Server,
+    TestEnv,
+};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e/network/fixtures");
 /// The secret's value: it must reach the bound HTTPS server and nothing inside the sandbox.
@@ -54,7 +56,7 @@ fn run(cmd: &mut Command) {
 
 fn outside() -> Outside {
     // Root before the first veth: not root is a failure, as in `TestEnv::new`.
-    common::require_root();
+    require_root();
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     run(Command::new("python3")
@@ -408,7 +410,7 @@ fn a_sandbox_without_a_network_is_refused_one_by_a_server_without_egress() {
 }
 
 /// A configuration file whose `[egress]` section maps the test names to the outside world.
-fn egress_toml(o: &Outside, env: &common::TestEnv) -> std::path::PathBuf {
+fn egress_toml(o: &Outside, env: &TestEnv) -> std::path::PathBuf {
     let config = env.state().with_extension("toml");
     let ca = o._dir.path().join("ca.pem");
     std::fs::write(
@@ -427,7 +429,7 @@ fn egress_toml(o: &Outside, env: &common::TestEnv) -> std::path::PathBuf {
 #[test]
 fn paddock_run_filters_and_injects_like_the_server() {
     let o = outside();
-    let env = common::TestEnv::new();
+    let env = TestEnv::new();
     let config = egress_toml(&o, &env);
     let script = [
         fetch(&format!("http://allowed.test:{}/hello.txt", o.http), None),
@@ -497,10 +499,10 @@ fn paddock_run_filters_and_injects_like_the_server() {
 #[test]
 fn the_cli_manages_secrets_and_sandbox_networks_on_a_server() {
     let o = outside();
-    let env = common::TestEnv::new();
+    let env = TestEnv::new();
     let config = egress_toml(&o, &env);
     let serve_args = ["--config", config.to_str().expect("utf-8")];
-    let server = server::Server::start(&env, &serve_args, "info");
+    let server = Server::start(&env, &serve_args, "info");
     let url = std::cell::RefCell::new(server.url.clone());
     let cli = |args: &[&str]| {
         env.cmd()
@@ -626,7 +628,7 @@ fn the_cli_manages_secrets_and_sandbox_networks_on_a_server() {
     // A restarted server serves the adopted sandbox again: the changed policy, the same CA (the
     // sandbox's trust store still holds it) and the secret.
     server.stop();
-    let server = server::Server::restart(&env, &serve_args, "info");
+    let server = Server::restart(&env, &serve_args, "info");
     *url.borrow_mut() = server.url.clone();
     let fetch_other = fetch(&format!("http://other.test:{}/hello.txt", o.http), None);
     let out = ok(&["sandbox", "exec", &id, "--", "sh", "-c", &fetch_other]);
@@ -730,7 +732,7 @@ fn injection_gives_a_reflecting_or_fronted_host_nothing() {
         assert!(out.to_ascii_lowercase().contains(&format!("x-api-key: {SECRET_VALUE}").to_ascii_lowercase()), "{out}");
 
         // Each refusal is in the audit log with its reason, on a connection that injected nothing.
-        let rows = api_harness::poll(std::time::Duration::from_secs(10), "refusals audited", || async {
+        let rows = poll(std::time::Duration::from_secs(10), "refusals audited", || async {
             let rows = c.audit_rows(&[("sandbox", id.as_str()), ("action", "network.connection")]).await;
             let refused: Vec<serde_json::Value> = rows
                 .into_iter()
@@ -874,7 +876,7 @@ fn a_flooding_sandbox_leaves_the_server_and_its_neighbours_working() {
         assert!(api_calls > 0 && fetches > 0);
 
         // The refusals: a few rows with counts, not one per connection.
-        let rows = api_harness::poll(std::time::Duration::from_secs(30), "refusal rows", || async {
+        let rows = poll(std::time::Duration::from_secs(30), "refusal rows", || async {
             let rows = c.audit_rows(&[("sandbox", attacker.as_str()), ("action", "network.refused")]).await;
             let total: u64 = rows.iter().filter_map(|r| r["detail"]["count"].as_u64()).sum();
             (total >= 100).then_some(rows)

@@ -4,19 +4,18 @@
 //! real sandbox. The sandboxes to adopt are created by a separate process that then exits, as a
 //! restarted server's would be: this test binary run again on [`helper_creates_sandboxes_then_exits`].
 
-use crate::support as common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
 use paddock_protocol::{CommandSpec, FsEventKind, SpawnRequest, Stream};
 use paddock_runtime::agent_client::{AgentClient, ProcessEvent, WatchUpdate};
 use paddock_runtime::native::NativeBackend;
 use paddock_runtime::{Adoption, Backend, RuntimeError, SandboxHandle};
 use paddock_types::{ByteSize, CpuQuota, Limits, RootfsSpec, SandboxId, SandboxSpec};
+
+use crate::support::{native_config, wait_until, TestEnv};
 
 /// Set (to `<state dir>\n<cgroup parent>\n<id>,<id>...`) when this binary runs as the creating
 /// process.

@@ -1,13 +1,11 @@
 //! Each test tries to break one isolation property from inside a sandbox.
 
-use crate::support as common;
-
 use std::io::Read;
 use std::net::TcpListener;
 use std::os::linux::net::SocketAddrExt;
 use std::process::{Command, Stdio};
 
-use common::*;
+use crate::support::{assert_code, stderr, stdout, wait_until, TestEnv, ID_BASE};
 
 /// Runs a Python snippet in a sandbox as `user` (and more options), returning the output.
 fn py(env: &TestEnv, opts: &[&str], code: &str) -> std::process::Output {

@@ -1,12 +1,10 @@
 //! Resource limits hold, and nothing is left behind after a limit is hit.
 
-use crate::support as common;
-
 use std::io::Read;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::support::{assert_code, stderr, stdout, TestEnv};
 
 #[test]
 fn fork_bomb_stops_at_the_pids_limit() {

@@ -6,8 +6,6 @@
 //! from a subnet of its own (slots are shared by every pool on the host, addresses are not), and
 //! ends by checking that no interface, firewall table, namespace pin, sandbox or process is left.
 
-use crate::support as common;
-
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, UdpSocket};
@@ -17,7 +15,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::*;
 use paddock_protocol::{CommandSpec, SpawnRequest, Stream};
 use paddock_runtime::agent_client::{AgentClient, ProcessEvent};
 use paddock_runtime::native::{NativeBackend, NativeConfig};
@@ -26,6 +23,8 @@ use paddock_types::{
     EgressPorts, MountSpec, NetworkLink, NetworkSpec, RootfsSpec, SandboxSpec, SnapshotId, VolumeSource,
     CA_BUNDLE_PATH, EGRESS_CA_PATH,
 };
+
+use crate::support::{connect, host_spec, skip, wait_until, GcOnDrop, TestEnv};
 
 const TEST_CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBpaddocktestca\n-----END CERTIFICATE-----\n";
 

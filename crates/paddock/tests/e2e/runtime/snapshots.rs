@@ -5,19 +5,20 @@
 //! deleted, never garbage-collected, and removed with the pool. Every test ends by checking that no
 //! sandbox, snapshot, cgroup or process is left.
 
-use crate::support as common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
 use paddock_protocol::{CommandSpec, SpawnRequest, Stream};
 use paddock_runtime::agent_client::{AgentClient, ProcessEvent};
 use paddock_runtime::native::{IdRange, NativeBackend, NativeConfig};
 use paddock_runtime::{Backend, RuntimeError, SandboxHandle};
 use paddock_types::{ByteSize, RootfsSpec, SandboxId, SandboxSpec, SnapshotId, VolumeSource};
+
+use crate::support::{
+    agent_bin, assert_code, connect, host_spec, paddock_bin, skip, wait_until, GcOnDrop, TestEnv, ID_BASE,
+};
 
 const MIB: u64 = 1 << 20;
 

@@ -1,12 +1,10 @@
 //! Teardown leaves nothing behind, whatever way the run ends.
 
-use crate::support as common;
-
 use std::io::Read;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::support::{assert_code, stdout, wait_until, TestEnv};
 
 /// Starts `paddock run` with a script that prints `READY` once its background processes are up.
 fn start(env: &TestEnv, script: &str) -> Child {

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::server::*;
-use crate::support::TestEnv;
+use super::host::*;
+use super::server::*;
+use super::TestEnv;
 
 fn names(dir: &std::path::Path) -> BTreeSet<String> {
     std::fs::read_dir(dir)
