@@ -1,5 +1,6 @@
-//! What a tenant may store, attacked as a hostile client through the REST API of an in-process service
-//! on the real native backend: quotas count every stored thing (stopped sandboxes, snapshots,
+//! What a tenant may run and store, attacked as a hostile client through the REST API of an
+//! in-process service on the real native backend: a tenant's quota (set by the admin, shown with its
+//! usage) caps its sandboxes; quotas count every stored thing (stopped sandboxes, snapshots,
 //! checkpoints, imports, volumes with and without a size, storage bytes) on every path that adds one
 //! (create, stop + create, resume, fork with a count, snapshot, checkpoint, import, volume create),
 //! also under concurrent requests, refuse with `quota_exceeded` naming the quota, leave nothing behind
@@ -392,5 +393,122 @@ fn storage_quota_charges_disks_snapshots_volumes_and_imports() {
             Some(archive.len() as u64),
             "an import is charged its archive's size"
         );
+    });
+}
+
+#[test]
+fn quotas_per_tenant() {
+    let h = Harness::start();
+    h.block_on(async {
+        let admin = &h.admin;
+        let quota = admin
+            .put("/v1/tenants/quota-t/quota", json!({"max_sandboxes": 2}))
+            .await
+            .ok(200);
+        assert_eq!(
+            (quota["name"].as_str(), quota["quota"]["max_sandboxes"].as_u64()),
+            (Some("quota-t"), Some(2))
+        );
+        let q = admin.new_tenant("quota-t").await;
+        let first = q.create_sandbox(json!({})).await;
+        q.create_sandbox(json!({})).await;
+        let e = q
+            .post("/v1/sandboxes", json!({}))
+            .await
+            .err(429, "quota_exceeded");
+        assert!(
+            e["message"].as_str().is_some_and(|m| m.contains("sandboxes")),
+            "{e}"
+        );
+        let usage = q.get("/v1/tenants/quota-t").await.ok(200);
+        assert_eq!(usage["usage"]["sandboxes"], 2, "{usage}");
+        // A refused create leaves nothing behind and no row claiming it happened.
+        assert_eq!(
+            q.get("/v1/sandboxes").await.ok(200)["sandboxes"]
+                .as_array()
+                .map(Vec::len),
+            Some(2)
+        );
+        // Ending one frees its place.
+        q.delete(&format!("/v1/sandboxes/{first}")).await.ok(204);
+        q.create_sandbox(json!({})).await;
+        q.post("/v1/sandboxes", json!({}))
+            .await
+            .err(429, "quota_exceeded");
+        // Raising the quota takes effect at once; other tenants are not affected.
+        admin
+            .put("/v1/tenants/quota-t/quota", json!({"max_sandboxes": 3}))
+            .await
+            .ok(200);
+        q.create_sandbox(json!({})).await;
+        let other = admin.new_tenant("unlimited").await;
+        for _ in 0..4 {
+            other.create_sandbox(json!({})).await;
+        }
+
+        // Concurrent creates cannot overshoot the quota together.
+        admin
+            .put("/v1/tenants/burst-t/quota", json!({"max_sandboxes": 2}))
+            .await
+            .ok(200);
+        let burst = admin.new_tenant("burst-t").await;
+        let attempts: Vec<_> = (0..6)
+            .map(|_| {
+                let burst = burst.clone();
+                tokio::spawn(async move { burst.post("/v1/sandboxes", json!({})).await })
+            })
+            .collect();
+        let mut statuses = Vec::new();
+        for attempt in attempts {
+            let r = attempt.await.expect("create task");
+            assert!(
+                r.status == 201 || (r.status == 429 && r.code() == "quota_exceeded"),
+                "{r:?}"
+            );
+            statuses.push(r.status);
+        }
+        assert_eq!(statuses.iter().filter(|&&s| s == 201).count(), 2, "{statuses:?}");
+        let live = burst.get("/v1/sandboxes").await.ok(200);
+        assert_eq!(live["sandboxes"].as_array().map(Vec::len), Some(2), "{live}");
+
+        // Memory: the sum of the live sandboxes' limits.
+        admin
+            .put("/v1/tenants/mem-t/quota", json!({"max_memory": "1G"}))
+            .await
+            .ok(200);
+        let m = admin.new_tenant("mem-t").await;
+        m.create_sandbox(json!({"limits": {"memory": "768M"}})).await;
+        m.post("/v1/sandboxes", json!({"limits": {"memory": "512M"}}))
+            .await
+            .err(429, "quota_exceeded");
+        m.post("/v1/sandboxes", json!({}))
+            .await
+            .err(429, "quota_exceeded");
+        m.create_sandbox(json!({"limits": {"memory": "256M"}})).await;
+        m.post("/v1/sandboxes", json!({"limits": {"memory": "32M"}}))
+            .await
+            .err(429, "quota_exceeded");
+        let usage = m.get("/v1/tenants/mem-t").await.ok(200);
+        assert_eq!(usage["usage"]["memory_bytes"], 1u64 << 30, "{usage}");
+        // CPUs likewise.
+        admin
+            .put("/v1/tenants/cpu-t/quota", json!({"max_cpus": 1.5}))
+            .await
+            .ok(200);
+        let c = admin.new_tenant("cpu-t").await;
+        c.create_sandbox(json!({"limits": {"cpus": 1}})).await;
+        c.post("/v1/sandboxes", json!({"limits": {"cpus": 1}}))
+            .await
+            .err(429, "quota_exceeded");
+        c.create_sandbox(json!({"limits": {"cpus": 0.5}})).await;
+        // Quota bodies are validated.
+        admin
+            .put("/v1/tenants/Bad Name/quota", json!({"max_sandboxes": 1}))
+            .await
+            .err(400, "invalid_request");
+        admin
+            .put("/v1/tenants/x/quota", json!({"max_memory": "lots"}))
+            .await
+            .err(400, "invalid_request");
     });
 }

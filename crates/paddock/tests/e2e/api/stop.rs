@@ -9,8 +9,7 @@ use serde_json::{json, Value};
 
 use crate::support::harness::{poll, Harness};
 
-/// Generous bound for anything that should happen "soon".
-const SOON: Duration = Duration::from_secs(20);
+use super::SOON;
 
 #[test]
 fn stop_keeps_the_files_and_its_place_in_the_quota_and_resume_restarts_the_processes() {
