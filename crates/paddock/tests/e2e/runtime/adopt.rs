@@ -15,7 +15,7 @@ use paddock_runtime::native::NativeBackend;
 use paddock_runtime::{Adoption, Backend, RuntimeError, SandboxHandle};
 use paddock_types::{ByteSize, CpuQuota, Limits, RootfsSpec, SandboxId, SandboxSpec};
 
-use crate::support::{native_config, wait_until, TestEnv};
+use crate::support::{native_config, test_name, wait_until, TestEnv};
 
 /// Set (to `<state dir>\n<cgroup parent>\n<id>,<id>...`) when this binary runs as the creating
 /// process.
@@ -93,7 +93,7 @@ fn create_elsewhere(env: &TestEnv, ids: &[&str]) {
     );
     let out = Command::new(exe)
         .args([
-            "runtime::adopt::helper_creates_sandboxes_then_exits",
+            &test_name(module_path!(), "helper_creates_sandboxes_then_exits"),
             "--exact",
             "--nocapture",
         ])

@@ -232,6 +232,13 @@ pub fn wait_until(deadline: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// The name libtest knows a test of this binary by, for a test that runs the binary again on one
+/// test (`--exact`): its module's `module_path!()` without the crate's name, then `test`.
+pub fn test_name(module_path: &str, test: &str) -> String {
+    let module = module_path.split_once("::").map_or("", |(_, rest)| rest);
+    format!("{module}::{test}")
+}
+
 /// Asserts the run exited with `code`, printing its output otherwise.
 #[track_caller]
 pub fn assert_code(o: &Output, code: i32) {

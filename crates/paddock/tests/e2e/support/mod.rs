@@ -17,7 +17,8 @@ pub mod server;
 
 pub use backend::{connect, host_spec, native_config, GcOnDrop};
 pub use env::{
-    agent_bin, assert_code, paddock_bin, require_root, skip, stderr, stdout, wait_until, TestEnv, ID_BASE,
+    agent_bin, assert_code, paddock_bin, require_root, skip, stderr, stdout, test_name, wait_until, TestEnv,
+    ID_BASE,
 };
 pub use host::{
     assert_cgroups_are, cgroups, cli_audit_verify, cli_gc, fd_kinds, open_fds, run_dirs, sandbox_processes,
