@@ -4,8 +4,8 @@
 Usage (as root):
     python3 bench/under_attack.py [--rounds 3] [--sets 3 4 5 6 3,4,5,6]
 
-Runs the end-to-end test `crates/paddock/tests/under_attack.rs` on a release build (`cargo nextest run
---cargo-profile release`), `--rounds` times. Each round starts its own `paddock serve`, measures the
+Runs the end-to-end test `attacks::under_attack` (`crates/paddock/tests/e2e/attacks/under_attack.rs`)
+on a release build (`cargo nextest run --cargo-profile release`), `--rounds` times. Each round starts its own `paddock serve`, measures the
 other tenant alone for 5 s (the peer: the same server, quiet, in the same run), then for 30 s while the
 attacker runs one set of issue 11's attacks (`UNDER_ATTACK_CLASSES`): by default each class alone, then
 all four at once:
@@ -34,8 +34,8 @@ PHASES = ["quiet", "under attack", "under attack (reads)", "under attack (execs)
 
 def one_round(classes):
     cmd = [
-        "cargo", "nextest", "run", "--cargo-profile", "release", "-p", "paddock", "--test", "under_attack",
-        "--retries", "0", "--no-capture",
+        "cargo", "nextest", "run", "--cargo-profile", "release", "-p", "paddock", "--test", "e2e",
+        "--retries", "0", "--no-capture", "attacks::under_attack::",
     ]
     env = dict(os.environ, UNDER_ATTACK_CLASSES=classes)
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)

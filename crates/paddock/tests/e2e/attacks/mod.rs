@@ -1,0 +1,4 @@
+mod budgets;
+mod host_fs;
+mod kernel;
+mod under_attack;

@@ -1,0 +1,3 @@
+mod client;
+mod run;
+mod serve;

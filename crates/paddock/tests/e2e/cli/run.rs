@@ -1,0 +1,296 @@
+//! `paddock run` as a command-line tool: exit codes, streams, stdin, PTY, options, bad input.
+
+use std::io::{Read, Write};
+use std::process::Stdio;
+
+use crate::support::{assert_code, stderr, stdout, TestEnv};
+
+#[test]
+fn exit_codes_follow_the_command() {
+    let env = TestEnv::new();
+    assert_code(&env.run(&[], &["true"]), 0);
+    assert_code(&env.run(&[], &["false"]), 1);
+    assert_code(&env.sh(&[], "exit 42"), 42);
+    assert_code(&env.sh(&[], "kill -KILL $$"), 137);
+    assert_code(&env.sh(&[], "kill -TERM $$"), 143);
+    let o = env.run(&[], &["/nonexistent/binary"]);
+    assert_code(&o, 125);
+    assert!(stderr(&o).contains("/nonexistent/binary"), "{}", stderr(&o));
+    env.assert_clean();
+}
+
+#[test]
+fn stdout_and_stderr_stay_separate() {
+    let env = TestEnv::new();
+    let o = env.sh(&[], "echo out1; echo err1 >&2; echo out2; echo err2 >&2");
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "out1\nout2\n");
+    assert_eq!(stderr(&o), "err1\nerr2\n");
+    env.assert_clean();
+}
+
+#[test]
+fn stdin_is_piped_through() {
+    let env = TestEnv::new();
+    let mut child = env
+        .cmd()
+        .args(["run", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let payload: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let writer = {
+        let payload = payload.clone();
+        std::thread::spawn(move || {
+            stdin.write_all(b"hi\n").expect("write");
+            stdin.write_all(&payload).expect("write");
+        })
+    };
+    let mut out = Vec::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_end(&mut out)
+        .expect("read");
+    writer.join().expect("writer");
+    assert_eq!(child.wait().expect("wait").code(), Some(0));
+    assert_eq!(&out[..3], b"hi\n");
+    assert_eq!(&out[3..], &payload[..]);
+    env.assert_clean();
+}
+
+#[test]
+fn options_shape_the_sandbox() {
+    let env = TestEnv::new();
+    let o = env.sh(&[], "id -un; id -u; pwd; hostname; echo $HOME");
+    assert_code(&o, 0);
+    let lines: Vec<String> = stdout(&o).lines().map(str::to_owned).collect();
+    assert_eq!(&lines[..3], &["user", "1000", "/home/user"]);
+    assert!(lines[3].starts_with("sb-"), "hostname {}", lines[3]);
+    assert_eq!(lines[4], "/home/user");
+    let o = env.sh(&["--user", "root", "--workdir", "/tmp"], "id -u; pwd; echo $HOME");
+    assert_eq!(stdout(&o), "0\n/tmp\n/root\n", "{}", stderr(&o));
+    let o = env.sh(&["-e", "A=1", "--env", "B=two words"], "echo $A-$B");
+    assert_eq!(stdout(&o), "1-two words\n");
+    // Writable places work; the sandbox's storage is private and starts empty.
+    let o = env.sh(
+        &[],
+        "echo data > ~/f && cat ~/f && echo t > /tmp/t && cat /tmp/t && echo s > /dev/shm/s && ls ~",
+    );
+    assert_eq!(stdout(&o), "data\nt\nf\n", "{}", stderr(&o));
+    let o = env.sh(&[], "ls -A ~ | wc -l");
+    assert_eq!(stdout(&o), "0\n");
+    env.assert_clean();
+}
+
+#[test]
+fn bad_input_gets_one_line_and_exit_125() {
+    let env = TestEnv::new();
+    let cases: &[&[&str]] = &[
+        &["run", "--bogus", "--", "true"],
+        &["run", "--memory", "12X", "--", "true"],
+        &["run", "--cpus", "-1", "--", "true"],
+        &["run", "--timeout", "soon", "--", "true"],
+        &["run"],
+        &["run", "--mount", "/nonexistent-paddock-src:/x", "--", "true"],
+        &["run", "--mount", "relative:/x", "--", "true"],
+        &["run", "--env", "NOEQUALS", "--", "true"],
+        &["run", "--rootfs", "/nonexistent-rootfs", "--", "true"],
+        &["run", "--user", "Bad User", "--", "true"],
+        &["run", "--workdir", "../x", "--", "true"],
+    ];
+    for args in cases {
+        let o = env.cmd().args(*args).stdin(Stdio::null()).output().expect("runs");
+        assert_eq!(o.status.code(), Some(125), "{args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert_eq!(
+            err.trim_end().lines().count(),
+            1,
+            "{args:?} printed more than one line: {err}"
+        );
+        assert!(err.starts_with("paddock: "), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?} printed to stdout");
+    }
+    env.assert_clean();
+}
+
+/// Runs `paddock run --tty -- script` with a real pseudo-terminal as its stdin/stdout/stderr, of size
+/// 33x101, and returns what appeared on the terminal.
+fn run_on_pty(env: &TestEnv, script: &str) -> (Option<i32>, String) {
+    let (master, slave) =
+        paddock_sys::pty::open_pty(Some(paddock_sys::pty::WinSize { rows: 33, cols: 101 })).expect("pty");
+    let mut cmd = env.cmd();
+    cmd.args(["run", "--tty", "--", "/bin/sh", "-c", script])
+        .stdin(Stdio::from(slave.try_clone().expect("dup")))
+        .stdout(Stdio::from(slave.try_clone().expect("dup")))
+        .stderr(Stdio::from(slave));
+    let mut child = cmd.spawn().expect("spawn");
+    drop(cmd);
+    let reader = std::thread::spawn(move || {
+        let mut f = std::fs::File::from(master);
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        // EIO once the last slave fd closes.
+        while let Ok(n) = f.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    });
+    let status = child.wait().expect("wait");
+    let out = reader.join().expect("reader");
+    (status.code(), out)
+}
+
+#[test]
+fn tty_mode_runs_on_a_real_terminal() {
+    let env = TestEnv::new();
+    let (code, out) = run_on_pty(&env, "stty size; tty; test -t 0 && echo STDIN-IS-TTY; exit 3");
+    assert_eq!(code, Some(3), "{out}");
+    assert!(out.contains("33 101"), "window size not propagated: {out}");
+    assert!(out.contains("/dev/pts/"), "{out}");
+    assert!(out.contains("STDIN-IS-TTY"), "{out}");
+    env.assert_clean();
+}
+
+#[test]
+fn tiocsti_is_refused_under_tty() {
+    let env = TestEnv::new();
+    let (code, out) = run_on_pty(
+        &env,
+        "python3 -c \"import fcntl, termios\ntry:\n    fcntl.ioctl(0, termios.TIOCSTI, b'x'); print('INJECTED')\nexcept OSError as e: print('refused', e.errno)\"",
+    );
+    assert_eq!(code, Some(0), "{out}");
+    // ENOTTY is the seccomp ioctl allowlist's answer; the kernel itself never gives it for TIOCSTI
+    // on a terminal (it injects, or answers EIO/EPERM), so this shows the filter refused it.
+    assert!(
+        out.contains("refused 25"),
+        "TIOCSTI not refused by the filter with ENOTTY: {out}"
+    );
+    assert!(!out.contains("INJECTED"), "{out}");
+    env.assert_clean();
+}
+
+#[test]
+fn runs_on_a_custom_rootfs() {
+    let busybox = std::path::Path::new("/bin/busybox");
+    if !busybox.exists() {
+        panic!("this test needs busybox-static (/bin/busybox); scripts/test.sh installs it");
+    }
+    let env = TestEnv::new();
+    let rootfs = tempfile::tempdir().expect("rootfs");
+    let bin = rootfs.path().join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    std::fs::create_dir_all(rootfs.path().join("etc")).expect("etc");
+    std::fs::copy(busybox, bin.join("busybox")).expect("copy busybox");
+    for applet in ["sh", "cat", "id", "ls", "echo"] {
+        std::os::unix::fs::symlink("busybox", bin.join(applet)).expect("symlink");
+    }
+    std::fs::write(
+        rootfs.path().join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\n",
+    )
+    .expect("passwd");
+    std::fs::write(rootfs.path().join("etc/marker"), "custom-rootfs\n").expect("marker");
+    let o = env.sh(
+        &["--rootfs", rootfs.path().to_str().expect("utf8")],
+        "cat /etc/marker; id -u; ls /usr 2>/dev/null || echo no-usr; touch /bin/x 2>/dev/null || echo ro",
+    );
+    assert_eq!(stdout(&o), "custom-rootfs\n1000\nno-usr\nro\n", "{}", stderr(&o));
+    env.assert_clean();
+}
+
+#[test]
+fn tty_window_size_follows_the_terminal() {
+    let env = TestEnv::new();
+    let (master, slave) =
+        paddock_sys::pty::open_pty(Some(paddock_sys::pty::WinSize { rows: 33, cols: 101 })).expect("pty");
+    let mut cmd = env.cmd();
+    // After the line, wait (bounded by --timeout) until the terminal size changes, then print it.
+    cmd.args([
+        "run",
+        "--tty",
+        "--timeout",
+        "20s",
+        "--",
+        "/bin/sh",
+        "-c",
+        "stty size; read line; while [ \"$(stty size)\" = '33 101' ]; do sleep 0.01; done; stty size",
+    ])
+    .stdin(Stdio::from(slave.try_clone().expect("dup")))
+    .stdout(Stdio::from(slave.try_clone().expect("dup")))
+    .stderr(Stdio::from(slave));
+    let mut child = cmd.spawn().expect("spawn");
+    drop(cmd);
+    let mut term = std::fs::File::from(master);
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("33 101") {
+        let n = term.read(&mut buf).expect("read");
+        assert!(n > 0, "terminal closed early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // The terminal is resized; its owner is told with SIGWINCH (the test is not a session leader with
+    // this terminal, so the kernel does not send it here).
+    paddock_sys::pty::set_window_size(
+        std::os::fd::AsFd::as_fd(&term),
+        paddock_sys::pty::WinSize { rows: 50, cols: 132 },
+    )
+    .expect("resize");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(child.id() as i32).expect("pid"),
+        rustix::process::Signal::WINCH,
+    )
+    .expect("SIGWINCH");
+    term.write_all(b"\n").expect("write line");
+    while !String::from_utf8_lossy(&seen).contains("50 132") {
+        let n = term.read(&mut buf).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let status = child.wait().expect("wait");
+    let out = String::from_utf8_lossy(&seen).into_owned();
+    assert!(
+        out.contains("50 132"),
+        "window size did not follow the terminal: {out}"
+    );
+    assert_eq!(status.code(), Some(0), "{out}");
+    env.assert_clean();
+}
+
+#[test]
+fn a_foreign_state_directory_is_refused_untouched() {
+    use std::os::unix::fs::PermissionsExt;
+    let foreign = tempfile::tempdir().expect("tempdir");
+    std::fs::write(foreign.path().join("notes.txt"), "someone else's").expect("write");
+    std::fs::set_permissions(foreign.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let env = TestEnv::new();
+    let o = env
+        .cmd()
+        .env("PADDOCK_STATE_DIR", foreign.path())
+        .args(["run", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    assert_eq!(stderr(&o).trim_end().lines().count(), 1, "{}", stderr(&o));
+    let mode = std::fs::metadata(foreign.path())
+        .expect("stat")
+        .permissions()
+        .mode()
+        & 0o7777;
+    assert_eq!(mode, 0o755, "paddock changed a directory it does not own");
+    let names: Vec<_> = std::fs::read_dir(foreign.path())
+        .expect("read")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("notes.txt")]);
+}

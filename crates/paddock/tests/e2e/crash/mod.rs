@@ -1,0 +1,6 @@
+mod exec;
+mod full_disk;
+mod load;
+mod points;
+mod recovery;
+mod restart_states;

@@ -1,0 +1,2 @@
+mod audit;
+mod egress;

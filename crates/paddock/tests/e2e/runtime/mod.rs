@@ -1,0 +1,6 @@
+mod adopt;
+mod isolation;
+mod limits;
+mod network;
+mod snapshots;
+mod teardown;

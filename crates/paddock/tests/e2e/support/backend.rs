@@ -1,0 +1,72 @@
+//! Driving the native backend directly, as the runtime tests do: its configuration on a test's
+//! environment, a sandbox spec on the host's root file system, a connection to a sandbox's agent.
+
+use std::path::Path;
+
+use super::env::{agent_bin, paddock_bin, TestEnv};
+
+/// The native backend's configuration on a state directory and cgroup parent: the pool size the
+/// tests use, the default id range, the built binaries. Sandboxes do not die with their creator:
+/// tests create them from several threads, and a parent-death signal fires when the creating
+/// *thread* exits ([`GcOnDrop`] reclaims them when a test fails instead).
+pub fn native_config(state: &Path, cgroup_parent: &str) -> paddock_runtime::native::NativeConfig {
+    paddock_runtime::native::NativeConfig {
+        state_dir: state.to_owned(),
+        pool_size: "8G".parse().expect("size"),
+        ids: paddock_runtime::native::IdRange::DEFAULT,
+        agent_binary: agent_bin(),
+        setup_binary: paddock_bin(),
+        cgroup_parent: cgroup_parent.to_owned(),
+        die_with_parent: false,
+        network_subnet: Default::default(),
+    }
+}
+
+impl TestEnv {
+    /// [`native_config`] on this environment's state directory and cgroup parent.
+    pub fn native_config(&self) -> paddock_runtime::native::NativeConfig {
+        native_config(self.state(), &self.cgroup_parent)
+    }
+}
+
+/// Reclaims the sandboxes of a failed test (their handles, dropped first, release their locks) before
+/// the environment destroys the pool; a passing test has nothing left to reclaim.
+pub struct GcOnDrop<'a>(pub &'a TestEnv);
+
+impl Drop for GcOnDrop<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.0.cmd().arg("gc").output();
+        }
+    }
+}
+
+/// A sandbox on the host's root file system as user `user`: 1 GiB of memory, 64 pids, 2 GiB of disk,
+/// no mounts, volumes or network.
+pub fn host_spec(id: &str) -> paddock_types::SandboxSpec {
+    use paddock_types::{ByteSize, Limits, RootfsSpec, SandboxSpec, VolumeSource};
+    SandboxSpec {
+        id: id.parse().expect("sandbox id"),
+        limits: Limits {
+            memory: Some(ByteSize::gib(1)),
+            cpus: None,
+            pids: Some(64),
+            disk: Some(ByteSize::gib(2)),
+        },
+        rootfs: RootfsSpec::Host,
+        mounts: Vec::new(),
+        workdir: None,
+        user: "user".parse().expect("user"),
+        env: Vec::new(),
+        volume: VolumeSource::Template,
+        volumes: Vec::new(),
+        network: None,
+    }
+}
+
+/// A connection to a sandbox's agent.
+pub async fn connect(handle: &paddock_runtime::SandboxHandle) -> paddock_runtime::agent_client::AgentClient {
+    paddock_runtime::agent_client::AgentClient::connect(&handle.agent_socket)
+        .await
+        .expect("connect to the agent")
+}
