@@ -1,3 +1,6 @@
+//! Sandboxes themselves, through `paddock run` or the native backend driven directly: isolation,
+//! limits, teardown, adoption after a restart, snapshots and networks.
+
 mod adopt;
 mod isolation;
 mod limits;
