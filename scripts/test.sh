@@ -19,7 +19,7 @@ for dir in /var/tmp/paddock-test-*; do
   PADDOCK_STATE_DIR="$dir" PADDOCK_CGROUP_PARENT="$name" \
     PADDOCK_AGENT=target/x86_64-unknown-linux-gnu/debug/paddock-agent \
     target/x86_64-unknown-linux-gnu/debug/paddock pool destroy >/dev/null || true
-  for h in /sys/fs/cgroup/*/"$name" /sys/fs/cgroup/"$name"; do [ -d "$h" ] && rmdir "$h" 2>/dev/null; done
+  for h in /sys/fs/cgroup/*/"$name" /sys/fs/cgroup/"$name"; do [ -d "$h" ] && { rmdir "$h" 2>/dev/null || true; }; done
   rm -rf "$dir"
 done
 cargo nextest run --workspace --locked --no-fail-fast "$@"

@@ -1,5 +1,5 @@
 //! The accept loop's pieces without a server: error classes, back-off, per-client slots. The loop
-//! itself is tried against a real server in `tests/api_listener.rs`.
+//! itself is tried against a real server in `tests/e2e/api/listener.rs`.
 
 use super::*;
 
