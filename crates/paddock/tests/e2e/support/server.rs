@@ -155,14 +155,22 @@ impl Server {
         let announced = seen
             .iter()
             .any(|l| l.starts_with("paddock: admin API key written to "));
-        assert_eq!(
-            announced, first_start,
-            "admin key announcement on this start: {seen:?}"
-        );
-        let admin_key = std::fs::read_to_string(env.state().join("admin.key"))
-            .expect("admin.key")
-            .trim()
-            .to_owned();
+        let admin_key = if announced != first_start {
+            Err(format!(
+                "admin key announcement on this start: {announced}, expected {first_start}: {seen:?}"
+            ))
+        } else {
+            std::fs::read_to_string(env.state().join("admin.key"))
+                .map(|k| k.trim().to_owned())
+                .map_err(|e| format!("admin.key: {e}"))
+        };
+        // A failed check here must not leave the server running (the test panics before a
+        // `Server` exists to be dropped).
+        let admin_key = admin_key.unwrap_or_else(|why| {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{why}");
+        });
         Server {
             child,
             url,
