@@ -100,12 +100,10 @@ impl LiveSandbox {
     pub(crate) async fn own_connection(&self) -> Result<AgentClient, crate::ServiceError> {
         let socket = {
             let guard = self.handle.lock().await;
-            guard.as_ref().map(|h| h.agent_socket.clone()).ok_or_else(|| {
-                crate::ServiceError::new(
-                    paddock_types::api::ErrorCode::SandboxNotRunning,
-                    format!("sandbox {} is ending", self.id),
-                )
-            })?
+            guard
+                .as_ref()
+                .map(|h| h.agent_socket.clone())
+                .ok_or_else(|| crate::ServiceError::sandbox_ending(&self.id))?
         };
         AgentClient::connect(&socket)
             .await

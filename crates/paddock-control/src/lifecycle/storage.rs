@@ -42,9 +42,13 @@ impl SandboxService {
             return Err(snapshot_not_found(&record.id));
         }
         if let Ok(snapshot) = record.id.parse::<SnapshotId>() {
-            let service = self.clone();
-            let delete = async move {
-                let deleted = service
+            // A step transaction's checkpoint (commit, or consumed by its rollback) is deleted off the
+            // agent's path: the record is gone already, and storage without a record is garbage the
+            // next start collects if this is interrupted. An explicit delete frees it before answering.
+            if matches!(action, "sandbox.commit" | "snapshot.consume") {
+                self.free_snapshot_storage(vec![snapshot]);
+            } else {
+                let deleted = self
                     .on_backend("delete a snapshot", move |b| {
                         b.delete_snapshot(&snapshot).map_err(|e| (snapshot, e))
                     })
@@ -52,14 +56,6 @@ impl SandboxService {
                 if let Ok(Err((snapshot, e))) = deleted {
                     tracing::warn!(snapshot = %snapshot, error = %e, "snapshot storage not freed; gc will");
                 }
-            };
-            // A step transaction's checkpoint (commit, or consumed by its rollback) is deleted off the
-            // agent's path: the record is gone already, and storage without a record is garbage the
-            // next start collects if this is interrupted. An explicit delete frees it before answering.
-            if matches!(action, "sandbox.commit" | "snapshot.consume") {
-                tokio::spawn(delete);
-            } else {
-                delete.await;
             }
         }
         Ok(())
