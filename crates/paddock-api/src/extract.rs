@@ -9,7 +9,9 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
+use paddock_control::ServiceError;
 use paddock_types::api::ErrorCode;
+use paddock_types::{SandboxId, SnapshotId};
 use serde::de::DeserializeOwned;
 
 use crate::ApiError;
@@ -211,6 +213,55 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for ApiPath
             }
         }
     }
+}
+
+/// A sandbox id in the path (`{id}`), parsed once here: the control plane takes a [`SandboxId`]. A
+/// malformed id answers `sandbox_not_found`, as a missing sandbox or another tenant's does, so an id's
+/// shape tells a caller nothing the lookup would not.
+#[derive(Debug, Clone)]
+pub struct SandboxPath(pub SandboxId);
+
+impl<S: Send + Sync> FromRequestParts<S> for SandboxPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let ApiPath(raw) = ApiPath::<String>::from_request_parts(parts, state).await?;
+        sandbox_id(&raw).map(Self)
+    }
+}
+
+/// A process of a sandbox in the path (`{id}/processes/{pid}`): the id as in [`SandboxPath`]; a pid
+/// that is not a number is refused naming `pid` first, as before ids were typed.
+#[derive(Debug, Clone)]
+pub struct ProcessPath(pub SandboxId, pub u32);
+
+impl<S: Send + Sync> FromRequestParts<S> for ProcessPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let ApiPath((raw, pid)) = ApiPath::<(String, u32)>::from_request_parts(parts, state).await?;
+        Ok(Self(sandbox_id(&raw)?, pid))
+    }
+}
+
+/// A snapshot id in the path (`{snapshot_id}`); a malformed one answers `snapshot_not_found`.
+#[derive(Debug, Clone)]
+pub struct SnapshotPath(pub SnapshotId);
+
+impl<S: Send + Sync> FromRequestParts<S> for SnapshotPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let ApiPath(raw) = ApiPath::<String>::from_request_parts(parts, state).await?;
+        raw.parse()
+            .map(Self)
+            .map_err(|_| ServiceError::snapshot_not_found(&raw).into())
+    }
+}
+
+fn sandbox_id(raw: &str) -> Result<SandboxId, ApiError> {
+    raw.parse()
+        .map_err(|_| ServiceError::sandbox_not_found(raw).into())
 }
 
 #[cfg(test)]

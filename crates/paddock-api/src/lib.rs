@@ -22,7 +22,9 @@ mod stream;
 
 pub use auth::{api_key, Auth, API_KEY_HEADER};
 pub use error::ApiError;
-pub use extract::{ApiJson, ApiPath, ApiQuery, OptionalJson, JSON_BODY_LIMIT};
+pub use extract::{
+    ApiJson, ApiPath, ApiQuery, OptionalJson, ProcessPath, SandboxPath, SnapshotPath, JSON_BODY_LIMIT,
+};
 pub use negotiate::{negotiate, StreamFormat};
 pub use observe::UNMATCHED_ROUTE;
 pub use rest::files::{FilePathQuery, RemoveFileQuery, WatchQuery, WriteFileQuery};

@@ -143,6 +143,69 @@ impl fmt::Display for SnapshotId {
     }
 }
 
+/// Ids read as the strings they are (store keys, paths, log fields) without being re-parsed: a typed
+/// id can be passed wherever a `&str` is expected, and a map keyed by ids can be searched by `&str`.
+macro_rules! id_as_str {
+    ($($ty:ty),*) => {$(
+        impl std::ops::Deref for $ty {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $ty {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::borrow::Borrow<str> for $ty {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $ty {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $ty {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<String> for $ty {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
+            }
+        }
+
+        impl PartialEq<$ty> for str {
+            fn eq(&self, other: &$ty) -> bool {
+                self == other.0
+            }
+        }
+
+        impl PartialEq<$ty> for &str {
+            fn eq(&self, other: &$ty) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl PartialEq<$ty> for String {
+            fn eq(&self, other: &$ty) -> bool {
+                *self == other.0
+            }
+        }
+    )*};
+}
+
+id_as_str!(SandboxId, SnapshotId);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -161,6 +224,15 @@ mod tests {
     #[test]
     fn serde_goes_through_the_parser() {
         assert!(serde_json::from_str::<SandboxId>("\"../etc\"").is_err());
+        let id: SandboxId = "sb-1".parse().expect("valid id");
+        let as_str: &str = &id;
+        assert_eq!(as_str, "sb-1");
+        let map = std::collections::HashMap::from([(id.clone(), 1)]);
+        assert_eq!(
+            map.get("sb-1"),
+            Some(&1),
+            "a map keyed by ids is searched by the id's text"
+        );
         let id: SandboxId = serde_json::from_str("\"abc\"").expect("valid id");
         assert_eq!(id.as_str(), "abc");
     }

@@ -14,7 +14,7 @@ use utoipa::IntoParams;
 
 use crate::negotiate::{negotiate, StreamFormat};
 use crate::stream::event_stream_response;
-use crate::{ApiError, ApiJson, ApiPath, ApiQuery, Auth};
+use crate::{ApiError, ApiJson, ApiQuery, Auth, SandboxPath};
 
 /// `?path=` of the file endpoints.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
@@ -123,7 +123,7 @@ pub(crate) fn download(content_type: &'static str, length: Option<u64>, stream: 
 pub(crate) async fn read_file(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiQuery(q): ApiQuery<FilePathQuery>,
 ) -> Result<Response, ApiError> {
     let file = service.read_file(&p, &id, &q.path).await?;
@@ -148,7 +148,7 @@ pub(crate) async fn read_file(
 pub(crate) async fn write_file(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiQuery(q): ApiQuery<WriteFileQuery>,
     body: Body,
 ) -> Result<Json<WrittenFile>, ApiError> {
@@ -177,7 +177,7 @@ pub(crate) async fn write_file(
 pub(crate) async fn remove_file(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiQuery(q): ApiQuery<RemoveFileQuery>,
 ) -> Result<StatusCode, ApiError> {
     service.remove_file(&p, &id, &q.path, q.recursive).await?;
@@ -199,7 +199,7 @@ pub(crate) async fn remove_file(
 pub(crate) async fn list_dir(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiQuery(q): ApiQuery<FilePathQuery>,
 ) -> Result<Json<FileList>, ApiError> {
     Ok(Json(service.list_dir(&p, &id, &q.path).await?))
@@ -220,7 +220,7 @@ pub(crate) async fn list_dir(
 pub(crate) async fn stat_file(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiQuery(q): ApiQuery<FilePathQuery>,
 ) -> Result<Json<FileEntry>, ApiError> {
     Ok(Json(service.stat_file(&p, &id, &q.path).await?))
@@ -242,7 +242,7 @@ pub(crate) async fn stat_file(
 pub(crate) async fn make_dir(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiJson(req): ApiJson<MkdirRequest>,
 ) -> Result<(StatusCode, Json<FileEntry>), ApiError> {
     let entry = service.make_dir(&p, &id, req).await?;
@@ -265,7 +265,7 @@ pub(crate) async fn make_dir(
 pub(crate) async fn rename_file(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiJson(req): ApiJson<RenameRequest>,
 ) -> Result<Json<FileEntry>, ApiError> {
     Ok(Json(service.rename_file(&p, &id, req).await?))
@@ -286,7 +286,7 @@ pub(crate) async fn rename_file(
 pub(crate) async fn download_tar(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiQuery(q): ApiQuery<FilePathQuery>,
 ) -> Result<Response, ApiError> {
     let stream = service.download_tar(&p, &id, &q.path).await?;
@@ -309,7 +309,7 @@ pub(crate) async fn download_tar(
 pub(crate) async fn upload_tar(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiQuery(q): ApiQuery<FilePathQuery>,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
@@ -338,7 +338,7 @@ pub(crate) async fn upload_tar(
 pub(crate) async fn watch_dir(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiQuery(q): ApiQuery<WatchQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {

@@ -8,7 +8,7 @@ use paddock_types::api::{
     CreateSecretRequest, SandboxNetworkInfo, SecretInfo, SecretList, SetNetworkRequest,
 };
 
-use crate::{ApiError, ApiJson, ApiPath, Auth};
+use crate::{ApiError, ApiJson, ApiPath, Auth, SandboxPath};
 
 /// A networked sandbox's egress policy, injected secrets (names), proxy address and its most recent
 /// connections and DNS questions (allowed and refused), newest first. `invalid_request` for a sandbox
@@ -27,7 +27,7 @@ use crate::{ApiError, ApiJson, ApiPath, Auth};
 pub(crate) async fn get_network(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
 ) -> Result<Json<SandboxNetworkInfo>, ApiError> {
     Ok(Json(service.get_network(&p, &id).await?))
 }
@@ -49,7 +49,7 @@ pub(crate) async fn get_network(
 pub(crate) async fn set_network(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiJson(req): ApiJson<SetNetworkRequest>,
 ) -> Result<Json<SandboxNetworkInfo>, ApiError> {
     Ok(Json(service.set_network(&p, &id, req).await?))

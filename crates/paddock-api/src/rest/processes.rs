@@ -17,7 +17,7 @@ use utoipa::IntoParams;
 use crate::extract::body_read_error;
 use crate::negotiate::{negotiate, StreamFormat};
 use crate::stream::event_stream_response;
-use crate::{ApiError, ApiJson, ApiPath, ApiQuery, Auth, OptionalJson};
+use crate::{ApiError, ApiJson, ApiQuery, Auth, OptionalJson, ProcessPath, SandboxPath};
 
 /// Output kept per stream (stdout, stderr) when a foreground exec is answered as one JSON document,
 /// counted as JSON-encoded text.
@@ -101,7 +101,7 @@ fn collected_response(collected: paddock_control::CollectedOutput) -> Response {
 pub(crate) async fn exec(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     headers: HeaderMap,
     ApiJson(req): ApiJson<ExecRequest>,
 ) -> Result<Response, ApiError> {
@@ -135,7 +135,7 @@ pub(crate) async fn exec(
 pub(crate) async fn list_processes(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
 ) -> Result<Json<ProcessList>, ApiError> {
     Ok(Json(service.list_processes(&p, &id).await?))
 }
@@ -166,7 +166,7 @@ pub(crate) async fn list_processes(
 pub(crate) async fn process_output(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath((id, pid)): ApiPath<(String, u32)>,
+    ProcessPath(id, pid): ProcessPath,
     ApiQuery(q): ApiQuery<AttachQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -197,7 +197,7 @@ pub(crate) async fn process_output(
 pub(crate) async fn write_stdin(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath((id, pid)): ApiPath<(String, u32)>,
+    ProcessPath(id, pid): ProcessPath,
     ApiQuery(q): ApiQuery<StdinQuery>,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
@@ -237,7 +237,7 @@ pub(crate) async fn write_stdin(
 pub(crate) async fn signal_process(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath((id, pid)): ApiPath<(String, u32)>,
+    ProcessPath(id, pid): ProcessPath,
     ApiJson(req): ApiJson<SignalRequest>,
 ) -> Result<StatusCode, ApiError> {
     service.signal_process(&p, &id, pid, req).await?;
@@ -263,7 +263,7 @@ pub(crate) async fn signal_process(
 pub(crate) async fn kill_process(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath((id, pid)): ApiPath<(String, u32)>,
+    ProcessPath(id, pid): ProcessPath,
     OptionalJson(req): OptionalJson<KillRequest>,
 ) -> Result<StatusCode, ApiError> {
     service.kill_process(&p, &id, pid, req).await?;
@@ -289,7 +289,7 @@ pub(crate) async fn kill_process(
 pub(crate) async fn resize_pty(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath((id, pid)): ApiPath<(String, u32)>,
+    ProcessPath(id, pid): ProcessPath,
     ApiJson(size): ApiJson<PtySizeBody>,
 ) -> Result<StatusCode, ApiError> {
     service.resize_pty(&p, &id, pid, size).await?;

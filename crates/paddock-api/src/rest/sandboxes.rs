@@ -8,7 +8,7 @@ use paddock_types::api::{
     CreateSandboxRequest, ListSandboxesQuery, SandboxInfo, SandboxList, SandboxUsageBody, SetTimeoutRequest,
 };
 
-use crate::{ApiError, ApiJson, ApiPath, ApiQuery, Auth};
+use crate::{ApiError, ApiJson, ApiQuery, Auth, SandboxPath};
 
 /// Creates a sandbox.
 #[utoipa::path(
@@ -66,7 +66,7 @@ pub(crate) async fn list_sandboxes(
 pub(crate) async fn get_sandbox(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(service.get_sandbox(&p, &id).await?))
 }
@@ -86,7 +86,7 @@ pub(crate) async fn get_sandbox(
 pub(crate) async fn kill_sandbox(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
 ) -> Result<StatusCode, ApiError> {
     service.kill_sandbox(&p, &id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -108,7 +108,7 @@ pub(crate) async fn kill_sandbox(
 pub(crate) async fn set_timeout(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiJson(req): ApiJson<SetTimeoutRequest>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(service.set_timeout(&p, &id, req).await?))
@@ -129,7 +129,7 @@ pub(crate) async fn set_timeout(
 pub(crate) async fn sandbox_usage(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
 ) -> Result<Json<SandboxUsageBody>, ApiError> {
     Ok(Json(service.sandbox_usage(&p, &id).await?))
 }

@@ -11,7 +11,7 @@ use paddock_control::{ExportOptions, SandboxService};
 use paddock_types::api::{ExportSnapshotQuery, ImportSnapshotQuery, SnapshotInfo};
 
 use crate::rest::files::{body_stream, download};
-use crate::{ApiError, ApiPath, ApiQuery, Auth};
+use crate::{ApiError, ApiQuery, Auth, SnapshotPath};
 
 /// Downloads a snapshot as a POSIX (pax) tar archive, streamed.
 ///
@@ -36,7 +36,7 @@ use crate::{ApiError, ApiPath, ApiQuery, Auth};
 pub(crate) async fn export_snapshot(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(snapshot_id): ApiPath<String>,
+    SnapshotPath(snapshot_id): SnapshotPath,
     ApiQuery(q): ApiQuery<ExportSnapshotQuery>,
 ) -> Result<Response, ApiError> {
     let options = ExportOptions {

@@ -9,7 +9,7 @@ use paddock_types::api::{
     RollbackRequest, SandboxInfo, SnapshotInfo, SnapshotList,
 };
 
-use crate::{ApiError, ApiJson, ApiPath, ApiQuery, Auth, OptionalJson};
+use crate::{ApiError, ApiJson, ApiQuery, Auth, OptionalJson, SandboxPath, SnapshotPath};
 
 /// Takes a snapshot of a sandbox's files (its processes frozen for the instant; memory is not
 /// captured).
@@ -28,7 +28,7 @@ use crate::{ApiError, ApiJson, ApiPath, ApiQuery, Auth, OptionalJson};
 pub(crate) async fn create_snapshot(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     OptionalJson(req): OptionalJson<CreateSnapshotRequest>,
 ) -> Result<(StatusCode, Json<SnapshotInfo>), ApiError> {
     Ok((
@@ -72,7 +72,7 @@ pub(crate) async fn list_snapshots(
 pub(crate) async fn get_snapshot(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(snapshot_id): ApiPath<String>,
+    SnapshotPath(snapshot_id): SnapshotPath,
 ) -> Result<Json<SnapshotInfo>, ApiError> {
     Ok(Json(service.get_snapshot(&p, &snapshot_id).await?))
 }
@@ -92,7 +92,7 @@ pub(crate) async fn get_snapshot(
 pub(crate) async fn delete_snapshot(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(snapshot_id): ApiPath<String>,
+    SnapshotPath(snapshot_id): SnapshotPath,
 ) -> Result<StatusCode, ApiError> {
     service.delete_snapshot(&p, &snapshot_id).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -114,7 +114,7 @@ pub(crate) async fn delete_snapshot(
 pub(crate) async fn fork_sandbox(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiJson(req): ApiJson<ForkRequest>,
 ) -> Result<(StatusCode, Json<ForkResult>), ApiError> {
     Ok((
@@ -138,7 +138,7 @@ pub(crate) async fn fork_sandbox(
 pub(crate) async fn checkpoint(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
 ) -> Result<(StatusCode, Json<SnapshotInfo>), ApiError> {
     Ok((StatusCode::CREATED, Json(service.checkpoint(&p, &id).await?)))
 }
@@ -158,7 +158,7 @@ pub(crate) async fn checkpoint(
 pub(crate) async fn commit(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
 ) -> Result<Json<SnapshotInfo>, ApiError> {
     Ok(Json(service.commit(&p, &id).await?))
 }
@@ -180,7 +180,7 @@ pub(crate) async fn commit(
 pub(crate) async fn rollback(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     OptionalJson(req): OptionalJson<RollbackRequest>,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(service.rollback(&p, &id, req).await?))
@@ -201,7 +201,7 @@ pub(crate) async fn rollback(
 pub(crate) async fn pause_sandbox(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(service.pause_sandbox(&p, &id).await?))
 }
@@ -223,7 +223,7 @@ pub(crate) async fn pause_sandbox(
 pub(crate) async fn stop_sandbox(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(service.stop_sandbox(&p, &id).await?))
 }
@@ -244,7 +244,7 @@ pub(crate) async fn stop_sandbox(
 pub(crate) async fn resume_sandbox(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
 ) -> Result<Json<SandboxInfo>, ApiError> {
     Ok(Json(service.resume_sandbox(&p, &id).await?))
 }
@@ -264,7 +264,7 @@ pub(crate) async fn resume_sandbox(
 pub(crate) async fn diff_sandbox(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
+    SandboxPath(id): SandboxPath,
     ApiQuery(q): ApiQuery<DiffQuery>,
 ) -> Result<Json<DiffResult>, ApiError> {
     Ok(Json(service.diff_sandbox(&p, &id, q).await?))

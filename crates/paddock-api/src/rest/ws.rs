@@ -18,12 +18,13 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt as _, StreamExt as _};
 use paddock_control::{stream_bytes, ExecStream, Principal, SandboxService};
 use paddock_types::api::{ErrorCode, ExecEvent, ExecRequest, PtySizeBody, SignalRequest};
+use paddock_types::SandboxId;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::stream::StreamEvent as _;
-use crate::{ApiError, ApiPath, ApiQuery, Auth};
+use crate::{ApiError, ApiQuery, Auth, SandboxPath};
 
 /// The largest message a client may send (stdin chunks, requests).
 const MAX_CLIENT_MESSAGE: usize = 1024 * 1024;
@@ -149,8 +150,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
 pub(crate) async fn exec_ws(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
     Upgrade(ws): Upgrade,
+    SandboxPath(id): SandboxPath,
 ) -> Response {
     ws.on_upgrade(move |socket| async move {
         let (mut sink, mut source) = socket.split();
@@ -197,9 +198,9 @@ pub(crate) async fn exec_ws(
 pub(crate) async fn pty_ws(
     Auth(p): Auth,
     State(service): State<SandboxService>,
-    ApiPath(id): ApiPath<String>,
     ApiQuery(q): ApiQuery<PtyQuery>,
     Upgrade(ws): Upgrade,
+    SandboxPath(id): SandboxPath,
 ) -> Result<Response, ApiError> {
     // Started before the upgrade so a missing sandbox is a 404, not a closed socket. If the upgrade
     // never completes, the callback (and with it the stream) is dropped, which kills the shell.
@@ -231,7 +232,7 @@ enum Framing {
 struct Session {
     service: SandboxService,
     principal: Principal,
-    id: String,
+    id: SandboxId,
     stream: ExecStream,
     framing: Framing,
     sink: SplitSink<WebSocket, Message>,
@@ -342,7 +343,7 @@ fn error_text(error: &ApiError) -> Option<Message> {
 async fn read_client(
     service: &SandboxService,
     p: &Principal,
-    id: &str,
+    id: &SandboxId,
     pid: u32,
     source: &mut SplitStream<WebSocket>,
     replies: mpsc::Sender<Message>,
@@ -373,7 +374,7 @@ async fn read_client(
 async fn apply(
     service: &SandboxService,
     p: &Principal,
-    id: &str,
+    id: &SandboxId,
     pid: u32,
     command: WsClientMessage,
 ) -> Result<(), ApiError> {

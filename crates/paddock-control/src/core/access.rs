@@ -8,6 +8,7 @@ use paddock_store::{SandboxRecord, SandboxState, SnapshotKind, SnapshotRecord, V
 use paddock_types::api::{
     ErrorCode, SandboxInfo, SandboxStateBody, SnapshotInfo, SnapshotKindBody, VolumeMountInfo,
 };
+use paddock_types::SandboxId;
 use paddock_types::VolumeId;
 
 use crate::core::error::{snapshot_not_found, volume_not_found};
@@ -54,7 +55,7 @@ impl SandboxService {
     }
 
     /// One sandbox of the caller's tenant.
-    pub async fn get_sandbox(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
+    pub async fn get_sandbox(&self, p: &Principal, id: &SandboxId) -> Result<SandboxInfo, ServiceError> {
         Ok(info_from_record(&self.owned_record(p, id).await?))
     }
 

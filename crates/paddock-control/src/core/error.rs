@@ -44,6 +44,11 @@ impl ServiceError {
         Self::new(ErrorCode::SandboxNotFound, format!("sandbox {id} not found"))
     }
 
+    /// No snapshot `id` of the caller's tenant (also what another tenant's snapshot looks like).
+    pub fn snapshot_not_found(id: &str) -> Self {
+        Self::new(ErrorCode::SnapshotNotFound, format!("snapshot {id} not found"))
+    }
+
     /// A live sandbox whose handle was taken: it is being destroyed, stopped or rolled back.
     pub(crate) fn sandbox_ending(id: &str) -> Self {
         Self::new(ErrorCode::SandboxNotRunning, format!("sandbox {id} is ending"))
@@ -187,7 +192,7 @@ pub(crate) fn volume_exists(name: &str) -> ServiceError {
 }
 
 pub(crate) fn snapshot_not_found(id: &str) -> ServiceError {
-    ServiceError::new(ErrorCode::SnapshotNotFound, format!("snapshot {id} not found"))
+    ServiceError::snapshot_not_found(id)
 }
 
 /// The message and field of a quota refusal, in the quota's own units.
@@ -215,6 +220,19 @@ pub(crate) fn quota_exceeded(what: &'static str, limit: u64, requested_total: u6
         ),
         field: Some(what.to_owned()),
     }
+}
+
+/// A snapshot id read back from the store. Every id the store holds was parsed on its way in, so one
+/// that does not parse is a damaged record: an internal error, never skipped.
+pub(crate) fn stored_snapshot_id(id: &str) -> Result<paddock_types::SnapshotId, ServiceError> {
+    id.parse()
+        .map_err(|e| ServiceError::internal("read a stored snapshot id", &e))
+}
+
+/// A sandbox id read back from the store (see [`stored_snapshot_id`]).
+pub(crate) fn stored_sandbox_id(id: &str) -> Result<paddock_types::SandboxId, ServiceError> {
+    id.parse()
+        .map_err(|e| ServiceError::internal("read a stored sandbox id", &e))
 }
 
 #[cfg(test)]

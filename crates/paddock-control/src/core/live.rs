@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use paddock_egress::SecretName;
 use paddock_runtime::agent_client::AgentClient;
 use paddock_runtime::SandboxHandle;
-use paddock_types::{Limits, NetworkLink, VolumeMount};
+use paddock_types::{Limits, NetworkLink, SandboxId, VolumeMount};
 use serde::{Deserialize, Serialize};
 
 /// What the store keeps of a sandbox's request (`spec_json`), enough to rebuild a [`LiveSandbox`]
@@ -53,7 +53,7 @@ pub(crate) struct ProcessCounters {
 
 #[derive(Debug)]
 pub(crate) struct LiveSandbox {
-    pub(crate) id: String,
+    pub(crate) id: SandboxId,
     pub(crate) client: AgentClient,
     /// Taken when the sandbox is destroyed. Shared with backend work on it (`on_handle`), which holds
     /// the lock until the backend returns.
@@ -67,7 +67,7 @@ pub(crate) struct LiveSandbox {
 }
 
 impl LiveSandbox {
-    pub(crate) fn new(id: String, client: AgentClient, handle: SandboxHandle, owner: Ownership) -> Self {
+    pub(crate) fn new(id: SandboxId, client: AgentClient, handle: SandboxHandle, owner: Ownership) -> Self {
         Self {
             id,
             client,

@@ -28,7 +28,7 @@ pub(crate) struct Inner {
     pub(crate) backend: Arc<AnyBackend>,
     pub(crate) store: Arc<Store>,
     /// Sandboxes with a live agent connection, warm ones included.
-    pub(crate) live: Mutex<HashMap<String, Arc<LiveSandbox>>>,
+    pub(crate) live: Mutex<HashMap<SandboxId, Arc<LiveSandbox>>>,
     pub(crate) metrics: Metrics,
     /// Wakes the warm-pool fillers (a claim happened).
     pub(crate) pool_wakeup: Notify,
@@ -36,13 +36,13 @@ pub(crate) struct Inner {
     /// The egress proxy, when sandboxes may have a network.
     pub(crate) egress: Option<Arc<paddock_egress::Egress>>,
     /// Networked sandboxes being served on the egress proxy, by id.
-    pub(crate) served: Mutex<HashMap<String, crate::core::live::Served>>,
+    pub(crate) served: Mutex<HashMap<SandboxId, crate::core::live::Served>>,
     pub(crate) tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Output held by requests answered with one collected JSON document, all together.
     pub(crate) collect_budget: crate::core::output::collect::OutputBudget,
     /// Sandboxes the store says are live that recovery has not finished with yet (see
     /// `recovery.rs`): a request for one answers `sandbox_recovering`.
-    pub(crate) recovering: Mutex<HashSet<String>>,
+    pub(crate) recovering: Mutex<HashSet<SandboxId>>,
     /// Cancelled once recovery has finished with every sandbox.
     pub(crate) recovered: CancellationToken,
 }

@@ -182,8 +182,8 @@ impl SandboxService {
             Some(snapshot) => format!("snapshot {snapshot}"),
             None => "boot".to_owned(),
         };
-        let sb = Arc::new(LiveSandbox::new(id.to_string(), client, handle, owner));
-        lock(&self.inner.live).insert(id.to_string(), sb);
+        let sb = Arc::new(LiveSandbox::new(id.clone(), client, handle, owner));
+        lock(&self.inner.live).insert(id.clone(), sb);
         let entry = AuditEntry::ok(p, "sandbox.create", Some(id.as_str()))
             .detail(serde_json::json!({
                 "template": plan.spec.template,

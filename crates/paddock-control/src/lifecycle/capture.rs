@@ -68,7 +68,7 @@ impl SandboxService {
         let new = NewSnapshot {
             id: snapshot.to_string(),
             tenant: p.tenant.clone(),
-            sandbox_id: Some(sb.id.clone()),
+            sandbox_id: Some(sb.id.to_string()),
             kind,
             name,
             labels,

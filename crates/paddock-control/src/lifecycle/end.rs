@@ -4,6 +4,7 @@
 use paddock_runtime::fault;
 use paddock_store::{SandboxState, StoreError};
 use paddock_types::api::ErrorCode;
+use paddock_types::SandboxId;
 
 use crate::core::live::lock;
 use crate::core::service::{row_with_time, AuditEntry};
@@ -76,7 +77,7 @@ impl SandboxService {
 
     /// Kills the sandbox and removes everything of it.
     #[tracing::instrument(skip_all, fields(sandbox_id = %id))]
-    pub async fn kill_sandbox(&self, p: &Principal, id: &str) -> Result<(), ServiceError> {
+    pub async fn kill_sandbox(&self, p: &Principal, id: &SandboxId) -> Result<(), ServiceError> {
         let record = self.owned_record(p, id).await?;
         self.refuse_recovering(id)?;
         if record.state == SandboxState::Stopped {

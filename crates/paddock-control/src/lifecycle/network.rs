@@ -100,7 +100,7 @@ impl SandboxService {
             let _ = egress.remove_sandbox(&handle.id);
             return Err(e);
         }
-        lock(&self.inner.served).insert(handle.id.to_string(), Served { link, secrets });
+        lock(&self.inner.served).insert(handle.id.clone(), Served { link, secrets });
         Ok(())
     }
 
@@ -178,7 +178,7 @@ impl SandboxService {
 
     /// Gives the proxy the current values for every live sandbox of `tenant` that injects `name`.
     pub(crate) async fn refresh_secrets(&self, tenant: &str, name: &str) {
-        let served: Vec<(String, Vec<SecretName>)> = lock(&self.inner.served)
+        let served: Vec<(SandboxId, Vec<SecretName>)> = lock(&self.inner.served)
             .iter()
             .filter(|(_, s)| s.secrets.iter().any(|n| n.as_str() == name))
             .map(|(id, s)| (id.clone(), s.secrets.clone()))
@@ -187,10 +187,7 @@ impl SandboxService {
             if self.live_sandbox(&id).and_then(|sb| sb.tenant()).as_deref() != Some(tenant) {
                 continue;
             }
-            let Ok(sid) = id.parse::<SandboxId>() else {
-                continue;
-            };
-            if let Err(e) = self.push_secrets(&sid, Some(tenant), &secrets).await {
+            if let Err(e) = self.push_secrets(&id, Some(tenant), &secrets).await {
                 tracing::warn!(sandbox_id = %id, error = %e.message, "cannot refresh a sandbox's secrets");
             }
         }

@@ -4,19 +4,20 @@
 use paddock_runtime::fault;
 use paddock_store::StoreError;
 use paddock_types::api::SandboxInfo;
+use paddock_types::SandboxId;
 
 use crate::core::service::{row_with_time, runtime_error, AuditEntry};
 use crate::{Principal, SandboxService, ServiceError};
 
 impl SandboxService {
     /// Freezes every process of the sandbox (no CPU used, memory kept).
-    pub async fn pause_sandbox(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
+    pub async fn pause_sandbox(&self, p: &Principal, id: &SandboxId) -> Result<SandboxInfo, ServiceError> {
         self.set_frozen(p, id, true).await
     }
 
     /// Thaws a paused sandbox, or boots a stopped one again on its files. Either way, a timeout that
     /// paused or stopped it starts again.
-    pub async fn resume_sandbox(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
+    pub async fn resume_sandbox(&self, p: &Principal, id: &SandboxId) -> Result<SandboxInfo, ServiceError> {
         let Some(sb) = self.live_sandbox(id) else {
             let record = self.owned_record(p, id).await?;
             if record.state == paddock_store::SandboxState::Stopped {
@@ -33,7 +34,12 @@ impl SandboxService {
     }
 
     /// Pauses (`frozen`) or resumes the sandbox; doing what is already done changes nothing.
-    async fn set_frozen(&self, p: &Principal, id: &str, frozen: bool) -> Result<SandboxInfo, ServiceError> {
+    async fn set_frozen(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+        frozen: bool,
+    ) -> Result<SandboxInfo, ServiceError> {
         let sb = self.owned_live_any(p, id).await?;
         if sb.is_paused() != frozen {
             let what = if frozen {

@@ -8,6 +8,7 @@ use paddock_store::SandboxState;
 use crate::core::live::lock;
 use crate::core::time::now_ms;
 use crate::SandboxService;
+use paddock_types::SandboxId;
 
 impl SandboxService {
     /// Kills expired sandboxes and ends those whose agent died, until the service stops.
@@ -38,7 +39,7 @@ impl SandboxService {
                 }
                 Err(e) => tracing::warn!(error = %e, "reaper cannot read the store"),
             }
-            let dead: Vec<String> = lock(&self.inner.live)
+            let dead: Vec<SandboxId> = lock(&self.inner.live)
                 .values()
                 .filter(|sb| sb.client.is_closed() && !sb.is_restarting())
                 .map(|sb| sb.id.clone())

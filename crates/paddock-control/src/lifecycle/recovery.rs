@@ -39,6 +39,7 @@ use paddock_runtime::{Adoption, SandboxHandle};
 use paddock_store::{IntentOp, IntentRecord, SandboxRecord, SandboxState, StoreError};
 use paddock_types::{SandboxId, SnapshotId, VolumeSource};
 
+use crate::core::error::stored_sandbox_id;
 use crate::core::live::{lock, LiveSandbox, Ownership, StoredSpec};
 use crate::core::service::{row_with_time, AuditEntry};
 use crate::core::time::now_ms;
@@ -75,7 +76,8 @@ impl SandboxService {
     pub(crate) async fn begin_recovery(&self) -> Result<Recovery, ServiceError> {
         let records = self.db("list live sandboxes", |s| s.live_sandboxes()).await?;
         let intents = self.db("list intents", |s| s.list_intents()).await?;
-        lock(&self.inner.recovering).extend(records.iter().map(|r| r.id.clone()));
+        // A record whose id does not parse cannot be addressed through the API; `recover_one` leaves it.
+        lock(&self.inner.recovering).extend(records.iter().filter_map(|r| r.id.parse::<SandboxId>().ok()));
         self.collect_snapshot_garbage().await?;
         self.collect_stopped_garbage(&intents).await?;
         self.collect_volume_garbage().await?;
@@ -129,7 +131,7 @@ impl SandboxService {
                     if let Some(intent) = intent {
                         service.end_intent(intent.id).await;
                     }
-                    lock(&service.inner.recovering).remove(&id);
+                    lock(&service.inner.recovering).remove(id.as_str());
                     outcome
                 }
             })
@@ -176,9 +178,7 @@ impl SandboxService {
         record: &SandboxRecord,
         intent: Option<&IntentRecord>,
     ) -> Result<Recovered, ServiceError> {
-        let Ok(id) = record.id.parse::<SandboxId>() else {
-            return Ok(Recovered::Left);
-        };
+        let id = stored_sandbox_id(&record.id)?;
         match (intent.map(|i| i.op), record.state) {
             (Some(IntentOp::Rollback), SandboxState::Running) => {
                 let intent = intent.expect("matched");
@@ -274,7 +274,7 @@ impl SandboxService {
             tenant: record.tenant.clone(),
             spec,
         };
-        let sb = Arc::new(LiveSandbox::new(record.id.clone(), client, handle, owner));
+        let sb = Arc::new(LiveSandbox::new(handle.id.clone(), client, handle, owner));
         self.follow_running_processes(&sb).await;
         if record.paused {
             self.on_handle(&sb, "pause an adopted sandbox", |b, handle| {
@@ -285,7 +285,7 @@ impl SandboxService {
             .map_err(|e| crate::core::service::runtime_error("pause an adopted sandbox", e))?;
             sb.set_paused(true);
         }
-        lock(&self.inner.live).insert(record.id.clone(), sb);
+        lock(&self.inner.live).insert(sb.id.clone(), sb);
         self.audit(AuditEntry::system(
             "sandbox.adopt",
             record.tenant.clone(),
@@ -342,8 +342,8 @@ impl SandboxService {
             tenant: record.tenant.clone(),
             spec,
         };
-        let sb = Arc::new(LiveSandbox::new(record.id.clone(), client, handle, owner));
-        lock(&self.inner.live).insert(record.id.clone(), sb);
+        let sb = Arc::new(LiveSandbox::new(id.clone(), client, handle, owner));
+        lock(&self.inner.live).insert(id.clone(), sb);
         let consumed = intent.detail["consume"].as_bool().unwrap_or(false);
         self.record_rollback(None, &record.id, &snapshot, consumed, intent.id)
             .await?;
@@ -414,7 +414,7 @@ impl SandboxService {
             let sid = id.to_owned();
             self.db("read a sandbox", move |s| s.get_sandbox(&sid)).await
         };
-        let (Ok(Some(record)), Ok(sandbox_id)) = (record, id.parse::<SandboxId>()) else {
+        let (Ok(Some(record)), Ok(sandbox_id)) = (record, stored_sandbox_id(id)) else {
             return Recovered::Left;
         };
         if !record.state.is_live() {

@@ -9,6 +9,7 @@ use paddock_store::{SnapshotRecord, StoreError};
 use paddock_types::api::ErrorCode;
 use paddock_types::SnapshotId;
 
+use crate::core::error::stored_snapshot_id;
 use crate::core::live::{lock, LiveSandbox};
 use crate::core::service::{row_with_time, AuditEntry};
 use crate::core::time::now_ms;
@@ -17,10 +18,7 @@ use crate::{Principal, SandboxService, ServiceError};
 impl SandboxService {
     /// Lets the backend prepare a rollback of `sb` to `snapshot` now, in the background (a boot of a
     /// copy), so that the rollback itself is a switch (see `SandboxBackend::prepare_rollback`).
-    pub(crate) fn prepare_rollback(&self, sb: &Arc<LiveSandbox>, snapshot: &str) {
-        let Ok(snapshot) = snapshot.parse::<SnapshotId>() else {
-            return;
-        };
+    pub(crate) fn prepare_rollback(&self, sb: &Arc<LiveSandbox>, snapshot: SnapshotId) {
         let (service, sb) = (self.clone(), sb.clone());
         tokio::spawn(async move {
             let prepared = service
@@ -104,9 +102,7 @@ impl SandboxService {
             })
             .await?;
         if dropped {
-            if let Ok(snapshot) = snapshot.id.parse::<SnapshotId>() {
-                self.free_snapshot_storage(vec![snapshot]);
-            }
+            self.free_snapshot_storage(vec![stored_snapshot_id(&snapshot.id)?]);
         }
         Ok(())
     }

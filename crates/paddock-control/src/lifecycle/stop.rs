@@ -24,7 +24,7 @@ use crate::{Principal, SandboxService, ServiceError};
 
 impl SandboxService {
     /// Stops a running (or paused) sandbox: its processes end, its files are kept.
-    pub async fn stop_sandbox(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
+    pub async fn stop_sandbox(&self, p: &Principal, id: &SandboxId) -> Result<SandboxInfo, ServiceError> {
         let sb = self.owned_live_any(p, id).await?;
         self.stop_live(Some(p), &sb, "stop").await?;
         self.get_sandbox(p, id).await
@@ -119,9 +119,7 @@ impl SandboxService {
             .await?;
         if !recorded {
             // Ended (killed, expired) while it was stopping: the files it kept go with it.
-            if let Ok(id) = sb.id.parse::<SandboxId>() {
-                self.free_stopped(id).await;
-            }
+            self.free_stopped(sb.id.clone()).await;
             return Err(ServiceError::new(
                 ErrorCode::SandboxNotRunning,
                 format!("sandbox {} ended while it was being stopped", sb.id),
@@ -132,11 +130,15 @@ impl SandboxService {
     }
 
     /// Boots stopped sandbox `id` again on its kept files.
-    pub(crate) async fn resume_stopped(&self, p: &Principal, id: &str) -> Result<SandboxInfo, ServiceError> {
+    pub(crate) async fn resume_stopped(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+    ) -> Result<SandboxInfo, ServiceError> {
         let record = self.owned_record(p, id).await?;
         let spec: StoredSpec = serde_json::from_str(&record.spec_json)
             .map_err(|e| ServiceError::internal("decode a sandbox spec", &e))?;
-        let sandbox_id: SandboxId = id.parse().map_err(|_| ServiceError::sandbox_not_found(id))?;
+        let sandbox_id = id.clone();
         // Its limits were checked when it was created; the server's maxima may have been lowered since.
         crate::plan::create::check_limits(&spec.limits, &self.inner.config.max_limits)?;
         // Written before the state changes: from `creating` on, a crash is undone by recovery
@@ -269,7 +271,7 @@ impl SandboxService {
     }
 
     /// Deletes a stopped sandbox: its kept files go, its record ends as `killed`.
-    pub(crate) async fn kill_stopped(&self, p: &Principal, id: &str) -> Result<(), ServiceError> {
+    pub(crate) async fn kill_stopped(&self, p: &Principal, id: &SandboxId) -> Result<(), ServiceError> {
         let row = AuditEntry::ok(p, "sandbox.kill", Some(id))
             .detail(serde_json::json!({ "reason": "killed", "state": "killed", "from": "stopped" }))
             .into_row();
@@ -300,9 +302,7 @@ impl SandboxService {
                 format!("sandbox {id} is not stopped any more"),
             ));
         }
-        if let Ok(sandbox_id) = id.parse::<SandboxId>() {
-            self.free_stopped(sandbox_id).await;
-        }
+        self.free_stopped(id.clone()).await;
         Ok(())
     }
 

@@ -5,6 +5,7 @@ use paddock_store::{NewAuditEntry, SandboxState, SnapshotRecord, StoreError, Sto
 use paddock_types::{SandboxId, SnapshotId};
 
 use crate::core::error::snapshot_not_found;
+use crate::core::error::stored_snapshot_id;
 use crate::core::service::{row_with_time, runtime_error, AuditEntry};
 use crate::core::time::now_ms;
 use crate::{Principal, SandboxService, ServiceError};
@@ -41,7 +42,8 @@ impl SandboxService {
         if !deleted {
             return Err(snapshot_not_found(&record.id));
         }
-        if let Ok(snapshot) = record.id.parse::<SnapshotId>() {
+        {
+            let snapshot = stored_snapshot_id(&record.id)?;
             // A step transaction's checkpoint (commit, or consumed by its rollback) is deleted off the
             // agent's path: the record is gone already, and storage without a record is garbage the
             // next start collects if this is interrupted. An explicit delete frees it before answering.
@@ -71,7 +73,7 @@ impl SandboxService {
             .await?
             .map_err(|e| runtime_error("list snapshots", e))?;
         for snapshot in &on_disk {
-            if !known.iter().any(|k| *k == snapshot.to_string()) {
+            if !known.iter().any(|k| *k == *snapshot) {
                 tracing::info!(snapshot = %snapshot, "removing unrecorded snapshot storage");
                 let snapshot = snapshot.clone();
                 let _ = self
@@ -80,7 +82,7 @@ impl SandboxService {
             }
         }
         for id in known {
-            if !on_disk.iter().any(|s| s.to_string() == id) {
+            if !on_disk.iter().any(|s| *s == id) {
                 tracing::warn!(snapshot = %id, "snapshot storage is gone; marking it deleted");
                 let sid = id.clone();
                 self.db("mark a snapshot deleted", move |s| {

@@ -86,8 +86,8 @@ impl SandboxService {
             }
         };
         let owner = Ownership { tenant: None, spec };
-        let sb = Arc::new(LiveSandbox::new(id.to_string(), client, handle, owner));
-        lock(&self.inner.live).insert(id.to_string(), sb);
+        let sb = Arc::new(LiveSandbox::new(id.clone(), client, handle, owner));
+        lock(&self.inner.live).insert(id.clone(), sb);
         let sid = id.to_string();
         let ready = self
             .db("record a warm sandbox", move |s| {

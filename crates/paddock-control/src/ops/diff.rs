@@ -1,6 +1,7 @@
 //! Diff: what changed in a sandbox's files since one of its snapshots (the newest checkpoint by
 //! default), read from storage, so a paused sandbox can be diffed too.
 
+use paddock_types::SandboxId;
 use paddock_types::SnapshotId;
 
 use crate::core::service::{runtime_error, AuditEntry};
@@ -11,7 +12,7 @@ impl SandboxService {
     pub async fn diff_sandbox(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         q: paddock_types::api::DiffQuery,
     ) -> Result<paddock_types::api::DiffResult, ServiceError> {
         use paddock_types::api::{ChangeBody, DiffEntryBody, DiffResult};

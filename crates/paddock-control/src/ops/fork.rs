@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use paddock_runtime::fault;
 use paddock_store::{IntentOp, NewAuditEntry, QuotaRequest, SnapshotKind, StoreError};
 use paddock_types::api::{ErrorCode, ForkRequest, ForkResult};
+use paddock_types::SandboxId;
 use paddock_types::{SnapshotId, VolumeSource};
 
 use crate::core::service::{row_with_time, AuditEntry};
@@ -22,7 +23,7 @@ impl SandboxService {
     pub async fn fork_sandbox(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         req: ForkRequest,
     ) -> Result<ForkResult, ServiceError> {
         if req.count == 0 || req.count > MAX_FORKS {
@@ -129,7 +130,7 @@ impl SandboxService {
             .await;
         if !matches!(committed, Ok(true)) {
             for (copy, _) in &copies {
-                let _ = self.kill_sandbox(p, copy.as_str()).await;
+                let _ = self.kill_sandbox(p, copy).await;
             }
             self.drop_snapshot(Some(p), &base, "snapshot.delete").await?;
             self.end_intent(intent).await;
@@ -143,7 +144,7 @@ impl SandboxService {
         self.free_snapshot_storage(vec![snapshot]);
         let mut sandboxes = Vec::with_capacity(copies.len());
         for (copy, _) in &copies {
-            sandboxes.push(self.get_sandbox(p, copy.as_str()).await?);
+            sandboxes.push(self.get_sandbox(p, copy).await?);
         }
         Ok(ForkResult { sandboxes })
     }
@@ -217,7 +218,7 @@ impl SandboxService {
         if let Some(e) = failure {
             // All or nothing: a fork that cannot make every copy makes none.
             for (copy, _) in &created {
-                let _ = self.kill_sandbox(p, copy.as_str()).await;
+                let _ = self.kill_sandbox(p, copy).await;
             }
             return Err(e);
         }

@@ -40,7 +40,11 @@ impl SandboxService {
     }
 
     /// `GET /v1/sandboxes/{id}/network`.
-    pub async fn get_network(&self, p: &Principal, id: &str) -> Result<SandboxNetworkInfo, ServiceError> {
+    pub async fn get_network(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+    ) -> Result<SandboxNetworkInfo, ServiceError> {
         self.owned_record(p, id).await?;
         let row = self.network_row(id).await?;
         self.network_info(id, row).await
@@ -87,7 +91,7 @@ impl SandboxService {
     pub async fn set_network(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         req: SetNetworkRequest,
     ) -> Result<SandboxNetworkInfo, ServiceError> {
         self.owned_record(p, id).await?;
@@ -113,17 +117,14 @@ impl SandboxService {
         })
         .await?;
         // A sandbox not served right now (stopped) gets the new state from the store when it resumes.
-        let served = lock(&self.inner.served).contains_key(id);
+        let served = lock(&self.inner.served).contains_key(id.as_str());
         if served {
-            let sid: SandboxId = id
-                .parse()
-                .map_err(|e| ServiceError::internal("parse a sandbox id", &e))?;
             self.egress()?
-                .set_policy(&sid, decode_policy(&row)?)
+                .set_policy(id, decode_policy(&row)?)
                 .map_err(|e| ServiceError::internal("change a sandbox's egress policy", &e))?;
             let secrets = secret_names(&row.secrets)?;
-            self.push_secrets(&sid, Some(&p.tenant), &secrets).await?;
-            if let Some(s) = lock(&self.inner.served).get_mut(id) {
+            self.push_secrets(id, Some(&p.tenant), &secrets).await?;
+            if let Some(s) = lock(&self.inner.served).get_mut(id.as_str()) {
                 s.secrets = secrets;
             }
         }

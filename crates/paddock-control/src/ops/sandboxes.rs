@@ -16,6 +16,7 @@ use crate::core::service::{row_with_time, runtime_error, AuditEntry};
 use crate::core::time::now_ms;
 use crate::plan::create::{encode_spec, CreatePlan};
 use crate::{Principal, SandboxService, ServiceError};
+use paddock_types::SandboxId;
 
 impl SandboxService {
     /// Creates a sandbox (a claim from the template's warm pool when one is ready).
@@ -252,7 +253,7 @@ impl SandboxService {
     pub async fn set_timeout(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         req: SetTimeoutRequest,
     ) -> Result<SandboxInfo, ServiceError> {
         let max = self.inner.config.max_timeout;
@@ -285,7 +286,11 @@ impl SandboxService {
     }
 
     /// What the sandbox uses now.
-    pub async fn sandbox_usage(&self, p: &Principal, id: &str) -> Result<SandboxUsageBody, ServiceError> {
+    pub async fn sandbox_usage(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+    ) -> Result<SandboxUsageBody, ServiceError> {
         // Read from cgroups and the pool, not the agent: a paused sandbox answers too.
         let sb = self.owned_live_any(p, id).await?;
         let limits = sb.spec().limits;

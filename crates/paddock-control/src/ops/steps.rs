@@ -14,15 +14,17 @@ use std::time::Instant;
 use paddock_runtime::fault;
 use paddock_store::IntentOp;
 use paddock_types::api::{RollbackRequest, SandboxInfo, SnapshotInfo};
+use paddock_types::SandboxId;
 use paddock_types::SnapshotId;
 
 use crate::core::access::info;
+use crate::core::error::stored_snapshot_id;
 use crate::core::service::runtime_error;
 use crate::{Principal, SandboxService, ServiceError};
 
 impl SandboxService {
     /// `commit`: drops the newest checkpoint (the step is kept).
-    pub async fn commit(&self, p: &Principal, id: &str) -> Result<SnapshotInfo, ServiceError> {
+    pub async fn commit(&self, p: &Principal, id: &SandboxId) -> Result<SnapshotInfo, ServiceError> {
         let sb = self.owned_live(p, id).await?;
         let record = self.snapshot_or_checkpoint(p, id, None).await?;
         self.drop_snapshot(Some(p), &record, "sandbox.commit").await?;
@@ -35,7 +37,7 @@ impl SandboxService {
     pub async fn rollback(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         req: RollbackRequest,
     ) -> Result<SandboxInfo, ServiceError> {
         let sb = self.owned_live(p, id).await?;
@@ -123,8 +125,8 @@ impl SandboxService {
             .db("read a checkpoint", move |s| s.latest_checkpoint(&sid))
             .await
         {
-            if let Some(live) = self.live_sandbox(id) {
-                self.prepare_rollback(&live, &next.id);
+            if let (Some(live), Ok(next)) = (self.live_sandbox(id), stored_snapshot_id(&next.id)) {
+                self.prepare_rollback(&live, next);
             }
         }
         self.inner.metrics.observe_snapshot("rollback", started.elapsed());

@@ -28,7 +28,6 @@ use tokio::sync::mpsc;
 use tokio_util::io::{StreamReader, SyncIoBridge};
 
 use crate::core::access::info;
-use crate::core::error::snapshot_not_found;
 use crate::core::service::{row_with_time, AuditEntry};
 use crate::core::time::now_ms;
 use crate::plan::labels::{check_snapshot_labels, MAX_NAME_LEN};
@@ -99,11 +98,11 @@ impl SandboxService {
     pub async fn export_snapshot(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SnapshotId,
         options: ExportOptions,
     ) -> Result<ByteStream, ServiceError> {
         let record = self.owned_snapshot(p, id).await?;
-        let snapshot: SnapshotId = record.id.parse().map_err(|_| snapshot_not_found(id))?;
+        let snapshot = id.clone();
         let (tx, mut rx) = mpsc::channel::<Piece>(4);
         let writer = ChannelWriter {
             tx: tx.clone(),

@@ -185,7 +185,7 @@ async fn the_audit_log_is_a_gapless_chain_filtered_by_tenant_and_paged() {
         .query_audit(
             &f.a,
             AuditQuery {
-                sandbox: Some(id.clone()),
+                sandbox: Some(id.to_string()),
                 action: Some("process.".into()),
                 ..AuditQuery::default()
             },

@@ -138,7 +138,7 @@ async fn every_operation_writes_its_row_in_order() {
     let rows = poll("three process.exit rows", || async {
         let rows = f
             .audit(AuditQuery {
-                sandbox: Some(id.clone()),
+                sandbox: Some(id.to_string()),
                 ..AuditQuery::default()
             })
             .await;

@@ -14,7 +14,7 @@ use paddock_types::api::{
     AuditQuery, AuditRecord, CreateKeyRequest, CreateSandboxRequest, ErrorCode, ExecEvent, ExecRequest,
     ExitInfo, SandboxInfo,
 };
-use paddock_types::{ByteSize, Limits};
+use paddock_types::{ByteSize, Limits, SandboxId, SnapshotId};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -107,11 +107,16 @@ impl Fixture {
     }
 
     /// Creates a sandbox from a JSON request body.
-    pub async fn create(&self, p: &Principal, request: Value) -> SandboxInfo {
-        self.service
+    pub async fn create(&self, p: &Principal, request: Value) -> Sandbox {
+        let info = self
+            .service
             .create_sandbox(p, body(request))
             .await
-            .expect("the sandbox is created")
+            .expect("the sandbox is created");
+        Sandbox {
+            id: sid(&info.id),
+            info,
+        }
     }
 
     /// Tries to create a sandbox from a JSON request body.
@@ -121,14 +126,14 @@ impl Fixture {
     }
 
     /// Runs a foreground process from a JSON request body and collects it.
-    pub async fn exec(&self, p: &Principal, id: &str, request: Value) -> Result<Output, ServiceError> {
+    pub async fn exec(&self, p: &Principal, id: &SandboxId, request: Value) -> Result<Output, ServiceError> {
         let request: ExecRequest = body(request);
         let stream = self.service.exec(p, id, request).await?;
         Ok(collect(stream).await)
     }
 
     /// Runs a shell script that must succeed; its stdout.
-    pub async fn sh(&self, p: &Principal, id: &str, script: &str) -> String {
+    pub async fn sh(&self, p: &Principal, id: &SandboxId, script: &str) -> String {
         let out = self
             .exec(p, id, serde_json::json!({ "shell": script }))
             .await
@@ -302,3 +307,27 @@ pub fn error<T>(result: Result<T, ServiceError>) -> ServiceError {
 
 /// The id of a sandbox that never existed.
 pub const NO_SUCH_SANDBOX: &str = "sb-00000000000000ff";
+
+/// A sandbox the fixture created: its typed id (what the service's operations take) and its body.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    pub id: SandboxId,
+    pub info: SandboxInfo,
+}
+
+impl std::ops::Deref for Sandbox {
+    type Target = SandboxInfo;
+    fn deref(&self) -> &SandboxInfo {
+        &self.info
+    }
+}
+
+/// A sandbox id from its text (as an API caller's path would carry it).
+pub fn sid(id: &str) -> SandboxId {
+    id.parse().expect("a well-formed sandbox id")
+}
+
+/// A snapshot id from its text.
+pub fn snap_id(id: &str) -> SnapshotId {
+    id.parse().expect("a well-formed snapshot id")
+}

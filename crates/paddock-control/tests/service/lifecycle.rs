@@ -101,7 +101,7 @@ async fn create_get_list_and_kill_write_their_rows() {
 
     let rows = f
         .audit(AuditQuery {
-            sandbox: Some(info.id.clone()),
+            sandbox: Some(info.id.to_string()),
             ..AuditQuery::default()
         })
         .await;

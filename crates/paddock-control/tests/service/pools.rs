@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use paddock_types::api::{ErrorCode, SandboxStateBody};
 use serde_json::json;
 
-use crate::fixture::{body, code, poll, Fixture};
+use crate::fixture::{body, code, poll, sid, Fixture};
 
 /// The `paddock_warm_pool_size` gauge of the default template.
 fn pool_gauge(metrics: &str) -> Option<u64> {
@@ -52,15 +52,15 @@ async fn a_warm_pool_fills_serves_claims_and_refills() {
     for wid in &warm {
         for p in [&f.a, &f.admin] {
             assert_eq!(
-                code(f.service.get_sandbox(p, wid).await),
+                code(f.service.get_sandbox(p, &sid(wid)).await),
                 ErrorCode::SandboxNotFound
             );
             assert_eq!(
-                code(f.service.kill_sandbox(p, wid).await),
+                code(f.service.kill_sandbox(p, &sid(wid)).await),
                 ErrorCode::SandboxNotFound
             );
             assert_eq!(
-                code(f.exec(p, wid, json!({"argv": ["true"]})).await),
+                code(f.exec(p, &sid(wid), json!({"argv": ["true"]})).await),
                 ErrorCode::SandboxNotFound
             );
         }
@@ -78,7 +78,7 @@ async fn a_warm_pool_fills_serves_claims_and_refills() {
         )
         .await;
     assert!(
-        warm.contains(&info.id),
+        warm.contains(&info.id.to_string()),
         "{} was not one of the warm sandboxes {warm:?}",
         info.id
     );

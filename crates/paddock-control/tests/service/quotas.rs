@@ -5,7 +5,7 @@ use paddock_control::Principal;
 use paddock_types::api::{ErrorCode, TenantQuotaBody};
 use serde_json::json;
 
-use crate::fixture::{body, code, error, Fixture};
+use crate::fixture::{body, code, error, sid, Fixture};
 
 async fn quota(f: &Fixture, tenant: &str, quota: serde_json::Value) {
     let quota: TenantQuotaBody = body(quota);
@@ -86,7 +86,7 @@ async fn concurrent_creates_snapshots_and_volumes_cannot_overshoot() {
     }
     assert_eq!(created.len(), 2);
     assert_eq!(f.backend.stats().live, 2);
-    let id = created[0].clone();
+    let id = sid(&created[0]);
     let snapshots: Vec<_> = (0..6)
         .map(|_| {
             let (service, p, id) = (f.service.clone(), f.a.clone(), id.clone());

@@ -11,7 +11,7 @@ use paddock_runtime::fake::FakeBackend;
 use paddock_runtime::SandboxBackend;
 use paddock_store::Store;
 use paddock_types::api::{AuditQuery, KillRequest, SandboxStateBody};
-use paddock_types::{Limits, RootfsSpec, SandboxSpec, UserSpec, VolumeSource};
+use paddock_types::{Limits, RootfsSpec, SandboxId, SandboxSpec, UserSpec, VolumeSource};
 use serde_json::json;
 
 use crate::fixture::{body, poll, test_config, Fixture};
@@ -52,11 +52,11 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// What the first service left behind.
 struct Before {
-    running: String,
+    running: SandboxId,
     follower: u32,
     ending: u32,
-    paused: String,
-    stopped: String,
+    paused: SandboxId,
+    stopped: SandboxId,
     unrecorded: String,
 }
 

@@ -7,7 +7,7 @@ use paddock_runtime::RuntimeError;
 use paddock_types::api::{ChangeBody, ErrorCode, ListSnapshotsQuery, SnapshotKindBody};
 use serde_json::json;
 
-use crate::fixture::{body, bytes_body, code, collect, error, poll, Fixture, DEADLINE};
+use crate::fixture::{body, bytes_body, code, collect, error, poll, sid, snap_id, Fixture, DEADLINE};
 
 fn no_space(what: &'static str) -> RuntimeError {
     RuntimeError::Pool {
@@ -20,7 +20,7 @@ fn no_space(what: &'static str) -> RuntimeError {
 async fn export(f: &Fixture, snapshot: &str, keep_setid: bool) -> Vec<u8> {
     let mut stream = f
         .service
-        .export_snapshot(&f.a, snapshot, ExportOptions { keep_setid })
+        .export_snapshot(&f.a, &snap_id(snapshot), ExportOptions { keep_setid })
         .await
         .expect("export");
     let mut out = Vec::new();
@@ -213,7 +213,11 @@ async fn named_snapshots_forks_and_sandboxes_made_from_snapshots_are_independent
         .create_snapshot(&f.a, &id, body(json!({"name": "base", "labels": {"x": "1"}})))
         .await
         .expect("snapshot");
-    let got = f.service.get_snapshot(&f.a, &snap.id).await.expect("get");
+    let got = f
+        .service
+        .get_snapshot(&f.a, &snap_id(&snap.id))
+        .await
+        .expect("get");
     assert_eq!(got.name.as_deref(), Some("base"));
     assert!(got.referenced_bytes.is_some_and(|b| b > 0), "{got:?}");
     let forks = f
@@ -225,12 +229,13 @@ async fn named_snapshots_forks_and_sandboxes_made_from_snapshots_are_independent
     for (i, copy) in forks.sandboxes.iter().enumerate() {
         assert_ne!(copy.id, id);
         assert_eq!(copy.labels["origin"], "parent", "a fork keeps the labels");
-        assert_eq!(f.sh(&f.a, &copy.id, "cat /home/user/f").await, "one\n");
-        f.sh(&f.a, &copy.id, &format!("echo {i} > /home/user/mine")).await;
+        assert_eq!(f.sh(&f.a, &sid(&copy.id), "cat /home/user/f").await, "one\n");
+        f.sh(&f.a, &sid(&copy.id), &format!("echo {i} > /home/user/mine"))
+            .await;
     }
     for (i, copy) in forks.sandboxes.iter().enumerate() {
         assert_eq!(
-            f.sh(&f.a, &copy.id, "cat /home/user/mine").await,
+            f.sh(&f.a, &sid(&copy.id), "cat /home/user/mine").await,
             format!("{i}\n")
         );
     }
@@ -255,7 +260,7 @@ async fn named_snapshots_forks_and_sandboxes_made_from_snapshots_are_independent
         .list_snapshots(
             &f.a,
             ListSnapshotsQuery {
-                sandbox: Some(id.clone()),
+                sandbox: Some(id.to_string()),
                 ..ListSnapshotsQuery::default()
             },
         )
@@ -265,13 +270,16 @@ async fn named_snapshots_forks_and_sandboxes_made_from_snapshots_are_independent
         mine.snapshots.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
         [snap.id.as_str()]
     );
-    f.service.delete_snapshot(&f.a, &snap.id).await.expect("delete");
+    f.service
+        .delete_snapshot(&f.a, &snap_id(&snap.id))
+        .await
+        .expect("delete");
     assert_eq!(
-        code(f.service.get_snapshot(&f.a, &snap.id).await),
+        code(f.service.get_snapshot(&f.a, &snap_id(&snap.id)).await),
         ErrorCode::SnapshotNotFound
     );
     assert_eq!(
-        code(f.service.delete_snapshot(&f.a, &snap.id).await),
+        code(f.service.delete_snapshot(&f.a, &snap_id(&snap.id)).await),
         ErrorCode::SnapshotNotFound
     );
     assert_eq!(f.sh(&f.a, &from_snap, "cat /home/user/f").await, "one\n");
@@ -390,7 +398,7 @@ async fn a_snapshot_round_trips_through_export_and_import() {
     assert_eq!(
         code(
             f.service
-                .export_snapshot(&f.b, &snap.id, ExportOptions::default())
+                .export_snapshot(&f.b, &snap_id(&snap.id), ExportOptions::default())
                 .await
         ),
         ErrorCode::SnapshotNotFound

@@ -9,7 +9,8 @@ use paddock_types::api::{
 };
 use serde_json::json;
 
-use crate::fixture::{body, bytes_body, code, collect, error, Fixture, NO_SUCH_SANDBOX};
+use crate::fixture::{body, bytes_body, code, collect, error, sid, snap_id, Fixture, NO_SUCH_SANDBOX};
+use paddock_types::SandboxId;
 
 /// Every operation that takes a sandbox id (its process routes with a pid of that sandbox).
 const SANDBOX_ROUTES: [&str; 33] = [
@@ -49,7 +50,7 @@ const SANDBOX_ROUTES: [&str; 33] = [
 ];
 
 /// Runs sandbox route `route` as `f.b` on sandbox `id` (process `pid`).
-async fn sandbox_route(f: &Fixture, route: &str, id: &str, pid: u32) -> Result<(), ServiceError> {
+async fn sandbox_route(f: &Fixture, route: &str, id: &SandboxId, pid: u32) -> Result<(), ServiceError> {
     let (s, p) = (&f.service, &f.b);
     match route {
         "get" => s.get_sandbox(p, id).await.map(drop),
@@ -181,7 +182,7 @@ async fn another_tenants_sandbox_answers_like_a_missing_one_on_every_route() {
 
     for route in SANDBOX_ROUTES {
         let foreign = error(sandbox_route(&f, route, &id, pid).await);
-        let missing = error(sandbox_route(&f, route, NO_SUCH_SANDBOX, pid).await);
+        let missing = error(sandbox_route(&f, route, &sid(NO_SUCH_SANDBOX), pid).await);
         assert_eq!(foreign.code, ErrorCode::SandboxNotFound, "{route}: {foreign:?}");
         assert_eq!(
             shape(foreign, &[&id]),
@@ -313,23 +314,24 @@ async fn another_tenants_snapshot_volume_and_secret_answer_like_missing_ones() {
         assert_eq!(shape(foreign, &[ids[0]]), shape(error(missing), &[ids[1]]));
     };
     for (a, m) in [(snap.id.as_str(), missing_snapshot)] {
+        let (a_id, m_id) = (snap_id(a), snap_id(m));
         pair(
-            s.get_snapshot(&f.b, a).await.map(drop),
-            s.get_snapshot(&f.b, m).await.map(drop),
+            s.get_snapshot(&f.b, &a_id).await.map(drop),
+            s.get_snapshot(&f.b, &m_id).await.map(drop),
             [a, m],
             ErrorCode::SnapshotNotFound,
         );
         pair(
-            s.delete_snapshot(&f.b, a).await,
-            s.delete_snapshot(&f.b, m).await,
+            s.delete_snapshot(&f.b, &a_id).await,
+            s.delete_snapshot(&f.b, &m_id).await,
             [a, m],
             ErrorCode::SnapshotNotFound,
         );
         pair(
-            s.export_snapshot(&f.b, a, ExportOptions::default())
+            s.export_snapshot(&f.b, &a_id, ExportOptions::default())
                 .await
                 .map(drop),
-            s.export_snapshot(&f.b, m, ExportOptions::default())
+            s.export_snapshot(&f.b, &m_id, ExportOptions::default())
                 .await
                 .map(drop),
             [a, m],
@@ -409,7 +411,9 @@ async fn another_tenants_snapshot_volume_and_secret_answer_like_missing_ones() {
         .volumes
         .is_empty());
     assert!(s.list_secrets(&f.b).await.expect("list").secrets.is_empty());
-    s.get_snapshot(&f.a, &snap.id).await.expect("A's snapshot");
+    s.get_snapshot(&f.a, &snap_id(&snap.id))
+        .await
+        .expect("A's snapshot");
     s.get_volume(&f.a, "a-data").await.expect("A's volume");
     assert_eq!(s.list_secrets(&f.a).await.expect("list").secrets.len(), 1);
     assert_eq!(f.backend.stats().created, 2, "B made nothing from A's things");

@@ -31,6 +31,7 @@ use crate::core::time::rfc3339;
 use crate::lifecycle::processes::{command_audit, Followed};
 use crate::ops::exec::signals::parse_signal;
 use crate::{ExecStream, Principal, SandboxService, ServiceError};
+use paddock_types::SandboxId;
 
 /// Events buffered between a process's monitor and its API stream.
 const STREAM_QUEUE: usize = 64;
@@ -104,7 +105,12 @@ impl SandboxService {
     /// Starts a process. Foreground: the stream carries its output and exit. Background: it keeps
     /// running on its own; read it later with [`SandboxService::attach_process`].
     #[tracing::instrument(skip_all, fields(sandbox_id = %id))]
-    pub async fn exec(&self, p: &Principal, id: &str, req: ExecRequest) -> Result<ExecStream, ServiceError> {
+    pub async fn exec(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+        req: ExecRequest,
+    ) -> Result<ExecStream, ServiceError> {
         let started = Instant::now();
         let command = command_of(&req)?;
         crate::plan::create::check_env("env", &req.env)?;
@@ -227,7 +233,7 @@ impl SandboxService {
     pub async fn attach_process(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         pid: u32,
         q: AttachQuery,
     ) -> Result<ExecStream, ServiceError> {
@@ -272,7 +278,7 @@ impl SandboxService {
     pub async fn write_stdin(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         pid: u32,
         data: Bytes,
         close: bool,
@@ -289,7 +295,7 @@ impl SandboxService {
     pub async fn signal_process(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         pid: u32,
         req: SignalRequest,
     ) -> Result<(), ServiceError> {
@@ -310,7 +316,7 @@ impl SandboxService {
     pub async fn kill_process(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         pid: u32,
         req: KillRequest,
     ) -> Result<(), ServiceError> {
@@ -335,7 +341,7 @@ impl SandboxService {
     pub async fn resize_pty(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         pid: u32,
         size: PtySizeBody,
     ) -> Result<(), ServiceError> {
@@ -348,7 +354,7 @@ impl SandboxService {
     }
 
     /// The sandbox's processes started through the API (running, and finished ones still remembered).
-    pub async fn list_processes(&self, p: &Principal, id: &str) -> Result<ProcessList, ServiceError> {
+    pub async fn list_processes(&self, p: &Principal, id: &SandboxId) -> Result<ProcessList, ServiceError> {
         let sb = self.owned_live(p, id).await?;
         let processes = sb
             .client

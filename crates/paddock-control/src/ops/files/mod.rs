@@ -18,6 +18,7 @@ use crate::core::live::LiveSandbox;
 use crate::core::service::AuditEntry;
 use crate::core::time::rfc3339;
 use crate::{ByteStream, FileDownload, Principal, SandboxService, ServiceError, WatchStream};
+use paddock_types::SandboxId;
 
 /// Longest accepted path.
 const MAX_PATH: usize = 4096;
@@ -112,7 +113,12 @@ fn entry(path: String, stat: FileStat) -> FileEntry {
 
 impl SandboxService {
     /// Streams a file's contents.
-    pub async fn read_file(&self, p: &Principal, id: &str, path: &str) -> Result<FileDownload, ServiceError> {
+    pub async fn read_file(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+        path: &str,
+    ) -> Result<FileDownload, ServiceError> {
         check_path("path", path)?;
         let sb = self.owned_live(p, id).await?;
         let stat = sb
@@ -184,7 +190,7 @@ impl SandboxService {
     pub async fn write_file(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         path: &str,
         options: WriteFileOptions,
         mut body: ByteStream,
@@ -253,7 +259,12 @@ impl SandboxService {
     }
 
     /// Lists a directory.
-    pub async fn list_dir(&self, p: &Principal, id: &str, path: &str) -> Result<FileList, ServiceError> {
+    pub async fn list_dir(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+        path: &str,
+    ) -> Result<FileList, ServiceError> {
         check_path("path", path)?;
         let sb = self.owned_live(p, id).await?;
         let entries = sb
@@ -272,7 +283,12 @@ impl SandboxService {
     }
 
     /// Metadata of one path (symlinks not followed).
-    pub async fn stat_file(&self, p: &Principal, id: &str, path: &str) -> Result<FileEntry, ServiceError> {
+    pub async fn stat_file(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+        path: &str,
+    ) -> Result<FileEntry, ServiceError> {
         check_path("path", path)?;
         let sb = self.owned_live(p, id).await?;
         let stat = sb
@@ -287,7 +303,7 @@ impl SandboxService {
     pub async fn make_dir(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         req: MkdirRequest,
     ) -> Result<FileEntry, ServiceError> {
         check_path("path", &req.path)?;
@@ -318,7 +334,7 @@ impl SandboxService {
     pub async fn remove_file(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         path: &str,
         recursive: bool,
     ) -> Result<(), ServiceError> {
@@ -346,7 +362,7 @@ impl SandboxService {
     pub async fn rename_file(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         req: RenameRequest,
     ) -> Result<FileEntry, ServiceError> {
         check_path("from", &req.from)?;
@@ -373,7 +389,7 @@ impl SandboxService {
     pub async fn download_tar(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         path: &str,
     ) -> Result<ByteStream, ServiceError> {
         check_path("path", path)?;
@@ -455,7 +471,7 @@ impl SandboxService {
     pub async fn upload_tar(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         path: &str,
         mut body: ByteStream,
     ) -> Result<(), ServiceError> {
@@ -551,7 +567,7 @@ impl SandboxService {
     pub async fn watch_dir(
         &self,
         p: &Principal,
-        id: &str,
+        id: &SandboxId,
         path: &str,
         recursive: bool,
     ) -> Result<WatchStream, ServiceError> {
