@@ -12,8 +12,8 @@ use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use paddock_control::{ExecStream, WatchStream};
-use paddock_types::api::{ExecEvent, WatchEvent, WatchEventKind};
+use paddock_control::{ExecOutput, ExecStream, OutputStream, WatchStream};
+use paddock_types::api::{ExecEvent, StreamData, WatchEvent, WatchEventKind};
 use serde::Serialize;
 
 use crate::negotiate::StreamFormat;
@@ -44,8 +44,27 @@ pub(crate) trait StreamEvent: Serialize + Send + 'static {
 impl EventSource for ExecStream {
     type Event = ExecEvent;
 
-    fn next_event(&mut self) -> impl Future<Output = Option<ExecEvent>> + Send {
-        self.recv()
+    // Cancel-safe as `recv` is: the conversion happens after the only await.
+    async fn next_event(&mut self) -> Option<ExecEvent> {
+        self.recv().await.map(exec_event)
+    }
+}
+
+/// A process's stream item in its REST wire form, the one conversion for NDJSON, SSE and the
+/// WebSocket: output bytes become [`StreamData`] (text when valid UTF-8, base64 otherwise).
+pub(crate) fn exec_event(output: ExecOutput) -> ExecEvent {
+    match output {
+        ExecOutput::Started { pid } => ExecEvent::Started { pid },
+        ExecOutput::Output { stream, offset, data } => {
+            let data = StreamData::from_bytes(offset, &data);
+            match stream {
+                OutputStream::Stdout => ExecEvent::Stdout(data),
+                OutputStream::Stderr => ExecEvent::Stderr(data),
+                OutputStream::Pty => ExecEvent::Pty(data),
+            }
+        }
+        ExecOutput::Exit(info) => ExecEvent::Exit(info),
+        ExecOutput::Error { code, message } => ExecEvent::Error { code, message },
     }
 }
 
@@ -182,7 +201,7 @@ mod tests {
     use std::sync::Arc;
 
     use http_body_util::BodyExt as _;
-    use paddock_types::api::{ErrorCode, ExitInfo, StreamData};
+    use paddock_types::api::{ErrorCode, ExitInfo};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     use tokio::sync::{mpsc, oneshot};
 
@@ -232,14 +251,52 @@ mod tests {
     }
 
     fn exit(code: i32) -> ExecEvent {
-        ExecEvent::Exit(ExitInfo {
+        ExecEvent::Exit(exit_info(code))
+    }
+
+    fn exit_info(code: i32) -> ExitInfo {
+        ExitInfo {
             exit_code: code,
             signal: None,
             timed_out: false,
             duration_ms: 5,
             cpu_time_us: 10,
             max_rss_kib: 1024,
-        })
+        }
+    }
+
+    #[test]
+    fn exec_output_in_its_wire_form() {
+        let output = |stream, data: &'static [u8]| ExecOutput::Output {
+            stream,
+            offset: 4,
+            data: Bytes::from_static(data),
+        };
+        let lines: Vec<String> = [
+            ExecOutput::Started { pid: 2 },
+            output(OutputStream::Stdout, b"a\n"),
+            output(OutputStream::Stderr, b"\xff\x00"),
+            output(OutputStream::Pty, b""),
+            ExecOutput::Exit(exit_info(0)),
+            ExecOutput::Error {
+                code: ErrorCode::SandboxNotRunning,
+                message: "gone".into(),
+            },
+        ]
+        .into_iter()
+        .map(|o| String::from_utf8(ndjson_line(&exec_event(o)).expect("frames").to_vec()).expect("utf-8"))
+        .collect();
+        assert_eq!(
+            lines,
+            [
+                "{\"type\":\"started\",\"pid\":2}\n",
+                "{\"type\":\"stdout\",\"offset\":4,\"data\":\"a\\n\"}\n",
+                "{\"type\":\"stderr\",\"offset\":4,\"data_b64\":\"/wA=\"}\n",
+                "{\"type\":\"pty\",\"offset\":4,\"data\":\"\"}\n",
+                "{\"type\":\"exit\",\"exit_code\":0,\"signal\":null,\"timed_out\":false,\"duration_ms\":5,\"cpu_time_us\":10,\"max_rss_kib\":1024}\n",
+                "{\"type\":\"error\",\"code\":\"sandbox_not_running\",\"message\":\"gone\"}\n",
+            ]
+        );
     }
 
     #[test]

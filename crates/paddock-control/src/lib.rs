@@ -21,7 +21,7 @@ pub use crate::core::config::{
 };
 pub use crate::core::error::ServiceError;
 pub use crate::core::output::collect::{CollectedOutput, COLLECT_LIMIT};
-pub use crate::core::output::events::stream_bytes;
+pub use crate::core::output::events::{ExecOutput, OutputStream};
 pub use crate::core::output::streams::{ByteStream, ExecStream, FileDownload, WatchStream};
 pub use crate::core::principal::Principal;
 pub use crate::core::service::SandboxService;

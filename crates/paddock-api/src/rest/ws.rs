@@ -16,14 +16,14 @@ use axum::response::Response;
 use bytes::Bytes;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt as _, StreamExt as _};
-use paddock_control::{stream_bytes, ExecStream, Principal, SandboxService};
+use paddock_control::{ExecOutput, ExecStream, Principal, SandboxService};
 use paddock_types::api::{ErrorCode, ExecEvent, ExecRequest, PtySizeBody, SignalRequest};
 use paddock_types::SandboxId;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::stream::StreamEvent as _;
+use crate::stream::exec_event;
 use crate::{ApiError, ApiQuery, Auth, SandboxPath};
 
 /// The largest message a client may send (stdin chunks, requests).
@@ -285,16 +285,16 @@ async fn pump(
         let message = tokio::select! {
             biased;
             Some(reply) = replies.recv() => reply,
-            event = stream.recv() => {
-                let Some(event) = event else { break };
-                let last = event.is_last();
-                if let ExecEvent::Error { code, .. } = &event {
+            output = stream.recv() => {
+                let Some(output) = output else { break };
+                let last = output.is_last();
+                if let ExecOutput::Error { code, .. } = &output {
                     close = CloseFrame {
                         code: close_code::ERROR,
                         reason: code.as_str().into(),
                     };
                 }
-                let message = frame(&event, framing);
+                let message = frame(output, framing);
                 if let Some(message) = message {
                     if sink.send(message).await.is_err() {
                         return;
@@ -314,14 +314,13 @@ async fn pump(
     let _ = sink.send(Message::Close(Some(close))).await;
 }
 
-/// The message carrying `event`, if any.
-fn frame(event: &ExecEvent, framing: Framing) -> Option<Message> {
-    match (framing, event) {
-        (Framing::Terminal, ExecEvent::Started { .. }) => None,
-        (Framing::Terminal, ExecEvent::Pty(data) | ExecEvent::Stdout(data) | ExecEvent::Stderr(data)) => {
-            Some(Message::Binary(stream_bytes(data).into()))
-        }
-        _ => event_text(event),
+/// The message carrying `output`, if any: a terminal's output as the process's bytes, anything
+/// else as its `ExecEvent`.
+fn frame(output: ExecOutput, framing: Framing) -> Option<Message> {
+    match (framing, output) {
+        (Framing::Terminal, ExecOutput::Started { .. }) => None,
+        (Framing::Terminal, ExecOutput::Output { data, .. }) => Some(Message::Binary(data)),
+        (_, output) => event_text(&exec_event(output)),
     }
 }
 
@@ -456,7 +455,8 @@ async fn close_with_error(sink: &mut SplitSink<WebSocket, Message>, error: &ApiE
 
 #[cfg(test)]
 mod tests {
-    use paddock_types::api::{ExitInfo, StreamData};
+    use paddock_control::OutputStream;
+    use paddock_types::api::ExitInfo;
 
     use super::*;
 
@@ -526,38 +526,38 @@ mod tests {
 
     #[test]
     fn terminal_framing() {
-        let out = ExecEvent::Pty(StreamData {
+        let out = || ExecOutput::Output {
+            stream: OutputStream::Pty,
             offset: 0,
-            data: None,
-            data_b64: Some("G1sySg==".into()),
-        });
+            data: Bytes::from_static(b"\x1b[2J"),
+        };
         assert_eq!(
-            frame(&out, Framing::Terminal),
+            frame(out(), Framing::Terminal),
             Some(Message::Binary(Bytes::from_static(b"\x1b[2J")))
         );
-        assert_eq!(frame(&ExecEvent::Started { pid: 3 }, Framing::Terminal), None);
-        let exit = ExecEvent::Exit(ExitInfo {
+        assert_eq!(frame(ExecOutput::Started { pid: 3 }, Framing::Terminal), None);
+        let info = ExitInfo {
             exit_code: 0,
             signal: None,
             timed_out: false,
             duration_ms: 1,
             cpu_time_us: 1,
             max_rss_kib: 1,
-        });
-        let Some(Message::Text(text)) = frame(&exit, Framing::Terminal) else {
+        };
+        let Some(Message::Text(text)) = frame(ExecOutput::Exit(info), Framing::Terminal) else {
             panic!("exit is text");
         };
         assert_eq!(
             serde_json::from_str::<ExecEvent>(text.as_str()).expect("event"),
-            exit
+            ExecEvent::Exit(info)
         );
         // The events framing sends everything as JSON text.
-        let Some(Message::Text(text)) = frame(&out, Framing::Events) else {
+        let Some(Message::Text(text)) = frame(out(), Framing::Events) else {
             panic!("text");
         };
         assert!(text.as_str().starts_with(r#"{"type":"pty""#));
         assert!(matches!(
-            frame(&ExecEvent::Started { pid: 3 }, Framing::Events),
+            frame(ExecOutput::Started { pid: 3 }, Framing::Events),
             Some(Message::Text(_))
         ));
     }

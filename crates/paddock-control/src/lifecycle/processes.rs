@@ -9,12 +9,10 @@ use std::time::Instant;
 
 use paddock_protocol::CommandSpec;
 use paddock_runtime::agent_client::{ProcessEvent, ProcessEvents};
-use paddock_types::api::ExecEvent;
 use tokio::sync::mpsc;
 
 use crate::core::live::LiveSandbox;
-use crate::core::output::events::{exit_info, sandbox_ended_event};
-use crate::core::output::streams::StreamItem;
+use crate::core::output::events::{exit_info, ExecOutput};
 use crate::core::principal::Principal;
 use crate::core::service::{AuditEntry, SandboxService};
 
@@ -58,7 +56,7 @@ impl SandboxService {
         p: Principal,
         followed: Followed,
         mut events: ProcessEvents,
-        mut tx: Option<mpsc::Sender<StreamItem>>,
+        mut tx: Option<mpsc::Sender<ExecOutput>>,
         foreground: bool,
         started: Instant,
         diff_base: Option<paddock_types::SnapshotId>,
@@ -83,7 +81,7 @@ impl SandboxService {
                 Some(ProcessEvent::Output { stream, offset, data }) => {
                     bytes_out += data.len() as u64;
                     if let Some(sender) = &tx {
-                        let item = StreamItem::Output { stream, offset, data };
+                        let item = ExecOutput::output(stream, offset, data);
                         if sender.send(item).await.is_err() {
                             tx = None;
                             if foreground {
@@ -101,7 +99,7 @@ impl SandboxService {
             Some(status) => {
                 let info = exit_info(status);
                 if let Some(sender) = &tx {
-                    let _ = sender.send(StreamItem::Event(ExecEvent::Exit(info))).await;
+                    let _ = sender.send(ExecOutput::Exit(info)).await;
                 }
                 self.inner.metrics.observe_exec(started.elapsed());
                 (
@@ -121,7 +119,7 @@ impl SandboxService {
             }
             None => {
                 if let Some(sender) = &tx {
-                    let _ = sender.send(StreamItem::Event(sandbox_ended_event())).await;
+                    let _ = sender.send(ExecOutput::sandbox_ended()).await;
                 }
                 (
                     "lost",

@@ -6,13 +6,15 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use paddock_control::{stream_bytes, ExecStream, Principal, SandboxService, ServiceConfig, ServiceError};
+use paddock_control::{
+    ExecOutput, ExecStream, OutputStream, Principal, SandboxService, ServiceConfig, ServiceError,
+};
 use paddock_runtime::fake::FakeBackend;
 use paddock_runtime::AnyBackend;
 use paddock_store::Store;
 use paddock_types::api::{
-    AuditQuery, AuditRecord, CreateKeyRequest, CreateSandboxRequest, ErrorCode, ExecEvent, ExecRequest,
-    ExitInfo, SandboxInfo,
+    AuditQuery, AuditRecord, CreateKeyRequest, CreateSandboxRequest, ErrorCode, ExecRequest, ExitInfo,
+    SandboxInfo,
 };
 use paddock_types::{ByteSize, Limits, SandboxId, SnapshotId};
 use serde::de::DeserializeOwned;
@@ -246,24 +248,21 @@ pub async fn collect(mut stream: ExecStream) -> Output {
             .expect("the process's events come in time");
         let Some(event) = event else { break };
         match event {
-            ExecEvent::Started { .. } => out.kinds.push("started"),
-            ExecEvent::Stdout(d) => {
-                out.kinds.push("stdout");
-                stdout.extend(stream_bytes(&d));
+            ExecOutput::Started { .. } => out.kinds.push("started"),
+            ExecOutput::Output { stream, data, .. } => {
+                let (kind, bytes) = match stream {
+                    OutputStream::Stdout => ("stdout", &mut stdout),
+                    OutputStream::Pty => ("pty", &mut stdout),
+                    OutputStream::Stderr => ("stderr", &mut stderr),
+                };
+                out.kinds.push(kind);
+                bytes.extend_from_slice(&data);
             }
-            ExecEvent::Pty(d) => {
-                out.kinds.push("pty");
-                stdout.extend(stream_bytes(&d));
-            }
-            ExecEvent::Stderr(d) => {
-                out.kinds.push("stderr");
-                stderr.extend(stream_bytes(&d));
-            }
-            ExecEvent::Exit(info) => {
+            ExecOutput::Exit(info) => {
                 out.kinds.push("exit");
                 out.exit = Some(info);
             }
-            ExecEvent::Error { code, message } => {
+            ExecOutput::Error { code, message } => {
                 out.kinds.push("error");
                 out.error = Some((code, message));
             }

@@ -71,6 +71,73 @@ pub struct StreamData {
     pub data_b64: Option<String>,
 }
 
+/// Why a [`StreamData`] carries no bytes a client can trust. Not dropped silently: output a client
+/// cannot decode is a broken server or a broken line, and writing nothing (or the base64 text
+/// itself) in its place would hand the caller bytes the process never wrote.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamDataError {
+    /// `data_b64` is not standard base64.
+    #[error("output at offset {offset} has invalid base64 in data_b64")]
+    DecodeBase64 {
+        /// The chunk's offset.
+        offset: u64,
+        /// What the decoder found.
+        #[source]
+        source: base64::DecodeError,
+    },
+    /// Both `data` and `data_b64`, or neither: exactly one must be present.
+    #[error("output at offset {offset} has {found}; exactly one of data and data_b64 must be present")]
+    NotExactlyOne {
+        /// The chunk's offset.
+        offset: u64,
+        /// `"both"` or `"neither"`.
+        found: &'static str,
+    },
+}
+
+impl StreamData {
+    /// Output bytes starting at `offset` in their wire form: text when they are valid UTF-8,
+    /// standard base64 otherwise. The one encoder; [`StreamData::bytes`] is the one decoder.
+    pub fn from_bytes(offset: u64, bytes: &[u8]) -> Self {
+        use base64::Engine as _;
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Self {
+                offset,
+                data: Some(text.to_owned()),
+                data_b64: None,
+            },
+            Err(_) => Self {
+                offset,
+                data: None,
+                data_b64: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            },
+        }
+    }
+
+    /// The bytes this chunk carries: `data`'s text, or `data_b64` decoded. Invalid base64, or both
+    /// fields or neither, is an error (see [`StreamDataError`]).
+    pub fn bytes(&self) -> Result<Vec<u8>, StreamDataError> {
+        use base64::Engine as _;
+        match (&self.data, &self.data_b64) {
+            (Some(text), None) => Ok(text.as_bytes().to_vec()),
+            (None, Some(b64)) => base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|source| StreamDataError::DecodeBase64 {
+                    offset: self.offset,
+                    source,
+                }),
+            (Some(_), Some(_)) => Err(StreamDataError::NotExactlyOne {
+                offset: self.offset,
+                found: "both",
+            }),
+            (None, None) => Err(StreamDataError::NotExactlyOne {
+                offset: self.offset,
+                found: "neither",
+            }),
+        }
+    }
+}
+
 /// How a process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ExitInfo {
@@ -217,4 +284,89 @@ pub struct KillRequest {
 /// For `skip_serializing_if`: a flag that is off is left out.
 fn is_false(b: &bool) -> bool {
     !*b
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn output_is_text_when_it_can_be_and_base64_otherwise() {
+        let text = StreamData::from_bytes(5, b"hello\n");
+        assert_eq!(text.offset, 5);
+        assert_eq!(text.data.as_deref(), Some("hello\n"));
+        assert!(text.data_b64.is_none());
+        assert_eq!(text.bytes().expect("decodes"), b"hello\n");
+        let binary = StreamData::from_bytes(0, &[0xff, 0x00, 0xfe]);
+        assert!(binary.data.is_none());
+        assert_eq!(binary.data_b64.as_deref(), Some("/wD+"));
+        assert_eq!(binary.bytes().expect("decodes"), [0xff, 0x00, 0xfe]);
+        // Empty output is text (an empty string), not neither field.
+        let empty = StreamData::from_bytes(9, b"");
+        assert_eq!(empty.data.as_deref(), Some(""));
+        assert_eq!(empty.bytes().expect("decodes"), b"");
+    }
+
+    #[test]
+    fn the_wire_form_is_unchanged() {
+        let json = |d: &StreamData| serde_json::to_string(d).expect("serializes");
+        assert_eq!(
+            json(&StreamData::from_bytes(3, b"a\nb")),
+            r#"{"offset":3,"data":"a\nb"}"#
+        );
+        assert_eq!(
+            json(&StreamData::from_bytes(0, b"\xff\x00")),
+            r#"{"offset":0,"data_b64":"/wA="}"#
+        );
+    }
+
+    #[test]
+    fn undecodable_output_is_an_error() {
+        let chunk = |data: Option<&str>, data_b64: Option<&str>| StreamData {
+            offset: 7,
+            data: data.map(str::to_owned),
+            data_b64: data_b64.map(str::to_owned),
+        };
+        for bad in ["!!", "/wA", "/w=A", "G1sySg"] {
+            let e = chunk(None, Some(bad)).bytes().expect_err(bad);
+            assert!(
+                matches!(e, StreamDataError::DecodeBase64 { offset: 7, .. }),
+                "{bad}: {e}"
+            );
+        }
+        let both = chunk(Some("x"), Some("eA==")).bytes().expect_err("both");
+        assert!(
+            matches!(both, StreamDataError::NotExactlyOne { found: "both", .. }),
+            "{both}"
+        );
+        let neither = chunk(None, None).bytes().expect_err("neither");
+        assert_eq!(
+            neither.to_string(),
+            "output at offset 7 has neither; exactly one of data and data_b64 must be present"
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_round_trip(bytes in proptest::collection::vec(any::<u8>(), 0..512), offset in any::<u64>()) {
+            let d = StreamData::from_bytes(offset, &bytes);
+            prop_assert_eq!(d.offset, offset);
+            prop_assert!(d.data.is_some() != d.data_b64.is_some(), "exactly one field");
+            prop_assert_eq!(d.data.is_some(), std::str::from_utf8(&bytes).is_ok());
+            prop_assert_eq!(d.bytes().expect("decodes"), bytes.clone());
+            // Through JSON too, as a client receives it.
+            let back: StreamData = serde_json::from_str(&serde_json::to_string(&d).expect("serializes"))
+                .expect("parses");
+            prop_assert_eq!(back.bytes().expect("decodes"), bytes);
+        }
+
+        #[test]
+        fn any_text_round_trips_as_text(text in ".{0,64}") {
+            let d = StreamData::from_bytes(0, text.as_bytes());
+            prop_assert_eq!(d.data.as_deref(), Some(text.as_str()));
+            prop_assert_eq!(d.bytes().expect("decodes"), text.into_bytes());
+        }
+    }
 }

@@ -21,7 +21,7 @@ pub use audit::{AuditQuery, AuditRecord, AuditVerification, BrokenAuditRow};
 pub use error::{ApiErrorBody, ErrorCode};
 pub use exec::{
     AttachQuery, ExecEvent, ExecRequest, ExecResult, ExitInfo, KillRequest, ProcessCommand, ProcessInfo,
-    PtySizeBody, SignalRequest, StreamData,
+    PtySizeBody, SignalRequest, StreamData, StreamDataError,
 };
 pub use files::{
     FileEntry, FileKindBody, FileList, MkdirRequest, RenameRequest, WatchEvent, WatchEventKind, WrittenFile,

@@ -110,8 +110,12 @@ async fn pump(socket: Socket, mode: Mode, terminal: Option<TerminalSession>) -> 
                 Some(Err(e)) => break Err(anyhow::Error::new(e).context("the connection to the paddock server broke")),
                 Some(Ok(Message::Binary(bytes))) => out.stdout_bytes(&bytes).await,
                 Some(Ok(Message::Text(text))) => match serde_json::from_str::<ExecEvent>(text.as_str()) {
-                    Ok(ExecEvent::Stdout(d) | ExecEvent::Pty(d)) => out.stdout(&d).await,
-                    Ok(ExecEvent::Stderr(d)) => out.stderr(&d).await,
+                    Ok(ExecEvent::Stdout(d) | ExecEvent::Pty(d)) => if let Err(e) = out.stdout(&d).await {
+                        break Err(e);
+                    },
+                    Ok(ExecEvent::Stderr(d)) => if let Err(e) = out.stderr(&d).await {
+                        break Err(e);
+                    },
                     Ok(ExecEvent::Exit(info)) => break Ok(End::Exited(info)),
                     Ok(ExecEvent::Error { code, message }) => break Err(ApiFailure::new(code.as_str(), message).into()),
                     Ok(ExecEvent::Started { .. }) => {}

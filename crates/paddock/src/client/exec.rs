@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use base64::Engine as _;
 use bytes::{Buf, BytesMut};
 use futures_util::StreamExt;
 use paddock_types::api::{
@@ -124,8 +123,8 @@ async fn print_events(client: &ApiClient, response: Response) -> anyhow::Result<
     })? {
         match event {
             ExecEvent::Started { .. } => {}
-            ExecEvent::Stdout(d) | ExecEvent::Pty(d) => out.stdout(&d).await,
-            ExecEvent::Stderr(d) => out.stderr(&d).await,
+            ExecEvent::Stdout(d) | ExecEvent::Pty(d) => out.stdout(&d).await?,
+            ExecEvent::Stderr(d) => out.stderr(&d).await?,
             ExecEvent::Exit(info) => return Ok(Some(info)),
             ExecEvent::Error { code, message } => return Err(ApiFailure::new(code.as_str(), message).into()),
         }
@@ -133,15 +132,10 @@ async fn print_events(client: &ApiClient, response: Response) -> anyhow::Result<
     Ok(None)
 }
 
-/// The bytes a [`StreamData`] carries.
-pub fn stream_bytes(d: &StreamData) -> Vec<u8> {
-    match (&d.data, &d.data_b64) {
-        (Some(text), _) => text.as_bytes().to_vec(),
-        (None, Some(b64)) => base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .unwrap_or_else(|_| b64.as_bytes().to_vec()),
-        (None, None) => Vec::new(),
-    }
+/// The bytes a [`StreamData`] carries; output that does not decode is an error, never written.
+fn output_bytes(d: &StreamData) -> anyhow::Result<Vec<u8>> {
+    d.bytes()
+        .context("the paddock server sent output this client cannot decode")
 }
 
 /// This process's stdout and stderr, written as output arrives. A closed stdout (`| head`) is ignored:
@@ -160,15 +154,17 @@ impl Output {
         }
     }
 
-    pub async fn stdout(&mut self, d: &StreamData) {
-        self.stdout_bytes(&stream_bytes(d)).await;
+    pub async fn stdout(&mut self, d: &StreamData) -> anyhow::Result<()> {
+        self.stdout_bytes(&output_bytes(d)?).await;
+        Ok(())
     }
 
-    pub async fn stderr(&mut self, d: &StreamData) {
-        let bytes = stream_bytes(d);
+    pub async fn stderr(&mut self, d: &StreamData) -> anyhow::Result<()> {
+        let bytes = output_bytes(d)?;
         if self.stderr.write_all(&bytes).await.is_ok() {
             let _ = self.stderr.flush().await;
         }
+        Ok(())
     }
 
     pub async fn stdout_bytes(&mut self, bytes: &[u8]) {
@@ -279,12 +275,19 @@ mod tests {
             data: Some("hi".into()),
             data_b64: None,
         };
-        assert_eq!(stream_bytes(&text), b"hi");
+        assert_eq!(output_bytes(&text).expect("text"), b"hi");
         let b64 = StreamData {
             offset: 0,
             data: None,
             data_b64: Some("/wA=".into()),
         };
-        assert_eq!(stream_bytes(&b64), [0xff, 0x00]);
+        assert_eq!(output_bytes(&b64).expect("base64"), [0xff, 0x00]);
+        let bad = StreamData {
+            offset: 0,
+            data: None,
+            data_b64: Some("!!".into()),
+        };
+        let e = output_bytes(&bad).expect_err("invalid base64");
+        assert!(format!("{e:#}").contains("cannot decode"), "{e:#}");
     }
 }

@@ -1,55 +1,82 @@
-//! Agent events in their REST wire form: output chunks (text, or base64 when not UTF-8), exits, and
-//! the event a stream ends with when its sandbox goes away.
+//! What a process's stream yields ([`ExecOutput`]): its start, its output as the bytes the agent sent
+//! (never text or base64: each front-end makes its own wire form, once), its exit, or the error a
+//! stream ends with when its sandbox goes away.
 
-use paddock_protocol::{ExitStatus, Stream};
-use paddock_types::api::{ErrorCode, ExecEvent, ExitInfo, StreamData};
+use bytes::Bytes;
+use paddock_protocol::ExitStatus;
+use paddock_types::api::{ErrorCode, ExitInfo};
 
-/// The bytes of a [`StreamData`] (decoding `data_b64` when that is how they came).
-pub fn stream_bytes(data: &StreamData) -> Vec<u8> {
-    use base64::Engine as _;
-    match (&data.data, &data.data_b64) {
-        (Some(text), _) => text.as_bytes().to_vec(),
-        (None, Some(b64)) => base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "exec output with invalid base64; dropped");
-                Vec::new()
-            }),
-        (None, None) => Vec::new(),
-    }
+/// One item of a process's stream, in order: `Started`, output, then `Exit` or `Error` (nothing
+/// follows either, see [`ExecOutput::is_last`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecOutput {
+    /// The process started (always first).
+    Started {
+        /// Its pid inside the sandbox.
+        pid: u32,
+    },
+    /// Bytes the process wrote.
+    Output {
+        /// Which of its streams.
+        stream: OutputStream,
+        /// Offset of the first byte in that stream (for re-attach).
+        offset: u64,
+        /// The bytes, as the agent sent them.
+        data: Bytes,
+    },
+    /// The process ended (after all its output).
+    Exit(ExitInfo),
+    /// The stream broke off (the sandbox ended before the process did).
+    Error {
+        /// Stable code.
+        code: ErrorCode,
+        /// Explanation.
+        message: String,
+    },
 }
 
-/// Output bytes as a [`StreamData`]: text when valid UTF-8, base64 otherwise.
-pub(crate) fn stream_data(offset: u64, data: &[u8]) -> StreamData {
-    use base64::Engine as _;
-    match std::str::from_utf8(data) {
-        Ok(text) => StreamData {
+impl ExecOutput {
+    /// Whether nothing follows this item (the process ended, or the stream broke off).
+    pub fn is_last(&self) -> bool {
+        matches!(self, Self::Exit(_) | Self::Error { .. })
+    }
+
+    /// Output of `stream` as the agent reported it.
+    pub(crate) fn output(stream: paddock_protocol::Stream, offset: u64, data: Vec<u8>) -> Self {
+        Self::Output {
+            stream: stream.into(),
             offset,
-            data: Some(text.to_owned()),
-            data_b64: None,
-        },
-        Err(_) => StreamData {
-            offset,
-            data: None,
-            data_b64: Some(base64::engine::general_purpose::STANDARD.encode(data)),
-        },
+            data: data.into(),
+        }
+    }
+
+    /// The last item of a stream whose sandbox ended before the process did.
+    pub(crate) fn sandbox_ended() -> Self {
+        Self::Error {
+            code: ErrorCode::SandboxNotRunning,
+            message: "the sandbox ended before the process did".into(),
+        }
     }
 }
 
-pub(crate) fn output_event(stream: Stream, offset: u64, data: &[u8]) -> ExecEvent {
-    let d = stream_data(offset, data);
-    match stream {
-        Stream::Stdout => ExecEvent::Stdout(d),
-        Stream::Stderr => ExecEvent::Stderr(d),
-        Stream::Pty => ExecEvent::Pty(d),
-    }
+/// Which stream of a process output comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputStream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+    /// The terminal of a PTY process (stdout and stderr together; its offsets count as stdout's).
+    Pty,
 }
 
-/// The last event of a stream whose sandbox ended before the process did.
-pub(crate) fn sandbox_ended_event() -> ExecEvent {
-    ExecEvent::Error {
-        code: ErrorCode::SandboxNotRunning,
-        message: "the sandbox ended before the process did".into(),
+impl From<paddock_protocol::Stream> for OutputStream {
+    fn from(stream: paddock_protocol::Stream) -> Self {
+        match stream {
+            paddock_protocol::Stream::Stdout => Self::Stdout,
+            paddock_protocol::Stream::Stderr => Self::Stderr,
+            paddock_protocol::Stream::Pty => Self::Pty,
+        }
     }
 }
 
@@ -69,15 +96,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn output_is_text_when_it_can_be_and_base64_otherwise() {
-        let text = stream_data(5, b"hello\n");
-        assert_eq!(text.data.as_deref(), Some("hello\n"));
-        assert!(text.data_b64.is_none());
-        let binary = stream_data(0, &[0xff, 0x00, 0xfe]);
-        assert!(binary.data.is_none());
-        assert_eq!(stream_bytes(&binary), vec![0xff, 0x00, 0xfe]);
-        assert_eq!(stream_bytes(&text), b"hello\n");
+    fn output_keeps_the_agents_bytes() {
+        let out = ExecOutput::output(paddock_protocol::Stream::Stderr, 5, vec![0xff, 0x00]);
+        assert_eq!(
+            out,
+            ExecOutput::Output {
+                stream: OutputStream::Stderr,
+                offset: 5,
+                data: Bytes::from_static(&[0xff, 0x00]),
+            }
+        );
+        assert!(!out.is_last());
+        assert!(ExecOutput::sandbox_ended().is_last());
+        assert!(!ExecOutput::Started { pid: 1 }.is_last());
     }
+
     #[test]
     fn exit_codes_follow_the_shell() {
         let status = ExitStatus {
@@ -91,5 +124,6 @@ mod tests {
         let info = exit_info(&status);
         assert_eq!(info.exit_code, 137);
         assert!(info.timed_out);
+        assert!(ExecOutput::Exit(info).is_last());
     }
 }

@@ -4,33 +4,23 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use paddock_types::api::{ExecEvent, WatchEvent};
+use paddock_types::api::WatchEvent;
 use tokio::sync::mpsc;
 
 use crate::core::output::collect::{CollectedOutput, JsonText, OutputBudget, COLLECT_LIMIT};
+use crate::core::output::events::{ExecOutput, OutputStream};
 
 /// A stream of bytes (file contents, tar archives, request bodies).
 pub type ByteStream = Pin<Box<dyn Stream<Item = Result<Bytes, std::io::Error>> + Send>>;
 
-/// What a process's monitor hands its stream: output as the agent sent it (turned into an
-/// [`ExecEvent`] only by a reader that needs one, so a collected answer never pays for text or
-/// base64 it does not keep), or an event.
-#[derive(Debug)]
-pub(crate) enum StreamItem {
-    Output {
-        stream: paddock_protocol::Stream,
-        offset: u64,
-        data: Vec<u8>,
-    },
-    Event(ExecEvent),
-}
-
-/// The events of one process, in order: `Started`, output, then `Exit` (or `Error`). Dropping the
-/// stream of a foreground process before its exit kills the process tree.
+/// The events of one process, in order: `Started`, output (the agent's bytes, encoded only by the
+/// front-end that sends them, so a collected answer never pays for text or base64 it does not
+/// keep), then `Exit` (or `Error`). Dropping the stream of a foreground process before its exit
+/// kills the process tree.
 #[derive(Debug)]
 pub struct ExecStream {
     pub(crate) pid: u32,
-    pub(crate) rx: Option<mpsc::Receiver<StreamItem>>,
+    pub(crate) rx: Option<mpsc::Receiver<ExecOutput>>,
     pub(crate) started_sent: bool,
     /// The server's budget for collected output and the tenant it is charged to.
     pub(crate) budget: (OutputBudget, String),
@@ -47,18 +37,14 @@ impl ExecStream {
         self.rx.is_none()
     }
 
-    /// The next event; `None` after the last one.
-    pub async fn recv(&mut self) -> Option<ExecEvent> {
+    /// The next event; `None` after the last one. Cancel-safe: an event is never lost when the
+    /// future is dropped.
+    pub async fn recv(&mut self) -> Option<ExecOutput> {
         if !self.started_sent {
             self.started_sent = true;
-            return Some(ExecEvent::Started { pid: self.pid });
+            return Some(ExecOutput::Started { pid: self.pid });
         }
-        Some(match self.rx.as_mut()?.recv().await? {
-            StreamItem::Output { stream, offset, data } => {
-                crate::core::output::events::output_event(stream, offset, &data)
-            }
-            StreamItem::Event(e) => e,
-        })
+        self.rx.as_mut()?.recv().await
     }
 
     /// Waits for the end and collects the output as JSON text: each stream at most
@@ -79,21 +65,21 @@ impl ExecStream {
         let mut since_yield = 0usize;
         while let Some(item) = rx.recv().await {
             match item {
-                StreamItem::Output { stream, data, .. } => {
+                ExecOutput::Output { stream, data, .. } => {
                     since_yield += data.len();
                     if since_yield >= YIELD_EVERY {
                         since_yield = 0;
                         tokio::task::yield_now().await;
                     }
                     let text = match stream {
-                        paddock_protocol::Stream::Stdout | paddock_protocol::Stream::Pty => &mut stdout,
-                        paddock_protocol::Stream::Stderr => &mut stderr,
+                        OutputStream::Stdout | OutputStream::Pty => &mut stdout,
+                        OutputStream::Stderr => &mut stderr,
                     };
                     // Past the cut, output is only drained (the process runs to its end).
                     text.push(&data, COLLECT_LIMIT, &mut held);
                 }
-                StreamItem::Event(ExecEvent::Exit(info)) => exit = Some(info),
-                StreamItem::Event(_) => {}
+                ExecOutput::Exit(info) => exit = Some(info),
+                ExecOutput::Started { .. } | ExecOutput::Error { .. } => {}
             }
         }
         stdout.finish(COLLECT_LIMIT, &mut held);

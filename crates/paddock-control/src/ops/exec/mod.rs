@@ -18,14 +18,13 @@ use bytes::Bytes;
 use paddock_protocol::{CommandSpec, PtySize, SpawnRequest};
 use paddock_runtime::agent_client::{AgentClient, ProcessEvent, ProcessEvents};
 use paddock_types::api::{
-    AttachQuery, ExecEvent, ExecRequest, KillRequest, ProcessCommand, ProcessInfo, ProcessList, PtySizeBody,
+    AttachQuery, ExecRequest, KillRequest, ProcessCommand, ProcessInfo, ProcessList, PtySizeBody,
     SignalRequest,
 };
 use tokio::sync::mpsc;
 
 use crate::core::error::process_error;
-use crate::core::output::events::{exit_info, sandbox_ended_event};
-use crate::core::output::streams::StreamItem;
+use crate::core::output::events::{exit_info, ExecOutput};
 use crate::core::service::AuditEntry;
 use crate::core::time::rfc3339;
 use crate::lifecycle::processes::{command_audit, Followed};
@@ -380,19 +379,17 @@ impl SandboxService {
 
 /// Passes one event of a followed process on; false when the stream is over (the process or the
 /// sandbox ended, or the receiver left).
-async fn forward(event: Option<ProcessEvent>, tx: &mpsc::Sender<StreamItem>) -> bool {
+async fn forward(event: Option<ProcessEvent>, tx: &mpsc::Sender<ExecOutput>) -> bool {
     match event {
         Some(ProcessEvent::Output { stream, offset, data }) => {
-            tx.send(StreamItem::Output { stream, offset, data }).await.is_ok()
+            tx.send(ExecOutput::output(stream, offset, data)).await.is_ok()
         }
         Some(ProcessEvent::Exited(status)) => {
-            let _ = tx
-                .send(StreamItem::Event(ExecEvent::Exit(exit_info(&status))))
-                .await;
+            let _ = tx.send(ExecOutput::Exit(exit_info(&status))).await;
             false
         }
         None => {
-            let _ = tx.send(StreamItem::Event(sandbox_ended_event())).await;
+            let _ = tx.send(ExecOutput::sandbox_ended()).await;
             false
         }
     }
@@ -405,7 +402,7 @@ async fn forward_buffered(
     client: &AgentClient,
     pid: u32,
     events: &mut ProcessEvents,
-    tx: &mpsc::Sender<StreamItem>,
+    tx: &mpsc::Sender<ExecOutput>,
 ) {
     let marker = client.list_processes();
     tokio::pin!(marker);

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
+use paddock_types::api::StreamData;
 use reqwest::Method;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
@@ -13,18 +14,11 @@ use crate::support::harness::{poll, Client, Harness, Lines};
 
 use super::{JSON, NDJSON, SOON, SSE};
 
-/// The bytes of an output event (`data` or `data_b64`).
+/// The bytes of an output event (`data` or `data_b64`), read with the clients' one decoder.
 pub(super) fn event_bytes(event: &Value) -> Vec<u8> {
-    use base64::Engine as _;
-    if let Some(text) = event["data"].as_str() {
-        return text.as_bytes().to_vec();
-    }
-    let b64 = event["data_b64"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no data in {event}"));
-    base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .expect("valid base64")
+    let data: StreamData =
+        serde_json::from_value(event.clone()).unwrap_or_else(|e| panic!("no output in {event}: {e}"));
+    data.bytes().unwrap_or_else(|e| panic!("{e}: {event}"))
 }
 
 /// Checks the shape of a complete exec stream (started first, exit last, offsets contiguous per

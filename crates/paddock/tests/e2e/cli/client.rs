@@ -328,6 +328,28 @@ fn exec_streams_output_and_exits_like_the_process() {
     );
 }
 
+/// Output that does not decode (invalid base64) is an error, not written as its base64 text.
+#[test]
+fn exec_refuses_output_it_cannot_decode() {
+    let ndjson = [
+        r#"{"type":"started","pid":4}"#,
+        r#"{"type":"stdout","offset":0,"data":"ok\n"}"#,
+        r#"{"type":"stdout","offset":3,"data_b64":"!!not base64"}"#,
+        r#"{"type":"exit","exit_code":0,"signal":null,"timed_out":false,"duration_ms":1,"cpu_time_us":1,"max_rss_kib":1}"#,
+    ]
+    .join("\n")
+        + "\n";
+    let server = FakeServer::start(vec![(
+        "POST /v1/sandboxes/sb-1/exec",
+        vec![(200, "application/x-ndjson", ndjson)],
+    )]);
+    let o = server.run(&["sandbox", "exec", "sb-1", "--shell", "x"]);
+    assert_code(&o, 1);
+    assert_eq!(stdout(&o), "ok\n");
+    assert!(stderr(&o).contains("cannot decode"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("not base64"), "{}", stderr(&o));
+}
+
 #[test]
 fn background_exec_prints_the_pid() {
     let server = FakeServer::start(vec![(
