@@ -12,8 +12,8 @@ use paddock_store::{AuditFilter, SandboxNetworkRecord};
 use paddock_types::api::{NetworkEvent, SandboxNetworkInfo, SetNetworkRequest};
 use paddock_types::SandboxId;
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::lock;
-use crate::core::service::AuditEntry;
 use crate::core::time::{now_ms, rfc3339};
 use crate::plan::network::{decode_policy, secret_names, NetworkPlan};
 use crate::{Principal, SandboxService, ServiceError};
@@ -100,14 +100,17 @@ impl SandboxService {
                 .map_err(|e| ServiceError::internal("encode a network policy", &e))?;
         }
         row.updated_at_ms = now_ms();
-        let entry = AuditEntry::ok(p, "network.policy", Some(id))
-            .detail(serde_json::json!({ "policy": row.policy, "secrets": row.secrets }))
+        let entry = AuditEntry::ok(p, AuditAction::NetworkPolicy, Some(id))
+            .detail(audit::NetworkPolicySet {
+                policy: row.policy.clone(),
+                secrets: row.secrets.clone(),
+            })
             .into_row();
         let stored = row.clone();
         self.db("record a network policy", move |s| {
             s.transaction(|tx| {
                 tx.put_sandbox_network(&stored)?;
-                tx.append_audit(&entry)?;
+                audit::append(tx, &entry)?;
                 Ok::<_, paddock_store::StoreError>(())
             })
         })

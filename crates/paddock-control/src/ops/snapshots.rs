@@ -12,6 +12,7 @@ use paddock_types::api::{CreateSnapshotRequest, ListSnapshotsQuery, SnapshotInfo
 use paddock_types::SnapshotId;
 
 use crate::core::access::info;
+use crate::core::audit::AuditAction;
 use crate::lifecycle::capture::Capture;
 use crate::plan::labels::{check_snapshot_labels, MAX_NAME_LEN};
 use crate::{Principal, SandboxService, ServiceError};
@@ -43,7 +44,7 @@ impl SandboxService {
                     name: req.name,
                     labels: req.labels,
                 },
-                "snapshot.create",
+                AuditAction::SnapshotCreate,
             )
             .await?;
         Ok(info(&record))
@@ -104,7 +105,8 @@ impl SandboxService {
     /// Deletes a snapshot and frees what only it holds.
     pub async fn delete_snapshot(&self, p: &Principal, id: &str) -> Result<(), ServiceError> {
         let record = self.owned_snapshot(p, id).await?;
-        self.drop_snapshot(Some(p), &record, "snapshot.delete").await
+        self.drop_snapshot(Some(p), &record, AuditAction::SnapshotDelete)
+            .await
     }
 
     /// `checkpoint`: a snapshot to return to with `rollback` or drop with `commit`.
@@ -120,7 +122,7 @@ impl SandboxService {
                     name: None,
                     labels: BTreeMap::new(),
                 },
-                "sandbox.checkpoint",
+                AuditAction::SandboxCheckpoint,
             )
             .await?;
         self.prepare_rollback(&sb, &record.id);

@@ -17,7 +17,9 @@ use paddock_types::api::{RollbackRequest, SandboxInfo, SnapshotInfo};
 use paddock_types::SnapshotId;
 
 use crate::core::access::info;
+use crate::core::audit::AuditAction;
 use crate::core::service::runtime_error;
+use crate::lifecycle::states::Transition;
 use crate::{Principal, SandboxService, ServiceError};
 
 impl SandboxService {
@@ -25,7 +27,8 @@ impl SandboxService {
     pub async fn commit(&self, p: &Principal, id: &str) -> Result<SnapshotInfo, ServiceError> {
         let sb = self.owned_live(p, id).await?;
         let record = self.snapshot_or_checkpoint(p, id, None).await?;
-        self.drop_snapshot(Some(p), &record, "sandbox.commit").await?;
+        self.drop_snapshot(Some(p), &record, AuditAction::SandboxCommit)
+            .await?;
         self.discard_rollback(&sb);
         Ok(info(&record))
     }
@@ -97,10 +100,10 @@ impl SandboxService {
                 let error = runtime_error("roll a sandbox back", e);
                 self.end_sandbox(
                     id,
-                    paddock_store::SandboxState::Failed,
+                    Transition::Lose,
                     "rollback_failed",
                     Some(p),
-                    "sandbox.lost",
+                    AuditAction::SandboxLost,
                 )
                 .await?;
                 self.end_intent(intent).await;

@@ -20,6 +20,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
 
+use crate::core::audit::{self, AuditAction, Detail};
+
 /// The rates and window, from the service's configuration.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct AggregateLimits {
@@ -45,11 +47,11 @@ pub(crate) enum EventKind {
 }
 
 impl EventKind {
-    pub(crate) fn action(self) -> &'static str {
+    pub(crate) fn action(self) -> AuditAction {
         match self {
-            Self::Connection => "network.connection",
-            Self::Dns => "network.dns",
-            Self::Refused => "network.refused",
+            Self::Connection => AuditAction::NetworkConnection,
+            Self::Dns => AuditAction::NetworkDns,
+            Self::Refused => AuditAction::NetworkRefused,
         }
     }
 
@@ -84,7 +86,7 @@ pub(crate) struct NetRow {
     pub(crate) ts_ms: i64,
     pub(crate) sandbox: String,
     pub(crate) tenant: Option<String>,
-    pub(crate) action: &'static str,
+    pub(crate) action: AuditAction,
     pub(crate) outcome: &'static str,
     pub(crate) detail: Value,
     /// The events this row accounts for.
@@ -449,16 +451,17 @@ fn suppressed_row(sandbox: &str, s: &SandboxState, window: i64, now: i64) -> Net
         ts_ms: now,
         sandbox: sandbox.to_owned(),
         tenant: s.tenant.clone(),
-        action: "network.suppressed",
+        action: AuditAction::NetworkSuppressed,
         outcome: "suppressed",
-        detail: json!({
-            "events": rate_limited + queue_full,
-            "rate_limited": counts_json(&s.rate_limited),
-            "queue_full": counts_json(&s.queue_full),
-            "first_ms": s.since_ms,
-            "last_ms": s.last_ms,
-            "window_ms": window,
-        }),
+        detail: audit::Suppressed {
+            events: rate_limited + queue_full,
+            rate_limited: counts_json(&s.rate_limited),
+            queue_full: counts_json(&s.queue_full),
+            first_ms: s.since_ms,
+            last_ms: s.last_ms,
+            window_ms: window,
+        }
+        .to_value(),
         events: rate_limited + queue_full,
         what: RowKind::Suppressed,
     }
