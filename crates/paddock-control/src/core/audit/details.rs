@@ -240,6 +240,25 @@ details! {
         secrets: Vec<String>,
     }
 
+    /// What an egress event's first row adds to the proxy's record (a part, merged into it): one
+    /// event.
+    NetworkFirst for [] {
+        count: u64,
+    }
+
+    /// What an aggregate row adds to the proxy's record (a part, merged into it): the repeats it
+    /// folds, when the first and last came, and for connections their summed bytes.
+    NetworkAggregate for [] {
+        count: u64,
+        aggregated: bool,
+        first_ms: i64,
+        last_ms: i64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        bytes_up: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        bytes_down: Option<u64>,
+    }
+
     /// A sandbox's network audit rows held back (rate or queue), counted by `<kind>.<outcome>`.
     Suppressed for [NetworkSuppressed] {
         events: u64,

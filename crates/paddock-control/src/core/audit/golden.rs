@@ -22,8 +22,7 @@ fn declared_elsewhere(action: AuditAction) -> Option<&'static str> {
 }
 
 const NETWORK_EVENT: &str = "the egress proxy's record (paddock_egress::ConnectionRecord or DnsRecord), \
-less `type` and `sandbox`, plus `count`; an aggregate also `aggregated`, `first_ms`, `last_ms` \
-(connections: `bytes_up`, `bytes_down`)";
+less `type` and `sandbox`, with NetworkFirst's fields, or NetworkAggregate's for an aggregate row";
 
 fn shape_lines(out: &mut String, shape: &DetailShape) {
     if shape.fields.is_empty() {

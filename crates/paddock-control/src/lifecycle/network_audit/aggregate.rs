@@ -220,9 +220,7 @@ impl Aggregator {
         }
         if self.take_token(&e.sandbox, &e.tenant, now) {
             let mut detail = e.detail;
-            if let Some(map) = detail.as_object_mut() {
-                map.insert("count".into(), json!(1));
-            }
+            merge(&mut detail, &audit::NetworkFirst { count: 1 });
             out.push(NetRow {
                 ts_ms: now,
                 sandbox: e.sandbox.clone(),
@@ -343,16 +341,16 @@ impl Aggregator {
         }
         self.stats.aggregated += state.count;
         let mut detail = state.detail.unwrap_or_else(|| json!({}));
-        if let Some(map) = detail.as_object_mut() {
-            map.insert("count".into(), json!(state.count));
-            map.insert("aggregated".into(), json!(true));
-            map.insert("first_ms".into(), json!(state.first_ms));
-            map.insert("last_ms".into(), json!(state.last_ms));
-            if key.kind == EventKind::Connection {
-                map.insert("bytes_up".into(), json!(state.bytes_up));
-                map.insert("bytes_down".into(), json!(state.bytes_down));
-            }
-        }
+        let connection = key.kind == EventKind::Connection;
+        let aggregate = audit::NetworkAggregate {
+            count: state.count,
+            aggregated: true,
+            first_ms: state.first_ms,
+            last_ms: state.last_ms,
+            bytes_up: connection.then_some(state.bytes_up),
+            bytes_down: connection.then_some(state.bytes_down),
+        };
+        merge(&mut detail, &aggregate);
         out.push(NetRow {
             ts_ms: now,
             sandbox: key.sandbox.clone(),
@@ -423,6 +421,13 @@ impl Aggregator {
         if s.tenant.is_none() {
             s.tenant.clone_from(tenant);
         }
+    }
+}
+
+/// Sets `part`'s fields in `detail` (the proxy's record as JSON), replacing any of the same name.
+fn merge(detail: &mut Value, part: &impl Detail) {
+    if let (Some(map), Value::Object(fields)) = (detail.as_object_mut(), part.to_value()) {
+        map.extend(fields);
     }
 }
 
