@@ -126,7 +126,7 @@ impl SandboxService {
     async fn process_rows(&self, id: &str) -> Result<Vec<paddock_store::AuditRecord>, ServiceError> {
         let filter = paddock_store::AuditFilter {
             sandbox_id: Some(id.to_owned()),
-            action: Some("process.".into()),
+            action: Some(AuditAction::ProcessStart.area().into()),
             limit: PROCESS_ROWS_READ,
             newest_first: true,
             ..Default::default()

@@ -54,7 +54,7 @@ impl SandboxService {
     ) -> Result<SandboxNetworkInfo, ServiceError> {
         let filter = AuditFilter {
             sandbox_id: Some(id.to_owned()),
-            action: Some("network.".into()),
+            action: Some(AuditAction::NetworkConnection.area().into()),
             limit: RECENT_EVENTS,
             newest_first: true,
             ..Default::default()
@@ -73,7 +73,10 @@ impl SandboxService {
             recent: rows
                 .into_iter()
                 .map(|r| NetworkEvent {
-                    kind: r.action.trim_start_matches("network.").to_owned(),
+                    kind: r
+                        .action
+                        .trim_start_matches(AuditAction::NetworkConnection.area())
+                        .to_owned(),
                     at: rfc3339(r.ts_ms),
                     allowed: r.outcome == "allowed",
                     detail: r.detail,

@@ -125,6 +125,8 @@ fn every_action_is_listed_once_and_described() {
         );
     }
     assert_eq!(AuditAction::AuditPrune.as_str(), paddock_store::PRUNE_ACTION);
+    assert_eq!(AuditAction::ProcessExit.area(), "process.");
+    assert!(AuditAction::ALL.iter().all(|a| a.as_str().starts_with(a.area())));
 }
 
 #[test]

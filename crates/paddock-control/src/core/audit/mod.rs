@@ -102,6 +102,13 @@ impl AuditAction {
         SHAPES.iter().copied().filter(move |s| s.actions.contains(&self))
     }
 
+    /// Its area with the dot (`process.` for `process.exit`): the prefix that selects every action
+    /// of the area when reading rows back.
+    pub(crate) fn area(self) -> &'static str {
+        let s = self.as_str();
+        s.find('.').map_or(s, |dot| &s[..=dot])
+    }
+
     /// Whether `row` (read back from the store) is a row of this action.
     pub(crate) fn is(self, row_action: &str) -> bool {
         row_action == self.as_str()
