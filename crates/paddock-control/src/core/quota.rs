@@ -22,7 +22,7 @@ use paddock_store::{QuotaDefaults, QuotaRequest, StoreError};
 use paddock_types::api::ErrorCode;
 use paddock_types::Limits;
 
-use crate::core::service::AuditEntry;
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::{Principal, SandboxService, ServiceError};
 
 /// What a sandbox with `limits` that starts from `base_bytes` is charged against `max_storage`.
@@ -45,7 +45,7 @@ impl SandboxService {
     pub(crate) async fn precheck_quota(
         &self,
         p: &Principal,
-        action: &'static str,
+        action: AuditAction,
         sandbox: Option<&str>,
         request: QuotaRequest,
     ) -> Result<(), ServiceError> {
@@ -62,7 +62,7 @@ impl SandboxService {
     pub(crate) async fn audit_refusal<T>(
         &self,
         p: &Principal,
-        action: &'static str,
+        action: AuditAction,
         sandbox: Option<&str>,
         result: Result<T, ServiceError>,
     ) -> Result<T, ServiceError> {
@@ -70,7 +70,10 @@ impl SandboxService {
             if e.code == ErrorCode::QuotaExceeded {
                 let entry = AuditEntry::ok(p, action, sandbox)
                     .outcome(e.code.as_str())
-                    .detail(serde_json::json!({ "field": e.field, "message": e.message }));
+                    .detail(audit::Refusal {
+                        field: e.field.clone(),
+                        message: e.message.clone(),
+                    });
                 self.audit(entry).await?;
             }
         }

@@ -5,16 +5,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use paddock_runtime::{AnyBackend, RuntimeError};
-use paddock_store::{NewAuditEntry, Store, StoreError};
+use paddock_store::{Store, StoreError};
 use paddock_types::api::ErrorCode;
 use paddock_types::SandboxId;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::core::audit::AuditEntry;
 use crate::core::live::{lock, LiveSandbox};
 use crate::core::metrics::Metrics;
 use crate::core::time::now_ms;
-use crate::{Principal, ServiceConfig, ServiceError};
+use crate::{ServiceConfig, ServiceError};
 
 /// The control plane's service. Cheap to clone (all clones share one state).
 #[derive(Debug, Clone)]
@@ -126,65 +127,6 @@ impl SandboxService {
     }
 }
 
-/// One audit row being written: who, what, on which sandbox, how it ended, and details.
-#[derive(Debug)]
-pub(crate) struct AuditEntry<'a> {
-    pub(crate) principal: Option<&'a Principal>,
-    pub(crate) tenant: Option<String>,
-    pub(crate) action: &'static str,
-    pub(crate) sandbox: Option<&'a str>,
-    pub(crate) outcome: String,
-    pub(crate) detail: serde_json::Value,
-}
-
-impl<'a> AuditEntry<'a> {
-    /// A successful action by `p`.
-    pub(crate) fn ok(p: &'a Principal, action: &'static str, sandbox: Option<&'a str>) -> Self {
-        Self {
-            principal: Some(p),
-            tenant: None,
-            action,
-            sandbox,
-            outcome: "ok".into(),
-            detail: serde_json::Value::Object(Default::default()),
-        }
-    }
-
-    /// An action taken by paddock itself (reaper, recovery, pools) for `tenant`.
-    pub(crate) fn system(action: &'static str, tenant: Option<String>, sandbox: Option<&'a str>) -> Self {
-        Self {
-            principal: None,
-            tenant,
-            action,
-            sandbox,
-            outcome: "ok".into(),
-            detail: serde_json::Value::Object(Default::default()),
-        }
-    }
-
-    pub(crate) fn outcome(mut self, outcome: impl Into<String>) -> Self {
-        self.outcome = outcome.into();
-        self
-    }
-
-    pub(crate) fn detail(mut self, detail: serde_json::Value) -> Self {
-        self.detail = detail;
-        self
-    }
-
-    pub(crate) fn into_row(self) -> NewAuditEntry {
-        NewAuditEntry {
-            ts_ms: now_ms(),
-            tenant: self.tenant.or_else(|| self.principal.map(|p| p.tenant.clone())),
-            key_id: self.principal.map(|p| p.key_id.clone()).filter(|k| !k.is_empty()),
-            action: self.action.to_owned(),
-            sandbox_id: self.sandbox.map(str::to_owned),
-            outcome: self.outcome,
-            detail: self.detail,
-        }
-    }
-}
-
 pub(crate) fn store_error(what: &'static str, e: StoreError) -> ServiceError {
     if let Some(full) = crate::core::error::store_no_space(&e) {
         return full;
@@ -215,12 +157,6 @@ pub(crate) fn store_error(what: &'static str, e: StoreError) -> ServiceError {
 
 pub(crate) fn runtime_error(what: &'static str, e: RuntimeError) -> ServiceError {
     ServiceError::from_runtime(what, e)
-}
-
-/// Audit rows written inside a caller's transaction get their time when written.
-pub(crate) fn row_with_time(mut row: paddock_store::NewAuditEntry) -> paddock_store::NewAuditEntry {
-    row.ts_ms = now_ms();
-    row
 }
 
 pub(crate) fn new_sandbox_id() -> SandboxId {

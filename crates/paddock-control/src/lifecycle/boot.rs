@@ -11,9 +11,11 @@ use paddock_types::api::{ErrorCode, SandboxInfo};
 use paddock_types::{SandboxId, SandboxSpec, UserSpec};
 
 use crate::core::access::info_from_record;
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::{lock, LiveSandbox, Ownership, StoredSpec};
-use crate::core::service::{new_sandbox_id, row_with_time, runtime_error, AuditEntry};
+use crate::core::service::{new_sandbox_id, runtime_error};
 use crate::core::time::now_ms;
+use crate::lifecycle::states::Transition;
 use crate::plan::create::{encode_spec, CreatePlan};
 use crate::{Principal, SandboxService, ServiceError};
 
@@ -165,10 +167,10 @@ impl SandboxService {
                 let reason = format!("create_failed: {}", e.message);
                 self.end_sandbox(
                     id.as_str(),
-                    SandboxState::Failed,
+                    Transition::Fail,
                     &reason,
                     Some(p),
-                    "sandbox.create",
+                    AuditAction::SandboxCreate,
                 )
                 .await?;
                 return Err(e);
@@ -184,12 +186,12 @@ impl SandboxService {
         };
         let sb = Arc::new(LiveSandbox::new(id.clone(), client, handle, owner));
         lock(&self.inner.live).insert(id.clone(), sb);
-        let entry = AuditEntry::ok(p, "sandbox.create", Some(id.as_str()))
-            .detail(serde_json::json!({
-                "template": plan.spec.template,
-                "source": source,
-                "volumes": plan.spec.volumes.iter().map(|v| v.volume.to_string()).collect::<Vec<_>>(),
-            }))
+        let entry = AuditEntry::ok(p, AuditAction::SandboxCreate, Some(id.as_str()))
+            .detail(audit::Booted {
+                template: plan.spec.template.clone(),
+                source,
+                volumes: plan.spec.volumes.iter().map(|v| v.volume.to_string()).collect(),
+            })
             .into_row();
         fault::point("create.booted");
         Ok((id, entry))
@@ -206,15 +208,7 @@ impl SandboxService {
         let record = self
             .db("record a started sandbox", move |s| {
                 s.transaction(|tx| {
-                    if tx.transition_sandbox(
-                        &sid,
-                        &[SandboxState::Creating],
-                        SandboxState::Running,
-                        now_ms(),
-                        None,
-                    )? {
-                        tx.append_audit(&row_with_time(entry))?;
-                    }
+                    audit::record(tx, Transition::Boot.change(), &sid, None, &entry)?;
                     Ok::<_, paddock_store::StoreError>(())
                 })?;
                 s.get_sandbox(&sid)
@@ -225,10 +219,10 @@ impl SandboxService {
             _ => {
                 self.end_sandbox(
                     id,
-                    SandboxState::Failed,
+                    Transition::Lose,
                     "recording failed",
                     Some(p),
-                    "sandbox.lost",
+                    AuditAction::SandboxLost,
                 )
                 .await?;
                 Err(ServiceError::new(

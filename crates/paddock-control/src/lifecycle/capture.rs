@@ -9,8 +9,9 @@ use paddock_runtime::fault;
 use paddock_store::{NewSnapshot, QuotaRequest, SnapshotKind, SnapshotRecord, StoreError};
 use paddock_types::SnapshotId;
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::LiveSandbox;
-use crate::core::service::{row_with_time, runtime_error, AuditEntry};
+use crate::core::service::runtime_error;
 use crate::core::time::now_ms;
 use crate::{Principal, SandboxService, ServiceError};
 
@@ -32,7 +33,7 @@ impl SandboxService {
         p: &Principal,
         sb: &Arc<LiveSandbox>,
         capture: Capture,
-        action: &'static str,
+        action: AuditAction,
     ) -> Result<SnapshotRecord, ServiceError> {
         let Capture {
             id: snapshot,
@@ -76,18 +77,18 @@ impl SandboxService {
             storage_bytes: base_bytes.saturating_add(written),
         };
         let row = AuditEntry::ok(p, action, Some(&sb.id))
-            .detail(serde_json::json!({
-                "snapshot": snapshot.to_string(),
-                "kind": kind.as_str(),
-                "storage_bytes": new.storage_bytes,
-            }))
+            .detail(audit::Captured {
+                snapshot: snapshot.to_string(),
+                kind: kind.as_str(),
+                storage_bytes: new.storage_bytes,
+            })
             .into_row();
         let (record, defaults) = (new.clone(), self.quota_defaults());
         let stored = self
             .db("record a snapshot", move |s| {
                 s.transaction(|tx| {
                     tx.insert_snapshot_checked(&record, &defaults)?;
-                    tx.append_audit(&row_with_time(row))?;
+                    audit::append(tx, &row)?;
                     Ok::<_, StoreError>(())
                 })
             })

@@ -12,8 +12,9 @@ use std::sync::Arc;
 use paddock_types::diff::{Change, DiffOptions};
 use paddock_types::SnapshotId;
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::LiveSandbox;
-use crate::core::service::{runtime_error, AuditEntry};
+use crate::core::service::runtime_error;
 use crate::{Principal, SandboxService, ServiceError};
 
 /// Changed paths listed in one `process.diff` row (the counts cover them all).
@@ -76,37 +77,35 @@ impl SandboxService {
         };
         let entry = match diff {
             Ok(diff) => {
-                let paths: Vec<serde_json::Value> = diff
+                let paths = diff
                     .entries
                     .iter()
                     .take(MAX_AUDITED_PATHS)
-                    .map(|e| {
-                        serde_json::json!({
-                            "path": e.path,
-                            "change": match e.change {
-                                Change::Added => "added",
-                                Change::Modified => "modified",
-                                Change::Deleted => "deleted",
-                                Change::TypeChanged => "type_changed",
-                            },
-                            "size": e.new_size.or(e.old_size),
-                        })
+                    .map(|e| audit::DiffPath {
+                        path: e.path.clone(),
+                        change: match e.change {
+                            Change::Added => "added",
+                            Change::Modified => "modified",
+                            Change::Deleted => "deleted",
+                            Change::TypeChanged => "type_changed",
+                        },
+                        size: e.new_size.or(e.old_size),
                     })
                     .collect();
-                AuditEntry::ok(p, "process.diff", Some(&sb.id)).detail(serde_json::json!({
-                    "pid": pid,
-                    "added": diff.added,
-                    "modified": diff.modified,
-                    "deleted": diff.deleted,
-                    "bytes_added": diff.bytes_added,
-                    "bytes_deleted": diff.bytes_deleted,
-                    "truncated": diff.truncated || diff.entries.len() > MAX_AUDITED_PATHS,
-                    "paths": paths,
-                }))
+                AuditEntry::ok(p, AuditAction::ProcessDiff, Some(&sb.id)).detail(audit::ProcessDiffed {
+                    pid,
+                    added: diff.added,
+                    modified: diff.modified,
+                    deleted: diff.deleted,
+                    bytes_added: diff.bytes_added,
+                    bytes_deleted: diff.bytes_deleted,
+                    truncated: diff.truncated || diff.entries.len() > MAX_AUDITED_PATHS,
+                    paths,
+                })
             }
-            Err(message) => AuditEntry::ok(p, "process.diff", Some(&sb.id))
+            Err(message) => AuditEntry::ok(p, AuditAction::ProcessDiff, Some(&sb.id))
                 .outcome("error")
-                .detail(serde_json::json!({ "pid": pid, "message": message })),
+                .detail(audit::ProcessDiffFailed { pid, message }),
         };
         if let Err(e) = self.audit(entry).await {
             tracing::error!(sandbox_id = %sb.id, pid, error = %e, "cannot record a process diff");

@@ -19,6 +19,7 @@ pub(crate) mod reattach;
 pub(crate) mod recovery;
 pub(crate) mod restart;
 pub(crate) mod start;
+pub(crate) mod states;
 pub(crate) mod stop;
 pub(crate) mod storage;
 pub(crate) mod warm;

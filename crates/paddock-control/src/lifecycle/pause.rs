@@ -6,7 +6,9 @@ use paddock_store::StoreError;
 use paddock_types::api::SandboxInfo;
 use paddock_types::SandboxId;
 
-use crate::core::service::{row_with_time, runtime_error, AuditEntry};
+use crate::core::audit::{self, AuditAction, AuditEntry};
+use crate::core::service::runtime_error;
+use crate::lifecycle::states::Transition;
 use crate::{Principal, SandboxService, ServiceError};
 
 impl SandboxService {
@@ -65,13 +67,24 @@ impl SandboxService {
     }
 
     async fn record_pause(&self, p: &Principal, id: &str, paused: bool) -> Result<(), ServiceError> {
-        let action = if paused { "sandbox.pause" } else { "sandbox.resume" };
+        let action = if paused {
+            AuditAction::SandboxPause
+        } else {
+            AuditAction::SandboxResume
+        };
+        let change = if paused {
+            Transition::Pause
+        } else {
+            Transition::Unpause
+        };
         let row = AuditEntry::ok(p, action, Some(id)).into_row();
         let sid = id.to_owned();
         self.db("record a pause", move |s| {
             s.transaction(|tx| {
-                tx.set_sandbox_paused(&sid, paused)?;
-                tx.append_audit(&row_with_time(row))?;
+                // The row is written whether or not the store's flag changed: the backend froze
+                // (or thawed) the sandbox either way.
+                audit::change_state(tx, change.change(), &sid, None)?;
+                audit::append(tx, &row)?;
                 Ok::<_, StoreError>(())
             })
         })

@@ -11,15 +11,16 @@ use paddock_protocol::CommandSpec;
 use paddock_runtime::agent_client::{ProcessEvent, ProcessEvents};
 use tokio::sync::mpsc;
 
+use crate::core::audit::{self, AuditAction, AuditEntry, CommandDetail};
 use crate::core::live::LiveSandbox;
 use crate::core::output::events::{exit_info, ExecOutput};
 use crate::core::principal::Principal;
-use crate::core::service::{AuditEntry, SandboxService};
+use crate::core::service::SandboxService;
 
-pub(crate) fn command_audit(c: &CommandSpec) -> serde_json::Value {
+pub(crate) fn command_audit(c: &CommandSpec) -> CommandDetail {
     match c {
-        CommandSpec::Argv { argv } => serde_json::json!({ "argv": argv }),
-        CommandSpec::Shell { script } => serde_json::json!({ "shell": script }),
+        CommandSpec::Argv { argv } => CommandDetail::Argv(argv.clone()),
+        CommandSpec::Shell { script } => CommandDetail::Shell(script.clone()),
     }
 }
 
@@ -30,20 +31,16 @@ pub(crate) struct Followed {
     pub(crate) exec_id: Option<String>,
     /// Its command as the agent reports it (`{"argv": ...}` or `{"shell": ...}`), for exits
     /// recorded after a restart: the start row may be missing from older logs.
-    pub(crate) command: Option<serde_json::Value>,
+    pub(crate) command: Option<CommandDetail>,
 }
 
 impl Followed {
-    pub(crate) fn annotate(&self, mut detail: serde_json::Value) -> serde_json::Value {
-        if let Some(exec_id) = &self.exec_id {
-            detail["exec_id"] = exec_id.clone().into();
+    /// What its exit row repeats of it (flattened into the row's details).
+    pub(crate) fn annotate(&self) -> audit::ProcessRef {
+        audit::ProcessRef {
+            exec_id: self.exec_id.clone(),
+            command: self.command.clone(),
         }
-        if let Some(serde_json::Value::Object(command)) = &self.command {
-            for (k, v) in command {
-                detail[k.as_str()] = v.clone();
-            }
-        }
-        detail
     }
 }
 
@@ -95,46 +92,40 @@ impl SandboxService {
             }
         };
         let counters = sb.take_counters(pid);
-        let (outcome, detail) = match &exit {
+        let entry = AuditEntry::ok(&p, AuditAction::ProcessExit, Some(&sb.id));
+        let entry = match &exit {
             Some(status) => {
                 let info = exit_info(status);
                 if let Some(sender) = &tx {
                     let _ = sender.send(ExecOutput::Exit(info)).await;
                 }
                 self.inner.metrics.observe_exec(started.elapsed());
-                (
-                    "ok",
-                    serde_json::json!({
-                        "pid": pid,
-                        "exit_code": info.exit_code,
-                        "signal": info.signal,
-                        "timed_out": info.timed_out,
-                        "duration_ms": info.duration_ms,
-                        "cpu_time_us": info.cpu_time_us,
-                        "max_rss_kib": info.max_rss_kib,
-                        "bytes_in": counters.bytes_in,
-                        "bytes_out": bytes_out,
-                    }),
-                )
+                entry.detail(audit::ProcessExited {
+                    pid,
+                    exit_code: info.exit_code,
+                    signal: info.signal,
+                    timed_out: info.timed_out,
+                    duration_ms: info.duration_ms,
+                    cpu_time_us: info.cpu_time_us,
+                    max_rss_kib: info.max_rss_kib,
+                    bytes_in: counters.bytes_in,
+                    bytes_out,
+                    process: followed.annotate(),
+                })
             }
             None => {
                 if let Some(sender) = &tx {
                     let _ = sender.send(ExecOutput::sandbox_ended()).await;
                 }
-                (
-                    "lost",
-                    serde_json::json!({
-                        "pid": pid,
-                        "duration_ms": started.elapsed().as_millis() as u64,
-                        "bytes_in": counters.bytes_in,
-                        "bytes_out": bytes_out,
-                    }),
-                )
+                entry.outcome("lost").detail(audit::ProcessLost {
+                    pid,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    bytes_in: counters.bytes_in,
+                    bytes_out,
+                    process: followed.annotate(),
+                })
             }
         };
-        let entry = AuditEntry::ok(&p, "process.exit", Some(&sb.id))
-            .outcome(outcome)
-            .detail(followed.annotate(detail));
         if let Err(e) = self.audit(entry).await {
             tracing::error!(sandbox_id = %sb.id, pid, error = %e, "cannot record a process exit");
         }
@@ -151,14 +142,38 @@ mod tests {
     #[test]
     fn an_exit_row_names_its_start_and_the_reported_command() {
         use serde_json::json;
+        /// A detail with a pid and what an exit row repeats of its process.
+        #[derive(serde::Serialize)]
+        struct Pid {
+            pid: u32,
+            #[serde(flatten)]
+            process: audit::ProcessRef,
+        }
         let followed = Followed {
             pid: 3,
             exec_id: Some("e1".into()),
-            command: Some(json!({"argv": ["ls"]})),
+            command: Some(CommandDetail::Argv(vec!["ls".into()])),
+        };
+        let annotated = Pid {
+            pid: 3,
+            process: followed.annotate(),
         };
         assert_eq!(
-            followed.annotate(json!({"pid": 3})),
+            serde_json::to_value(annotated).expect("serializes"),
             json!({"pid": 3, "exec_id": "e1", "argv": ["ls"]})
+        );
+        let unknown = Followed {
+            pid: 3,
+            exec_id: None,
+            command: None,
+        };
+        let annotated = Pid {
+            pid: 3,
+            process: unknown.annotate(),
+        };
+        assert_eq!(
+            serde_json::to_value(annotated).expect("serializes"),
+            json!({"pid": 3})
         );
     }
 }

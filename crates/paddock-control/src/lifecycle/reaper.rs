@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use paddock_store::SandboxState;
-
+use crate::core::audit::AuditAction;
 use crate::core::live::lock;
 use crate::core::time::now_ms;
+use crate::lifecycle::states::Transition;
 use crate::SandboxService;
 use paddock_types::SandboxId;
 
@@ -47,7 +47,13 @@ impl SandboxService {
             for id in dead {
                 tracing::warn!(sandbox_id = %id, "sandbox agent is gone");
                 if let Err(e) = self
-                    .end_sandbox(&id, SandboxState::Failed, "agent_lost", None, "sandbox.lost")
+                    .end_sandbox(
+                        &id,
+                        Transition::Lose,
+                        "agent_lost",
+                        None,
+                        AuditAction::SandboxLost,
+                    )
                     .await
                 {
                     tracing::warn!(sandbox_id = %id, error = %e, "ending a dead sandbox failed");

@@ -11,9 +11,9 @@ use std::time::Instant;
 
 use paddock_protocol::ExitStatus;
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::LiveSandbox;
 use crate::core::output::events::exit_info;
-use crate::core::service::AuditEntry;
 use crate::lifecycle::processes::{command_audit, Followed};
 use crate::{Principal, SandboxService, ServiceError};
 
@@ -25,7 +25,9 @@ const PROCESS_ROWS_READ: u32 = 10_000;
 /// so only a row written after this process started counts). `rows` are `process.` rows.
 fn already_exited(rows: &[paddock_store::AuditRecord], proc: &paddock_protocol::ProcessInfo) -> bool {
     rows.iter().any(|r| {
-        r.action == "process.exit" && r.ts_ms >= proc.started_at_ms as i64 && r.detail["pid"] == proc.pid
+        AuditAction::ProcessExit.is(&r.action)
+            && r.ts_ms >= proc.started_at_ms as i64
+            && r.detail["pid"] == proc.pid
     })
 }
 
@@ -41,7 +43,7 @@ fn start_of(
 ) -> Option<String> {
     let ended: std::collections::HashSet<&str> = rows
         .iter()
-        .filter(|r| r.action == "process.exit")
+        .filter(|r| AuditAction::ProcessExit.is(&r.action))
         .filter_map(|r| r.detail["exec_id"].as_str())
         .collect();
     let same_command = |d: &serde_json::Value| match command {
@@ -49,7 +51,7 @@ fn start_of(
         _ => false,
     };
     rows.iter()
-        .filter(|r| r.action == "process.start" && r.ts_ms <= started_at_ms as i64)
+        .filter(|r| AuditAction::ProcessStart.is(&r.action) && r.ts_ms <= started_at_ms as i64)
         .filter(|r| same_command(&r.detail))
         .filter_map(|r| r.detail["exec_id"].as_str())
         .find(|e| !ended.contains(e) && !claimed.iter().any(|c| c == e))
@@ -86,7 +88,8 @@ impl SandboxService {
                 continue;
             }
             let command = command_audit(&proc.command);
-            let exec_id = start_of(&rows, &command, proc.started_at_ms, &claimed);
+            let as_row = serde_json::to_value(&command).unwrap_or_default();
+            let exec_id = start_of(&rows, &as_row, proc.started_at_ms, &claimed);
             claimed.extend(exec_id.clone());
             let followed = Followed {
                 pid: proc.pid,
@@ -123,7 +126,7 @@ impl SandboxService {
     async fn process_rows(&self, id: &str) -> Result<Vec<paddock_store::AuditRecord>, ServiceError> {
         let filter = paddock_store::AuditFilter {
             sandbox_id: Some(id.to_owned()),
-            action: Some("process.".into()),
+            action: Some(AuditAction::ProcessStart.area().into()),
             limit: PROCESS_ROWS_READ,
             newest_first: true,
             ..Default::default()
@@ -141,17 +144,18 @@ impl SandboxService {
         status: &ExitStatus,
     ) -> Result<(), ServiceError> {
         let info = exit_info(status);
-        let detail = serde_json::json!({
-            "pid": followed.pid,
-            "exit_code": info.exit_code,
-            "signal": info.signal,
-            "timed_out": info.timed_out,
-            "duration_ms": info.duration_ms,
-            "cpu_time_us": info.cpu_time_us,
-            "max_rss_kib": info.max_rss_kib,
-            "recorded_after_restart": true,
-        });
-        self.audit(AuditEntry::ok(p, "process.exit", Some(id)).detail(followed.annotate(detail)))
+        let detail = audit::ProcessExitedWhileDown {
+            pid: followed.pid,
+            exit_code: info.exit_code,
+            signal: info.signal,
+            timed_out: info.timed_out,
+            duration_ms: info.duration_ms,
+            cpu_time_us: info.cpu_time_us,
+            max_rss_kib: info.max_rss_kib,
+            recorded_after_restart: true,
+            process: followed.annotate(),
+        };
+        self.audit(AuditEntry::ok(p, AuditAction::ProcessExit, Some(id)).detail(detail))
             .await
     }
 }

@@ -39,11 +39,10 @@ use paddock_runtime::{Adoption, SandboxHandle};
 use paddock_store::{IntentOp, IntentRecord, SandboxRecord, SandboxState, StoreError};
 use paddock_types::{SandboxId, SnapshotId, VolumeSource};
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::error::stored_sandbox_id;
 use crate::core::live::{lock, LiveSandbox, Ownership, StoredSpec};
-use crate::core::service::{row_with_time, AuditEntry};
-use crate::core::time::now_ms;
-use crate::lifecycle::end::LIVE_STATES;
+use crate::lifecycle::states::Transition;
 use crate::lifecycle::storage::drop_checkpoints_in;
 use crate::{SandboxService, ServiceError};
 
@@ -287,7 +286,7 @@ impl SandboxService {
         }
         lock(&self.inner.live).insert(sb.id.clone(), sb);
         self.audit(AuditEntry::system(
-            "sandbox.adopt",
+            AuditAction::SandboxAdopt,
             record.tenant.clone(),
             Some(&record.id),
         ))
@@ -377,24 +376,19 @@ impl SandboxService {
                 return Err(crate::core::service::runtime_error("stop a sandbox", e));
             }
         }
-        let entry = AuditEntry::system("sandbox.stop", record.tenant.clone(), Some(&record.id))
-            .detail(serde_json::json!({ "cause": "recovery", "reason": cause }))
+        let entry = AuditEntry::system(AuditAction::SandboxStop, record.tenant.clone(), Some(&record.id))
+            .detail(audit::RecoveryStop {
+                cause: "recovery",
+                reason: cause.to_owned(),
+            })
             .into_row();
         let sid = record.id.clone();
         let stopped = self
             .db("record a stop", move |s| {
                 s.transaction(|tx| {
-                    tx.set_sandbox_paused(&sid, false)?;
-                    let stopped = tx.transition_sandbox(
-                        &sid,
-                        &[SandboxState::Running, SandboxState::Creating, SandboxState::Warm],
-                        SandboxState::Stopped,
-                        now_ms(),
-                        None,
-                    )?;
+                    let stopped = audit::record(tx, Transition::Park.change(), &sid, None, &entry)?;
                     if stopped {
                         tx.set_sandbox_expiry(&sid, None)?;
-                        tx.append_audit(&row_with_time(entry))?;
                     }
                     Ok::<_, StoreError>(stopped)
                 })
@@ -438,7 +432,10 @@ impl SandboxService {
             let record = self.db("read a snapshot", move |s| s.get_snapshot(&base)).await;
             if let Ok(Some(record)) = record {
                 if record.deleted_at_ms.is_none() {
-                    if let Err(e) = self.drop_snapshot(None, &record, "snapshot.delete").await {
+                    if let Err(e) = self
+                        .drop_snapshot(None, &record, AuditAction::SnapshotDelete)
+                        .await
+                    {
                         tracing::warn!(snapshot = %record.id, error = %e.message, "cannot drop an interrupted fork's base snapshot");
                     }
                 }
@@ -465,23 +462,18 @@ impl SandboxService {
         tenant: Option<String>,
         reason: &str,
     ) -> Result<(), ServiceError> {
-        let entry = AuditEntry::system("sandbox.lost", tenant, Some(id))
+        let entry = AuditEntry::system(AuditAction::SandboxLost, tenant, Some(id))
             .outcome("lost")
-            .detail(serde_json::json!({ "reason": reason }))
+            .detail(audit::Lost {
+                reason: reason.to_owned(),
+            })
             .into_row();
         let (sid, reason) = (id.to_owned(), reason.to_owned());
         let dropped = self
             .db("record a lost sandbox", move |s| {
                 s.transaction(|tx| {
                     let mut dropped = Vec::new();
-                    if tx.transition_sandbox(
-                        &sid,
-                        &LIVE_STATES,
-                        SandboxState::Failed,
-                        now_ms(),
-                        Some(&reason),
-                    )? {
-                        tx.append_audit(&row_with_time(entry.clone()))?;
+                    if audit::record(tx, Transition::Lose.change(), &sid, Some(&reason), &entry)? {
                         dropped = drop_checkpoints_in(tx, &sid, &entry)?;
                     }
                     Ok::<_, StoreError>(dropped)

@@ -9,10 +9,11 @@ use paddock_store::{SnapshotRecord, StoreError};
 use paddock_types::api::ErrorCode;
 use paddock_types::SnapshotId;
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::error::stored_snapshot_id;
 use crate::core::live::{lock, LiveSandbox};
-use crate::core::service::{row_with_time, AuditEntry};
 use crate::core::time::now_ms;
+use crate::lifecycle::states::Transition;
 use crate::{Principal, SandboxService, ServiceError};
 
 impl SandboxService {
@@ -58,43 +59,30 @@ impl SandboxService {
         intent: i64,
     ) -> Result<(), ServiceError> {
         let base = snapshot.storage_bytes;
-        let rollback_row = AuditEntry {
-            principal: p,
-            tenant: Some(snapshot.tenant.clone()),
-            action: "sandbox.rollback",
-            sandbox: Some(id),
-            outcome: "ok".into(),
-            detail: serde_json::json!({ "snapshot": snapshot.id, "consumed": consumed }),
-        };
-        let rollback_row = match p {
-            Some(_) => rollback_row.into_row(),
-            // Finished by recovery: the row says so.
-            None => rollback_row
-                .detail(serde_json::json!({
-                    "snapshot": snapshot.id,
-                    "consumed": consumed,
-                    "recovered": true,
-                }))
-                .into_row(),
-        };
-        let consume_row = AuditEntry {
-            principal: p,
-            tenant: Some(snapshot.tenant.clone()),
-            action: "snapshot.consume",
-            sandbox: Some(id),
-            outcome: "ok".into(),
-            detail: serde_json::json!({ "snapshot": snapshot.id, "kind": snapshot.kind.as_str() }),
-        }
-        .into_row();
+        let tenant = Some(snapshot.tenant.clone());
+        let rollback_row = AuditEntry::by(p, tenant.clone(), AuditAction::SandboxRollback, Some(id))
+            .detail(audit::Rollback {
+                snapshot: snapshot.id.clone(),
+                consumed,
+                // Finished by recovery: the row says so.
+                recovered: p.is_none().then_some(true),
+            })
+            .into_row();
+        let consume_row = AuditEntry::by(p, tenant, AuditAction::SnapshotConsume, Some(id))
+            .detail(audit::SnapshotRef {
+                snapshot: snapshot.id.clone(),
+                kind: snapshot.kind.as_str(),
+            })
+            .into_row();
         let (sid, snapshot_id) = (id.to_owned(), snapshot.id.clone());
         let dropped = self
             .db("record a rollback", move |s| {
                 s.transaction(|tx| {
                     tx.set_sandbox_base_bytes(&sid, base)?;
-                    tx.append_audit(&row_with_time(rollback_row))?;
+                    audit::append(tx, &rollback_row)?;
                     let dropped = consumed && tx.mark_snapshot_deleted(&snapshot_id, now_ms())?;
                     if dropped {
-                        tx.append_audit(&row_with_time(consume_row))?;
+                        audit::append(tx, &consume_row)?;
                     }
                     tx.end_intent(intent)?;
                     Ok::<_, StoreError>(dropped)
@@ -126,10 +114,10 @@ impl SandboxService {
                 self.destroy_handle(handle).await;
                 self.end_sandbox(
                     &old.id,
-                    paddock_store::SandboxState::Failed,
+                    Transition::Lose,
                     "rollback_failed",
                     Some(p),
-                    "sandbox.lost",
+                    AuditAction::SandboxLost,
                 )
                 .await?;
                 return Err(error);

@@ -12,13 +12,15 @@
 use std::sync::Arc;
 
 use paddock_runtime::fault;
-use paddock_store::{IntentOp, SandboxState, StoreError};
+use paddock_store::{IntentOp, StoreError};
 use paddock_types::api::{ErrorCode, OnTimeout, SandboxInfo};
 use paddock_types::{SandboxId, VolumeSource};
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::{lock, LiveSandbox, Ownership, StoredSpec};
-use crate::core::service::{row_with_time, runtime_error, AuditEntry};
+use crate::core::service::runtime_error;
 use crate::core::time::now_ms;
+use crate::lifecycle::states::Transition;
 use crate::lifecycle::storage::drop_checkpoints_in;
 use crate::{Principal, SandboxService, ServiceError};
 
@@ -77,40 +79,26 @@ impl SandboxService {
             let error = runtime_error("stop a sandbox", e);
             self.end_sandbox(
                 &sb.id,
-                SandboxState::Failed,
+                Transition::Lose,
                 "stop_failed",
                 principal,
-                "sandbox.lost",
+                AuditAction::SandboxLost,
             )
             .await?;
             self.end_intent(intent).await;
             return Err(error);
         }
         fault::point("stop.done");
-        let entry = AuditEntry {
-            principal,
-            tenant: sb.tenant(),
-            action: "sandbox.stop",
-            sandbox: Some(&sb.id),
-            outcome: "ok".into(),
-            detail: serde_json::json!({ "cause": cause }),
-        }
-        .into_row();
+        let entry = AuditEntry::by(principal, sb.tenant(), AuditAction::SandboxStop, Some(&sb.id))
+            .detail(audit::Cause { cause })
+            .into_row();
         let sid = sb.id.clone();
         let recorded = self
             .db("record a stop", move |s| {
                 s.transaction(|tx| {
-                    tx.set_sandbox_paused(&sid, false)?;
-                    let stopped = tx.transition_sandbox(
-                        &sid,
-                        &[SandboxState::Running],
-                        SandboxState::Stopped,
-                        now_ms(),
-                        None,
-                    )?;
+                    let stopped = audit::record(tx, Transition::Stop.change(), &sid, None, &entry)?;
                     if stopped {
                         tx.set_sandbox_expiry(&sid, None)?;
-                        tx.append_audit(&row_with_time(entry))?;
                     }
                     tx.end_intent(intent)?;
                     Ok::<_, StoreError>(stopped)
@@ -149,6 +137,8 @@ impl SandboxService {
         let (sid, tenant, defaults) = (id.to_owned(), p.tenant.clone(), self.quota_defaults());
         let admitted = match self
             .db("resume a stopped sandbox", move |s| {
+                // The state table's `Readmit` (stopped → creating), applied by the store with the
+                // quota check.
                 s.resume_stopped_checked(&sid, &tenant, &defaults)
             })
             .await
@@ -157,7 +147,9 @@ impl SandboxService {
             Err(e) => {
                 self.end_intent(intent).await;
                 // Refusals are recorded too.
-                return self.audit_refusal(p, "sandbox.resume", Some(id), Err(e)).await;
+                return self
+                    .audit_refusal(p, AuditAction::SandboxResume, Some(id), Err(e))
+                    .await;
             }
         };
         if !admitted {
@@ -172,21 +164,16 @@ impl SandboxService {
             Ok(booted) => booted,
             Err(e) => {
                 // Its files are kept (the backend puts them back): it is stopped again, not lost.
-                let row = AuditEntry::ok(p, "sandbox.resume", Some(id))
+                let row = AuditEntry::ok(p, AuditAction::SandboxResume, Some(id))
                     .outcome(format!("error: {}", e.message))
                     .into_row();
                 let sid = id.to_owned();
                 let kept = self
                     .db("record a failed resume", move |s| {
                         s.transaction(|tx| {
-                            let kept = tx.transition_sandbox(
-                                &sid,
-                                &[SandboxState::Creating],
-                                SandboxState::Stopped,
-                                now_ms(),
-                                None,
-                            )?;
-                            tx.append_audit(&row_with_time(row))?;
+                            // The failed resume is recorded whether or not it is kept.
+                            let kept = audit::change_state(tx, Transition::Restop.change(), &sid, None)?;
+                            audit::append(tx, &row)?;
                             tx.end_intent(intent)?;
                             Ok::<_, StoreError>(kept)
                         })
@@ -207,23 +194,16 @@ impl SandboxService {
         };
         let sb = Arc::new(LiveSandbox::new(id.to_owned(), client, handle, owner));
         lock(&self.inner.live).insert(id.to_owned(), sb);
-        let row = AuditEntry::ok(p, "sandbox.resume", Some(id))
-            .detail(serde_json::json!({ "from": "stopped" }))
+        let row = AuditEntry::ok(p, AuditAction::SandboxResume, Some(id))
+            .detail(audit::Resumed { from: "stopped" })
             .into_row();
         let sid = id.to_owned();
         let started = self
             .db("record a resumed sandbox", move |s| {
                 s.transaction(|tx| {
-                    let started = tx.transition_sandbox(
-                        &sid,
-                        &[SandboxState::Creating],
-                        SandboxState::Running,
-                        now_ms(),
-                        None,
-                    )?;
+                    let started = audit::record(tx, Transition::Boot.change(), &sid, None, &row)?;
                     if started {
                         tx.set_sandbox_expiry(&sid, Some(expires))?;
-                        tx.append_audit(&row_with_time(row))?;
                     }
                     tx.end_intent(intent)?;
                     Ok::<_, StoreError>(started)
@@ -233,10 +213,10 @@ impl SandboxService {
         if !started {
             self.end_sandbox(
                 id,
-                SandboxState::Failed,
+                Transition::Lose,
                 "recording failed",
                 Some(p),
-                "sandbox.lost",
+                AuditAction::SandboxLost,
             )
             .await?;
             return Err(ServiceError::new(
@@ -272,23 +252,21 @@ impl SandboxService {
 
     /// Deletes a stopped sandbox: its kept files go, its record ends as `killed`.
     pub(crate) async fn kill_stopped(&self, p: &Principal, id: &SandboxId) -> Result<(), ServiceError> {
-        let row = AuditEntry::ok(p, "sandbox.kill", Some(id))
-            .detail(serde_json::json!({ "reason": "killed", "state": "killed", "from": "stopped" }))
+        let row = AuditEntry::ok(p, AuditAction::SandboxKill, Some(id))
+            .detail(audit::EndedStopped {
+                reason: "killed",
+                state: "killed",
+                from: "stopped",
+            })
             .into_row();
         let sid = id.to_owned();
         let (changed, dropped) = self
             .db("record a sandbox's end", move |s| {
                 s.transaction(|tx| {
-                    let changed = tx.transition_sandbox(
-                        &sid,
-                        &[SandboxState::Stopped],
-                        SandboxState::Killed,
-                        now_ms(),
-                        Some("killed"),
-                    )?;
+                    let changed =
+                        audit::record(tx, Transition::KillStopped.change(), &sid, Some("killed"), &row)?;
                     let mut dropped = Vec::new();
                     if changed {
-                        tx.append_audit(&row_with_time(row.clone()))?;
                         dropped = drop_checkpoints_in(tx, &sid, &row)?;
                     }
                     Ok::<_, StoreError>((changed, dropped))
@@ -319,15 +297,16 @@ impl SandboxService {
                         .map_err(|e| runtime_error("pause a sandbox", e))?;
                     sb.set_paused(true);
                 }
-                let entry = AuditEntry::system("sandbox.pause", sb.tenant(), Some(id))
-                    .detail(serde_json::json!({ "cause": "timeout" }))
+                let entry = AuditEntry::system(AuditAction::SandboxPause, sb.tenant(), Some(id))
+                    .detail(audit::Cause { cause: "timeout" })
                     .into_row();
                 let sid = id.to_owned();
                 self.db("record a timeout pause", move |s| {
                     s.transaction(|tx| {
-                        tx.set_sandbox_paused(&sid, true)?;
+                        // Recorded whether or not the store's flag changed: the sandbox is frozen.
+                        audit::change_state(tx, Transition::Pause.change(), &sid, None)?;
                         tx.set_sandbox_expiry(&sid, None)?;
-                        tx.append_audit(&row_with_time(entry))?;
+                        audit::append(tx, &entry)?;
                         Ok::<_, StoreError>(())
                     })
                 })
@@ -335,7 +314,13 @@ impl SandboxService {
             }
             (OnTimeout::Stop, Some(sb)) => self.stop_live(None, &sb, "timeout").await,
             _ => self
-                .end_sandbox(id, SandboxState::Expired, "expired", None, "sandbox.expire")
+                .end_sandbox(
+                    id,
+                    Transition::Expire,
+                    "expired",
+                    None,
+                    AuditAction::SandboxExpire,
+                )
                 .await
                 .map(drop),
         }

@@ -4,9 +4,10 @@
 use paddock_store::{NewAuditEntry, SandboxState, SnapshotRecord, StoreError, StoreTx};
 use paddock_types::{SandboxId, SnapshotId};
 
+use crate::core::audit::{self, AuditAction, AuditEntry, Detail};
 use crate::core::error::snapshot_not_found;
 use crate::core::error::stored_snapshot_id;
-use crate::core::service::{row_with_time, runtime_error, AuditEntry};
+use crate::core::service::runtime_error;
 use crate::core::time::now_ms;
 use crate::{Principal, SandboxService, ServiceError};
 
@@ -16,16 +17,18 @@ impl SandboxService {
         &self,
         p: Option<&Principal>,
         record: &SnapshotRecord,
-        action: &'static str,
+        action: AuditAction,
     ) -> Result<(), ServiceError> {
-        let row = AuditEntry {
-            principal: p,
-            tenant: Some(record.tenant.clone()),
+        let row = AuditEntry::by(
+            p,
+            Some(record.tenant.clone()),
             action,
-            sandbox: record.sandbox_id.as_deref(),
-            outcome: "ok".into(),
-            detail: serde_json::json!({ "snapshot": record.id, "kind": record.kind.as_str() }),
-        }
+            record.sandbox_id.as_deref(),
+        )
+        .detail(audit::SnapshotRef {
+            snapshot: record.id.clone(),
+            kind: record.kind.as_str(),
+        })
         .into_row();
         let sid = record.id.clone();
         let deleted = self
@@ -33,7 +36,7 @@ impl SandboxService {
                 s.transaction(|tx| {
                     let deleted = tx.mark_snapshot_deleted(&sid, now_ms())?;
                     if deleted {
-                        tx.append_audit(&row_with_time(row))?;
+                        audit::append(tx, &row)?;
                     }
                     Ok::<_, StoreError>(deleted)
                 })
@@ -47,7 +50,7 @@ impl SandboxService {
             // A step transaction's checkpoint (commit, or consumed by its rollback) is deleted off the
             // agent's path: the record is gone already, and storage without a record is garbage the
             // next start collects if this is interrupted. An explicit delete frees it before answering.
-            if matches!(action, "sandbox.commit" | "snapshot.consume") {
+            if matches!(action, AuditAction::SandboxCommit | AuditAction::SnapshotConsume) {
                 self.free_snapshot_storage(vec![snapshot]);
             } else {
                 let deleted = self
@@ -123,7 +126,10 @@ impl SandboxService {
             .await?;
         for record in orphans {
             tracing::info!(snapshot = %record.id, sandbox_id = ?record.sandbox_id, "dropping the checkpoint of an ended sandbox");
-            if let Err(e) = self.drop_snapshot(None, &record, "snapshot.delete").await {
+            if let Err(e) = self
+                .drop_snapshot(None, &record, AuditAction::SnapshotDelete)
+                .await
+            {
                 tracing::warn!(snapshot = %record.id, error = %e, "checkpoint not dropped");
             }
         }
@@ -218,12 +224,15 @@ pub(crate) fn drop_checkpoints_in(
     let dropped = tx.drop_checkpoints_of(sandbox, now_ms())?;
     for record in &dropped {
         let mut row = who.clone();
-        row.ts_ms = now_ms();
-        row.action = "snapshot.delete".to_owned();
+        row.action = AuditAction::SnapshotDelete.as_str().to_owned();
         row.outcome = "ok".to_owned();
         row.sandbox_id = Some(sandbox.to_owned());
-        row.detail = serde_json::json!({ "snapshot": record.id, "kind": record.kind.as_str() });
-        tx.append_audit(&row)?;
+        row.detail = audit::SnapshotRef {
+            snapshot: record.id.clone(),
+            kind: record.kind.as_str(),
+        }
+        .to_value();
+        audit::append(tx, &row)?;
     }
     Ok(dropped.iter().filter_map(|r| r.id.parse().ok()).collect())
 }

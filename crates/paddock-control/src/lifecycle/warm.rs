@@ -6,9 +6,11 @@ use std::time::Duration;
 use paddock_store::{NewSandbox, SandboxState};
 use paddock_types::UserSpec;
 
+use crate::core::audit::{self, AuditAction};
 use crate::core::live::{lock, LiveSandbox, Ownership, StoredSpec};
 use crate::core::service::new_sandbox_id;
 use crate::core::time::now_ms;
+use crate::lifecycle::states::Transition;
 use crate::{SandboxService, ServiceError};
 
 impl SandboxService {
@@ -91,22 +93,17 @@ impl SandboxService {
         let sid = id.to_string();
         let ready = self
             .db("record a warm sandbox", move |s| {
-                s.transition_sandbox(
-                    &sid,
-                    &[SandboxState::Creating],
-                    SandboxState::Warm,
-                    now_ms(),
-                    None,
-                )
+                // No audit row: a warm sandbox belongs to no tenant until it is claimed.
+                s.transaction(|tx| audit::change_state(tx, Transition::Warm.change(), &sid, None))
             })
             .await;
         if !matches!(ready, Ok(true)) {
             self.end_sandbox(
                 id.as_str(),
-                SandboxState::Failed,
+                Transition::Lose,
                 "warm pool boot failed",
                 None,
-                "sandbox.lost",
+                AuditAction::SandboxLost,
             )
             .await?;
         }

@@ -9,8 +9,8 @@ use paddock_types::api::{
 };
 use paddock_types::{ByteSize, CpuQuota};
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::lock;
-use crate::core::service::{row_with_time, AuditEntry};
 use crate::core::time::{now_ms, parse_rfc3339, rfc3339};
 use crate::{Principal, SandboxService, ServiceError};
 
@@ -106,9 +106,9 @@ impl SandboxService {
                     .and_then(|rest| rest.split('_').next())
                     .filter(|id| id.len() == 12 && id.bytes().all(|b| b.is_ascii_hexdigit()))
                     .map(str::to_owned);
-                let entry = AuditEntry::system("auth.failed", None, None)
+                let entry = AuditEntry::system(AuditAction::AuthFailed, None, None)
                     .outcome("unauthorized")
-                    .detail(serde_json::json!({ "key_id": key_id }));
+                    .detail(audit::KeyRef { key_id });
                 self.audit(entry).await?;
                 Err(ServiceError::new(
                     ErrorCode::Unauthorized,
@@ -120,7 +120,7 @@ impl SandboxService {
 
     /// Creates the first admin key if no active admin key exists (first start); `None` otherwise.
     pub async fn bootstrap_admin_key(&self) -> Result<Option<CreatedKey>, ServiceError> {
-        let row = AuditEntry::system("key.create", Some(ADMIN_TENANT.to_owned()), None).into_row();
+        let row = AuditEntry::system(AuditAction::KeyCreate, Some(ADMIN_TENANT.to_owned()), None).pending();
         let created = self
             .db("create the first admin key", move |s| {
                 s.transaction(|tx| {
@@ -128,10 +128,12 @@ impl SandboxService {
                         return Ok(None);
                     }
                     let (record, key) = tx.create_api_key(ADMIN_TENANT, "bootstrap admin", true, now_ms())?;
-                    let mut row = row_with_time(row);
-                    row.detail =
-                        serde_json::json!({ "key_id": record.id, "admin": true, "via": "bootstrap" });
-                    tx.append_audit(&row)?;
+                    let row = row.detail(audit::KeyBootstrap {
+                        key_id: record.id.clone(),
+                        admin: true,
+                        via: "bootstrap",
+                    });
+                    audit::append(tx, &row)?;
                     Ok::<_, StoreError>(Some((record, key)))
                 })
             })
@@ -153,15 +155,17 @@ impl SandboxService {
             return Err(ServiceError::invalid("name", "at most 256 bytes"));
         }
         let (tenant, admin) = (req.tenant.clone(), req.admin);
-        let row = AuditEntry::ok(p, "key.create", None).into_row();
+        let row = AuditEntry::ok(p, AuditAction::KeyCreate, None).pending();
         let (record, key) = self
             .db("create an API key", move |s| {
                 s.transaction(|tx| {
                     let (record, key) = tx.create_api_key(&tenant, &name, admin, now_ms())?;
-                    let mut row = row_with_time(row);
-                    row.detail =
-                        serde_json::json!({ "key_id": record.id, "for_tenant": record.tenant, "admin": admin });
-                    tx.append_audit(&row)?;
+                    let row = row.detail(audit::KeyCreated {
+                        key_id: record.id.clone(),
+                        for_tenant: record.tenant.clone(),
+                        admin,
+                    });
+                    audit::append(tx, &row)?;
                     Ok::<_, StoreError>((record, key))
                 })
             })
@@ -189,8 +193,10 @@ impl SandboxService {
     pub async fn revoke_key(&self, p: &Principal, key_id: &str) -> Result<(), ServiceError> {
         require_admin(p, "revoking keys")?;
         let id = key_id.to_owned();
-        let row = AuditEntry::ok(p, "key.revoke", None)
-            .detail(serde_json::json!({ "key_id": key_id }))
+        let row = AuditEntry::ok(p, AuditAction::KeyRevoke, None)
+            .detail(audit::KeyRef {
+                key_id: Some(key_id.to_owned()),
+            })
             .into_row();
         let outcome = self
             .db("revoke an API key", move |s| {
@@ -208,7 +214,7 @@ impl SandboxService {
                     if !tx.revoke_api_key(&id, now_ms())? {
                         return Ok(Revocation::NotFound);
                     }
-                    tx.append_audit(&row_with_time(row))?;
+                    audit::append(tx, &row)?;
                     Ok::<_, StoreError>(Revocation::Done)
                 })
             })
@@ -290,15 +296,17 @@ impl SandboxService {
                 s.set_tenant_quota(&n, &q, now_ms())
             })
             .await?;
-        self.audit(AuditEntry::ok(p, "tenant.quota", None).detail(serde_json::json!({
-            "for_tenant": name,
-            "max_sandboxes": q.max_sandboxes,
-            "max_memory_bytes": q.max_memory_bytes,
-            "max_cpu_millis": q.max_cpu_millis,
-            "max_snapshots": q.max_snapshots,
-            "max_volumes": q.max_volumes,
-            "max_storage_bytes": q.max_storage_bytes,
-        })))
+        self.audit(
+            AuditEntry::ok(p, AuditAction::TenantQuota, None).detail(audit::TenantQuotaSet {
+                for_tenant: name.to_owned(),
+                max_sandboxes: q.max_sandboxes,
+                max_memory_bytes: q.max_memory_bytes,
+                max_cpu_millis: q.max_cpu_millis,
+                max_snapshots: q.max_snapshots,
+                max_volumes: q.max_volumes,
+                max_storage_bytes: q.max_storage_bytes,
+            }),
+        )
         .await?;
         self.tenant_info(record).await
     }

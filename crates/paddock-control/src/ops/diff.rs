@@ -4,7 +4,8 @@
 use paddock_types::SandboxId;
 use paddock_types::SnapshotId;
 
-use crate::core::service::{runtime_error, AuditEntry};
+use crate::core::audit::{self, AuditAction, AuditEntry};
+use crate::core::service::runtime_error;
 use crate::{Principal, SandboxService, ServiceError};
 
 impl SandboxService {
@@ -37,8 +38,10 @@ impl SandboxService {
             .ok_or_else(|| ServiceError::sandbox_ending(id))?
             .map_err(|e| runtime_error("diff a sandbox", e))?;
         self.audit(
-            AuditEntry::ok(p, "sandbox.diff", Some(id))
-                .detail(serde_json::json!({ "snapshot": record.id, "entries": diff.entries.len() })),
+            AuditEntry::ok(p, AuditAction::SandboxDiff, Some(id)).detail(audit::SandboxDiffed {
+                snapshot: record.id.clone(),
+                entries: diff.entries.len(),
+            }),
         )
         .await?;
         Ok(DiffResult {

@@ -9,9 +9,10 @@ use paddock_types::api::{ErrorCode, ForkRequest, ForkResult};
 use paddock_types::SandboxId;
 use paddock_types::{SnapshotId, VolumeSource};
 
-use crate::core::service::{row_with_time, AuditEntry};
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::time::now_ms;
 use crate::lifecycle::capture::Capture;
+use crate::lifecycle::states::Transition;
 use crate::plan::labels::check_snapshot_labels;
 use crate::{Principal, SandboxService, ServiceError};
 
@@ -54,7 +55,7 @@ impl SandboxService {
         };
         self.precheck_quota(
             p,
-            "sandbox.fork",
+            AuditAction::SandboxFork,
             Some(id),
             copy.times(u64::from(req.count)).plus(base_snapshot),
         )
@@ -75,7 +76,7 @@ impl SandboxService {
                     name: Some(format!("fork of {id}")),
                     labels: BTreeMap::new(),
                 },
-                "sandbox.fork",
+                AuditAction::SandboxFork,
             )
             .await
         {
@@ -92,7 +93,8 @@ impl SandboxService {
         let copies = match copied {
             Ok(copies) => copies,
             Err(e) => {
-                self.drop_snapshot(Some(p), &base, "snapshot.delete").await?;
+                self.drop_snapshot(Some(p), &base, AuditAction::SnapshotDelete)
+                    .await?;
                 self.end_intent(intent).await;
                 return Err(e);
             }
@@ -100,28 +102,25 @@ impl SandboxService {
         fault::point("fork.copies_booted");
         // Every copy moves to `running` with its row, and the base goes, in one transaction with the
         // end of the intent: a crash before it leaves no copy, after it every one.
-        let drop_row = AuditEntry::ok(p, "snapshot.delete", Some(id))
-            .detail(serde_json::json!({ "snapshot": base.id, "kind": base.kind.as_str() }))
+        let drop_row = AuditEntry::ok(p, AuditAction::SnapshotDelete, Some(id))
+            .detail(audit::SnapshotRef {
+                snapshot: base.id.clone(),
+                kind: base.kind.as_str(),
+            })
             .into_row();
         let (ids, base_id) = (copies.clone(), base.id.clone());
         let committed = self
             .db("record a fork", move |s| {
                 s.transaction(|tx| {
                     for (copy, entry) in &ids {
-                        let started = tx.transition_sandbox(
-                            copy.as_str(),
-                            &[paddock_store::SandboxState::Creating],
-                            paddock_store::SandboxState::Running,
-                            now_ms(),
-                            None,
-                        )?;
+                        let started =
+                            audit::record(tx, Transition::Boot.change(), copy.as_str(), None, entry)?;
                         if !started {
                             return Ok(false);
                         }
-                        tx.append_audit(&row_with_time(entry.clone()))?;
                     }
                     if tx.mark_snapshot_deleted(&base_id, now_ms())? {
-                        tx.append_audit(&row_with_time(drop_row))?;
+                        audit::append(tx, &drop_row)?;
                     }
                     tx.end_intent(intent)?;
                     Ok::<_, StoreError>(true)
@@ -132,7 +131,8 @@ impl SandboxService {
             for (copy, _) in &copies {
                 let _ = self.kill_sandbox(p, copy).await;
             }
-            self.drop_snapshot(Some(p), &base, "snapshot.delete").await?;
+            self.drop_snapshot(Some(p), &base, AuditAction::SnapshotDelete)
+                .await?;
             self.end_intent(intent).await;
             return Err(committed.err().unwrap_or_else(|| {
                 ServiceError::new(

@@ -12,8 +12,8 @@ use paddock_store::{AuditFilter, SandboxNetworkRecord};
 use paddock_types::api::{NetworkEvent, SandboxNetworkInfo, SetNetworkRequest};
 use paddock_types::SandboxId;
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::lock;
-use crate::core::service::AuditEntry;
 use crate::core::time::{now_ms, rfc3339};
 use crate::plan::network::{decode_policy, secret_names, NetworkPlan};
 use crate::{Principal, SandboxService, ServiceError};
@@ -58,7 +58,7 @@ impl SandboxService {
     ) -> Result<SandboxNetworkInfo, ServiceError> {
         let filter = AuditFilter {
             sandbox_id: Some(id.to_owned()),
-            action: Some("network.".into()),
+            action: Some(AuditAction::NetworkConnection.area().into()),
             limit: RECENT_EVENTS,
             newest_first: true,
             ..Default::default()
@@ -77,7 +77,10 @@ impl SandboxService {
             recent: rows
                 .into_iter()
                 .map(|r| NetworkEvent {
-                    kind: r.action.trim_start_matches("network.").to_owned(),
+                    kind: r
+                        .action
+                        .trim_start_matches(AuditAction::NetworkConnection.area())
+                        .to_owned(),
                     at: rfc3339(r.ts_ms),
                     allowed: r.outcome == "allowed",
                     detail: r.detail,
@@ -104,14 +107,17 @@ impl SandboxService {
                 .map_err(|e| ServiceError::internal("encode a network policy", &e))?;
         }
         row.updated_at_ms = now_ms();
-        let entry = AuditEntry::ok(p, "network.policy", Some(id))
-            .detail(serde_json::json!({ "policy": row.policy, "secrets": row.secrets }))
+        let entry = AuditEntry::ok(p, AuditAction::NetworkPolicy, Some(id))
+            .detail(audit::NetworkPolicySet {
+                policy: row.policy.clone(),
+                secrets: row.secrets.clone(),
+            })
             .into_row();
         let stored = row.clone();
         self.db("record a network policy", move |s| {
             s.transaction(|tx| {
                 tx.put_sandbox_network(&stored)?;
-                tx.append_audit(&entry)?;
+                audit::append(tx, &entry)?;
                 Ok::<_, paddock_store::StoreError>(())
             })
         })

@@ -11,9 +11,11 @@ use paddock_types::api::{
 };
 
 use crate::core::access::info_from_record;
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::{lock, Ownership};
-use crate::core::service::{row_with_time, runtime_error, AuditEntry};
+use crate::core::service::runtime_error;
 use crate::core::time::now_ms;
+use crate::lifecycle::states::Transition;
 use crate::plan::create::{encode_spec, CreatePlan};
 use crate::{Principal, SandboxService, ServiceError};
 use paddock_types::SandboxId;
@@ -31,9 +33,12 @@ impl SandboxService {
         if let Err(e) = &result {
             // Refusals are recorded too (a failed boot already wrote its own row).
             if matches!(e.code, ErrorCode::QuotaExceeded | ErrorCode::InvalidRequest) {
-                let entry = AuditEntry::ok(p, "sandbox.create", None)
+                let entry = AuditEntry::ok(p, AuditAction::SandboxCreate, None)
                     .outcome(e.code.as_str())
-                    .detail(serde_json::json!({ "field": e.field, "message": e.message }));
+                    .detail(audit::Refusal {
+                        field: e.field.clone(),
+                        message: e.message.clone(),
+                    });
                 self.audit(entry).await?;
             }
         }
@@ -99,19 +104,24 @@ impl SandboxService {
             now_ms: now,
         };
         let (template, tenant) = (plan.spec.template.clone(), p.tenant.clone());
-        let entry = AuditEntry::ok(p, "sandbox.create", None)
-            .detail(serde_json::json!({ "template": template, "source": "pool" }))
+        let entry = AuditEntry::ok(p, AuditAction::SandboxCreate, None)
+            .detail(audit::Claimed {
+                template: template.clone(),
+                source: "pool",
+            })
             .into_row();
         let defaults = self.quota_defaults();
         let claimed = self
             .db("claim a warm sandbox", move |s| {
                 s.transaction(|tx| {
+                    // The state table's `Claim` (warm → running), applied by the store with the
+                    // quota check.
                     let Some(record) = tx.claim_warm_sandbox(&template, &tenant, &claim, &defaults)? else {
                         return Ok(None);
                     };
-                    let mut row = row_with_time(entry);
+                    let mut row = entry;
                     row.sandbox_id = Some(record.id.clone());
-                    tx.append_audit(&row)?;
+                    audit::append(tx, &row)?;
                     Ok::<_, paddock_store::StoreError>(Some(record))
                 })
             })
@@ -124,10 +134,10 @@ impl SandboxService {
             // Recorded as warm but not held here (cannot normally happen): end it, boot instead.
             self.end_sandbox(
                 &record.id,
-                SandboxState::Failed,
+                Transition::Lose,
                 "warm sandbox missing",
                 None,
-                "sandbox.lost",
+                AuditAction::SandboxLost,
             )
             .await?;
             return Ok(None);
@@ -144,10 +154,10 @@ impl SandboxService {
                 let error = runtime_error("apply limits to a claimed sandbox", e);
                 self.end_sandbox(
                     &record.id,
-                    SandboxState::Failed,
+                    Transition::Lose,
                     "applying limits failed",
                     Some(p),
-                    "sandbox.lost",
+                    AuditAction::SandboxLost,
                 )
                 .await?;
                 return Err(error);
@@ -265,15 +275,17 @@ impl SandboxService {
         }
         self.owned_live(p, id).await?;
         let expires = now_ms() + (req.timeout_secs as i64) * 1000;
-        let entry = AuditEntry::ok(p, "sandbox.timeout", Some(id))
-            .detail(serde_json::json!({ "timeout_secs": req.timeout_secs }))
+        let entry = AuditEntry::ok(p, AuditAction::SandboxTimeout, Some(id))
+            .detail(audit::Timeout {
+                timeout_secs: req.timeout_secs,
+            })
             .into_row();
         let sid = id.to_owned();
         let record = self
             .db("set a sandbox's timeout", move |s| {
                 s.transaction(|tx| {
                     if tx.set_sandbox_expiry(&sid, Some(expires))? {
-                        tx.append_audit(&row_with_time(entry))?;
+                        audit::append(tx, &entry)?;
                     }
                     Ok::<_, paddock_store::StoreError>(())
                 })?;

@@ -5,7 +5,7 @@ use paddock_egress::SecretName;
 use paddock_types::api::{CreateSecretRequest, ErrorCode, SecretInfo, SecretList};
 use zeroize::Zeroizing;
 
-use crate::core::service::AuditEntry;
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::time::now_ms;
 use crate::plan::network::{secret_info, to_secret, MAX_SECRETS, MAX_SECRET_HOSTS, MAX_SECRET_VALUE};
 use crate::{Principal, SandboxService, ServiceError};
@@ -76,17 +76,20 @@ impl SandboxService {
             created_at_ms: now_ms(),
         };
         drop(secret);
-        let entry = AuditEntry::ok(p, "secret.create", None)
-            .detail(serde_json::json!({
-                "name": info.name, "hosts": info.hosts, "headers": info.headers, "query": info.query,
-            }))
+        let entry = AuditEntry::ok(p, AuditAction::SecretCreate, None)
+            .detail(audit::SecretCreated {
+                name: info.name.clone(),
+                hosts: info.hosts.clone(),
+                headers: info.headers.clone(),
+                query: info.query,
+            })
             .into_row();
         let stored = info.clone();
         let bytes = Zeroizing::new(value.as_bytes().to_vec());
         self.db("record a secret", move |s| {
             s.transaction(|tx| {
                 tx.insert_secret(&stored, &bytes)?;
-                tx.append_audit(&entry)?;
+                audit::append(tx, &entry)?;
                 Ok::<_, paddock_store::StoreError>(())
             })
         })
@@ -107,15 +110,17 @@ impl SandboxService {
     /// `DELETE /v1/secrets/{name}`: from now on no sandbox's requests carry it.
     pub async fn delete_secret(&self, p: &Principal, name: &str) -> Result<(), ServiceError> {
         let (tenant, n) = (p.tenant.clone(), name.to_owned());
-        let entry = AuditEntry::ok(p, "secret.delete", None)
-            .detail(serde_json::json!({ "name": name }))
+        let entry = AuditEntry::ok(p, AuditAction::SecretDelete, None)
+            .detail(audit::SecretDeleted {
+                name: name.to_owned(),
+            })
             .into_row();
         let deleted = self
             .db("delete a secret", move |s| {
                 s.transaction(|tx| {
                     let deleted = tx.delete_secret(&tenant, &n)?;
                     if deleted {
-                        tx.append_audit(&entry)?;
+                        audit::append(tx, &entry)?;
                     }
                     Ok::<_, paddock_store::StoreError>(deleted)
                 })

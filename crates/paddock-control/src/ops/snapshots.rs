@@ -13,6 +13,7 @@ use paddock_types::SandboxId;
 use paddock_types::SnapshotId;
 
 use crate::core::access::info;
+use crate::core::audit::AuditAction;
 use crate::core::error::stored_snapshot_id;
 use crate::lifecycle::capture::Capture;
 use crate::plan::labels::{check_snapshot_labels, MAX_NAME_LEN};
@@ -45,7 +46,7 @@ impl SandboxService {
                     name: req.name,
                     labels: req.labels,
                 },
-                "snapshot.create",
+                AuditAction::SnapshotCreate,
             )
             .await?;
         Ok(info(&record))
@@ -107,7 +108,8 @@ impl SandboxService {
     /// Deletes a snapshot and frees what only it holds.
     pub async fn delete_snapshot(&self, p: &Principal, id: &SnapshotId) -> Result<(), ServiceError> {
         let record = self.owned_snapshot(p, id).await?;
-        self.drop_snapshot(Some(p), &record, "snapshot.delete").await
+        self.drop_snapshot(Some(p), &record, AuditAction::SnapshotDelete)
+            .await
     }
 
     /// `checkpoint`: a snapshot to return to with `rollback` or drop with `commit`.
@@ -123,7 +125,7 @@ impl SandboxService {
                     name: None,
                     labels: BTreeMap::new(),
                 },
-                "sandbox.checkpoint",
+                AuditAction::SandboxCheckpoint,
             )
             .await?;
         self.prepare_rollback(&sb, stored_snapshot_id(&record.id)?);

@@ -18,8 +18,10 @@ use paddock_types::SandboxId;
 use paddock_types::SnapshotId;
 
 use crate::core::access::info;
+use crate::core::audit::AuditAction;
 use crate::core::error::stored_snapshot_id;
 use crate::core::service::runtime_error;
+use crate::lifecycle::states::Transition;
 use crate::{Principal, SandboxService, ServiceError};
 
 impl SandboxService {
@@ -27,7 +29,8 @@ impl SandboxService {
     pub async fn commit(&self, p: &Principal, id: &SandboxId) -> Result<SnapshotInfo, ServiceError> {
         let sb = self.owned_live(p, id).await?;
         let record = self.snapshot_or_checkpoint(p, id, None).await?;
-        self.drop_snapshot(Some(p), &record, "sandbox.commit").await?;
+        self.drop_snapshot(Some(p), &record, AuditAction::SandboxCommit)
+            .await?;
         self.discard_rollback(&sb);
         Ok(info(&record))
     }
@@ -99,10 +102,10 @@ impl SandboxService {
                 let error = runtime_error("roll a sandbox back", e);
                 self.end_sandbox(
                     id,
-                    paddock_store::SandboxState::Failed,
+                    Transition::Lose,
                     "rollback_failed",
                     Some(p),
-                    "sandbox.lost",
+                    AuditAction::SandboxLost,
                 )
                 .await?;
                 self.end_intent(intent).await;

@@ -28,7 +28,7 @@ use tokio::sync::mpsc;
 use tokio_util::io::{StreamReader, SyncIoBridge};
 
 use crate::core::access::info;
-use crate::core::service::{row_with_time, AuditEntry};
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::time::now_ms;
 use crate::plan::labels::{check_snapshot_labels, MAX_NAME_LEN};
 use crate::{ByteStream, Principal, SandboxService, ServiceError};
@@ -182,15 +182,15 @@ impl SandboxService {
             }
         };
         let bytes_out = sent + if error.is_none() { tail.len() as u64 } else { 0 };
-        let entry = AuditEntry::ok(p, "snapshot.export", record.sandbox_id.as_deref())
+        let entry = AuditEntry::ok(p, AuditAction::SnapshotExport, record.sandbox_id.as_deref())
             .outcome(outcome)
-            .detail(serde_json::json!({
-                "snapshot": record.id,
-                "bytes_out": bytes_out,
-                "entries": summary.map(|s| s.entries),
-                "keep_setid": options.keep_setid,
-                "setid_cleared": summary.map(|s| s.setid_cleared),
-            }));
+            .detail(audit::Exported {
+                snapshot: record.id.clone(),
+                bytes_out,
+                entries: summary.map(|s| s.entries),
+                keep_setid: options.keep_setid,
+                setid_cleared: summary.map(|s| s.setid_cleared),
+            });
         match (self.audit(entry).await, error) {
             (_, Some(e)) | (Err(e), None) => Piece::Failed(e),
             (Ok(()), None) => Piece::Data(Bytes::from(tail)),
@@ -216,7 +216,8 @@ impl SandboxService {
             snapshots: 1,
             ..QuotaRequest::default()
         };
-        self.precheck_quota(p, "snapshot.import", None, request).await?;
+        self.precheck_quota(p, AuditAction::SnapshotImport, None, request)
+            .await?;
         // An import is charged its archive's size: it may be no larger than the storage the tenant
         // has left (the store checks the real figure again when it records the snapshot).
         let room = self.storage_room(p).await?;
@@ -253,12 +254,12 @@ impl SandboxService {
                     e => transfer_error("import a snapshot", e),
                 };
                 self.audit(
-                    AuditEntry::ok(p, "snapshot.import", None)
+                    AuditEntry::ok(p, AuditAction::SnapshotImport, None)
                         .outcome(error.code.as_str())
-                        .detail(serde_json::json!({
-                            "snapshot": snapshot.to_string(),
-                            "bytes_in": received.load(Ordering::Relaxed),
-                        })),
+                        .detail(audit::ImportFailed {
+                            snapshot: snapshot.to_string(),
+                            bytes_in: received.load(Ordering::Relaxed),
+                        }),
                 )
                 .await?;
                 return Err(error);
@@ -275,20 +276,20 @@ impl SandboxService {
             // What it holds is at most what was unpacked; the archive's size counts headers too.
             storage_bytes: summary.bytes.max(summary.data_bytes),
         };
-        let row = AuditEntry::ok(p, "snapshot.import", None)
-            .detail(serde_json::json!({
-                "snapshot": snapshot.to_string(),
-                "bytes_in": summary.bytes,
-                "entries": summary.entries,
-                "data_bytes": summary.data_bytes,
-            }))
+        let row = AuditEntry::ok(p, AuditAction::SnapshotImport, None)
+            .detail(audit::Imported {
+                snapshot: snapshot.to_string(),
+                bytes_in: summary.bytes,
+                entries: summary.entries,
+                data_bytes: summary.data_bytes,
+            })
             .into_row();
         let (record, defaults) = (new.clone(), self.quota_defaults());
         let stored = self
             .db("record an imported snapshot", move |s| {
                 s.transaction(|tx| {
                     tx.insert_snapshot_checked(&record, &defaults)?;
-                    tx.append_audit(&row_with_time(row))?;
+                    audit::append(tx, &row)?;
                     Ok::<_, StoreError>(())
                 })
             })
@@ -298,7 +299,9 @@ impl SandboxService {
             let _ = self
                 .on_backend("delete a snapshot", move |b| b.delete_snapshot(&snapshot))
                 .await;
-            return self.audit_refusal(p, "snapshot.import", None, Err(e)).await;
+            return self
+                .audit_refusal(p, AuditAction::SnapshotImport, None, Err(e))
+                .await;
         }
         Ok(info(&SnapshotRecord {
             id: new.id,

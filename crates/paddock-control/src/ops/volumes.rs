@@ -11,8 +11,9 @@ use paddock_types::api::{CreateVolumeRequest, ErrorCode, ListVolumesQuery, Volum
 use paddock_types::{VolumeId, VolumeName};
 
 use crate::core::access::parse_id;
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::error::{volume_exists, volume_not_found};
-use crate::core::service::{row_with_time, runtime_error, AuditEntry};
+use crate::core::service::runtime_error;
 use crate::core::time::{now_ms, rfc3339};
 use crate::plan::labels::check_volume_labels;
 use crate::{Principal, SandboxService, ServiceError};
@@ -59,7 +60,8 @@ impl SandboxService {
             storage_bytes: size.map_or(0, u64::from),
             ..QuotaRequest::default()
         };
-        self.precheck_quota(p, "volume.create", None, request).await?;
+        self.precheck_quota(p, AuditAction::VolumeCreate, None, request)
+            .await?;
         let (tenant, lookup) = (p.tenant.clone(), name.to_string());
         if self
             .db("read a volume", move |s| s.find_volume(&tenant, &lookup))
@@ -81,15 +83,19 @@ impl SandboxService {
             size_bytes: size.map(|s| s.as_u64()),
             created_at_ms: now_ms(),
         };
-        let row = AuditEntry::ok(p, "volume.create", None)
-            .detail(serde_json::json!({ "volume": id.to_string(), "name": new.name, "size_bytes": new.size_bytes }))
+        let row = AuditEntry::ok(p, AuditAction::VolumeCreate, None)
+            .detail(audit::VolumeCreated {
+                volume: id.to_string(),
+                name: new.name.clone(),
+                size_bytes: new.size_bytes,
+            })
             .into_row();
         let (record, defaults) = (new.clone(), self.quota_defaults());
         let stored = self
             .db("record a volume", move |s| {
                 s.transaction(|tx| {
                     tx.insert_volume_checked(&record, &defaults)?;
-                    tx.append_audit(&row_with_time(row))?;
+                    audit::append(tx, &row)?;
                     Ok::<_, StoreError>(())
                 })
             })
@@ -99,7 +105,9 @@ impl SandboxService {
             let _ = self
                 .on_backend("delete a volume", move |b| b.delete_volume(&id))
                 .await;
-            return self.audit_refusal(p, "volume.create", None, Err(e)).await;
+            return self
+                .audit_refusal(p, AuditAction::VolumeCreate, None, Err(e))
+                .await;
         }
         let record = VolumeRecord {
             id: new.id,
@@ -142,8 +150,11 @@ impl SandboxService {
     pub async fn delete_volume(&self, p: &Principal, id_or_name: &str) -> Result<(), ServiceError> {
         let record = self.owned_volume(p, id_or_name).await?;
         let id = parse_id(&record)?;
-        let row = AuditEntry::ok(p, "volume.delete", None)
-            .detail(serde_json::json!({ "volume": record.id, "name": record.name }))
+        let row = AuditEntry::ok(p, AuditAction::VolumeDelete, None)
+            .detail(audit::VolumeDeleted {
+                volume: record.id.clone(),
+                name: record.name.clone(),
+            })
             .into_row();
         let vid = record.id.clone();
         // The check and the deletion are one transaction, as a sandbox's insert and its mounts are:
@@ -157,7 +168,7 @@ impl SandboxService {
                     }
                     let deleted = tx.mark_volume_deleted(&vid, now_ms())?;
                     if deleted {
-                        tx.append_audit(&row_with_time(row))?;
+                        audit::append(tx, &row)?;
                     }
                     Ok::<_, StoreError>(Ok(deleted))
                 })
@@ -165,9 +176,12 @@ impl SandboxService {
             .await?;
         match outcome {
             Err(users) => {
-                let entry = AuditEntry::ok(p, "volume.delete", None)
+                let entry = AuditEntry::ok(p, AuditAction::VolumeDelete, None)
                     .outcome(ErrorCode::VolumeInUse.as_str())
-                    .detail(serde_json::json!({ "volume": record.id, "mounted_by": users }));
+                    .detail(audit::VolumeInUse {
+                        volume: record.id.clone(),
+                        mounted_by: users.clone(),
+                    });
                 self.audit(entry).await?;
                 Err(ServiceError::new(
                     ErrorCode::VolumeInUse,

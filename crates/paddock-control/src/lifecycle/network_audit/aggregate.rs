@@ -20,6 +20,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
 
+use crate::core::audit::{self, AuditAction, Detail};
+
 /// The rates and window, from the service's configuration.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct AggregateLimits {
@@ -45,11 +47,11 @@ pub(crate) enum EventKind {
 }
 
 impl EventKind {
-    pub(crate) fn action(self) -> &'static str {
+    pub(crate) fn action(self) -> AuditAction {
         match self {
-            Self::Connection => "network.connection",
-            Self::Dns => "network.dns",
-            Self::Refused => "network.refused",
+            Self::Connection => AuditAction::NetworkConnection,
+            Self::Dns => AuditAction::NetworkDns,
+            Self::Refused => AuditAction::NetworkRefused,
         }
     }
 
@@ -84,7 +86,7 @@ pub(crate) struct NetRow {
     pub(crate) ts_ms: i64,
     pub(crate) sandbox: String,
     pub(crate) tenant: Option<String>,
-    pub(crate) action: &'static str,
+    pub(crate) action: AuditAction,
     pub(crate) outcome: &'static str,
     pub(crate) detail: Value,
     /// The events this row accounts for.
@@ -218,9 +220,7 @@ impl Aggregator {
         }
         if self.take_token(&e.sandbox, &e.tenant, now) {
             let mut detail = e.detail;
-            if let Some(map) = detail.as_object_mut() {
-                map.insert("count".into(), json!(1));
-            }
+            merge(&mut detail, &audit::NetworkFirst { count: 1 });
             out.push(NetRow {
                 ts_ms: now,
                 sandbox: e.sandbox.clone(),
@@ -341,16 +341,16 @@ impl Aggregator {
         }
         self.stats.aggregated += state.count;
         let mut detail = state.detail.unwrap_or_else(|| json!({}));
-        if let Some(map) = detail.as_object_mut() {
-            map.insert("count".into(), json!(state.count));
-            map.insert("aggregated".into(), json!(true));
-            map.insert("first_ms".into(), json!(state.first_ms));
-            map.insert("last_ms".into(), json!(state.last_ms));
-            if key.kind == EventKind::Connection {
-                map.insert("bytes_up".into(), json!(state.bytes_up));
-                map.insert("bytes_down".into(), json!(state.bytes_down));
-            }
-        }
+        let connection = key.kind == EventKind::Connection;
+        let aggregate = audit::NetworkAggregate {
+            count: state.count,
+            aggregated: true,
+            first_ms: state.first_ms,
+            last_ms: state.last_ms,
+            bytes_up: connection.then_some(state.bytes_up),
+            bytes_down: connection.then_some(state.bytes_down),
+        };
+        merge(&mut detail, &aggregate);
         out.push(NetRow {
             ts_ms: now,
             sandbox: key.sandbox.clone(),
@@ -424,6 +424,13 @@ impl Aggregator {
     }
 }
 
+/// Sets `part`'s fields in `detail` (the proxy's record as JSON), replacing any of the same name.
+fn merge(detail: &mut Value, part: &impl Detail) {
+    if let (Some(map), Value::Object(fields)) = (detail.as_object_mut(), part.to_value()) {
+        map.extend(fields);
+    }
+}
+
 fn outcome(allowed: bool) -> &'static str {
     if allowed {
         "allowed"
@@ -449,16 +456,17 @@ fn suppressed_row(sandbox: &str, s: &SandboxState, window: i64, now: i64) -> Net
         ts_ms: now,
         sandbox: sandbox.to_owned(),
         tenant: s.tenant.clone(),
-        action: "network.suppressed",
+        action: AuditAction::NetworkSuppressed,
         outcome: "suppressed",
-        detail: json!({
-            "events": rate_limited + queue_full,
-            "rate_limited": counts_json(&s.rate_limited),
-            "queue_full": counts_json(&s.queue_full),
-            "first_ms": s.since_ms,
-            "last_ms": s.last_ms,
-            "window_ms": window,
-        }),
+        detail: audit::Suppressed {
+            events: rate_limited + queue_full,
+            rate_limited: counts_json(&s.rate_limited),
+            queue_full: counts_json(&s.queue_full),
+            first_ms: s.since_ms,
+            last_ms: s.last_ms,
+            window_ms: window,
+        }
+        .to_value(),
         events: rate_limited + queue_full,
         what: RowKind::Suppressed,
     }

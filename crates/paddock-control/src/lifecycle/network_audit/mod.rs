@@ -279,7 +279,7 @@ impl SandboxService {
                 ts_ms: r.ts_ms,
                 tenant: r.tenant,
                 key_id: None,
-                action: r.action.to_owned(),
+                action: r.action.as_str().to_owned(),
                 sandbox_id: Some(r.sandbox),
                 outcome: r.outcome.to_owned(),
                 detail: r.detail,

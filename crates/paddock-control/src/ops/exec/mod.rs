@@ -23,9 +23,9 @@ use paddock_types::api::{
 };
 use tokio::sync::mpsc;
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::error::process_error;
 use crate::core::output::events::{exit_info, ExecOutput};
-use crate::core::service::AuditEntry;
 use crate::core::time::rfc3339;
 use crate::lifecycle::processes::{command_audit, Followed};
 use crate::ops::exec::signals::parse_signal;
@@ -151,15 +151,17 @@ impl SandboxService {
         // cannot leave a process that ran with no record of what it was. The exec id ties it to
         // the exit row, which carries the pid (unknown until the agent has spawned it).
         let exec_id = new_exec_id();
-        let mut detail = command_audit(&command);
-        detail["exec_id"] = exec_id.clone().into();
-        detail["cwd"] = cwd.clone().into();
-        detail["user"] = user.into();
-        detail["background"] = req.background.into();
-        detail["pty"] = pty.is_some().into();
-        detail["tag"] = req.tag.clone().into();
+        let detail = audit::ProcessStarted {
+            command: command_audit(&command),
+            exec_id: exec_id.clone(),
+            cwd: cwd.clone(),
+            user,
+            background: req.background,
+            pty: pty.is_some(),
+            tag: req.tag.clone(),
+        };
         if let Err(e) = self
-            .audit(AuditEntry::ok(p, "process.start", Some(id)).detail(detail))
+            .audit(AuditEntry::ok(p, AuditAction::ProcessStart, Some(id)).detail(detail))
             .await
         {
             if let Some(base) = &diff_base {
@@ -177,13 +179,13 @@ impl SandboxService {
                 }
                 let error = process_error("start a process", 0, e);
                 // The start row said "about to run": this row says it never did.
-                let detail = serde_json::json!({
-                    "exec_id": exec_id,
-                    "spawned": false,
-                    "message": error.message,
-                });
+                let detail = audit::ProcessNotSpawned {
+                    exec_id: exec_id.clone(),
+                    spawned: false,
+                    message: error.message.clone(),
+                };
                 self.audit(
-                    AuditEntry::ok(p, "process.exit", Some(id))
+                    AuditEntry::ok(p, AuditAction::ProcessExit, Some(id))
                         .outcome(error.code.as_str())
                         .detail(detail),
                 )
@@ -246,8 +248,8 @@ impl SandboxService {
         let (tx, rx) = mpsc::channel(STREAM_QUEUE);
         let follow = q.follow.unwrap_or(true);
         self.audit(
-            AuditEntry::ok(p, "process.attach", Some(id))
-                .detail(serde_json::json!({ "pid": pid, "follow": follow })),
+            AuditEntry::ok(p, AuditAction::ProcessAttach, Some(id))
+                .detail(audit::ProcessAttached { pid, follow }),
         )
         .await?;
         tokio::spawn(async move {
@@ -305,8 +307,8 @@ impl SandboxService {
             .await
             .map_err(|e| process_error("signal a process", pid, e))?;
         self.audit(
-            AuditEntry::ok(p, "process.signal", Some(id))
-                .detail(serde_json::json!({ "pid": pid, "signal": signal })),
+            AuditEntry::ok(p, AuditAction::ProcessSignal, Some(id))
+                .detail(audit::ProcessSignalled { pid, signal }),
         )
         .await
     }
@@ -330,8 +332,10 @@ impl SandboxService {
             .await
             .map_err(|e| process_error("kill a process tree", pid, e))?;
         self.audit(
-            AuditEntry::ok(p, "process.kill", Some(id))
-                .detail(serde_json::json!({ "pid": pid, "signal": signal.unwrap_or(9) })),
+            AuditEntry::ok(p, AuditAction::ProcessKill, Some(id)).detail(audit::ProcessSignalled {
+                pid,
+                signal: signal.unwrap_or(9),
+            }),
         )
         .await
     }

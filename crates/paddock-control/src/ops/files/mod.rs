@@ -14,8 +14,8 @@ use paddock_types::api::{
     ErrorCode, FileEntry, FileKindBody, FileList, MkdirRequest, RenameRequest, WrittenFile,
 };
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::LiveSandbox;
-use crate::core::service::AuditEntry;
 use crate::core::time::rfc3339;
 use crate::{ByteStream, FileDownload, Principal, SandboxService, ServiceError, WatchStream};
 use paddock_types::SandboxId;
@@ -147,8 +147,10 @@ impl SandboxService {
             .await
             .map_err(|e| file_error("read a file", path, e))?;
         self.audit(
-            AuditEntry::ok(p, "file.read", Some(id))
-                .detail(serde_json::json!({ "path": path, "bytes_out": first.size })),
+            AuditEntry::ok(p, AuditAction::FileRead, Some(id)).detail(audit::FileRead {
+                path: path.to_owned(),
+                bytes_out: first.size,
+            }),
         )
         .await?;
         let size = known_size;
@@ -248,8 +250,10 @@ impl SandboxService {
             }
         }
         self.audit(
-            AuditEntry::ok(p, "file.write", Some(id))
-                .detail(serde_json::json!({ "path": path, "bytes_in": written })),
+            AuditEntry::ok(p, AuditAction::FileWrite, Some(id)).detail(audit::FileWritten {
+                path: path.to_owned(),
+                bytes_in: written,
+            }),
         )
         .await?;
         Ok(WrittenFile {
@@ -272,8 +276,12 @@ impl SandboxService {
             .list_dir(path)
             .await
             .map_err(|e| file_error("list a directory", path, e))?;
-        self.audit(AuditEntry::ok(p, "file.list", Some(id)).detail(serde_json::json!({ "path": path })))
-            .await?;
+        self.audit(
+            AuditEntry::ok(p, AuditAction::FileList, Some(id)).detail(audit::FilePath {
+                path: path.to_owned(),
+            }),
+        )
+        .await?;
         Ok(FileList {
             entries: entries
                 .into_iter()
@@ -320,8 +328,12 @@ impl SandboxService {
             .mkdir(&req.path, &options)
             .await
             .map_err(|e| file_error("create a directory", &req.path, e))?;
-        self.audit(AuditEntry::ok(p, "file.mkdir", Some(id)).detail(serde_json::json!({ "path": req.path })))
-            .await?;
+        self.audit(
+            AuditEntry::ok(p, AuditAction::FileMkdir, Some(id)).detail(audit::FilePath {
+                path: req.path.clone(),
+            }),
+        )
+        .await?;
         let stat = sb
             .client
             .stat(&req.path)
@@ -352,8 +364,10 @@ impl SandboxService {
             .await
             .map_err(|e| file_error("remove a file", path, e))?;
         self.audit(
-            AuditEntry::ok(p, "file.remove", Some(id))
-                .detail(serde_json::json!({ "path": path, "recursive": recursive })),
+            AuditEntry::ok(p, AuditAction::FileRemove, Some(id)).detail(audit::FilePathRecursive {
+                path: path.to_owned(),
+                recursive,
+            }),
         )
         .await
     }
@@ -373,8 +387,10 @@ impl SandboxService {
             .await
             .map_err(|e| file_error("rename a file", &req.from, e))?;
         self.audit(
-            AuditEntry::ok(p, "file.rename", Some(id))
-                .detail(serde_json::json!({ "from": req.from, "to": req.to })),
+            AuditEntry::ok(p, AuditAction::FileRename, Some(id)).detail(audit::FileRenamed {
+                from: req.from.clone(),
+                to: req.to.clone(),
+            }),
         )
         .await?;
         let stat = sb
@@ -423,8 +439,10 @@ impl SandboxService {
             .await
             .map_err(|e| tar_error(path, e))?;
         self.audit(
-            AuditEntry::ok(p, "file.tar_download", Some(id))
-                .detail(serde_json::json!({ "path": path, "pid": pid })),
+            AuditEntry::ok(p, AuditAction::FileTarDownload, Some(id)).detail(audit::TarDownload {
+                path: path.to_owned(),
+                pid,
+            }),
         )
         .await?;
         let state = (client, events, Vec::<u8>::new(), false);
@@ -553,12 +571,16 @@ impl SandboxService {
                 "the sandbox ended during the upload",
             )),
         };
-        let entry = AuditEntry::ok(p, "file.tar_upload", Some(id))
+        let entry = AuditEntry::ok(p, AuditAction::FileTarUpload, Some(id))
             .outcome(match &result {
                 Ok(()) => "ok".to_owned(),
                 Err(e) => e.code.as_str().to_owned(),
             })
-            .detail(serde_json::json!({ "path": path, "pid": pid, "bytes_in": bytes_in }));
+            .detail(audit::TarUpload {
+                path: path.to_owned(),
+                pid,
+                bytes_in,
+            });
         self.audit(entry).await?;
         result
     }

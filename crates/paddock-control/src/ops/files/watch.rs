@@ -7,8 +7,8 @@ use paddock_runtime::agent_client::WatchUpdate;
 use paddock_types::api::{WatchEvent, WatchEventKind};
 use tokio::sync::mpsc;
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::LiveSandbox;
-use crate::core::service::AuditEntry;
 use crate::ops::files::file_error;
 use crate::{Principal, SandboxService, ServiceError, WatchStream};
 
@@ -41,8 +41,10 @@ pub(crate) async fn start_watch(
         .map_err(|e| file_error("watch a directory", path, e))?;
     service
         .audit(
-            AuditEntry::ok(p, "file.watch", Some(id))
-                .detail(serde_json::json!({ "path": path, "recursive": recursive })),
+            AuditEntry::ok(p, AuditAction::FileWatch, Some(id)).detail(audit::FilePathRecursive {
+                path: path.to_owned(),
+                recursive,
+            }),
         )
         .await?;
     let (tx, rx) = mpsc::channel(WATCH_QUEUE);

@@ -1,0 +1,421 @@
+//! The details audit rows carry, one type per shape, each declared once with the actions whose rows
+//! carry it. A row's detail is its type serialized (`serde_json::Value` maps are sorted, so the
+//! stored text and its hash depend only on the fields' values). A field is written even when it is
+//! `null` unless its declaration says otherwise.
+//!
+//! Adding, renaming or removing a field, or letting another action carry a shape, changes the golden
+//! list (`tests/golden/audit_actions.txt`): the change is reviewed as part of the contract.
+
+use serde::Serialize;
+
+use super::{AuditAction, Detail, DetailShape};
+
+/// Declares detail types: `Name for [Action, ...] { field: Type, ... }` (an empty action list: a
+/// part of other details, flattened into them). Each gets `Serialize` and its [`DetailShape`].
+macro_rules! details {
+    ($(
+        $(#[doc = $doc:literal])*
+        $name:ident for [$($action:ident),* $(,)?] {
+            $( $(#[$attr:meta])* $field:ident : $ty:ty ),* $(,)?
+        }
+    )*) => {
+        $(
+            $(#[doc = $doc])*
+            #[derive(Debug, Clone, PartialEq, Serialize)]
+            pub(crate) struct $name {
+                $( $(#[$attr])* pub(crate) $field: $ty, )*
+            }
+
+            impl Detail for $name {
+                const SHAPE: &'static DetailShape = &DetailShape {
+                    name: stringify!($name),
+                    actions: &[$(AuditAction::$action),*],
+                    fields: &[$( (stringify!($field), stringify!($ty), stringify!($(#[$attr])*)) ),*],
+                };
+            }
+        )*
+
+        /// Every detail shape, in declaration order.
+        #[cfg(test)]
+        pub(crate) const SHAPES: &[&DetailShape] = &[$(<$name as Detail>::SHAPE),*];
+    };
+}
+
+/// A command as rows name it: `{"argv": [...]}` or `{"shell": "..."}` (flattened into a detail).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum CommandDetail {
+    Argv(Vec<String>),
+    Shell(String),
+}
+
+details! {
+    /// No details: `{}`.
+    Empty for [SandboxAdopt, SandboxPause, SandboxResume] {}
+
+    /// A request refused (a quota, an invalid field): the error's field and message.
+    Refusal for [
+        SandboxCheckpoint, SandboxCreate, SandboxFork, SandboxResume, SnapshotCreate,
+        SnapshotImport, VolumeCreate,
+    ] {
+        field: Option<String>,
+        message: String,
+    }
+
+    // Sandboxes.
+
+    /// A sandbox booted for a request: its template, what its files came from, its volumes.
+    Booted for [SandboxCreate] {
+        template: String,
+        source: String,
+        volumes: Vec<String>,
+    }
+
+    /// A sandbox claimed from a warm pool (`source`: `pool`).
+    Claimed for [SandboxCreate] {
+        template: String,
+        source: &'static str,
+    }
+
+    /// A live sandbox's life ended: why, and the state it ended in.
+    Ended for [SandboxCreate, SandboxExpire, SandboxKill, SandboxLost] {
+        reason: String,
+        state: &'static str,
+    }
+
+    /// A stopped sandbox killed (`from`: `stopped`).
+    EndedStopped for [SandboxKill] {
+        reason: &'static str,
+        state: &'static str,
+        from: &'static str,
+    }
+
+    /// A sandbox recorded lost by paddock itself (recovery, a warm pool's failed boot).
+    Lost for [SandboxLost] {
+        reason: String,
+    }
+
+    /// What stopped or paused a sandbox: `stop` (a request) or `timeout`.
+    Cause for [SandboxPause, SandboxStop] {
+        cause: &'static str,
+    }
+
+    /// A sandbox stopped by recovery (`cause`: `recovery`), and why.
+    RecoveryStop for [SandboxStop] {
+        cause: &'static str,
+        reason: String,
+    }
+
+    /// A stopped sandbox booted again (`from`: `stopped`).
+    Resumed for [SandboxResume] {
+        from: &'static str,
+    }
+
+    /// A sandbox's new timeout.
+    Timeout for [SandboxTimeout] {
+        timeout_secs: u64,
+    }
+
+    /// A sandbox rolled back to a snapshot; `recovered` when recovery finished it after a restart.
+    Rollback for [SandboxRollback] {
+        snapshot: String,
+        consumed: bool,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        recovered: Option<bool>,
+    }
+
+    /// A sandbox's changes since a snapshot: how many entries.
+    SandboxDiffed for [SandboxDiff] {
+        snapshot: String,
+        entries: usize,
+    }
+
+    // Snapshots.
+
+    /// A snapshot taken: its id, kind and what it is charged.
+    Captured for [SandboxCheckpoint, SandboxFork, SnapshotCreate] {
+        snapshot: String,
+        kind: &'static str,
+        storage_bytes: u64,
+    }
+
+    /// A snapshot dropped (deleted, committed, consumed by a rollback).
+    SnapshotRef for [SandboxCommit, SnapshotConsume, SnapshotDelete] {
+        snapshot: String,
+        kind: &'static str,
+    }
+
+    /// A snapshot exported (or an export that failed part way: what was sent).
+    Exported for [SnapshotExport] {
+        snapshot: String,
+        bytes_out: u64,
+        entries: Option<u64>,
+        keep_setid: bool,
+        setid_cleared: Option<u64>,
+    }
+
+    /// A snapshot imported.
+    Imported for [SnapshotImport] {
+        snapshot: String,
+        bytes_in: u64,
+        entries: u64,
+        data_bytes: u64,
+    }
+
+    /// An import that failed: what was received.
+    ImportFailed for [SnapshotImport] {
+        snapshot: String,
+        bytes_in: u64,
+    }
+
+    // Volumes.
+
+    /// A volume created.
+    VolumeCreated for [VolumeCreate] {
+        volume: String,
+        name: String,
+        size_bytes: Option<u64>,
+    }
+
+    /// A volume deleted.
+    VolumeDeleted for [VolumeDelete] {
+        volume: String,
+        name: String,
+    }
+
+    /// A volume delete refused: the sandboxes mounting it.
+    VolumeInUse for [VolumeDelete] {
+        volume: String,
+        mounted_by: Vec<String>,
+    }
+
+    // Keys, tenants, secrets, networks.
+
+    /// A key named by id (`null`: a presented key that names none).
+    KeyRef for [AuthFailed, KeyRevoke] {
+        key_id: Option<String>,
+    }
+
+    /// The first admin key, made at the first start (`via`: `bootstrap`).
+    KeyBootstrap for [KeyCreate] {
+        key_id: String,
+        admin: bool,
+        via: &'static str,
+    }
+
+    /// A key created by an admin.
+    KeyCreated for [KeyCreate] {
+        key_id: String,
+        for_tenant: String,
+        admin: bool,
+    }
+
+    /// A tenant's quota set.
+    TenantQuotaSet for [TenantQuota] {
+        for_tenant: String,
+        max_sandboxes: Option<u32>,
+        max_memory_bytes: Option<u64>,
+        max_cpu_millis: Option<u32>,
+        max_snapshots: Option<u32>,
+        max_volumes: Option<u32>,
+        max_storage_bytes: Option<u64>,
+    }
+
+    /// A secret created (never its value).
+    SecretCreated for [SecretCreate] {
+        name: String,
+        hosts: Vec<String>,
+        headers: Vec<String>,
+        query: bool,
+    }
+
+    /// A secret deleted.
+    SecretDeleted for [SecretDelete] {
+        name: String,
+    }
+
+    /// A sandbox's network policy and injected secrets set.
+    NetworkPolicySet for [NetworkPolicy] {
+        policy: serde_json::Value,
+        secrets: Vec<String>,
+    }
+
+    /// What an egress event's first row adds to the proxy's record (a part, merged into it): one
+    /// event.
+    NetworkFirst for [] {
+        count: u64,
+    }
+
+    /// What an aggregate row adds to the proxy's record (a part, merged into it): the repeats it
+    /// folds, when the first and last came, and for connections their summed bytes.
+    NetworkAggregate for [] {
+        count: u64,
+        aggregated: bool,
+        first_ms: i64,
+        last_ms: i64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        bytes_up: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        bytes_down: Option<u64>,
+    }
+
+    /// A sandbox's network audit rows held back (rate or queue), counted by `<kind>.<outcome>`.
+    Suppressed for [NetworkSuppressed] {
+        events: u64,
+        rate_limited: serde_json::Value,
+        queue_full: serde_json::Value,
+        first_ms: Option<i64>,
+        last_ms: i64,
+        window_ms: i64,
+    }
+
+    // Files.
+
+    /// A path (a listing, a directory made).
+    FilePath for [FileList, FileMkdir] {
+        path: String,
+    }
+
+    /// A path and whether the operation recursed (a removal, a watch).
+    FilePathRecursive for [FileRemove, FileWatch] {
+        path: String,
+        recursive: bool,
+    }
+
+    /// A file read.
+    FileRead for [FileRead] {
+        path: String,
+        bytes_out: u64,
+    }
+
+    /// A file written.
+    FileWritten for [FileWrite] {
+        path: String,
+        bytes_in: u64,
+    }
+
+    /// A rename.
+    FileRenamed for [FileRename] {
+        from: String,
+        to: String,
+    }
+
+    /// A tar archive of a path made (by the in-sandbox `tar` with this pid).
+    TarDownload for [FileTarDownload] {
+        path: String,
+        pid: u32,
+    }
+
+    /// A tar archive unpacked at a path.
+    TarUpload for [FileTarUpload] {
+        path: String,
+        pid: u32,
+        bytes_in: u64,
+    }
+
+    // Processes.
+
+    /// A process about to start: its command, exec id and settings.
+    ProcessStarted for [ProcessStart] {
+        #[serde(flatten)]
+        command: CommandDetail,
+        exec_id: String,
+        cwd: Option<String>,
+        user: String,
+        background: bool,
+        pty: bool,
+        tag: Option<String>,
+    }
+
+    /// What an exit row repeats of its process, when known: the exec id of its start row, and the
+    /// command the agent reports (a part of the exit details below).
+    ProcessRef for [] {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        exec_id: Option<String>,
+        #[serde(flatten)]
+        command: Option<CommandDetail>,
+    }
+
+    /// A process exited.
+    ProcessExited for [ProcessExit] {
+        pid: u32,
+        exit_code: i32,
+        signal: Option<i32>,
+        timed_out: bool,
+        duration_ms: u64,
+        cpu_time_us: u64,
+        max_rss_kib: u64,
+        bytes_in: u64,
+        bytes_out: u64,
+        #[serde(flatten)]
+        process: ProcessRef,
+    }
+
+    /// A process whose sandbox ended under it (outcome `lost`).
+    ProcessLost for [ProcessExit] {
+        pid: u32,
+        duration_ms: u64,
+        bytes_in: u64,
+        bytes_out: u64,
+        #[serde(flatten)]
+        process: ProcessRef,
+    }
+
+    /// A process that exited while the server was down, recorded after the restart.
+    ProcessExitedWhileDown for [ProcessExit] {
+        pid: u32,
+        exit_code: i32,
+        signal: Option<i32>,
+        timed_out: bool,
+        duration_ms: u64,
+        cpu_time_us: u64,
+        max_rss_kib: u64,
+        recorded_after_restart: bool,
+        #[serde(flatten)]
+        process: ProcessRef,
+    }
+
+    /// A process whose spawn failed after its start row (`spawned`: false).
+    ProcessNotSpawned for [ProcessExit] {
+        exec_id: String,
+        spawned: bool,
+        message: String,
+    }
+
+    /// A re-attach to a process.
+    ProcessAttached for [ProcessAttach] {
+        pid: u32,
+        follow: bool,
+    }
+
+    /// A signal sent to a process (or its tree).
+    ProcessSignalled for [ProcessKill, ProcessSignal] {
+        pid: u32,
+        signal: i32,
+    }
+
+    /// What a process changed in its sandbox's files (`paths`: at most the first 100).
+    ProcessDiffed for [ProcessDiff] {
+        pid: u32,
+        added: u64,
+        modified: u64,
+        deleted: u64,
+        bytes_added: u64,
+        bytes_deleted: u64,
+        truncated: bool,
+        paths: Vec<DiffPath>,
+    }
+
+    /// A process's diff that could not be taken.
+    ProcessDiffFailed for [ProcessDiff] {
+        pid: u32,
+        message: String,
+    }
+
+    /// One changed path of a process's diff (a part of [`ProcessDiffed`]).
+    DiffPath for [] {
+        path: String,
+        change: &'static str,
+        size: Option<u64>,
+    }
+}
