@@ -6,11 +6,13 @@
 //! that asked for it is dropped meanwhile: a rollback or a stop never starts while a snapshot of the
 //! same sandbox is still being taken.
 //!
-//! This module does not interpret backend errors; callers map them (`ServiceError::from_runtime`).
+//! This module does not interpret backend errors beyond one rule: [`SandboxService::on_live_handle`]
+//! maps a backend failure to an internal error about the work it names (`ServiceError::from_runtime`);
+//! other callers map them themselves.
 
 use std::sync::Arc;
 
-use paddock_runtime::{Backend, SandboxHandle};
+use paddock_runtime::{Backend, RuntimeError, SandboxHandle};
 
 use crate::core::live::LiveSandbox;
 use crate::core::service::SandboxService;
@@ -48,5 +50,24 @@ impl SandboxService {
             guard.as_ref().map(|handle| f(backend, handle))
         })
         .await
+    }
+
+    /// [`Self::on_handle`] for work that needs the sandbox's handle and fails like every other
+    /// request on it: a taken handle (the sandbox is being destroyed, stopped or rolled back) answers
+    /// `sandbox_ending`, a backend failure is mapped as a failure to do `what`.
+    pub(crate) async fn on_live_handle<T, F>(
+        &self,
+        sb: &LiveSandbox,
+        what: &'static str,
+        f: F,
+    ) -> Result<T, ServiceError>
+    where
+        F: FnOnce(&dyn Backend, &SandboxHandle) -> Result<T, RuntimeError> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.on_handle(sb, what, f)
+            .await?
+            .ok_or_else(|| ServiceError::sandbox_ending(&sb.id))?
+            .map_err(|e| ServiceError::from_runtime(what, e))
     }
 }

@@ -14,7 +14,6 @@ use paddock_types::SnapshotId;
 
 use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::LiveSandbox;
-use crate::core::service::runtime_error;
 use crate::{Principal, SandboxService, ServiceError};
 
 /// Changed paths listed in one `process.diff` row (the counts cover them all).
@@ -31,24 +30,16 @@ impl SandboxService {
         }
         let base = SnapshotId::from_random(rand::random());
         let taken = base.clone();
-        self.on_handle(sb, "snapshot a sandbox before a process", move |b, handle| {
+        self.on_live_handle(sb, "snapshot a sandbox before a process", move |b, handle| {
             b.snapshot_sandbox(handle, &taken)
         })
-        .await?
-        .ok_or_else(|| ServiceError::sandbox_ending(&sb.id))?
-        .map_err(|e| runtime_error("snapshot a sandbox before a process", e))?;
+        .await?;
         Ok(Some(base))
     }
 
     /// Deletes an exec-diff snapshot (best effort: gc removes what is left).
     pub(crate) async fn drop_exec_diff_base(&self, base: &SnapshotId) {
-        let snapshot = base.clone();
-        if let Ok(Err(e)) = self
-            .on_backend("delete a snapshot", move |b| b.delete_snapshot(&snapshot))
-            .await
-        {
-            tracing::warn!(snapshot = %base, error = %e, "exec diff snapshot not deleted; gc will");
-        }
+        self.free_snapshot_now(base.clone()).await;
     }
 
     /// Diffs `sb` against `base` after process `pid` ended, records `process.diff`, deletes `base`.

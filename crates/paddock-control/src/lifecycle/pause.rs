@@ -7,7 +7,6 @@ use paddock_types::api::SandboxInfo;
 use paddock_types::SandboxId;
 
 use crate::core::audit::{self, AuditAction, AuditEntry};
-use crate::core::service::runtime_error;
 use crate::lifecycle::states::Transition;
 use crate::{Principal, SandboxService, ServiceError};
 
@@ -49,16 +48,14 @@ impl SandboxService {
             } else {
                 "resume a sandbox"
             };
-            self.on_handle(&sb, what, move |b, handle| {
+            self.on_live_handle(&sb, what, move |b, handle| {
                 if frozen {
                     b.pause_sandbox(handle)
                 } else {
                     b.resume_sandbox(handle)
                 }
             })
-            .await?
-            .ok_or_else(|| ServiceError::sandbox_ending(id))?
-            .map_err(|e| runtime_error(what, e))?;
+            .await?;
             sb.set_paused(frozen);
             fault::point(if frozen { "pause.frozen" } else { "pause.thawed" });
             self.record_pause(p, id, frozen).await?;

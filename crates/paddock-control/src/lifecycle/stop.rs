@@ -291,10 +291,8 @@ impl SandboxService {
         match (action, live) {
             (OnTimeout::Pause, Some(sb)) => {
                 if !sb.is_paused() {
-                    self.on_handle(&sb, "pause a sandbox", |b, handle| b.pause_sandbox(handle))
-                        .await?
-                        .ok_or_else(|| ServiceError::sandbox_ending(id))?
-                        .map_err(|e| runtime_error("pause a sandbox", e))?;
+                    self.on_live_handle(&sb, "pause a sandbox", |b, handle| b.pause_sandbox(handle))
+                        .await?;
                     sb.set_paused(true);
                 }
                 let entry = AuditEntry::system(AuditAction::SandboxPause, sb.tenant(), Some(id))

@@ -53,14 +53,7 @@ impl SandboxService {
             if matches!(action, AuditAction::SandboxCommit | AuditAction::SnapshotConsume) {
                 self.free_snapshot_storage(vec![snapshot]);
             } else {
-                let deleted = self
-                    .on_backend("delete a snapshot", move |b| {
-                        b.delete_snapshot(&snapshot).map_err(|e| (snapshot, e))
-                    })
-                    .await;
-                if let Ok(Err((snapshot, e))) = deleted {
-                    tracing::warn!(snapshot = %snapshot, error = %e, "snapshot storage not freed; gc will");
-                }
+                self.free_snapshot_now(snapshot).await;
             }
         }
         Ok(())
@@ -78,10 +71,7 @@ impl SandboxService {
         for snapshot in &on_disk {
             if !known.iter().any(|k| *k == *snapshot) {
                 tracing::info!(snapshot = %snapshot, "removing unrecorded snapshot storage");
-                let snapshot = snapshot.clone();
-                let _ = self
-                    .on_backend("delete a snapshot", move |b| b.delete_snapshot(&snapshot))
-                    .await;
+                self.free_snapshot_now(snapshot.clone()).await;
             }
         }
         for id in known {
@@ -95,6 +85,20 @@ impl SandboxService {
             }
         }
         Ok(())
+    }
+
+    /// Frees the storage of one snapshot before returning: one whose record is gone, or that was
+    /// never recorded (best effort: a failure is logged, and storage without a record is garbage the
+    /// next start collects).
+    pub(crate) async fn free_snapshot_now(&self, snapshot: SnapshotId) {
+        let freed = self
+            .on_backend("delete a snapshot", move |b| {
+                b.delete_snapshot(&snapshot).map_err(|e| (snapshot, e))
+            })
+            .await;
+        if let Ok(Err((snapshot, e))) = freed {
+            tracing::warn!(snapshot = %snapshot, error = %e, "snapshot storage not freed; the next start will");
+        }
     }
 
     /// Frees the storage of snapshots whose records are marked deleted, on a blocking thread off the

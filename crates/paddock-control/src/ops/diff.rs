@@ -5,7 +5,6 @@ use paddock_types::SandboxId;
 use paddock_types::SnapshotId;
 
 use crate::core::audit::{self, AuditAction, AuditEntry};
-use crate::core::service::runtime_error;
 use crate::{Principal, SandboxService, ServiceError};
 
 impl SandboxService {
@@ -31,12 +30,10 @@ impl SandboxService {
             ..DiffOptions::default()
         };
         let diff = self
-            .on_handle(&sb, "diff a sandbox", move |b, handle| {
+            .on_live_handle(&sb, "diff a sandbox", move |b, handle| {
                 b.diff_sandbox(handle, &snapshot, &options)
             })
-            .await?
-            .ok_or_else(|| ServiceError::sandbox_ending(id))?
-            .map_err(|e| runtime_error("diff a sandbox", e))?;
+            .await?;
         self.audit(
             AuditEntry::ok(p, AuditAction::SandboxDiff, Some(id)).detail(audit::SandboxDiffed {
                 snapshot: record.id.clone(),

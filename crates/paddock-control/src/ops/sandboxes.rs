@@ -307,10 +307,8 @@ impl SandboxService {
         let sb = self.owned_live_any(p, id).await?;
         let limits = sb.spec().limits;
         let usage = self
-            .on_handle(&sb, "read a sandbox's usage", |b, handle| b.sandbox_usage(handle))
-            .await?
-            .ok_or_else(|| ServiceError::sandbox_ending(id))?
-            .map_err(|e| runtime_error("read a sandbox's usage", e))?;
+            .on_live_handle(&sb, "read a sandbox's usage", |b, handle| b.sandbox_usage(handle))
+            .await?;
         Ok(SandboxUsageBody {
             cpu_time_us: usage.cpu_time_us,
             memory_bytes: usage.memory_bytes,

@@ -296,9 +296,7 @@ impl SandboxService {
             .await;
         if let Err(e) = stored {
             // Storage without a record is garbage: remove it now rather than at the next start.
-            let _ = self
-                .on_backend("delete a snapshot", move |b| b.delete_snapshot(&snapshot))
-                .await;
+            self.free_snapshot_now(snapshot).await;
             return self
                 .audit_refusal(p, AuditAction::SnapshotImport, None, Err(e))
                 .await;
