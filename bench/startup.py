@@ -150,7 +150,8 @@ def main():
         print(json.dumps(report, indent=2))
     finally:
         subprocess.run([PADDOCK, "pool", "destroy"], check=False, env=ENV, stdout=subprocess.DEVNULL)
-        for h in ("memory", "pids", "cpu", "unified"):
+        # Every hierarchy paddock made its parent in (blkio included, where the host has it).
+        for h in os.listdir("/sys/fs/cgroup"):
             try:
                 os.rmdir(f"/sys/fs/cgroup/{h}/paddock-bench")
             except OSError:
