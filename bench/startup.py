@@ -2,10 +2,12 @@
 """Startup latency and idle memory of `paddock run` against bubblewrap, side by side in one run.
 
 Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
-    python3 bench/startup.py [--runs 200] [--idle 50]
+    python3 bench/startup.py [--runs 200] [--idle 50] [--baseline OTHER_BUILD/paddock]
 
 Latency: whole-process wall time of `CMD -- true` and `CMD -- python3 -c pass`, runs interleaved
-(bare, bwrap, paddock, bare, ...), reported as medians, p90 and the paddock/bwrap ratio.
+(bare, bwrap, paddock, bare, ...), reported as medians, p90 and the paddock/bwrap ratio. With `--baseline`, another paddock build (an
+older commit's) runs in the same rounds, on its own state dir, swapping places with this one every
+round, and the paddock/baseline ratio is reported: a regression check within one run.
 Memory: starts N idle sandboxes (`sleep`) of each kind and reports the host memory they add per sandbox
 (drop in MemAvailable, which includes kernel objects), and the PSS of the processes each one keeps.
 """
@@ -37,9 +39,13 @@ BWRAP = [
 ENV = dict(os.environ)
 
 
-def timed(argv):
+# Environments of kinds that need their own (a baseline paddock gets its own state dir and cgroup).
+KIND_ENV = {}
+
+
+def timed(argv, env=None):
     t = time.perf_counter()
-    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True, env=ENV)
+    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=True, env=env or ENV)
     return (time.perf_counter() - t) * 1000
 
 
@@ -48,22 +54,32 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(len(xs) * p))]
 
 
-def latency(runs, paddock):
+def latency(runs, paddock, baseline=None):
     results = {}
     # Absolute paths, so every kind runs the same Debian binaries (not a pyenv shim on the host).
     for workload in (["/usr/bin/true"], ["/usr/bin/python3", "-c", "pass"]):
         kinds = {"bare": workload, "bwrap": BWRAP + workload, "paddock": paddock + workload}
+        if baseline:
+            kinds["baseline"] = baseline + workload
         samples = {k: [] for k in kinds}
         for k, argv in kinds.items():  # warm-up (page cache, pool, template)
             for _ in range(5):
-                timed(argv)
-        for _ in range(runs):
-            for k, argv in kinds.items():
-                samples[k].append(timed(argv))
+                timed(argv, KIND_ENV.get(k))
+        for i in range(runs):
+            # With a baseline, paddock and the baseline swap places every run, so neither always
+            # follows the other's teardown.
+            order = list(kinds.items())
+            if baseline and i % 2:
+                order = [(k, a) for k, a in order if k != "paddock"] + [("paddock", kinds["paddock"])]
+            for k, argv in order:
+                samples[k].append(timed(argv, KIND_ENV.get(k)))
         name = " ".join(workload).replace("/usr/bin/", "")
         results[name] = {k: {"p50_ms": statistics.median(v), "p90_ms": pct(v, 0.9)} for k, v in samples.items()}
         results[name]["ratio_paddock_over_bwrap"] = (
             results[name]["paddock"]["p50_ms"] / results[name]["bwrap"]["p50_ms"])
+        if baseline:
+            results[name]["ratio_paddock_over_baseline"] = (
+                results[name]["paddock"]["p50_ms"] / results[name]["baseline"]["p50_ms"])
     return results
 
 
@@ -129,6 +145,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--idle", type=int, default=50)
+    ap.add_argument("--baseline", metavar="PADDOCK_BINARY",
+                    help="another paddock build (say, of an older commit) to time in the same runs; its "
+                         "paddock-agent must sit next to it")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root")
@@ -137,8 +156,13 @@ def main():
     # runs only).
     ENV.update(PADDOCK_STATE_DIR=state, PADDOCK_CGROUP_PARENT="paddock-bench")
     paddock = [PADDOCK, "run", "--"]
+    baseline = [os.path.abspath(args.baseline), "run", "--"] if args.baseline else None
+    if baseline:
+        KIND_ENV["baseline"] = dict(
+            ENV, PADDOCK_STATE_DIR=tempfile.mkdtemp(prefix="paddock-bench-baseline-", dir="/var/tmp"),
+            PADDOCK_CGROUP_PARENT="paddock-bench-baseline")
     try:
-        report = {"latency": latency(args.runs, paddock)}
+        report = {"latency": latency(args.runs, paddock, baseline)}
 
         def all_have(n_min):
             return lambda procs: all(len(descendants(p.pid)) >= n_min for p in procs)
@@ -150,12 +174,17 @@ def main():
         print(json.dumps(report, indent=2))
     finally:
         subprocess.run([PADDOCK, "pool", "destroy"], check=False, env=ENV, stdout=subprocess.DEVNULL)
+        if baseline:
+            base_env = KIND_ENV["baseline"]
+            subprocess.run([baseline[0], "pool", "destroy"], check=False, env=base_env, stdout=subprocess.DEVNULL)
+            subprocess.run(["rm", "-rf", base_env["PADDOCK_STATE_DIR"]], check=False)
         # Every hierarchy paddock made its parent in (blkio included, where the host has it).
         for h in os.listdir("/sys/fs/cgroup"):
-            try:
-                os.rmdir(f"/sys/fs/cgroup/{h}/paddock-bench")
-            except OSError:
-                pass
+            for parent in ("paddock-bench", "paddock-bench-baseline"):
+                try:
+                    os.rmdir(f"/sys/fs/cgroup/{h}/{parent}")
+                except OSError:
+                    pass
         subprocess.run(["rm", "-rf", state], check=False)
 
 
