@@ -31,8 +31,16 @@ impl SandboxService {
         let started = Instant::now();
         let result = self.create_planned(p, req, started).await;
         if let Err(e) = &result {
-            // Refusals are recorded too (a failed boot already wrote its own row).
-            if matches!(e.code, ErrorCode::QuotaExceeded | ErrorCode::InvalidRequest) {
+            // Refusals are recorded too, whatever the caller got wrong (a failed boot already wrote
+            // its own row).
+            if matches!(
+                e.code,
+                ErrorCode::QuotaExceeded
+                    | ErrorCode::InvalidRequest
+                    | ErrorCode::SnapshotNotFound
+                    | ErrorCode::VolumeNotFound
+                    | ErrorCode::Unsupported
+            ) {
                 let entry = AuditEntry::ok(p, AuditAction::SandboxCreate, None)
                     .outcome(e.code.as_str())
                     .detail(audit::Refusal {

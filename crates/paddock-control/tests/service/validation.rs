@@ -72,12 +72,13 @@ async fn a_create_with_a_bad_field_names_it_boots_nothing_and_is_recorded() {
         .sandboxes
         .is_empty());
     let rows = f.rows("sandbox.create").await;
-    assert_eq!(rows.len(), cases.len(), "every invalid create is recorded");
-    for (row, (_, field)) in rows.iter().zip(&cases) {
-        assert_eq!(
-            (row.outcome.as_str(), row.detail["field"].as_str()),
-            ("invalid_request", Some(*field))
-        );
+    assert_eq!(rows.len(), cases.len() + 2, "every refused create is recorded");
+    let expected = cases
+        .iter()
+        .map(|(_, field)| ("invalid_request", Some(*field)))
+        .chain([("unsupported", None), ("snapshot_not_found", Some("snapshot"))]);
+    for (row, expected) in rows.iter().zip(expected) {
+        assert_eq!((row.outcome.as_str(), row.detail["field"].as_str()), expected);
         assert_eq!(row.sandbox_id, None);
     }
     f.finish().await;
