@@ -4,18 +4,17 @@
 //! real sandbox. The sandboxes to adopt are created by a separate process that then exits, as a
 //! restarted server's would be: this test binary run again on [`helper_creates_sandboxes_then_exits`].
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use paddock_protocol::{CommandSpec, FsEventKind, SpawnRequest, Stream};
-use paddock_runtime::agent_client::{AgentClient, ProcessEvent, WatchUpdate};
+use paddock_protocol::FsEventKind;
+use paddock_runtime::agent_client::{AgentClient, WatchUpdate};
 use paddock_runtime::native::NativeBackend;
 use paddock_runtime::{Adoption, RuntimeError, SandboxBackend, SandboxHandle};
 use paddock_types::{ByteSize, CpuQuota, Limits, RootfsSpec, SandboxId, SandboxSpec};
 
-use crate::support::{native_config, test_name, wait_until, TestEnv};
+use crate::support::{agent_sh, native_config, test_name, wait_until, TestEnv};
 
 /// Set (to `<state dir>\n<cgroup parent>\n<id>,<id>...`) when this binary runs as the creating
 /// process.
@@ -154,45 +153,6 @@ fn process_gone(pid: i32) -> bool {
     matches!(state, None | Some("Z") | Some("X"))
 }
 
-/// What a shell script printed and its exit code.
-async fn sh(client: &AgentClient, script: &str) -> (i32, String) {
-    let request = SpawnRequest {
-        command: CommandSpec::Shell {
-            script: script.to_owned(),
-        },
-        env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
-        cwd: None,
-        user: None,
-        stdin: false,
-        pty: None,
-        timeout_ms: Some(60_000),
-        tag: None,
-        detached: false,
-    };
-    let (_pid, mut events) = client.spawn(request).await.expect("spawn");
-    let mut stdout = Vec::new();
-    let mut stderr = Vec::new();
-    loop {
-        let event = tokio::time::timeout(Duration::from_secs(60), events.recv())
-            .await
-            .expect("the script ends in time");
-        match event {
-            Some(ProcessEvent::Output { stream, data, .. }) => match stream {
-                Stream::Stderr => stderr.extend(data),
-                _ => stdout.extend(data),
-            },
-            Some(ProcessEvent::Exited(status)) => {
-                let out = String::from_utf8_lossy(&stdout).into_owned();
-                if status.shell_code() != 0 {
-                    eprintln!("{script}: {}", String::from_utf8_lossy(&stderr));
-                }
-                return (status.shell_code(), out);
-            }
-            None => panic!("events ended without an exit"),
-        }
-    }
-}
-
 /// Forks up to `count` waiting processes in the sandbox, prints how many forks succeeded, and ends
 /// them.
 const FORK_SCRIPT: &str = r#"python3 -c '
@@ -214,7 +174,7 @@ for p in pids:
 ' "#;
 
 async fn forks(client: &AgentClient, count: u32) -> u32 {
-    let (code, out) = sh(client, &format!("{FORK_SCRIPT}{count}")).await;
+    let (code, out) = agent_sh(client, &format!("{FORK_SCRIPT}{count}")).await;
     assert_eq!(code, 0, "{out}");
     out.trim().parse().expect("fork count")
 }
@@ -264,7 +224,7 @@ async fn adopted_sandbox_reports_usage_takes_new_limits_and_is_destroyed() {
     let client = AgentClient::connect(&handle.agent_socket).await.expect("connect");
 
     // Neither the creator's raised open-file limit nor its signal state reached the sandbox.
-    let (code, out) = sh(
+    let (code, out) = agent_sh(
         &client,
         "ulimit -Sn; grep 'Max open files' /proc/1/limits; grep -E '^Sig(Ign|Blk)' /proc/self/status",
     )
@@ -285,7 +245,7 @@ async fn adopted_sandbox_reports_usage_takes_new_limits_and_is_destroyed() {
     let before = backend.sandbox_usage(&handle).expect("usage");
     assert_eq!(before.disk_limit_bytes, Some(2 << 30));
     assert!(before.pids >= 1, "{before:?}");
-    let (code, _) = sh(
+    let (code, _) = agent_sh(
         &client,
         "head -c 48M /dev/zero > /dev/shm/blob && head -c 16M /dev/urandom > /home/user/data && \
          i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done",
@@ -355,7 +315,7 @@ async fn adopted_sandbox_reports_usage_takes_new_limits_and_is_destroyed() {
 
     // Directory watches work inside a real sandbox (seccomp, Landlock, its own /proc).
     let (_watch, mut updates) = client.watch("/home/user", true).await.expect("watch");
-    let (code, _) = sh(&client, "mkdir -p /home/user/w/x && echo hi > /home/user/w/x/f").await;
+    let (code, _) = agent_sh(&client, "mkdir -p /home/user/w/x && echo hi > /home/user/w/x/f").await;
     assert_eq!(code, 0);
     let mut seen = Vec::new();
     while !seen

@@ -16,15 +16,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use paddock_protocol::{CommandSpec, SpawnRequest, Stream};
-use paddock_runtime::agent_client::{AgentClient, ProcessEvent};
+use paddock_runtime::agent_client::AgentClient;
 use paddock_runtime::native::{IdRange, NativeBackend, NativeConfig};
 use paddock_runtime::{RuntimeError, SandboxBackend, SandboxHandle, StorageBackend};
 use paddock_types::{ByteSize, RootfsSpec, SandboxId, SandboxSpec, SnapshotId, VolumeSource};
 
 use crate::support::{
-    agent_bin, assert_code, connect, host_spec, paddock_bin, skip, test_name, wait_until, GcOnDrop, TestEnv,
-    ID_BASE,
+    agent_bin, agent_sh, agent_sh_as, assert_code, connect, host_spec, paddock_bin, shell_request, skip,
+    test_name, wait_until, GcOnDrop, TestEnv, ID_BASE,
 };
 
 const MIB: u64 = 1 << 20;
@@ -69,55 +68,9 @@ fn sync_pool(env: &TestEnv) {
     paddock_sys::btrfs::sync(&pool(env)).expect("btrfs sync");
 }
 
-fn request(script: &str, user: Option<&str>, detached: bool) -> SpawnRequest {
-    SpawnRequest {
-        command: CommandSpec::Shell {
-            script: script.to_owned(),
-        },
-        env: BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
-        cwd: None,
-        user: user.map(str::to_owned),
-        stdin: false,
-        pty: None,
-        timeout_ms: if detached { None } else { Some(60_000) },
-        tag: None,
-        detached,
-    }
-}
-
-/// What a shell script (run as `user`, the sandbox's default when `None`) printed, and its exit code.
-async fn sh_as(client: &AgentClient, user: Option<&str>, script: &str) -> (i32, String) {
-    let (_pid, mut events) = client.spawn(request(script, user, false)).await.expect("spawn");
-    let mut stdout = Vec::new();
-    let mut stderr = Vec::new();
-    loop {
-        let event = tokio::time::timeout(Duration::from_secs(60), events.recv())
-            .await
-            .expect("the script ends in time");
-        match event {
-            Some(ProcessEvent::Output { stream, data, .. }) => match stream {
-                Stream::Stderr => stderr.extend(data),
-                _ => stdout.extend(data),
-            },
-            Some(ProcessEvent::Exited(status)) => {
-                let out = String::from_utf8_lossy(&stdout).into_owned();
-                if status.shell_code() != 0 {
-                    eprintln!("{script}: {}", String::from_utf8_lossy(&stderr));
-                }
-                return (status.shell_code(), out);
-            }
-            None => panic!("events ended without an exit"),
-        }
-    }
-}
-
-async fn sh(client: &AgentClient, script: &str) -> (i32, String) {
-    sh_as(client, None, script).await
-}
-
 /// Runs `script`, which must succeed, and returns its output.
 async fn ok(client: &AgentClient, script: &str) -> String {
-    let (code, out) = sh(client, script).await;
+    let (code, out) = agent_sh(client, script).await;
     assert_eq!(code, 0, "{script}: {out}");
     out
 }
@@ -125,7 +78,7 @@ async fn ok(client: &AgentClient, script: &str) -> String {
 /// Starts `script` in the background (nobody follows its output).
 async fn background(client: &AgentClient, script: &str) {
     client
-        .spawn(request(script, None, true))
+        .spawn(shell_request(script, None, true))
         .await
         .expect("spawn a background process");
 }
@@ -477,10 +430,12 @@ async fn a_sandbox_at_its_disk_limit_can_be_snapshotted_and_rolled_back() {
     let handle = backend.create_sandbox(&full).expect("create");
     let client = connect(&handle).await;
     ok(&client, "echo keep > /home/user/keep").await;
-    let (code, _) = sh(&client, "head -c 64M /dev/zero > /home/user/fill").await;
+    let (code, _) = agent_sh(&client, "head -c 64M /dev/zero > /home/user/fill").await;
     assert_ne!(code, 0, "64 MiB written under a 32 MiB limit");
     assert_ne!(
-        sh(&client, "head -c 1M /dev/zero > /home/user/more").await.0,
+        agent_sh(&client, "head -c 1M /dev/zero > /home/user/more")
+            .await
+            .0,
         0,
         "not full"
     );
@@ -508,7 +463,7 @@ async fn a_sandbox_at_its_disk_limit_can_be_snapshotted_and_rolled_back() {
         "rm /home/user/fill && head -c 8M /dev/zero > /home/user/again",
     )
     .await;
-    let (code, _) = sh(&client, "head -c 64M /dev/zero > /home/user/fill2").await;
+    let (code, _) = agent_sh(&client, "head -c 64M /dev/zero > /home/user/fill2").await;
     assert_ne!(code, 0, "the disk limit no longer holds after a rollback");
 
     drop(client);

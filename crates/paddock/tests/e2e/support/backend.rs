@@ -70,3 +70,61 @@ pub async fn connect(handle: &paddock_runtime::SandboxHandle) -> paddock_runtime
         .await
         .expect("connect to the agent")
 }
+
+/// A shell script for a sandbox's agent: `PATH=/usr/bin:/bin`, as the sandbox's default user unless
+/// `user` names one; a foreground one is killed after 60 s, a detached one runs on.
+pub fn shell_request(script: &str, user: Option<&str>, detached: bool) -> paddock_protocol::SpawnRequest {
+    paddock_protocol::SpawnRequest {
+        command: paddock_protocol::CommandSpec::Shell {
+            script: script.to_owned(),
+        },
+        env: std::collections::BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]),
+        cwd: None,
+        user: user.map(str::to_owned),
+        stdin: false,
+        pty: None,
+        timeout_ms: if detached { None } else { Some(60_000) },
+        tag: None,
+        detached,
+    }
+}
+
+/// What a shell script printed on stdout, and its exit code (its stderr is printed when it fails).
+pub async fn agent_sh(client: &paddock_runtime::agent_client::AgentClient, script: &str) -> (i32, String) {
+    agent_sh_as(client, None, script).await
+}
+
+/// [`agent_sh`] as `user` (the sandbox's default user when `None`).
+pub async fn agent_sh_as(
+    client: &paddock_runtime::agent_client::AgentClient,
+    user: Option<&str>,
+    script: &str,
+) -> (i32, String) {
+    use paddock_protocol::Stream;
+    use paddock_runtime::agent_client::ProcessEvent;
+    let (_pid, mut events) = client
+        .spawn(shell_request(script, user, false))
+        .await
+        .expect("spawn");
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    loop {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(60), events.recv())
+            .await
+            .expect("the script ends in time");
+        match event {
+            Some(ProcessEvent::Output { stream, data, .. }) => match stream {
+                Stream::Stderr => stderr.extend(data),
+                _ => stdout.extend(data),
+            },
+            Some(ProcessEvent::Exited(status)) => {
+                let out = String::from_utf8_lossy(&stdout).into_owned();
+                if status.shell_code() != 0 {
+                    eprintln!("{script}: {}", String::from_utf8_lossy(&stderr));
+                }
+                return (status.shell_code(), out);
+            }
+            None => panic!("events ended without an exit"),
+        }
+    }
+}

@@ -15,7 +15,7 @@ pub mod harness;
 mod host;
 pub mod server;
 
-pub use backend::{connect, host_spec, native_config, GcOnDrop};
+pub use backend::{agent_sh, agent_sh_as, connect, host_spec, native_config, shell_request, GcOnDrop};
 pub use env::{
     agent_bin, assert_code, paddock_bin, require_root, skip, stderr, stdout, test_name, wait_until, TestEnv,
     ID_BASE,

@@ -33,7 +33,7 @@ async fn rollback_case(prepared: bool) {
          chmod 751 /home/user/d/sub && head -c 300K /dev/urandom > /home/user/d/big && echo owned > /home/user/d/owned",
     )
     .await;
-    let (code, out) = sh_as(
+    let (code, out) = agent_sh_as(
         &client,
         Some("root"),
         "echo secret > /root/r && chmod 600 /root/r && echo custom > /etc/custom",
@@ -69,7 +69,7 @@ async fn rollback_case(prepared: bool) {
          : > /home/user/d/big && chmod 700 /home/user/d",
     )
     .await;
-    let (code, out) = sh_as(
+    let (code, out) = agent_sh_as(
         &client,
         Some("root"),
         "rm /root/r && echo other > /etc/custom && echo new > /etc/new",
@@ -108,7 +108,7 @@ async fn rollback_case(prepared: bool) {
         assert!(process_gone(*pid), "process {pid} survived the rollback");
     }
     // The old agent's connection is gone; a new one works at once.
-    assert!(client.spawn(request("true", None, false)).await.is_err());
+    assert!(client.spawn(shell_request("true", None, false)).await.is_err());
     assert_eq!(
         volume_tree(&env, "sb-roll"),
         expected,
@@ -126,10 +126,10 @@ async fn rollback_case(prepared: bool) {
         "original\ndoomed\nfile\n1234:2345 4750\n"
     );
     assert_eq!(
-        sh_as(&client, Some("root"), "cat /root/r /etc/custom").await,
+        agent_sh_as(&client, Some("root"), "cat /root/r /etc/custom").await,
         (0, "secret\ncustom\n".to_owned())
     );
-    let (code, out) = sh(&client, "test ! -e /home/user/d/new && test ! -e /etc/new").await;
+    let (code, out) = agent_sh(&client, "test ! -e /home/user/d/new && test ! -e /etc/new").await;
     assert_eq!(code, 0, "files created after the snapshot survived: {out}");
     assert_eq!(ok(&client, "hostname").await.trim(), "sb-roll");
     // Same limits: pids (64) and disk.
@@ -350,7 +350,7 @@ async fn a_symlink_in_a_snapshot_never_binds_a_host_file() {
 
     let handle = backend.create_sandbox(&spec("sb-evil")).expect("create");
     let client = connect(&handle).await;
-    let (code, out) = sh_as(
+    let (code, out) = agent_sh_as(
         &client,
         Some("root"),
         &format!(
@@ -394,7 +394,7 @@ async fn a_symlink_in_a_snapshot_never_binds_a_host_file() {
         Err(e) => assert!(e.to_string().contains("not a regular file"), "{e}"),
         Ok(handle) => {
             let client = connect(&handle).await;
-            let (_, out) = sh(&client, "cat /etc/resolv.conf").await;
+            let (_, out) = agent_sh(&client, "cat /etc/resolv.conf").await;
             drop(client);
             backend.destroy_sandbox(handle).expect("destroy");
             panic!("a sandbox was created on a symlinked /etc/resolv.conf; it reads: {out}");
