@@ -102,12 +102,7 @@ impl SandboxService {
                 self.inner.metrics.observe_exec(started.elapsed());
                 entry.detail(audit::ProcessExited {
                     pid,
-                    exit_code: info.exit_code,
-                    signal: info.signal,
-                    timed_out: info.timed_out,
-                    duration_ms: info.duration_ms,
-                    cpu_time_us: info.cpu_time_us,
-                    max_rss_kib: info.max_rss_kib,
+                    exit: info.into(),
                     bytes_in: counters.bytes_in,
                     bytes_out,
                     process: followed.annotate(),

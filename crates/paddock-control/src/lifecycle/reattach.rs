@@ -143,15 +143,9 @@ impl SandboxService {
         followed: Followed,
         status: &ExitStatus,
     ) -> Result<(), ServiceError> {
-        let info = exit_info(status);
         let detail = audit::ProcessExitedWhileDown {
             pid: followed.pid,
-            exit_code: info.exit_code,
-            signal: info.signal,
-            timed_out: info.timed_out,
-            duration_ms: info.duration_ms,
-            cpu_time_us: info.cpu_time_us,
-            max_rss_kib: info.max_rss_kib,
+            exit: exit_info(status).into(),
             recorded_after_restart: true,
             process: followed.annotate(),
         };

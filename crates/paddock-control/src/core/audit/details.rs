@@ -336,15 +336,21 @@ details! {
         command: Option<CommandDetail>,
     }
 
-    /// A process exited.
-    ProcessExited for [ProcessExit] {
-        pid: u32,
+    /// How a process ended, as its exit event says (a part of the exit details below).
+    ExitFields for [] {
         exit_code: i32,
         signal: Option<i32>,
         timed_out: bool,
         duration_ms: u64,
         cpu_time_us: u64,
         max_rss_kib: u64,
+    }
+
+    /// A process exited.
+    ProcessExited for [ProcessExit] {
+        pid: u32,
+        #[serde(flatten)]
+        exit: ExitFields,
         bytes_in: u64,
         bytes_out: u64,
         #[serde(flatten)]
@@ -364,12 +370,8 @@ details! {
     /// A process that exited while the server was down, recorded after the restart.
     ProcessExitedWhileDown for [ProcessExit] {
         pid: u32,
-        exit_code: i32,
-        signal: Option<i32>,
-        timed_out: bool,
-        duration_ms: u64,
-        cpu_time_us: u64,
-        max_rss_kib: u64,
+        #[serde(flatten)]
+        exit: ExitFields,
         recorded_after_restart: bool,
         #[serde(flatten)]
         process: ProcessRef,
@@ -417,5 +419,18 @@ details! {
         path: String,
         change: &'static str,
         size: Option<u64>,
+    }
+}
+
+impl From<paddock_types::api::ExitInfo> for ExitFields {
+    fn from(e: paddock_types::api::ExitInfo) -> Self {
+        Self {
+            exit_code: e.exit_code,
+            signal: e.signal,
+            timed_out: e.timed_out,
+            duration_ms: e.duration_ms,
+            cpu_time_us: e.cpu_time_us,
+            max_rss_kib: e.max_rss_kib,
+        }
     }
 }
