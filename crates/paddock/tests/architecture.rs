@@ -78,7 +78,7 @@ fn crate_dependencies_follow_the_layering() {
         if c != "paddock-store" {
             forbid(c, &["rusqlite"]);
         }
-        if c != "paddock-api" && c != "paddock" {
+        if c != "paddock-api" && c != "paddock-e2b" && c != "paddock" {
             forbid(c, &["axum", "tower-http"]);
             if c != "paddock-egress" {
                 forbid(c, &["hyper"]);
@@ -103,7 +103,13 @@ fn crate_dependencies_follow_the_layering() {
         &["paddock-runtime", "paddock-control", "paddock-api", "tokio"],
     );
     // The service is below every front-end.
-    forbid("paddock-control", &["paddock-api"]);
+    forbid("paddock-control", &["paddock-api", "paddock-e2b"]);
+    // Front-ends are side by side: each translates onto the service, none onto another.
+    forbid("paddock-api", &["paddock-e2b"]);
+    forbid(
+        "paddock-e2b",
+        &["paddock-api", "paddock-runtime", "paddock-store", "paddock-sys"],
+    );
     // The system-call crate depends on no paddock crate.
     forbid(
         "paddock-sys",

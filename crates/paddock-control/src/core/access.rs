@@ -54,6 +54,23 @@ impl SandboxService {
         ))
     }
 
+    /// For a front-end that authorised a request with a credential bound to one sandbox (E2B's envd
+    /// access token) instead of an API key: a principal of that sandbox's tenant, with `via` as its
+    /// key id in audit rows. `None` unless the sandbox is live, owned (not in a warm pool) and not
+    /// paused, so the front-end answers as for a missing sandbox. Reads the live registry only.
+    pub fn live_sandbox_principal(&self, id: &SandboxId, via: &str) -> Option<Principal> {
+        let sb = self.live_sandbox(id.as_str())?;
+        if sb.is_paused() {
+            return None;
+        }
+        let tenant = sb.tenant()?;
+        Some(Principal {
+            tenant,
+            key_id: via.to_owned(),
+            admin: false,
+        })
+    }
+
     /// One sandbox of the caller's tenant.
     pub async fn get_sandbox(&self, p: &Principal, id: &SandboxId) -> Result<SandboxInfo, ServiceError> {
         Ok(info_from_record(&self.owned_record(p, id).await?))
