@@ -5,12 +5,13 @@
 #   iproute2      ip: networked sandboxes' network namespaces and veth links
 #   nftables      nft: networked sandboxes' firewall (redirects to the egress proxy)
 #   python3-pip, openssl  the network tests (pip install through the proxy, test certificates)
+#   python3-venv  the E2B SDK tests (scripts/install-e2b-clients.sh)
 #   busybox-static  a tiny root file system for the --rootfs tests
 #   bubblewrap    the peer the benchmarks compare against
 #   python3, procps  used by the tests inside sandboxes
 set -euo pipefail
 need=()
-for pkg in btrfs-progs util-linux iproute2 nftables busybox-static bubblewrap python3 python3-pip openssl procps; do
+for pkg in btrfs-progs util-linux iproute2 nftables busybox-static bubblewrap python3 python3-pip python3-venv openssl procps; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
+scripts/install-e2b-clients.sh
 if ! command -v cargo-nextest >/dev/null; then
   cargo install cargo-nextest --locked
 fi

@@ -1,4 +1,6 @@
-//! API keys: `pdk_<id>_<secret>`, of which only SHA-256(secret) is stored.
+//! API keys: `pdk_<id>_<secret>`, of which only SHA-256(secret) is stored. The same key has a second
+//! spelling for E2B's SDKs, `e2b_<id><secret>` (E2B's own keys are `e2b_` and lowercase hex, which
+//! older SDKs check on the client), so one key serves both doors.
 
 use rand::RngCore;
 use rusqlite::{Connection, OptionalExtension, Row};
@@ -11,6 +13,8 @@ use crate::tenants::ensure_tenant;
 use crate::{Store, StoreError, StoreTx};
 
 const KEY_PREFIX: &str = "pdk_";
+/// The prefix of a key's E2B spelling.
+const E2B_KEY_PREFIX: &str = "e2b_";
 /// Bytes of randomness in a key id (shown as twice as many hex digits).
 const ID_BYTES: usize = 6;
 /// Bytes of randomness in a key secret.
@@ -134,11 +138,27 @@ fn count_admin_keys(conn: &Connection) -> Result<u64, StoreError> {
     crate::error::from_i64("admin key count", count)
 }
 
-/// Splits `pdk_<12 lowercase hex>_<64 lowercase hex>` into the id and the decoded secret. Anything
-/// else (including upper-case hex, so that each key has exactly one spelling) is `None`.
-fn parse_key(key_text: &str) -> Option<(&str, [u8; SECRET_BYTES])> {
+/// A key's E2B spelling: `e2b_` followed by its id and secret, all lowercase hex.
+pub fn e2b_spelling(key_text: &str) -> Option<String> {
     let rest = key_text.strip_prefix(KEY_PREFIX)?;
-    let (id, secret_hex) = rest.split_once('_')?;
+    let (id, secret) = rest.split_once('_')?;
+    Some(format!("{E2B_KEY_PREFIX}{id}{secret}"))
+}
+
+/// Splits `pdk_<12 lowercase hex>_<64 lowercase hex>`, or its E2B spelling
+/// `e2b_<12 lowercase hex><64 lowercase hex>`, into the id and the decoded secret. Anything else
+/// (including upper-case hex, so that each key has exactly these two spellings) is `None`.
+fn parse_key(key_text: &str) -> Option<(&str, [u8; SECRET_BYTES])> {
+    let (id, secret_hex) = match key_text.strip_prefix(KEY_PREFIX) {
+        Some(rest) => rest.split_once('_')?,
+        None => {
+            let rest = key_text.strip_prefix(E2B_KEY_PREFIX)?;
+            if !rest.is_char_boundary(ID_BYTES * 2) {
+                return None;
+            }
+            rest.split_at(ID_BYTES * 2)
+        }
+    };
     if !is_lower_hex(id, ID_BYTES * 2) || !is_lower_hex(secret_hex, SECRET_BYTES * 2) {
         return None;
     }
@@ -252,6 +272,19 @@ mod tests {
         let (id, bytes) = parse_key(&good).expect("canonical key parses");
         assert_eq!(id, "0123456789ab");
         assert_eq!(bytes, [0xab; 32]);
+        let e2b = e2b_spelling(&good).expect("a canonical key has an E2B spelling");
+        assert_eq!(e2b, format!("e2b_0123456789ab{secret}"));
+        assert_eq!(parse_key(&e2b), Some(("0123456789ab", [0xab; 32])));
+        for bad in [
+            format!("e2b_0123456789ab_{secret}"),
+            format!("e2b_0123456789a{secret}"),
+            format!("e2b_0123456789ab{secret}0"),
+            format!("e2b_0123456789AB{secret}"),
+            "e2b_".to_owned(),
+            "e2b_é".to_owned(),
+        ] {
+            assert_eq!(parse_key(&bad), None, "{bad:?} must not parse");
+        }
 
         for bad in [
             String::new(),

@@ -96,8 +96,9 @@ impl fmt::Display for DomainName {
     }
 }
 
-/// `example.com` (that name only) or `*.example.com` (any name below it, at any depth, but neither
-/// `example.com` itself nor a lookalike such as `evilexample.com`).
+/// `example.com` (that name only), `*.example.com` (any name below it, at any depth, but neither
+/// `example.com` itself nor a lookalike such as `evilexample.com`), or `*` (any name: what "the
+/// internet" means for names; addresses the operator's deny list closes stay closed).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum DomainPattern {
@@ -105,6 +106,8 @@ pub enum DomainPattern {
     Exact(DomainName),
     /// Any name with at least one more label in front of this suffix.
     Below(DomainName),
+    /// Any name at all.
+    Any,
 }
 
 impl DomainPattern {
@@ -116,6 +119,7 @@ impl DomainPattern {
                 .as_str()
                 .strip_suffix(suffix.as_str())
                 .is_some_and(|front| front.len() > 1 && front.ends_with('.')),
+            Self::Any => true,
         }
     }
 }
@@ -123,12 +127,15 @@ impl DomainPattern {
 impl FromStr for DomainPattern {
     type Err = NetworkPolicyError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s == "*" {
+            return Ok(Self::Any);
+        }
         match s.strip_prefix("*.") {
             Some(suffix) => Ok(Self::Below(suffix.parse()?)),
             None if s.contains('*') => Err(NetworkPolicyError::new(
                 "domain pattern",
                 s,
-                "a wildcard is only allowed as a leading '*.'",
+                "a wildcard is only allowed as a leading '*.' or as '*' alone",
             )),
             None => Ok(Self::Exact(s.parse()?)),
         }
@@ -153,6 +160,7 @@ impl fmt::Display for DomainPattern {
         match self {
             Self::Exact(n) => write!(f, "{n}"),
             Self::Below(n) => write!(f, "*.{n}"),
+            Self::Any => f.write_str("*"),
         }
     }
 }

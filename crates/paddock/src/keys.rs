@@ -28,8 +28,9 @@ pub fn keys(config: &ServeConfig, command: KeysCommand) -> anyhow::Result<ExitCo
             tenant,
             name,
             admin,
+            e2b,
             json,
-        } => create(&store, &tenant, name.as_deref(), admin, json),
+        } => create(&store, &tenant, name.as_deref(), admin, e2b, json),
         KeysCommand::List { tenant, json } => list(&store, tenant.as_deref(), json),
         KeysCommand::Revoke { id } => revoke(&store, &id),
     }
@@ -40,6 +41,7 @@ fn create(
     tenant: &str,
     name: Option<&str>,
     admin: bool,
+    e2b: bool,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     if tenant.is_empty() {
@@ -57,13 +59,17 @@ fn create(
     let created = CreatedKey {
         id: record.id.clone(),
         tenant: record.tenant.clone(),
+        e2b_key: paddock_store::e2b_spelling(&key),
         key,
         admin,
     };
     if json {
         print_json(&created)?;
     } else {
-        println!("{}", created.key);
+        match (&created.e2b_key, e2b) {
+            (Some(e2b_key), true) => println!("{e2b_key}"),
+            _ => println!("{}", created.key),
+        }
         eprintln!(
             "paddock: {}key {} for tenant {} created; it is shown only this once",
             if admin { "admin " } else { "" },

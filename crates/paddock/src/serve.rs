@@ -91,7 +91,17 @@ async fn serve_http(
     let addr = listener
         .local_addr()
         .context("failed to read the bound address")?;
-    let app = paddock_api::router(service.clone());
+    let v1 = paddock_api::router(service.clone());
+    let app = if config.e2b.enabled {
+        let e2b = paddock_e2b::E2bConfig {
+            token_key: e2b_token_key(&config.e2b_key_path())?,
+            domain: config.e2b.domain.clone(),
+            internet_access: config.e2b.internet_access,
+        };
+        paddock_e2b::front(service.clone(), v1, e2b)
+    } else {
+        v1
+    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let http = config.http.clone();
     let mut server = tokio::spawn(async move {
@@ -244,6 +254,37 @@ fn raise_fd_limit(http: &HttpSettings) {
 
 /// Writes a secret to `path`, mode 0600, replacing any previous file atomically (a temporary file in
 /// the same directory, then a rename), so the file is never readable by others, not even briefly.
+/// The E2B token key at `path`, made (32 random bytes, hex, mode 0600) when there is none. Replacing
+/// the file revokes every sandbox's access tokens at the next start.
+fn e2b_token_key(path: &Path) -> anyhow::Result<paddock_e2b::tokens::TokenKey> {
+    use std::io::Read as _;
+    const N: usize = paddock_e2b::tokens::KEY_BYTES;
+    let parse = |text: &str| -> Option<[u8; N]> {
+        let mut key = [0u8; N];
+        hex::decode_to_slice(text.trim(), &mut key).ok()?;
+        Some(key)
+    };
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let key = parse(&text).with_context(|| {
+                format!(
+                    "{} does not hold {N} bytes of hex; remove it to make a new key",
+                    path.display()
+                )
+            })?;
+            return Ok(paddock_e2b::tokens::TokenKey::new(key));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("failed to read {}", path.display()))),
+    }
+    let mut key = [0u8; N];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .context("failed to read /dev/urandom")?;
+    write_secret(path, &hex::encode(key))?;
+    Ok(paddock_e2b::tokens::TokenKey::new(key))
+}
+
 fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
     let tmp = path.with_extension("key.tmp");
     let _ = std::fs::remove_file(&tmp);
@@ -260,7 +301,7 @@ fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
     };
     write().map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
-        anyhow::Error::new(e).context(format!("failed to write the admin key to {}", path.display()))
+        anyhow::Error::new(e).context(format!("failed to write the key file {}", path.display()))
     })
 }
 

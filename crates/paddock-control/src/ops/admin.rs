@@ -141,6 +141,7 @@ impl SandboxService {
         Ok(created.map(|(record, key)| CreatedKey {
             id: record.id,
             tenant: record.tenant,
+            e2b_key: paddock_store::e2b_spelling(&key),
             key,
             admin: true,
         }))
@@ -173,6 +174,7 @@ impl SandboxService {
         Ok(CreatedKey {
             id: record.id,
             tenant: record.tenant,
+            e2b_key: paddock_store::e2b_spelling(&key),
             key,
             admin,
         })

@@ -26,6 +26,10 @@ pub struct CreatedKey {
     pub tenant: String,
     /// The key itself: `Authorization: Bearer <key>`. Store it now; it cannot be retrieved again.
     pub key: String,
+    /// The same key in E2B's spelling (`e2b_` and hex), for E2B's SDKs (`E2B_API_KEY`); it also
+    /// works wherever `key` does.
+    #[serde(default)]
+    pub e2b_key: Option<String>,
     /// Admin key.
     pub admin: bool,
 }

@@ -75,7 +75,11 @@ pub enum KeysCommand {
         /// May manage keys and tenants and read every tenant's audit log.
         #[arg(long)]
         admin: bool,
-        /// Print the created key as JSON.
+        /// Print the key in E2B's spelling (`e2b_` and hex, for `E2B_API_KEY`); both spellings work
+        /// on both APIs.
+        #[arg(long, conflicts_with = "json")]
+        e2b: bool,
+        /// Print the created key as JSON (both spellings).
         #[arg(long)]
         json: bool,
     },

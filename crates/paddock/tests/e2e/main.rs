@@ -7,6 +7,7 @@ mod api;
 mod attacks;
 mod cli;
 mod crash;
+mod e2b;
 mod load;
 mod network;
 mod runtime;

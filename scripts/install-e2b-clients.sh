@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs E2B's official client libraries at the pinned versions the compatibility tests run
+# (crates/paddock/tests/e2b_clients): one Python virtual environment per requirements file, from PyPI,
+# under target/e2b-clients/, and the JavaScript SDK from npm (package-lock.json pins it).
+# Idempotent: an environment whose requirements did not change is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+clients=crates/paddock/tests/e2b_clients
+out=target/e2b-clients
+mkdir -p "$out"
+for req in "$clients"/python/requirements-*.txt; do
+  name=$(basename "$req" .txt)
+  venv="$out/python-${name#requirements-}"
+  if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/requirements.txt"; then
+    continue
+  fi
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$req"
+  cp "$req" "$venv/requirements.txt"
+done
+if [ -f "$clients/js/package-lock.json" ]; then
+  if ! command -v npm >/dev/null; then
+    echo "npm (Node.js 20.18+ or 22+) is required for the E2B JavaScript SDK tests" >&2
+    exit 1
+  fi
+  if ! cmp -s "$clients/js/package-lock.json" "$clients/js/node_modules/.package-lock.json.installed" 2>/dev/null; then
+    (cd "$clients/js" && npm ci --silent --no-audit --no-fund)
+    cp "$clients/js/package-lock.json" "$clients/js/node_modules/.package-lock.json.installed"
+  fi
+fi
