@@ -102,15 +102,17 @@ async fn serve_http(
     } else {
         v1
     };
+    let tls = tls_acceptor(&config.http)?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let http = config.http.clone();
     let mut server = tokio::spawn(async move {
-        crate::serve_http::serve_api(listener, app, &http, async {
+        crate::serve_http::serve_api(listener, app, &http, tls, async {
             let _ = stop_rx.await;
         })
         .await;
     });
-    eprintln!("paddock: listening on http://{addr}");
+    eprintln!("paddock: listening on {scheme}://{addr}");
     tracing::info!(%addr, "listening");
     // Sandboxes from before the restart are recovered while the API serves (those not yet recovered
     // answer `sandbox_recovering`); this line says when every one is done.
@@ -254,6 +256,41 @@ fn raise_fd_limit(http: &HttpSettings) {
 
 /// Writes a secret to `path`, mode 0600, replacing any previous file atomically (a temporary file in
 /// the same directory, then a rename), so the file is never readable by others, not even briefly.
+/// The listener's TLS configuration from `[http] tls_cert` and `tls_key` (PEM), offering HTTP/1.1
+/// only; `None` for plain HTTP.
+fn tls_acceptor(
+    http: &crate::serve_config::HttpSettings,
+) -> anyhow::Result<Option<tokio_rustls::TlsAcceptor>> {
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let (Some(cert), Some(key)) = (&http.tls_cert, &http.tls_key) else {
+        return Ok(None);
+    };
+    let chain = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("failed to read the certificate chain {}", cert.display()))?;
+    if chain.is_empty() {
+        anyhow::bail!("{} holds no PEM certificate", cert.display());
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key)
+        .with_context(|| format!("failed to read the private key {}", key.display()))?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_no_client_auth()
+        .with_single_cert(chain, key_der)
+        .with_context(|| {
+            format!(
+                "the key {} does not fit the certificate {}",
+                key.display(),
+                cert.display()
+            )
+        })?;
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Some(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(server))))
+}
+
 /// The E2B token key at `path`, made (32 random bytes, hex, mode 0600) when there is none. Replacing
 /// the file revokes every sandbox's access tokens at the next start.
 fn e2b_token_key(path: &Path) -> anyhow::Result<paddock_e2b::tokens::TokenKey> {

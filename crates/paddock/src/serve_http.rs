@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use tower::ServiceExt as _;
 
 use crate::serve_config::HttpSettings;
-use conn::{must_close, ClockedIo, ConnClock, ConnTimeouts, Expiry, IdleTimeoutBody, TrackedBody};
+use conn::{must_close, ClockedIo, ConnClock, ConnTimeouts, Expiry, IdleTimeoutBody, Stream, TrackedBody};
 
 /// The longest pause between two `accept` attempts while descriptors (or memory) are exhausted.
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
@@ -49,6 +49,7 @@ pub(crate) async fn serve_api(
     listener: TcpListener,
     app: Router,
     settings: &HttpSettings,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
 ) {
     let limits = Arc::new(ConnLimits::from(settings));
@@ -99,6 +100,7 @@ pub(crate) async fn serve_api(
         };
         let conn = Connection {
             tcp,
+            tls: tls.clone(),
             peer,
             app: app.clone(),
             limits: limits.clone(),
@@ -139,6 +141,7 @@ impl From<&HttpSettings> for ConnLimits {
 /// One accepted connection and what it holds until it closes.
 struct Connection {
     tcp: TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     peer: SocketAddr,
     app: Router,
     limits: Arc<ConnLimits>,
@@ -154,8 +157,27 @@ impl Connection {
         if let Err(e) = self.tcp.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set");
         }
+        let stream = match self.tls.take() {
+            None => Stream::Plain(self.tcp),
+            // The handshake is bounded like a request head: a client that opens a connection and
+            // sends nothing holds it no longer.
+            Some(acceptor) => {
+                let handshake = acceptor.accept(self.tcp);
+                match tokio::time::timeout(self.limits.timeouts.header_read, handshake).await {
+                    Ok(Ok(tls)) => Stream::Tls(Box::new(tls)),
+                    Ok(Err(e)) => {
+                        tracing::debug!(peer = %self.peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(peer = %self.peer, "TLS handshake took too long");
+                        return;
+                    }
+                }
+            }
+        };
         let clock = ConnClock::new();
-        let io = TokioIo::new(ClockedIo::new(self.tcp, clock.clone()));
+        let io = TokioIo::new(ClockedIo::new(stream, clock.clone()));
         let service = {
             let clock = clock.clone();
             let app = self.app;

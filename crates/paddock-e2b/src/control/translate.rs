@@ -269,11 +269,40 @@ pub fn unix_nanos(t: SystemTime) -> u128 {
     t.duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }
 
-/// Decodes `GET /v2/sandboxes?metadata=...`: the SDKs percent-encode each key and value, join them
-/// as `k=v&k2=v2` and send that as one (again encoded) parameter; the query layer has undone the
-/// outer encoding.
+/// Decodes `GET /v2/sandboxes?metadata=...`: the SDKs percent-encode each key and value
+/// (`quote`), join them as a query string (`urlencode`, which encodes them again) and send that as
+/// one parameter (encoded a third time). The query layer has undone the outer encoding; this parses
+/// the query string (the second) and percent-decodes each key and value (the first).
 pub fn metadata_filter(param: &str) -> BTreeMap<String, String> {
-    form_urlencoded::parse(param.as_bytes()).into_owned().collect()
+    form_urlencoded::parse(param.as_bytes())
+        .map(|(k, v)| (percent_decode(&k), percent_decode(&v)))
+        .collect()
+}
+
+/// `%XX` sequences decoded (`+` kept: `quote` never writes one for a space); invalid UTF-8 is
+/// replaced, and a `%` not followed by two hex digits is kept as it is.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -356,8 +385,9 @@ mod tests {
 
     #[test]
     fn metadata_filters_are_decoded_twice() {
-        // The SDK's encoding of {"k": "v w", "a&b": "c=d"} after the query layer's decoding.
-        let m = metadata_filter("k=v%20w&a%26b=c%3Dd");
+        // Python's urlencode({quote(k): quote(v)}) for {"k": "v w", "a&b": "c=d"}, as the query
+        // layer hands it over.
+        let m = metadata_filter("k=v%2520w&a%2526b=c%253Dd");
         assert_eq!(m.get("k").map(String::as_str), Some("v w"));
         assert_eq!(m.get("a&b").map(String::as_str), Some("c=d"));
     }

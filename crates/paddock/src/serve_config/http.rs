@@ -55,6 +55,14 @@ pub struct HttpSettings {
     /// so. Each stream of one answer holds at most 16 MiB whatever this is.
     #[serde(default = "default_collected_output_budget", with = "size")]
     pub collected_output_budget: ByteSize,
+    /// PEM file of the listener's certificate chain. With `tls_key`, the listener speaks HTTPS
+    /// only (HTTP/1.1 by ALPN); a wildcard certificate (`*.<[e2b] domain>`) makes per-sandbox hosts
+    /// work. Without both, plain HTTP (keep it on loopback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM file of the certificate's private key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 /// hyper reads a head into a buffer of at least this size.
@@ -103,6 +111,8 @@ impl Default for HttpSettings {
             max_connections: default_max_connections(),
             max_connections_per_client: default_max_connections_per_client(),
             collected_output_budget: default_collected_output_budget(),
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -110,6 +120,9 @@ impl Default for HttpSettings {
 impl HttpSettings {
     /// Checks the ranges; the error names the key.
     pub fn validate(&self) -> anyhow::Result<()> {
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            anyhow::bail!("http.tls_cert and http.tls_key: give both (HTTPS) or neither (plain HTTP)");
+        }
         for (key, value) in [
             ("header_read_timeout", self.header_read_timeout),
             ("idle_timeout", self.idle_timeout),

@@ -293,14 +293,31 @@ impl hyper::body::Body for IdleTimeoutBody {
     }
 }
 
-/// A TCP stream that tells its connection's clock when bytes arrive.
+/// A connection's byte stream: plain TCP, or TLS over it.
+pub(crate) enum Stream {
+    /// Plain HTTP.
+    Plain(tokio::net::TcpStream),
+    /// HTTPS (boxed: a TLS session is large).
+    Tls(Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>),
+}
+
+macro_rules! on_stream {
+    ($self:expr, $s:ident => $e:expr) => {
+        match &mut $self.tcp {
+            Stream::Plain($s) => $e,
+            Stream::Tls($s) => $e,
+        }
+    };
+}
+
+/// A connection's stream that tells its clock when bytes arrive.
 pub(crate) struct ClockedIo {
-    tcp: tokio::net::TcpStream,
+    tcp: Stream,
     clock: Arc<ConnClock>,
 }
 
 impl ClockedIo {
-    pub(crate) fn new(tcp: tokio::net::TcpStream, clock: Arc<ConnClock>) -> Self {
+    pub(crate) fn new(tcp: Stream, clock: Arc<ConnClock>) -> Self {
         Self { tcp, clock }
     }
 }
@@ -312,7 +329,7 @@ impl AsyncRead for ClockedIo {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        let polled = Pin::new(&mut self.tcp).poll_read(cx, buf);
+        let polled = on_stream!(self, s => Pin::new(s).poll_read(cx, buf));
         if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
             self.clock.on_read();
         }
@@ -322,7 +339,7 @@ impl AsyncRead for ClockedIo {
 
 impl AsyncWrite for ClockedIo {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.tcp).poll_write(cx, buf)
+        on_stream!(self, s => Pin::new(s).poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -330,19 +347,22 @@ impl AsyncWrite for ClockedIo {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+        on_stream!(self, s => Pin::new(s).poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.tcp.is_write_vectored()
+        match &self.tcp {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_flush(cx)
+        on_stream!(self, s => Pin::new(s).poll_flush(cx))
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.tcp).poll_shutdown(cx)
+        on_stream!(self, s => Pin::new(s).poll_shutdown(cx))
     }
 }
 

@@ -5,3 +5,4 @@
 //! module starts the server, makes two tenants' keys and runs it.
 
 mod sdk;
+mod tls;

@@ -17,12 +17,12 @@ fn workspace() -> PathBuf {
         .expect("workspace root")
 }
 
-fn clients() -> PathBuf {
+pub(super) fn clients() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2b_clients")
 }
 
 /// A key's E2B spelling (`pdk_<id>_<secret>` → `e2b_<id><secret>`).
-fn e2b_spelling(key: &str) -> String {
+pub(super) fn e2b_spelling(key: &str) -> String {
     let rest = key.strip_prefix("pdk_").expect("a paddock key");
     let (id, secret) = rest.split_once('_').expect("id and secret");
     format!("e2b_{id}{secret}")
@@ -31,6 +31,7 @@ fn e2b_spelling(key: &str) -> String {
 /// A server with the E2B front-end under [`DOMAIN`] and two tenants' keys (E2B spelling).
 struct Setup {
     env: TestEnv,
+    _files: tempfile::TempDir,
     server: Server,
     key: String,
     other_key: String,
@@ -39,7 +40,9 @@ struct Setup {
 impl Setup {
     fn start() -> Setup {
         let env = TestEnv::new();
-        let config = env.state().join("serve.toml");
+        // Beside the state directory, never in it (the server only takes over an empty one).
+        let files = tempfile::tempdir().expect("a directory for the configuration");
+        let config = files.path().join("serve.toml");
         std::fs::write(&config, format!("[e2b]\ndomain = \"{DOMAIN}\"\n")).expect("write the configuration");
         let server = Server::start(&env, &["--config", config.to_str().expect("utf-8 path")], "info");
         let api = server.api();
@@ -55,6 +58,7 @@ impl Setup {
         });
         Setup {
             env,
+            _files: files,
             server,
             key: e2b_spelling(&key),
             other_key: e2b_spelling(&other_key),
@@ -136,4 +140,20 @@ fn python_sdk_newest() {
 #[test]
 fn python_sdk_2_45() {
     python_suite("python-2.45");
+}
+
+#[test]
+fn js_sdk_newest() {
+    let dir = clients().join("js");
+    assert!(
+        dir.join("node_modules/e2b").exists(),
+        "{} has no node_modules/e2b: run scripts/install-e2b-clients.sh (scripts/test.sh does)",
+        dir.display()
+    );
+    let setup = Setup::start();
+    let mut cmd = Command::new("node");
+    cmd.current_dir(&dir)
+        .args(["--test", "--test-concurrency=1", "sdk.test.mjs"]);
+    run_suite(&setup, cmd, "the E2B JavaScript SDK suite");
+    setup.finish();
 }
