@@ -26,3 +26,6 @@ impl<T> RpcMessage for T where
     T: prost::Message + Default + serde::Serialize + serde::de::DeserializeOwned + Send + Sync + 'static
 {
 }
+
+#[cfg(test)]
+mod tests;

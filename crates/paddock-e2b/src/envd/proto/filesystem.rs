@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::json::{enum_de, enum_ser, i64_str, is_default, proto_enum, u32_num, Timestamp};
+use super::json::{enum_de, enum_ser, i64_str, is_default, oneof, proto_enum, u32_num, Timestamp};
 
 /// `FileType`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
@@ -284,7 +284,12 @@ pub struct FilesystemEvent {
 pub struct WatchDirResponse {
     /// The event.
     #[prost(oneof = "watch_dir_response::Event", tags = "1, 2, 3")]
-    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        flatten,
+        default,
+        deserialize_with = "oneof",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub event: Option<watch_dir_response::Event>,
 }
 

@@ -121,6 +121,18 @@ pub mod b64 {
     }
 }
 
+/// A `oneof` (flattened into its message, as protobuf's JSON has it): absent is `None`, but a
+/// member that is present and malformed is an error (serde's `Option` under `flatten` would read
+/// it as absent).
+pub fn oneof<'de, D: Deserializer<'de>, E: Deserialize<'de>>(d: D) -> Result<Option<E>, D::Error> {
+    match E::deserialize(d) {
+        Ok(e) => Ok(Some(e)),
+        // What serde's flattened-map deserializer says when no member is there at all.
+        Err(e) if e.to_string().starts_with("no variant of enum") => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// A protobuf enum's names (prost's `as_str_name`/`from_str_name`, behind one trait).
 pub trait ProtoEnum {
     /// The name of value `v`, if it is one of the enum's.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::json::{b64, enum_de, enum_ser, i32_num, is_default, proto_enum, u32_num};
+use super::json::{b64, enum_de, enum_ser, i32_num, is_default, oneof, proto_enum, u32_num};
 
 /// `PTY`: a terminal and its size.
 #[derive(Clone, PartialEq, prost::Message, Serialize, Deserialize)]
@@ -127,7 +127,12 @@ pub struct UpdateResponse {}
 pub struct ProcessEvent {
     /// The event.
     #[prost(oneof = "process_event::Event", tags = "1, 2, 3, 4")]
-    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        flatten,
+        default,
+        deserialize_with = "oneof",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub event: Option<process_event::Event>,
 }
 
@@ -167,7 +172,12 @@ pub mod process_event {
     pub struct DataEvent {
         /// Which stream, and the bytes.
         #[prost(oneof = "data_event::Output", tags = "1, 2, 3")]
-        #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            flatten,
+            default,
+            deserialize_with = "oneof",
+            skip_serializing_if = "Option::is_none"
+        )]
         pub output: Option<data_event::Output>,
     }
 
@@ -263,7 +273,12 @@ pub struct SendInputResponse {}
 pub struct ProcessInput {
     /// Where they go.
     #[prost(oneof = "process_input::Input", tags = "1, 2")]
-    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        flatten,
+        default,
+        deserialize_with = "oneof",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub input: Option<process_input::Input>,
 }
 
@@ -289,7 +304,12 @@ pub mod process_input {
 pub struct StreamInputRequest {
     /// The event.
     #[prost(oneof = "stream_input_request::Event", tags = "1, 2, 3")]
-    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        flatten,
+        default,
+        deserialize_with = "oneof",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub event: Option<stream_input_request::Event>,
 }
 
@@ -423,7 +443,12 @@ pub struct ConnectRequest {
 pub struct ProcessSelector {
     /// The selector.
     #[prost(oneof = "process_selector::Selector", tags = "1, 2")]
-    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        flatten,
+        default,
+        deserialize_with = "oneof",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub selector: Option<process_selector::Selector>,
 }
 
