@@ -258,7 +258,7 @@ mod tests {
             let other: SandboxId = format!("sb-{i:016x}").parse().expect("id");
             watchers.add(&other, "t").expect("room");
             n += 1;
-            if n % MAX_PER_SANDBOX == 0 {
+            if n.is_multiple_of(MAX_PER_SANDBOX) {
                 i += 1;
             }
         }

@@ -299,6 +299,10 @@ pub mod watch_dir_response {
 
     /// `WatchDirResponse.event`.
     #[derive(Clone, PartialEq, prost::Oneof, Serialize, Deserialize)]
+    #[expect(
+        clippy::large_enum_variant,
+        reason = "one message of a stream at a time; boxing would only add an allocation per event"
+    )]
     #[serde(rename_all = "camelCase")]
     pub enum Event {
         /// The watch is in place (first).
