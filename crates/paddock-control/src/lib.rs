@@ -26,4 +26,5 @@ pub use crate::core::output::streams::{ByteStream, ExecStream, FileDownload, Wat
 pub use crate::core::principal::Principal;
 pub use crate::core::service::SandboxService;
 pub use crate::ops::admin::ADMIN_TENANT;
+pub use crate::ops::files::accounts::{AccountUser, SandboxAccounts};
 pub use crate::ops::files::WriteFileOptions;

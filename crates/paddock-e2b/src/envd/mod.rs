@@ -47,7 +47,10 @@ pub fn router(state: E2bState) -> Router {
         .with_state(state)
 }
 
-async fn not_found() -> Response {
+async fn not_found(uri: axum::http::Uri) -> Response {
+    if connect::looks_like_rpc(uri.path()) {
+        return connect::unknown_rpc(uri.path());
+    }
     crate::ConnectError::new(crate::ConnectCode::NotFound, "no such envd endpoint").into_response()
 }
 

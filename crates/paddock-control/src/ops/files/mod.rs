@@ -2,6 +2,7 @@
 //! `openat2(RESOLVE_IN_ROOT)`), and tar archives are made and unpacked by `tar` running inside the
 //! sandbox as the sandbox's user, so neither can reach a host path.
 
+pub(crate) mod accounts;
 pub(crate) mod watch;
 
 use std::sync::Arc;

@@ -254,7 +254,10 @@ async fn sleep(shell: &Shell, args: &[String], io: &Io) -> Flow {
 }
 
 async fn sh(shell: &mut Shell, args: &[String], io: Io) -> Flow {
-    match args {
+    // A login shell (`bash -l -c ...`, as E2B's SDKs start commands) runs the script the same way:
+    // the double has no profile files.
+    let login = args.iter().take_while(|a| *a == "-l" || *a == "--login").count();
+    match &args[login..] {
         [flag, script, ..] if flag == "-c" => {
             let script = script.clone();
             // The nested script runs in this process; `exit` ends only it.

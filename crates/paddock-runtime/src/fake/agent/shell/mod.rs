@@ -7,7 +7,7 @@
 //! The commands (`commands.rs`): `true`, `false`, `:`, `echo [-n] [-e]`, `printf`, `cat [FILE...]`
 //! (stdin when none), `sleep SECONDS` (until killed or timed out), `exit [N]`, `ls [-a] [PATH...]`,
 //! `pwd`, `cd`, `mkdir [-p]`, `rm [-r] [-f]`, `touch`, `hostname`, `whoami`, `id [-u|-un]`, `env`,
-//! `test`/`[` (`-e`, `-f`, `-d`, `-s`, `=`, `!=`), `ln -s`, `chmod OCTAL`, `sh -c`/`bash -c`, `exec`,
+//! `test`/`[` (`-e`, `-f`, `-d`, `-s`, `=`, `!=`), `ln -s`, `chmod OCTAL`, `sh [-l] -c`/`bash [-l] -c`, `exec`,
 //! and `tar` in the two
 //! forms the control plane runs (`tar -C DIR -cf - .` and `tar -C DIR -xf - ...`). Anything else
 //! is "not found" (127 in a script; `exec_failed` as a spawned program), as on a real system without
