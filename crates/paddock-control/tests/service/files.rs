@@ -190,11 +190,18 @@ async fn a_write_with_parents_creates_the_missing_directories_owned_by_its_user(
     s.write_file(&f.a, &id, "/home/user/new/deep/a.txt", as_root, bytes_body(b"x"))
         .await
         .expect("write with parents");
-    for path in ["/home/user/new", "/home/user/new/deep", "/home/user/new/deep/a.txt"] {
+    for path in [
+        "/home/user/new",
+        "/home/user/new/deep",
+        "/home/user/new/deep/a.txt",
+    ] {
         assert_eq!(s.stat_file(&f.a, &id, path).await.expect("stat").uid, 0, "{path}");
     }
     // Existing parents are kept as they are; without `parents` a missing one is an error.
-    assert_eq!(s.stat_file(&f.a, &id, "/home/user").await.expect("stat").uid, 1000);
+    assert_eq!(
+        s.stat_file(&f.a, &id, "/home/user").await.expect("stat").uid,
+        1000
+    );
     assert_eq!(
         code(
             s.write_file(
