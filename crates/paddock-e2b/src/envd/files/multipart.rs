@@ -1,0 +1,453 @@
+//! The parts of a `multipart/form-data` upload, read as they arrive, in bounded memory.
+//!
+//! The parser (`multer`) buffers whatever its source has ready, and needs a part's headers whole
+//! before it yields the part: on its own it would hold a part header that never ends, or a gzip body
+//! that inflates faster than the sandbox takes it, without limit. So its source is windowed: it is
+//! handed at most [`WINDOW`] bytes past the point where the upload last moved on (a new part, or
+//! a chunk of a part's data taken by the write), and a header or preamble that fills the window
+//! without ending is refused. Parts are bounded in number ([`MAX_PARTS`]) and in header bytes
+//! ([`MAX_PART_HEADERS`]); a part's data is not bounded here (the sandbox's disk limit is its
+//! bound, as for any write).
+//!
+//! It does not: read parts out of order or keep one once the next is asked for (each part must be
+//! read to its end, or the upload abandoned), or honour a part's `Content-Type` (envd ignores it).
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt as _};
+use paddock_control::ByteStream;
+
+/// Bytes the parser may be handed while the upload does not move on (bounds what it buffers).
+pub const WINDOW: u64 = 1024 * 1024;
+/// Most parts in one upload (files and any other fields).
+pub const MAX_PARTS: usize = 1000;
+/// Most bytes of one part's headers (names and values).
+pub const MAX_PART_HEADERS: usize = 16 * 1024;
+
+/// Why a multipart body is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MultipartError {
+    /// The `Content-Type` has no usable boundary.
+    #[error("invalid multipart content type: {0}")]
+    ContentType(String),
+    /// A part's headers (or the preamble before the first part) run past the bound.
+    #[error("a multipart part's headers are too large (at most {MAX_PART_HEADERS} bytes)")]
+    HeadersTooLarge,
+    /// More parts than [`MAX_PARTS`].
+    #[error("too many parts in one upload (at most {MAX_PARTS})")]
+    TooManyParts,
+    /// Not well-formed multipart (truncated, a missing boundary, unreadable headers).
+    #[error("error reading form: {0}")]
+    Malformed(String),
+    /// The request body itself failed (the client went away, a corrupt gzip coding).
+    #[error("error reading the request body: {0}")]
+    Body(String),
+}
+
+/// How far the upload has come, shared by the windowed source and the parts.
+#[derive(Debug, Default)]
+struct Progress {
+    state: Mutex<ProgressState>,
+}
+
+#[derive(Debug, Default)]
+struct ProgressState {
+    /// Bytes handed to the parser since the upload last moved on.
+    since: u64,
+    /// How many times it moved on.
+    epoch: u64,
+    /// The first failure, when there was one.
+    failure: Option<MultipartError>,
+}
+
+impl Progress {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ProgressState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn moved_on(&self) {
+        let mut s = self.lock();
+        s.since = 0;
+        s.epoch += 1;
+    }
+
+    /// Records `e` unless a failure was recorded first; the recorded one.
+    fn fail(&self, e: MultipartError) -> MultipartError {
+        self.lock().failure.get_or_insert(e).clone()
+    }
+}
+
+/// The parser's source: the body, never more than [`WINDOW`] bytes ahead of the upload.
+struct Windowed {
+    body: ByteStream,
+    progress: Arc<Progress>,
+    /// A chunk held back while the window was full.
+    held: Option<Bytes>,
+    /// The epoch at which a chunk was held back.
+    held_at: Option<u64>,
+}
+
+impl Stream for Windowed {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let chunk = match this.held.take() {
+            Some(chunk) => chunk,
+            None => match this.body.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(chunk))) => chunk,
+                Poll::Ready(Some(Err(e))) => {
+                    let e = this.progress.fail(MultipartError::Body(e.to_string()));
+                    return Poll::Ready(Some(Err(std::io::Error::other(e.to_string()))));
+                }
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            },
+        };
+        let mut s = this.progress.lock();
+        // One chunk always goes in, whatever its size, so a large chunk cannot stall the upload.
+        if s.since == 0 || s.since + chunk.len() as u64 <= WINDOW {
+            s.since += chunk.len() as u64;
+            this.held_at = None;
+            return Poll::Ready(Some(Ok(chunk)));
+        }
+        if this.held_at == Some(s.epoch) {
+            // Held back before, and the parser yielded nothing since: it is waiting for the end of
+            // headers that the window cannot hold.
+            drop(s);
+            let e = this.progress.fail(MultipartError::HeadersTooLarge);
+            return Poll::Ready(Some(Err(std::io::Error::other(e.to_string()))));
+        }
+        this.held_at = Some(s.epoch);
+        drop(s);
+        this.held = Some(chunk);
+        // The parser yields what it has (or finds that it cannot), then polls again.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+/// The parts of one upload.
+pub struct Parts {
+    multipart: multer::Multipart<'static>,
+    progress: Arc<Progress>,
+    count: usize,
+}
+
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts")
+            .field("count", &self.count)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Parts {
+    /// The parts of `body`, a `multipart/form-data` body with this `Content-Type`.
+    pub fn new(body: ByteStream, content_type: &str) -> Result<Self, MultipartError> {
+        let boundary =
+            multer::parse_boundary(content_type).map_err(|e| MultipartError::ContentType(e.to_string()))?;
+        let progress = Arc::new(Progress::default());
+        let source = Windowed {
+            body,
+            progress: progress.clone(),
+            held: None,
+            held_at: None,
+        };
+        Ok(Self {
+            multipart: multer::Multipart::new(source, boundary),
+            progress,
+            count: 0,
+        })
+    }
+
+    /// The next part; `None` after the last. The previous part must have been read to its end.
+    pub async fn next(&mut self) -> Result<Option<Part>, MultipartError> {
+        let field = match self.multipart.next_field().await {
+            Ok(Some(field)) => field,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(self.progress.fail(MultipartError::Malformed(e.to_string()))),
+        };
+        self.progress.moved_on();
+        self.count += 1;
+        if self.count > MAX_PARTS {
+            return Err(self.progress.fail(MultipartError::TooManyParts));
+        }
+        let header_bytes: usize = field
+            .headers()
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len())
+            .sum();
+        if header_bytes > MAX_PART_HEADERS {
+            return Err(self.progress.fail(MultipartError::HeadersTooLarge));
+        }
+        let file_name = field
+            .headers()
+            .get(axum::http::header::CONTENT_DISPOSITION)
+            .and_then(|v| file_name(v.as_bytes()));
+        Ok(Some(Part {
+            name: field.name().map(str::to_owned),
+            file_name,
+            field,
+            progress: self.progress.clone(),
+        }))
+    }
+
+    /// The failure that ended the upload's body, when one did (a part's stream reports it only as
+    /// an I/O error to the write that read it).
+    pub fn failure(&self) -> Option<MultipartError> {
+        self.progress.lock().failure.clone()
+    }
+}
+
+/// One part.
+pub struct Part {
+    name: Option<String>,
+    file_name: Option<FileName>,
+    field: multer::Field<'static>,
+    progress: Arc<Progress>,
+}
+
+impl std::fmt::Debug for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Part")
+            .field("name", &self.name)
+            .field("file_name", &self.file_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A part's `filename`, as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileName {
+    /// Readable text.
+    Text(String),
+    /// Not UTF-8 (a path in a request must be).
+    NotUtf8,
+}
+
+impl Part {
+    /// The form field's name (`file` for an upload's files).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// The part's file name (`filename*` when given, else `filename`), unescaped.
+    pub fn file_name(&self) -> Option<&FileName> {
+        self.file_name.as_ref()
+    }
+
+    /// The part's data, as it arrives.
+    pub fn into_stream(self) -> ByteStream {
+        let progress = self.progress;
+        Box::pin(self.field.map(move |chunk| match chunk {
+            Ok(chunk) => {
+                progress.moved_on();
+                Ok(chunk)
+            }
+            Err(e) => {
+                let e = progress.fail(MultipartError::Malformed(e.to_string()));
+                Err(std::io::Error::other(e.to_string()))
+            }
+        }))
+    }
+
+    /// Reads the part to its end, keeping nothing.
+    pub async fn skip(self) -> Result<(), MultipartError> {
+        let progress = self.progress.clone();
+        let mut stream = self.into_stream();
+        while let Some(chunk) = stream.next().await {
+            if chunk.is_err() {
+                let failure = progress.lock().failure.clone();
+                return Err(failure.unwrap_or_else(|| MultipartError::Malformed("unreadable part".into())));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The file name in a `Content-Disposition` value: `filename*` (RFC 5987, UTF-8) when present,
+/// else `filename` with quoted-string escapes undone (as Go's `mime` package reads it, which envd
+/// uses). Percent signs in a plain `filename` are kept: that is what browsers' and httpx's
+/// escaping of `"` leaves, and envd keeps it too.
+fn file_name(value: &[u8]) -> Option<FileName> {
+    let mut plain = None;
+    for (key, raw) in parameters(value) {
+        if key.eq_ignore_ascii_case("filename*") {
+            if let Some(name) = extended_value(&raw) {
+                return Some(name);
+            }
+        } else if key.eq_ignore_ascii_case("filename") && plain.is_none() {
+            plain = Some(match String::from_utf8(raw) {
+                Ok(text) => FileName::Text(text),
+                Err(_) => FileName::NotUtf8,
+            });
+        }
+    }
+    plain
+}
+
+/// The `key=value` parameters after a disposition type, values unquoted.
+fn parameters(value: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut rest = match value.iter().position(|b| *b == b';') {
+        Some(i) => &value[i + 1..],
+        None => return out,
+    };
+    loop {
+        rest = trim_start(rest);
+        if rest.is_empty() {
+            return out;
+        }
+        let key_end = rest
+            .iter()
+            .position(|b| *b == b'=' || *b == b';')
+            .unwrap_or(rest.len());
+        let key = String::from_utf8_lossy(trim_end(&rest[..key_end])).into_owned();
+        rest = &rest[key_end..];
+        let Some((b'=', after)) = rest.split_first() else {
+            // A key without a value: skip it (and its `;`).
+            rest = rest.get(1..).unwrap_or_default();
+            continue;
+        };
+        rest = trim_start(after);
+        let mut raw = Vec::new();
+        if let Some((b'"', quoted)) = rest.split_first() {
+            let mut i = 0;
+            while i < quoted.len() {
+                match quoted[i] {
+                    b'\\' if i + 1 < quoted.len() => {
+                        raw.push(quoted[i + 1]);
+                        i += 2;
+                    }
+                    b'"' => {
+                        i += 1;
+                        break;
+                    }
+                    b => {
+                        raw.push(b);
+                        i += 1;
+                    }
+                }
+            }
+            rest = &quoted[i..];
+            // Anything up to the next `;` after a closing quote is ignored.
+            let next = rest.iter().position(|b| *b == b';').map_or(rest.len(), |p| p + 1);
+            rest = &rest[next..];
+        } else {
+            let end = rest.iter().position(|b| *b == b';').unwrap_or(rest.len());
+            raw.extend_from_slice(trim_end(&rest[..end]));
+            rest = rest.get(end + 1..).unwrap_or_default();
+        }
+        out.push((key, raw));
+    }
+}
+
+/// `UTF-8''<percent-encoded>` → the text; `None` for another charset or a bad encoding.
+fn extended_value(raw: &[u8]) -> Option<FileName> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let (charset, rest) = text.split_once('\'')?;
+    let (_language, encoded) = rest.split_once('\'')?;
+    if !charset.eq_ignore_ascii_case("utf-8") {
+        return None;
+    }
+    let bytes: Vec<u8> = percent_decode(encoded)?;
+    Some(match String::from_utf8(bytes) {
+        Ok(text) => FileName::Text(text),
+        Err(_) => FileName::NotUtf8,
+    })
+}
+
+fn percent_decode(text: &str) -> Option<Vec<u8>> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+fn trim_start(b: &[u8]) -> &[u8] {
+    let i = b.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(b.len());
+    &b[i..]
+}
+
+fn trim_end(b: &[u8]) -> &[u8] {
+    let i = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(0, |p| p + 1);
+    &b[..i]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn text(s: &str) -> Option<FileName> {
+        Some(FileName::Text(s.to_owned()))
+    }
+
+    #[test]
+    fn file_names_are_read_as_go_reads_them() {
+        let name = |v: &str| file_name(v.as_bytes());
+        assert_eq!(
+            name(r#"form-data; name="file"; filename="/home/user/a.txt""#),
+            text("/home/user/a.txt")
+        );
+        assert_eq!(
+            name(r#"form-data; filename="a\"b\\c"; name=file"#),
+            text(r#"a"b\c"#)
+        );
+        assert_eq!(
+            name(r#"form-data; name="file"; filename="a%22b.txt""#),
+            text("a%22b.txt")
+        );
+        assert_eq!(
+            name("form-data; name=file; filename=plain.txt"),
+            text("plain.txt")
+        );
+        assert_eq!(
+            name("form-data; filename=\"fallback\"; filename*=UTF-8''%C3%A9t%C3%A9.txt"),
+            text("été.txt")
+        );
+        assert_eq!(name("form-data; filename*=latin-1''x; filename=\"y\""), text("y"));
+        assert_eq!(
+            name("form-data; name=\"file\"; filename=\"d/é.txt\""),
+            text("d/é.txt")
+        );
+        assert_eq!(name(r#"form-data; name="file""#), None);
+        assert_eq!(name(r#"form-data; name="file"; xfilename="no""#), None);
+        assert_eq!(name("form-data; filename=\"unterminated"), text("unterminated"));
+        assert_eq!(
+            file_name(b"form-data; filename=\"\xff\""),
+            Some(FileName::NotUtf8)
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_disposition_parses_without_panicking(value in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = file_name(&value);
+        }
+
+        #[test]
+        fn quoted_names_round_trip(name in "[ -~é]{0,40}") {
+            let quoted = name.replace('\\', "\\\\").replace('"', "\\\"");
+            let value = format!("form-data; name=\"file\"; filename=\"{quoted}\"");
+            prop_assert_eq!(file_name(value.as_bytes()), Some(FileName::Text(name)));
+        }
+    }
+}
