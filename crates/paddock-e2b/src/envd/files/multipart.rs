@@ -437,6 +437,107 @@ mod tests {
         );
     }
 
+    const PIECE: usize = 64 * 1024;
+
+    /// A source that is always ready, and counts the bytes taken from it.
+    fn counted(
+        chunks: impl Iterator<Item = Bytes> + Send + 'static,
+    ) -> (ByteStream, Arc<std::sync::atomic::AtomicU64>) {
+        let pulled = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counter = pulled.clone();
+        let stream = futures_util::stream::iter(chunks.map(move |c| {
+            counter.fetch_add(c.len() as u64, std::sync::atomic::Ordering::SeqCst);
+            Ok(c)
+        }));
+        (Box::pin(stream), pulled)
+    }
+
+    fn pulled(counter: &std::sync::atomic::AtomicU64) -> u64 {
+        counter.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    const CONTENT_TYPE: &str = "multipart/form-data; boundary=XyZ";
+
+    #[tokio::test]
+    async fn part_headers_that_never_end_are_refused_within_the_window() {
+        let start = Bytes::from_static(b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"\r\nX-Pad: ");
+        let endless = std::iter::repeat_with(|| Bytes::from(vec![b'a'; PIECE]));
+        let (body, taken) = counted(std::iter::once(start).chain(endless));
+        let mut parts = Parts::new(body, CONTENT_TYPE).expect("a boundary");
+        let refused = parts.next().await.expect_err("refused");
+        assert_eq!(refused, MultipartError::HeadersTooLarge);
+        assert!(pulled(&taken) <= WINDOW + 2 * PIECE as u64, "{}", pulled(&taken));
+        assert_eq!(parts.failure(), Some(MultipartError::HeadersTooLarge));
+    }
+
+    #[tokio::test]
+    async fn a_part_that_arrives_faster_than_it_is_read_stays_within_the_window() {
+        let size = 8 * 1024 * 1024;
+        let head = Bytes::from_static(
+            b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\n",
+        );
+        let data = (0..size / PIECE).map(|i| Bytes::from(vec![(i % 251) as u8; PIECE]));
+        let tail = Bytes::from_static(b"\r\n--XyZ--\r\n");
+        let (body, taken) = counted(std::iter::once(head).chain(data).chain(std::iter::once(tail)));
+        let mut parts = Parts::new(body, CONTENT_TYPE).expect("a boundary");
+        let part = parts.next().await.expect("a part").expect("one part");
+        assert_eq!(part.file_name(), Some(&FileName::Text("a".into())));
+        let mut stream = part.into_stream();
+        let (mut read, mut furthest_ahead) = (0u64, 0u64);
+        while let Some(chunk) = stream.next().await {
+            read += chunk.expect("data").len() as u64;
+            furthest_ahead = furthest_ahead.max(pulled(&taken) - read);
+        }
+        drop(stream);
+        assert_eq!(read, size as u64);
+        assert!(furthest_ahead <= WINDOW + 2 * PIECE as u64, "{furthest_ahead}");
+        assert!(parts.next().await.expect("the end").is_none());
+    }
+
+    #[tokio::test]
+    async fn parts_past_the_bound_are_refused() {
+        let mut body = Vec::new();
+        for _ in 0..=MAX_PARTS {
+            body.extend_from_slice(b"--XyZ\r\nContent-Disposition: form-data; name=\"other\"\r\n\r\nx\r\n");
+        }
+        body.extend_from_slice(b"--XyZ--\r\n");
+        let (body, _) = counted(std::iter::once(Bytes::from(body)));
+        let mut parts = Parts::new(body, CONTENT_TYPE).expect("a boundary");
+        for _ in 0..MAX_PARTS {
+            let part = parts.next().await.expect("a part").expect("more parts");
+            part.skip().await.expect("skipped");
+        }
+        assert_eq!(
+            parts.next().await.expect_err("refused"),
+            MultipartError::TooManyParts
+        );
+        assert!(matches!(
+            Parts::new(counted(std::iter::empty()).0, "multipart/form-data"),
+            Err(MultipartError::ContentType(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_truncated_part_is_malformed() {
+        let body = Bytes::from_static(
+            b"--XyZ\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\nsome data",
+        );
+        let (body, _) = counted(std::iter::once(body));
+        let mut parts = Parts::new(body, CONTENT_TYPE).expect("a boundary");
+        let part = parts.next().await.expect("a part").expect("one part");
+        let mut stream = part.into_stream();
+        // The parser repeats its error on every later poll: a reader stops at the first.
+        let mut failed = false;
+        while let Some(chunk) = stream.next().await {
+            if chunk.is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed);
+        assert!(matches!(parts.failure(), Some(MultipartError::Malformed(_))));
+    }
+
     proptest! {
         #[test]
         fn any_disposition_parses_without_panicking(value in proptest::collection::vec(any::<u8>(), 0..200)) {
