@@ -5,7 +5,7 @@
 //! A `/files` request passes with the sandbox's access token in `X-Access-Token`, or without it
 //! with a URL signature for its path, operation and user ([`crate::tokens::check_signature`]); a
 //! wrong token is refused even when a signature is present, as envd does. Paths are envd's:
-//! relative ones and `~` resolve against the request user's home ([`paths`]), answers carry
+//! relative ones and `~` resolve against the request user's home (`paths.rs`), answers carry
 //! absolute paths, and errors are envd's `{"code": <status>, "message": ...}` bodies.
 //!
 //! It does not: serve byte ranges or conditional requests (the SDKs send neither; the whole file
@@ -16,6 +16,7 @@
 //! picks the home that relative paths start at), or look a user's home up in the sandbox's
 //! `/etc/passwd` (`root`'s is `/root`, every other user's `/home/<user>`).
 
+mod disposition;
 mod download;
 mod encoding;
 mod envs;
@@ -125,7 +126,7 @@ impl IntoResponse for FilesError {
 
 /// The query of a `/files` request (unknown parameters are ignored, as envd's are).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct FilesQuery {
+pub(crate) struct FilesQuery {
     /// `path`, as the client wrote it (what the signature covers).
     pub path: Option<String>,
     /// `username`.
@@ -167,7 +168,7 @@ impl FilesQuery {
 /// A `/files` request allowed to go on: its sandbox, a principal of the sandbox's tenant and the
 /// user it acts as.
 #[derive(Debug)]
-pub struct FilesCaller {
+pub(crate) struct FilesCaller {
     /// The sandbox.
     pub id: SandboxId,
     /// A principal of its tenant.
@@ -178,7 +179,7 @@ pub struct FilesCaller {
 
 /// envd's `/files` authorisation: the right `X-Access-Token`, or (with no token header at all) a
 /// valid signature of the request's path, operation, username and expiry. Then the user.
-pub async fn authorize(
+pub(crate) async fn authorize(
     state: &E2bState,
     sandbox: SandboxOnly,
     headers: &HeaderMap,

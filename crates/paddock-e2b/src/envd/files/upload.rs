@@ -19,8 +19,9 @@ use paddock_control::{ByteStream, ServiceError, WriteFileOptions};
 use paddock_types::api::ErrorCode;
 use serde::Serialize;
 
+use super::disposition::FileName;
 use super::encoding::{content_coding, gzip_decode, Coding};
-use super::multipart::{FileName, MultipartError, Parts};
+use super::multipart::{MultipartError, Parts};
 use super::paths::{base_name, home_of, resolve};
 use super::{authorize, FilesCaller, FilesError, FilesQuery};
 use crate::envd::SandboxOnly;
