@@ -7,7 +7,7 @@
 //! the first two (as envd's); a part refused for its headers (too large, no name, a bad or
 //! repeated path) is refused before its file is opened, and the service's write replaces a file only
 //! once its first megabyte has arrived, so a body that breaks off before that leaves the old file
-//! as it was.
+//! as it was (the missing parent directories are made first, and stay).
 
 use axum::body::Body;
 use axum::extract::{RawQuery, State};
@@ -144,14 +144,15 @@ async fn upload_parts(
         }
         match write_one(state, caller, &path, part.into_stream()).await {
             Ok(entry) => written.push(entry),
-            // The body broke off or was malformed: say how, rather than that reading it failed.
-            Err(e) if e.code == ErrorCode::InvalidRequest && parts.failure().is_some() => {
-                return Err(parts
-                    .failure()
-                    .map(refused)
-                    .unwrap_or_else(|| FilesError::from_service(e, &caller.id, &path)))
+            Err(e) => {
+                // When the body broke off or was malformed, say how rather than that reading it
+                // failed.
+                let failure = (e.code == ErrorCode::InvalidRequest).then(|| parts.failure());
+                return Err(match failure.flatten() {
+                    Some(failure) => refused(failure),
+                    None => FilesError::from_service(e, &caller.id, &path),
+                });
             }
-            Err(e) => return Err(FilesError::from_service(e, &caller.id, &path)),
         }
     }
     Ok(written)
