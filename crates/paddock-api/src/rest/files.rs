@@ -155,6 +155,7 @@ pub(crate) async fn write_file(
     let options = WriteFileOptions {
         mode: q.mode.as_deref().map(parse_mode).transpose()?,
         user: q.user,
+        parents: false,
     };
     let written = service
         .write_file(&p, &id, &q.path, options, body_stream(body))

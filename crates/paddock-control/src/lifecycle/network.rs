@@ -1,6 +1,7 @@
 //! Networks of live sandboxes: serving a sandbox on the egress proxy when it boots or is adopted,
 //! pushing its secrets, its proxy environment, and detaching it when it ends.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use paddock_egress::{Egress, SandboxCaKey, SandboxListen, SecretName};
@@ -10,7 +11,7 @@ use paddock_types::api::ErrorCode;
 use paddock_types::{EgressPorts, NetworkPolicy, NetworkSpec, SandboxId};
 use zeroize::Zeroizing;
 
-use crate::core::live::{lock, Served};
+use crate::core::live::{lock, LiveSandbox, Served};
 use crate::plan::network::{decode_policy, secret_names, to_secret};
 use crate::{SandboxService, ServiceError};
 
@@ -152,6 +153,15 @@ impl SandboxService {
         };
         let mut env = served.link.env(&self.egress_ports());
         env.extend(served.secrets.iter().map(SecretName::env_var));
+        env
+    }
+
+    /// The variables a sandbox's processes start with unless a request overrides them: the
+    /// network's first, then the sandbox's own, which may override them (the transparent
+    /// interception filters a client that ignores or changes its proxy anyway).
+    pub(crate) fn process_env(&self, sb: &LiveSandbox) -> BTreeMap<String, String> {
+        let mut env: BTreeMap<String, String> = self.network_env(&sb.id).into_iter().collect();
+        env.extend(sb.spec().env);
         env
     }
 

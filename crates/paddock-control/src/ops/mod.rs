@@ -1,11 +1,12 @@
-//! Floor 3, the operations: one module per area of the API (sandboxes, exec, files, snapshots,
-//! steps, fork, diff, transfer, volumes, network, secrets, admin). Each uses the floors below and
-//! never another operation's module (`tests/layers.rs` checks both).
+//! Floor 3, the operations: one module per area of the API (sandboxes, exec, environment, files,
+//! snapshots, steps, fork, diff, transfer, volumes, network, secrets, admin). Each uses the floors
+//! below and never another operation's module (`tests/layers.rs` checks both).
 //!
 //! Shared steps do not live here: when two operations need the same step, it moves down a floor.
 
 pub(crate) mod admin;
 pub(crate) mod diff;
+pub(crate) mod environment;
 pub(crate) mod exec;
 pub(crate) mod files;
 pub(crate) mod fork;

@@ -85,6 +85,7 @@ async fn file_operations_record_their_rows_and_answer_the_agents_errors() {
     let private = WriteFileOptions {
         mode: Some(0o600),
         user: Some("root".into()),
+        parents: false,
     };
     s.write_file(&f.a, &id, "/tmp/p", private, bytes_body(b"x"))
         .await
@@ -136,6 +137,7 @@ async fn file_operations_record_their_rows_and_answer_the_agents_errors() {
     let ghost = WriteFileOptions {
         mode: None,
         user: Some("ghost".into()),
+        parents: false,
     };
     let e = error(s.write_file(&f.a, &id, "/tmp/g", ghost, bytes_body(b"x")).await);
     assert_eq!(
@@ -172,6 +174,65 @@ async fn file_operations_record_their_rows_and_answer_the_agents_errors() {
     );
     let remove = f.rows("file.remove").await;
     assert_eq!(remove[1].detail["recursive"], true);
+    f.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_with_parents_creates_the_missing_directories_owned_by_its_user() {
+    let f = Fixture::start().await;
+    let id = f.create(&f.a, json!({})).await.id;
+    let s = &f.service;
+    let as_root = WriteFileOptions {
+        user: Some("root".into()),
+        parents: true,
+        ..WriteFileOptions::default()
+    };
+    s.write_file(&f.a, &id, "/home/user/new/deep/a.txt", as_root, bytes_body(b"x"))
+        .await
+        .expect("write with parents");
+    for path in [
+        "/home/user/new",
+        "/home/user/new/deep",
+        "/home/user/new/deep/a.txt",
+    ] {
+        assert_eq!(s.stat_file(&f.a, &id, path).await.expect("stat").uid, 0, "{path}");
+    }
+    // Existing parents are kept as they are; without `parents` a missing one is an error.
+    assert_eq!(
+        s.stat_file(&f.a, &id, "/home/user").await.expect("stat").uid,
+        1000
+    );
+    assert_eq!(
+        code(
+            s.write_file(
+                &f.a,
+                &id,
+                "/home/user/other/a.txt",
+                WriteFileOptions::default(),
+                bytes_body(b"x")
+            )
+            .await
+        ),
+        ErrorCode::FileNotFound
+    );
+    // A parent that is a file is refused.
+    let with_parents = WriteFileOptions {
+        parents: true,
+        ..WriteFileOptions::default()
+    };
+    assert_eq!(
+        code(
+            s.write_file(
+                &f.a,
+                &id,
+                "/home/user/new/deep/a.txt/b",
+                with_parents,
+                bytes_body(b"x")
+            )
+            .await
+        ),
+        ErrorCode::NotADirectory
+    );
     f.finish().await;
 }
 

@@ -221,6 +221,7 @@ async fn file_list_and_admin_requests_name_their_bad_field() {
             WriteFileOptions {
                 mode: Some(0o10000),
                 user: None,
+                parents: false,
             },
             bytes_body(b"x"),
         )

@@ -126,11 +126,8 @@ impl SandboxService {
         let pty = req.pty.map(pty_size).transpose()?;
         let sb = self.owned_live(p, id).await?;
         let spec = sb.spec();
-        // The network's variables first: the sandbox's and the request's own may override them (the
-        // transparent interception filters a client that ignores or changes its proxy anyway).
-        let mut env: std::collections::BTreeMap<String, String> =
-            self.network_env(&sb.id).into_iter().collect();
-        env.extend(spec.env.clone());
+        // The request's own variables override the sandbox's.
+        let mut env = self.process_env(&sb);
         env.extend(req.env.clone());
         let user = req.user.clone().unwrap_or_else(|| spec.user.clone());
         let cwd = req.cwd.clone().or(spec.workdir.clone());

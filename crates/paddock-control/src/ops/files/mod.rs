@@ -33,6 +33,8 @@ pub struct WriteFileOptions {
     pub mode: Option<u32>,
     /// Owner if the file is created (the sandbox's default user when absent).
     pub user: Option<String>,
+    /// Create missing parent directories first (mode 0o755, owned by `user`), as E2B's uploads do.
+    pub parents: bool,
 }
 
 /// Maps an agent error on a file operation to the API's codes.
@@ -83,6 +85,13 @@ fn not_regular(path: &str) -> ServiceError {
         "path",
         format!("{path} is not a regular file (a fifo, socket or device)"),
     )
+}
+
+/// The directory a file is in, `None` for `/` itself and for files right under it.
+fn parent_dir(path: &str) -> Option<&str> {
+    let (dir, _) = path.trim_end_matches('/').rsplit_once('/')?;
+    let dir = dir.trim_end_matches('/');
+    (!dir.is_empty()).then_some(dir)
 }
 
 fn join(dir: &str, name: &str) -> String {
@@ -215,6 +224,25 @@ impl SandboxService {
             _ => {}
         }
         let user = options.user.clone().unwrap_or_else(|| sb.spec().user);
+        if options.parents {
+            if let Some(parent) = parent_dir(path) {
+                let mkdir = MkdirOptions {
+                    parents: true,
+                    mode: None,
+                    user: Some(user.clone()),
+                };
+                sb.client.mkdir(parent, &mkdir).await.map_err(|e| {
+                    match file_error("create the parent directories", parent, e) {
+                        // It exists, and is not a directory.
+                        e if e.code == ErrorCode::AlreadyExists => ServiceError::new(
+                            ErrorCode::NotADirectory,
+                            format!("{parent} is not a directory"),
+                        ),
+                        e => e,
+                    }
+                })?;
+            }
+        }
         let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
         let mut written = 0u64;
         let mut first = true;
@@ -621,5 +649,20 @@ fn tar_error(path: &str, e: AgentClientError) -> ServiceError {
             "this sandbox has no `tar` program, which tar transfers need",
         ),
         _ => file_error("run tar", path, e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parent_dir;
+
+    #[test]
+    fn parents_of_paths() {
+        assert_eq!(parent_dir("/home/user/a.txt"), Some("/home/user"));
+        assert_eq!(parent_dir("/home//user//a.txt"), Some("/home//user"));
+        assert_eq!(parent_dir("/home/user/d/"), Some("/home/user"));
+        assert_eq!(parent_dir("/a.txt"), None);
+        assert_eq!(parent_dir("//a.txt"), None);
+        assert_eq!(parent_dir("/"), None);
     }
 }
