@@ -316,6 +316,29 @@ async fn selected_pid(
     }
 }
 
+/// The selected process if it is still running: envd signals live processes only (an exited one
+/// answers `not_found`, so the SDK's `kill` returns false), while the agent remembers exited ones.
+async fn running_pid(
+    state: &E2bState,
+    caller: &EnvdCaller,
+    selector: Option<pb::ProcessSelector>,
+) -> Result<u32, ConnectError> {
+    let pid = selected_pid(state, caller, selector).await?;
+    let list = state
+        .service
+        .list_processes(&caller.principal, &caller.id)
+        .await
+        .map_err(service_error)?;
+    if list.processes.iter().any(|p| p.pid == pid && p.running) {
+        Ok(pid)
+    } else {
+        Err(ConnectError::new(
+            ConnectCode::NotFound,
+            format!("process with pid {pid} not found"),
+        ))
+    }
+}
+
 async fn connect(
     caller: EnvdCaller,
     State(state): State<E2bState>,
@@ -512,7 +535,7 @@ async fn send_signal(
                 ))
             }
         };
-        let pid = selected_pid(&state, &caller, msg.process).await?;
+        let pid = running_pid(&state, &caller, msg.process).await?;
         let request = KillRequest {
             signal: Some(serde_json::Value::String(name.to_owned())),
         };
