@@ -261,14 +261,14 @@ mod tests {
             limit: Some(2),
             ..ListQuery::default()
         };
-        let (p1, next) = select(all.clone(), &q, MAX_PAGE).unwrap();
+        let (p1, next) = select(all.clone(), &q, MAX_PAGE).expect("ok");
         assert_eq!(ids(&p1), ["sb-d", "sb-c"]);
         let q2 = ListQuery {
             limit: Some(2),
             next_token: next,
             ..ListQuery::default()
         };
-        let (p2, next2) = select(all.clone(), &q2, MAX_PAGE).unwrap();
+        let (p2, next2) = select(all.clone(), &q2, MAX_PAGE).expect("ok");
         assert_eq!(ids(&p2), ["sb-b", "sb-a"]);
         assert_eq!(next2, None);
         let q = ListQuery {
@@ -277,7 +277,7 @@ mod tests {
             ..ListQuery::default()
         };
         assert_eq!(
-            ids(&select(all.clone(), &q, MAX_PAGE).unwrap().0),
+            ids(&select(all.clone(), &q, MAX_PAGE).expect("ok").0),
             ["sb-d", "sb-a"]
         );
         let q = ListQuery {
@@ -285,14 +285,14 @@ mod tests {
             order: Some("asc".into()),
             ..ListQuery::default()
         };
-        assert_eq!(ids(&select(all.clone(), &q, MAX_PAGE).unwrap().0), ["sb-b"]);
+        assert_eq!(ids(&select(all.clone(), &q, MAX_PAGE).expect("ok").0), ["sb-b"]);
         let q = ListQuery {
             started_after: Some("2026-12-04T11:00:01.5+01:00".into()),
             order: Some("asc".into()),
             ..ListQuery::default()
         };
         assert_eq!(
-            ids(&select(all.clone(), &q, MAX_PAGE).unwrap().0),
+            ids(&select(all.clone(), &q, MAX_PAGE).expect("ok").0),
             ["sb-c", "sb-d"]
         );
         let bad = ListQuery {

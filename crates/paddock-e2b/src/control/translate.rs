@@ -320,20 +320,23 @@ mod tests {
     #[test]
     fn templates_by_name() {
         let known = vec!["python".to_owned()];
-        assert_eq!(template_ref("base", &known).unwrap(), TemplateRef::Template(None));
         assert_eq!(
-            template_ref("base:default", &known).unwrap(),
+            template_ref("base", &known).expect("ok"),
             TemplateRef::Template(None)
         );
         assert_eq!(
-            template_ref("python", &known).unwrap(),
+            template_ref("base:default", &known).expect("ok"),
+            TemplateRef::Template(None)
+        );
+        assert_eq!(
+            template_ref("python", &known).expect("ok"),
             TemplateRef::Template(Some("python".into()))
         );
         assert!(matches!(
-            template_ref("sn-00000000000000ff", &known).unwrap(),
+            template_ref("sn-00000000000000ff", &known).expect("ok"),
             TemplateRef::Snapshot(_)
         ));
-        let e = template_ref("Not A Name", &known).unwrap_err();
+        let e = template_ref("Not A Name", &known).expect_err("an error");
         assert_eq!(e.status, 404);
         assert!(e.message.contains("'Not A Name'"));
     }
@@ -341,44 +344,44 @@ mod tests {
     #[test]
     fn the_internet_switch_only_opens_what_the_server_allows() {
         // Old SDKs send allow_internet_access: true on every create.
-        assert_eq!(network_policy(None, Some(true), false).unwrap(), None);
-        assert_eq!(network_policy(None, None, false).unwrap(), None);
-        let open = network_policy(None, Some(true), true).unwrap().unwrap();
+        assert_eq!(network_policy(None, Some(true), false).expect("ok"), None);
+        assert_eq!(network_policy(None, None, false).expect("ok"), None);
+        let open = network_policy(None, Some(true), true).expect("ok").expect("ok");
         assert_eq!(open.allow().len(), 2);
         assert!(open.deny().is_empty());
-        assert_eq!(network_policy(None, Some(false), true).unwrap(), None);
+        assert_eq!(network_policy(None, Some(false), true).expect("ok"), None);
     }
 
     #[test]
     fn allow_lists_deny_lists_and_their_precedence() {
         // deny all + allow some = only those.
         let only = network_policy(Some(&net(&["1.1.1.1", "pypi.org"], &["0.0.0.0/0"])), None, true)
-            .unwrap()
-            .unwrap();
+            .expect("ok")
+            .expect("ok");
         assert_eq!(only.allow().len(), 2);
         assert!(only.deny().is_empty());
         // Internet closed by the server: allowOut still applies.
         let closed = network_policy(Some(&net(&["*.example.com"], &[])), Some(true), false)
-            .unwrap()
-            .unwrap();
+            .expect("ok")
+            .expect("ok");
         assert_eq!(closed.allow().len(), 1);
         // Internet open with a deny list.
         let open = network_policy(Some(&net(&[], &["10.0.0.0/8"])), None, true)
-            .unwrap()
-            .unwrap();
+            .expect("ok")
+            .expect("ok");
         assert_eq!(open.deny().len(), 1);
         // An exception inside a denied range cannot be expressed: refused, not dropped.
         assert!(network_policy(Some(&net(&["10.1.1.1"], &["10.0.0.0/8"])), None, true).is_err());
         // Garbage is named.
-        let e = network_policy(Some(&net(&["not a host!"], &[])), None, false).unwrap_err();
+        let e = network_policy(Some(&net(&["not a host!"], &[])), None, false).expect_err("an error");
         assert!(e.message.contains("allowOut"), "{}", e.message);
     }
 
     #[test]
     fn times_with_offsets() {
-        let z = parse_time("2026-12-04T10:00:00Z").unwrap();
-        assert_eq!(parse_time("2026-12-04T11:00:00+01:00").unwrap(), z);
-        assert_eq!(parse_time("2026-12-04T09:30:00-00:30").unwrap(), z);
+        let z = parse_time("2026-12-04T10:00:00Z").expect("ok");
+        assert_eq!(parse_time("2026-12-04T11:00:00+01:00").expect("ok"), z);
+        assert_eq!(parse_time("2026-12-04T09:30:00-00:30").expect("ok"), z);
         assert!(parse_time("2026-12-04T10:00:00.250000+00:00").is_some());
         assert!(parse_time("yesterday").is_none());
     }

@@ -19,6 +19,7 @@ async fn write(env: &Env, id: &SandboxId, path: &str, data: &'static [u8]) {
     let options = WriteFileOptions {
         mode: Some(0o644),
         user: Some("user".into()),
+        parents: false,
     };
     env.service
         .write_file(&env.a, id, path, options, body)
