@@ -319,6 +319,7 @@ impl ServeConfig {
             network: None,
             collect_budget_bytes: self.http.collected_output_budget.as_u64(),
             network_audit: self.audit.network_audit(),
+            ports: paddock_control::PortsConfig::default(),
         }
     }
 

@@ -264,6 +264,10 @@ pub struct CreateArgs {
     /// Inject a stored secret (`paddock secret create`) by name (repeatable; implies a network).
     #[arg(long = "secret", value_name = "NAME")]
     pub secrets: Vec<String>,
+    /// Serve the sandbox's ports without credentials on the E2B sandbox door
+    /// (`<port>-<id>.<domain>`); otherwise that door needs the sandbox's traffic access token.
+    #[arg(long)]
+    pub public_ports: bool,
     /// Print the API's JSON instead of the id.
     #[arg(long)]
     pub json: bool,
