@@ -82,7 +82,7 @@ async fn serve_http(
         .context("failed to create the first admin key")?
     {
         let path = config.admin_key_path();
-        write_secret(&path, &key.key)?;
+        write_secret(&path, &key.key, "admin key")?;
         eprintln!("paddock: admin API key written to {}", path.display());
     }
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -92,6 +92,18 @@ async fn serve_http(
         .local_addr()
         .context("failed to read the bound address")?;
     let app = paddock_api::router(service.clone());
+    // The E2B-compatible front-end shares the listener: it sends sandbox traffic and E2B's control
+    // plane paths to itself and everything else to /v1.
+    let app = if config.e2b.enabled {
+        let config = paddock_e2b::E2bConfig {
+            token_key: e2b_token_key(&config.state_dir.join("e2b.key"))?,
+            domain: config.e2b.domain.clone(),
+            internet_access: config.e2b.internet_access,
+        };
+        paddock_e2b::front(service.clone(), app, config)
+    } else {
+        app
+    };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let http = config.http.clone();
     let mut server = tokio::spawn(async move {
@@ -134,6 +146,40 @@ async fn serve_http(
         }
     }
     Ok(())
+}
+
+/// The key E2B access tokens are derived from: 32 random bytes in `path` (hex, mode 0600), made on
+/// the first start. Replacing the file revokes every token at the next start.
+fn e2b_token_key(path: &Path) -> anyhow::Result<paddock_e2b::tokens::TokenKey> {
+    use std::io::Read;
+    const BYTES: usize = paddock_e2b::tokens::KEY_BYTES;
+    let parse = |text: &str| -> Option<[u8; BYTES]> {
+        let text = text.trim();
+        if text.len() != BYTES * 2 {
+            return None;
+        }
+        let mut key = [0u8; BYTES];
+        for (i, byte) in key.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(key)
+    };
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let key = parse(&text)
+                .with_context(|| format!("{} is not an E2B token key (64 hex digits)", path.display()))?;
+            return Ok(paddock_e2b::tokens::TokenKey::new(key));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("failed to read {}", path.display()))),
+    }
+    let mut key = [0u8; BYTES];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut key))
+        .context("failed to read random bytes for the E2B token key")?;
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    write_secret(path, &hex, "E2B token key")?;
+    Ok(paddock_e2b::tokens::TokenKey::new(key))
 }
 
 /// Takes the exclusive lock that makes this the only server on the state directory; held until the
@@ -244,7 +290,7 @@ fn raise_fd_limit(http: &HttpSettings) {
 
 /// Writes a secret to `path`, mode 0600, replacing any previous file atomically (a temporary file in
 /// the same directory, then a rename), so the file is never readable by others, not even briefly.
-fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
+fn write_secret(path: &Path, secret: &str, what: &str) -> anyhow::Result<()> {
     let tmp = path.with_extension("key.tmp");
     let _ = std::fs::remove_file(&tmp);
     let write = || -> std::io::Result<()> {
@@ -260,7 +306,7 @@ fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
     };
     write().map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
-        anyhow::Error::new(e).context(format!("failed to write the admin key to {}", path.display()))
+        anyhow::Error::new(e).context(format!("failed to write the {what} to {}", path.display()))
     })
 }
 
@@ -274,7 +320,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("admin.key");
         std::fs::write(&path, "old\n").expect("write");
-        write_secret(&path, "pdk_new").expect("writes");
+        write_secret(&path, "pdk_new", "admin key").expect("writes");
         assert_eq!(std::fs::read_to_string(&path).expect("read"), "pdk_new\n");
         let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
         assert_eq!(mode & 0o777, 0o600);

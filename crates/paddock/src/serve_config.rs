@@ -84,9 +84,11 @@ use crate::cli::{GlobalArgs, ServeArgs};
 use crate::config::{Config, DEFAULT_CGROUP_PARENT, DEFAULT_POOL_SIZE, DEFAULT_STATE_DIR};
 
 mod audit;
+mod e2b;
 mod http;
 
 pub use audit::AuditSettings;
+pub use e2b::E2bSettings;
 pub use http::{HttpSettings, API_FD_OVERHEAD};
 
 /// The largest snapshot archive an import accepts when the configuration names none.
@@ -152,6 +154,8 @@ pub struct ServeConfig {
     pub http: HttpSettings,
     /// The egress proxy's audit rows: aggregation, rates, retention.
     pub audit: AuditSettings,
+    /// The E2B-compatible front-end.
+    pub e2b: E2bSettings,
 }
 
 /// The `[egress]` section: whether sandboxes may have a network, and the operator's part of every
@@ -276,6 +280,7 @@ impl ServeConfig {
             egress: Some(self.egress.clone()),
             http: Some(self.http.clone()),
             audit: Some(self.audit.clone()),
+            e2b: Some(self.e2b.clone()),
             default_limits: LimitsLayer::from(&self.default_limits),
             max_limits: LimitsLayer::from(&self.max_limits),
             quotas: Some(QuotasLayer::from(&self.quotas)),
@@ -456,6 +461,8 @@ struct Layer {
     http: Option<HttpSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     audit: Option<AuditSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    e2b: Option<E2bSettings>,
     #[serde(default)]
     default_limits: LimitsLayer,
     #[serde(default)]
@@ -639,6 +646,7 @@ impl Layer {
             egress: top.egress.or(self.egress),
             http: top.http.or(self.http),
             audit: top.audit.or(self.audit),
+            e2b: top.e2b.or(self.e2b),
             default_limits: self.default_limits.overlay(top.default_limits),
             max_limits: self.max_limits.overlay(top.max_limits),
             quotas: match (self.quotas, top.quotas) {
@@ -704,6 +712,8 @@ impl Layer {
         http.validate()?;
         let audit = self.audit.unwrap_or_default();
         audit.validate()?;
+        let e2b = self.e2b.unwrap_or_default();
+        e2b.validate()?;
         templates.entry(DEFAULT_TEMPLATE.to_owned()).or_insert(Template {
             rootfs: RootfsSpec::Host,
             warm_pool: 0,
@@ -730,6 +740,7 @@ impl Layer {
             egress,
             http,
             audit,
+            e2b,
         })
     }
 }
@@ -886,6 +897,7 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         quotas: None,
         http: None,
         audit: None,
+        e2b: None,
         default_limits: LimitsLayer {
             memory: args.default_memory.map(Size),
             cpus: args.default_cpus,
