@@ -9,6 +9,7 @@ mod cli;
 mod crash;
 mod load;
 mod network;
+mod ports;
 mod runtime;
 mod snapshot_transfer;
 mod support;
