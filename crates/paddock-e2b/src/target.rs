@@ -95,7 +95,7 @@ mod tests {
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
-            h.insert(*k, HeaderValue::from_str(v).unwrap());
+            h.insert(*k, HeaderValue::from_str(v).expect("a value"));
         }
         h
     }
@@ -107,7 +107,9 @@ mod tests {
             ("e2b-sandbox-port", "49983"),
             ("host", "127.0.0.1:3000"),
         ]);
-        let t = sandbox_target(&h, Some("example.test")).unwrap().unwrap();
+        let t = sandbox_target(&h, Some("example.test"))
+            .expect("a target")
+            .expect("a target");
         assert_eq!(t.id.as_str(), "sb-1");
         assert_eq!(t.port, 49983);
         let h = headers(&[("e2b-sandbox-id", "sb-1"), ("e2b-sandbox-port", "http")]);
@@ -125,12 +127,12 @@ mod tests {
     #[test]
     fn hosts_under_the_domain_name_the_sandbox_and_port() {
         let t = host_target("8080-sb-00ff.sandbox.example.test:443", "sandbox.example.test")
-            .unwrap()
-            .unwrap();
+            .expect("a target")
+            .expect("a target");
         assert_eq!((t.id.as_str(), t.port), ("sb-00ff", 8080));
         let t = host_target("49983-SB-1.Example.Test.", "example.test")
-            .unwrap()
-            .unwrap();
+            .expect("a target")
+            .expect("a target");
         assert_eq!((t.id.as_str(), t.port), ("sb-1", 49983));
         assert_eq!(host_target("api.example.test", "example.test"), None);
         assert_eq!(host_target("8080-sb-1.other.test", "example.test"), None);

@@ -142,7 +142,7 @@ mod tests {
     use super::*;
 
     fn id(s: &str) -> SandboxId {
-        s.parse().unwrap()
+        s.parse().expect("an id")
     }
 
     #[test]

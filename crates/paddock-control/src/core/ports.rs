@@ -175,9 +175,9 @@ mod tests {
             ..PortsConfig::default()
         };
         let (a, b, c): (SandboxId, SandboxId, SandboxId) = (
-            "sb-a".parse().unwrap(),
-            "sb-b".parse().unwrap(),
-            "sb-c".parse().unwrap(),
+            "sb-a".parse().expect("an id"),
+            "sb-b".parse().expect("an id"),
+            "sb-c".parse().expect("an id"),
         );
         let a1 = gate.enter(&limits, &a, "t1").expect("first");
         let _a2 = gate.enter(&limits, &a, "t1").expect("second");
