@@ -259,7 +259,7 @@ impl<S: Send + Sync> FromRequestParts<S> for SnapshotPath {
     }
 }
 
-fn sandbox_id(raw: &str) -> Result<SandboxId, ApiError> {
+pub(crate) fn sandbox_id(raw: &str) -> Result<SandboxId, ApiError> {
     raw.parse()
         .map_err(|_| ServiceError::sandbox_not_found(raw).into())
 }

@@ -18,7 +18,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::rest::{
-    admin, files, meta, network, processes, sandboxes, snapshot_transfer, snapshots, volumes, ws,
+    admin, files, meta, network, ports, processes, sandboxes, snapshot_transfer, snapshots, volumes, ws,
 };
 use crate::{observe, ApiError};
 
@@ -95,6 +95,9 @@ where
         .routes(routes!(processes::kill_process))
         .routes(routes!(processes::resize_pty))
         .routes(routes!(ws::pty_ws))
+        .routes(routes!(ports::proxy_port_root))
+        .routes(routes!(ports::proxy_port))
+        .routes(routes!(ports::port_tunnel))
         .routes(routes!(files::read_file))
         .routes(routes!(files::write_file))
         .routes(routes!(files::remove_file))
@@ -225,6 +228,17 @@ mod tests {
         ("POST", "/v1/sandboxes/{id}/processes/{pid}/kill"),
         ("POST", "/v1/sandboxes/{id}/processes/{pid}/resize"),
         ("GET", "/v1/sandboxes/{id}/pty"),
+        ("GET", "/v1/sandboxes/{id}/ports/{port}/http/"),
+        ("POST", "/v1/sandboxes/{id}/ports/{port}/http/"),
+        ("PUT", "/v1/sandboxes/{id}/ports/{port}/http/"),
+        ("PATCH", "/v1/sandboxes/{id}/ports/{port}/http/"),
+        ("DELETE", "/v1/sandboxes/{id}/ports/{port}/http/"),
+        ("GET", "/v1/sandboxes/{id}/ports/{port}/http/{path}"),
+        ("POST", "/v1/sandboxes/{id}/ports/{port}/http/{path}"),
+        ("PUT", "/v1/sandboxes/{id}/ports/{port}/http/{path}"),
+        ("PATCH", "/v1/sandboxes/{id}/ports/{port}/http/{path}"),
+        ("DELETE", "/v1/sandboxes/{id}/ports/{port}/http/{path}"),
+        ("GET", "/v1/sandboxes/{id}/ports/{port}/tcp"),
         ("GET", "/v1/sandboxes/{id}/files"),
         ("PUT", "/v1/sandboxes/{id}/files"),
         ("DELETE", "/v1/sandboxes/{id}/files"),

@@ -85,7 +85,7 @@ fn valid_request(method: &Method, template: &str) -> (&'static str, &'static str
 /// WebSocket routes refuse a plain request before they look at the id (there is no connection to
 /// upgrade here), so for them only the equality of the two answers is checked.
 fn is_websocket(template: &str) -> bool {
-    template.ends_with("/ws") || template.ends_with("/pty")
+    template.ends_with("/ws") || template.ends_with("/pty") || template.ends_with("/tcp")
 }
 
 /// The answer's status, code and message with `id` replaced by `<id>`.
@@ -135,7 +135,16 @@ async fn check(param: &str, missing: &str, expected_code: &str) {
     assert!(!routes.is_empty(), "no route has {param}");
     for (method, template) in &routes {
         let query = valid_request(method, template).0;
-        let uri = |id: &str| format!("{}{query}", template.replace(param, id).replace("{pid}", "1"));
+        let uri = |id: &str| {
+            format!(
+                "{}{query}",
+                template
+                    .replace(param, id)
+                    .replace("{pid}", "1")
+                    .replace("{port}", "8080")
+                    .replace("{path}", "x")
+            )
+        };
         let reference = answer(&router, &key, method, &uri(missing), missing).await;
         if !is_websocket(template) {
             assert_eq!(

@@ -17,14 +17,16 @@ mod plan;
 pub use paddock_runtime::ExportOptions;
 
 pub use crate::core::config::{
-    NetworkAuditConfig, NetworkConfig, ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET,
+    NetworkAuditConfig, NetworkConfig, PortsConfig, ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET,
 };
 pub use crate::core::error::ServiceError;
 pub use crate::core::output::collect::{CollectedOutput, COLLECT_LIMIT};
 pub use crate::core::output::events::{ExecOutput, OutputStream};
 pub use crate::core::output::streams::{ByteStream, ExecStream, FileDownload, WatchStream};
+pub use crate::core::ports::PortStream;
 pub use crate::core::principal::Principal;
 pub use crate::core::service::SandboxService;
 pub use crate::ops::admin::ADMIN_TENANT;
 pub use crate::ops::files::accounts::{AccountUser, SandboxAccounts};
 pub use crate::ops::files::WriteFileOptions;
+pub use crate::ops::ports::PortDoor;

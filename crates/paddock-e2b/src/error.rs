@@ -108,6 +108,21 @@ pub enum ProxyError {
     },
     /// The request named a port that is no port.
     BadRequest(String),
+    /// The sandbox's server could not be reached or broke the exchange (any other 502: the SDKs
+    /// call it unreachable).
+    Unreachable {
+        /// The id.
+        sandbox_id: String,
+        /// What happened.
+        message: String,
+    },
+    /// Refused here before reaching the sandbox (too many connections, a head too large).
+    Refused {
+        /// The status.
+        status: StatusCode,
+        /// Why.
+        message: String,
+    },
 }
 
 #[derive(Serialize)]
@@ -149,6 +164,24 @@ impl IntoResponse for ProxyError {
                         "unauthorized access, please provide a valid access token in the {header} header"
                     ),
                     code: 401,
+                    port: None,
+                },
+            ),
+            ProxyError::Unreachable { sandbox_id, message } => (
+                StatusCode::BAD_GATEWAY,
+                ProxyBody {
+                    sandbox_id: Some(sandbox_id),
+                    message: message.clone(),
+                    code: 502,
+                    port: None,
+                },
+            ),
+            ProxyError::Refused { status, message } => (
+                *status,
+                ProxyBody {
+                    sandbox_id: None,
+                    message: message.clone(),
+                    code: status.as_u16(),
                     port: None,
                 },
             ),

@@ -1,18 +1,119 @@
-//! Traffic to a sandbox's own ports (anything but envd's): proxied into the sandbox's network
-//! namespace. (Being written.)
+//! Traffic to a sandbox's own ports (anything but envd's), proxied into the sandbox's network
+//! namespace: HTTP/1.1 requests, and upgrades (WebSockets) piped both ways after the `101`.
+//!
+//! Access follows E2B: a sandbox's ports are public unless it was created private
+//! (`allowPublicTraffic: false`, paddock's `public_ports: false`); then the request must carry the
+//! sandbox's traffic access token in `E2B-Traffic-Access-Token`. A sandbox that is missing, ended,
+//! paused or still in a warm pool answers 502 "The sandbox was not found" whatever the token, so a
+//! request learns nothing more than a missing sandbox tells. The connection itself is the
+//! service's `connect_port` under the sandbox tenant's principal (`e2b-traffic-token` or
+//! `e2b-public` as its key id), so caps and audit rows are those of every other door.
+//!
+//! Each request gets a connection of its own (no pooling yet); the token, and the routing headers,
+//! never reach the sandbox.
 
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use paddock_control::PortDoor;
+use paddock_proxy::{Forward, ForwardError};
+use paddock_types::api::ErrorCode;
 
-use crate::{E2bState, ProxyError, SandboxTarget};
+use crate::tokens::TokenKind;
+use crate::{E2bState, ProxyError, SandboxTarget, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
+
+/// The header carrying the traffic access token.
+pub const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+
+/// Fields that are for this proxy, not for the sandbox's server.
+const STRIP: &[&str] = &[
+    TRAFFIC_TOKEN_HEADER,
+    SANDBOX_ID_HEADER,
+    SANDBOX_PORT_HEADER,
+    crate::envd::ACCESS_TOKEN_HEADER,
+];
 
 /// Proxies `req` to `target`'s port.
 pub async fn proxy(state: &E2bState, target: SandboxTarget, req: Request<Body>) -> Response {
-    let _ = (state, req);
-    ProxyError::PortClosed {
-        sandbox_id: target.id.as_str().to_owned(),
-        port: target.port,
+    let id = target.id;
+    let not_found = || {
+        ProxyError::NotFound {
+            sandbox_id: id.as_str().to_owned(),
+        }
+        .into_response()
+    };
+    let Some(public) = state.service.live_sandbox_ports_public(&id) else {
+        return not_found();
+    };
+    let token_ok = req
+        .headers()
+        .get(TRAFFIC_TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| state.config.token_key.verify(TokenKind::Traffic, &id, t));
+    if !public && !token_ok {
+        return ProxyError::Unauthorized {
+            header: "E2B-Traffic-Access-Token",
+        }
+        .into_response();
     }
-    .into_response()
+    let via = if token_ok {
+        "e2b-traffic-token"
+    } else {
+        "e2b-public"
+    };
+    let Some(principal) = state.service.live_sandbox_principal(&id, via) else {
+        return not_found();
+    };
+    let stream = match state
+        .service
+        .connect_port(&principal, &id, target.port, PortDoor::E2b)
+        .await
+    {
+        Ok(stream) => stream,
+        Err(e) => {
+            return match e.code {
+                ErrorCode::PortClosed => ProxyError::PortClosed {
+                    sandbox_id: id.as_str().to_owned(),
+                    port: target.port,
+                }
+                .into_response(),
+                ErrorCode::SandboxNotFound | ErrorCode::SandboxNotRunning | ErrorCode::SandboxRecovering => {
+                    not_found()
+                }
+                ErrorCode::QuotaExceeded | ErrorCode::Unavailable => ProxyError::Refused {
+                    status: StatusCode::from_u16(e.code.http_status())
+                        .unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+                    message: e.message,
+                }
+                .into_response(),
+                _ => ProxyError::Unreachable {
+                    sandbox_id: id.as_str().to_owned(),
+                    message: e.message,
+                }
+                .into_response(),
+            };
+        }
+    };
+    let fwd = Forward {
+        client: req
+            .extensions()
+            .get::<ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0),
+        proto: "http",
+        host: None,
+        path_and_query: None,
+        strip: STRIP,
+    };
+    match paddock_proxy::forward(req, stream, &fwd).await {
+        Ok(resp) => resp.map(Body::new),
+        Err(ForwardError::BadRequest(status, message)) => {
+            ProxyError::Refused { status, message }.into_response()
+        }
+        Err(e @ ForwardError::Upstream(_)) => ProxyError::Unreachable {
+            sandbox_id: id.as_str().to_owned(),
+            message: e.to_string(),
+        }
+        .into_response(),
+    }
 }

@@ -195,6 +195,44 @@ pub trait SandboxBackend: Send + Sync + std::fmt::Debug {
         handle: SandboxHandle,
         snapshot: &SnapshotId,
     ) -> Result<SandboxHandle, RuntimeError>;
+    /// A socket from which the host reaches the sandbox's own TCP port `port` (what a process in it
+    /// listening on `127.0.0.1:<port>` or `0.0.0.0:<port>` serves), not yet connected: the native
+    /// backend makes it in the sandbox's network namespace (found through the init's pidfd, never
+    /// by a pid or a path the sandbox can change). Cheap (no connect is attempted here), so the
+    /// caller connects it asynchronously, with its own timeout, without holding the handle.
+    fn open_port(&self, handle: &SandboxHandle, port: u16) -> Result<PortSocket, RuntimeError>;
+}
+
+/// A socket to a sandbox's port (see [`SandboxBackend::open_port`]): made where the port is
+/// reachable, with the address to connect it to.
+#[derive(Debug)]
+pub struct PortSocket {
+    /// A non-blocking, close-on-exec TCP socket, not connected.
+    socket: std::os::fd::OwnedFd,
+    /// Where to connect it.
+    addr: std::net::SocketAddr,
+}
+
+impl PortSocket {
+    /// A socket and the address it is to be connected to (`socket` must be a non-blocking TCP
+    /// socket of `addr`'s family).
+    pub fn new(socket: std::os::fd::OwnedFd, addr: std::net::SocketAddr) -> Self {
+        Self { socket, addr }
+    }
+
+    /// The address it connects to (as the sandbox sees it).
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
+    /// Connects it (inside a tokio runtime). `ConnectionRefused` when nothing listens on the port.
+    pub async fn connect(self) -> std::io::Result<tokio::net::TcpStream> {
+        // A socket, not a connected stream yet: std has no type for that, and tokio's `TcpSocket`
+        // is made from a std stream's descriptor.
+        let socket = tokio::net::TcpSocket::from_std_stream(std::net::TcpStream::from(self.socket));
+        socket.set_nodelay(true)?;
+        socket.connect(self.addr).await
+    }
 }
 
 /// Storage: snapshots, their transfer, named volumes and diffs. Every method may block.

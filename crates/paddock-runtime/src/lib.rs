@@ -25,8 +25,8 @@ pub mod native;
 
 pub(crate) use backend::AnyHandle;
 pub use backend::{
-    Adoption, AnyBackend, Backend, Capabilities, SandboxBackend, SandboxHandle, SandboxUsage, SnapshotUsage,
-    StorageBackend, VolumeUsage,
+    Adoption, AnyBackend, Backend, Capabilities, PortSocket, SandboxBackend, SandboxHandle, SandboxUsage,
+    SnapshotUsage, StorageBackend, VolumeUsage,
 };
 pub use error::RuntimeError;
 pub use native::transfer::{ExportOptions, ImportLimits, TransferSummary};

@@ -349,3 +349,100 @@ pub fn user_namespace_owner(pid: i32) -> io::Result<u32> {
     }
     Ok(uid)
 }
+
+/// A TCP socket (non-blocking, close-on-exec, not connected) made in the network namespace that
+/// `ns` names: a pidfd (the namespace of that very process, so a reused pid never leads elsewhere)
+/// or an nsfs file (such as a pinned namespace). The caller stays where it is: a fresh thread joins
+/// the namespace with `setns(CLONE_NEWNET)`, makes the socket and ends, so no thread of the caller
+/// ever runs in a sandbox's namespace after this returns. A socket keeps the namespace it was made
+/// in, so connecting it later (from any thread) reaches that namespace's addresses.
+///
+/// Needs `CAP_SYS_ADMIN` over the namespace's owning user namespace and, for a pidfd, ptrace read
+/// access to the process (host root has both over a sandbox). Fails with `ESRCH` when the process
+/// of a pidfd has exited.
+pub fn tcp_socket_in_netns(ns: std::os::fd::BorrowedFd<'_>, ipv6: bool) -> io::Result<std::os::fd::OwnedFd> {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("paddock-netns".into())
+            .spawn_scoped(scope, move || {
+                rustix::thread::move_into_link_name_space(
+                    ns,
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                )
+                .map_err(|e| io::Error::from_raw_os_error(e.raw_os_error()))?;
+                let family = if ipv6 {
+                    rustix::net::AddressFamily::INET6
+                } else {
+                    rustix::net::AddressFamily::INET
+                };
+                rustix::net::socket_with(
+                    family,
+                    rustix::net::SocketType::STREAM,
+                    rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC,
+                    Some(rustix::net::ipproto::TCP),
+                )
+                .map_err(|e| io::Error::from_raw_os_error(e.raw_os_error()))
+                // The thread ends here, and its membership of the namespace with it.
+            })
+            .map_err(|e| {
+                io::Error::other(format!(
+                    "failed to start a thread to enter a network namespace: {e}"
+                ))
+            })?
+            .join()
+            .map_err(|_| io::Error::other("the thread entering a network namespace panicked"))?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_socket_made_in_another_namespace_reaches_its_loopback_only() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("SKIP: needs root to make a network namespace");
+            return;
+        }
+        // A namespace of a thread of our own, with a listener on its loopback.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).expect("unshare");
+            bring_loopback_up().expect("lo up");
+            let ns = rustix::fs::open(
+                "/proc/thread-self/ns/net",
+                rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .expect("open ns");
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+            tx.send((ns, listener)).expect("send");
+            let _ = done_rx.recv();
+        });
+        let (ns, listener) = rx.recv().expect("namespace made");
+        let port = listener.local_addr().expect("addr").port();
+        let fd = tcp_socket_in_netns(ns.as_fd(), false).expect("socket in the namespace");
+        let stream = std::net::TcpStream::from(fd);
+        stream.set_nonblocking(false).expect("blocking");
+        let sock = rustix::net::SocketAddrV4::new([127, 0, 0, 1].into(), port);
+        rustix::net::connect(&stream, &sock).expect("connects inside the namespace");
+        let (_peer, _) = listener.accept().expect("accepted inside");
+        drop(done_tx);
+        holder.join().expect("holder");
+    }
+
+    #[test]
+    fn a_pidfd_of_an_exited_process_is_refused() {
+        if !rustix::process::geteuid().is_root() {
+            eprintln!("SKIP: needs root");
+            return;
+        }
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let pidfd = pidfd_open(i32::try_from(child.id()).expect("pid")).expect("pidfd");
+        child.wait().expect("wait");
+        let e = tcp_socket_in_netns(pidfd.as_fd(), false).expect_err("refused");
+        assert_eq!(e.raw_os_error(), Some(libc::ESRCH), "{e}");
+    }
+}

@@ -11,8 +11,8 @@ mod network;
 mod server;
 
 pub use client::{
-    AuditArgs, AuditCommand, CpArgs, CreateArgs, ExecArgs, LogsArgs, LsArgs, NetworkCmdArgs, SandboxCommand,
-    SecretCommand, ShellArgs, SnapshotCommand, VolumeCommand,
+    AuditArgs, AuditCommand, CpArgs, CreateArgs, ExecArgs, LogsArgs, LsArgs, NetworkCmdArgs, PortForwardArgs,
+    SandboxCommand, SecretCommand, ShellArgs, SnapshotCommand, VolumeCommand,
 };
 pub use network::NetworkArgs;
 pub use server::{parse_human_duration, ConfigCommand, KeysCommand, ServeArgs};

@@ -86,10 +86,12 @@ use crate::config::{Config, DEFAULT_CGROUP_PARENT, DEFAULT_POOL_SIZE, DEFAULT_ST
 mod audit;
 mod e2b;
 mod http;
+mod ports;
 
 pub use audit::AuditSettings;
 pub use e2b::E2bSettings;
 pub use http::{HttpSettings, API_FD_OVERHEAD};
+pub use ports::PortsSettings;
 
 /// The largest snapshot archive an import accepts when the configuration names none.
 const DEFAULT_MAX_IMPORT: ByteSize = ByteSize::bytes(10 << 30);
@@ -156,6 +158,8 @@ pub struct ServeConfig {
     pub audit: AuditSettings,
     /// The E2B-compatible front-end.
     pub e2b: E2bSettings,
+    /// Connections to sandboxes' own ports.
+    pub ports: PortsSettings,
 }
 
 /// The `[egress]` section: whether sandboxes may have a network, and the operator's part of every
@@ -281,6 +285,7 @@ impl ServeConfig {
             http: Some(self.http.clone()),
             audit: Some(self.audit.clone()),
             e2b: Some(self.e2b.clone()),
+            ports: Some(self.ports.clone()),
             default_limits: LimitsLayer::from(&self.default_limits),
             max_limits: LimitsLayer::from(&self.max_limits),
             quotas: Some(QuotasLayer::from(&self.quotas)),
@@ -324,6 +329,7 @@ impl ServeConfig {
             network: None,
             collect_budget_bytes: self.http.collected_output_budget.as_u64(),
             network_audit: self.audit.network_audit(),
+            ports: self.ports.ports_config(),
         }
     }
 
@@ -467,6 +473,8 @@ struct Layer {
     audit: Option<AuditSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     e2b: Option<E2bSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    ports: Option<PortsSettings>,
     #[serde(default)]
     default_limits: LimitsLayer,
     #[serde(default)]
@@ -651,6 +659,7 @@ impl Layer {
             http: top.http.or(self.http),
             audit: top.audit.or(self.audit),
             e2b: top.e2b.or(self.e2b),
+            ports: top.ports.or(self.ports),
             default_limits: self.default_limits.overlay(top.default_limits),
             max_limits: self.max_limits.overlay(top.max_limits),
             quotas: match (self.quotas, top.quotas) {
@@ -718,6 +727,8 @@ impl Layer {
         audit.validate()?;
         let e2b = self.e2b.unwrap_or_default();
         e2b.validate()?;
+        let ports = self.ports.unwrap_or_default();
+        ports.validate()?;
         templates.entry(DEFAULT_TEMPLATE.to_owned()).or_insert(Template {
             rootfs: RootfsSpec::Host,
             warm_pool: 0,
@@ -745,6 +756,7 @@ impl Layer {
             http,
             audit,
             e2b,
+            ports,
         })
     }
 }
@@ -902,6 +914,7 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         http: None,
         audit: None,
         e2b: None,
+        ports: None,
         default_limits: LimitsLayer {
             memory: args.default_memory.map(Size),
             cpus: args.default_cpus,

@@ -182,9 +182,12 @@ impl Connection {
             let clock = clock.clone();
             let app = self.app;
             let body_timeout = self.limits.request_body;
+            let peer = self.peer;
             hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
                 let in_flight = clock.begin_request();
-                let (parts, body) = req.into_parts();
+                let (mut parts, body) = req.into_parts();
+                // The client's address, for handlers that forward requests (`X-Forwarded-For`).
+                parts.extensions.insert(axum::extract::ConnectInfo(peer));
                 let (body, body_end) = IdleTimeoutBody::new(body, body_timeout);
                 let req = hyper::Request::from_parts(parts, Body::new(body));
                 let app = app.clone();

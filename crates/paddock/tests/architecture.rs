@@ -80,7 +80,7 @@ fn crate_dependencies_follow_the_layering() {
         }
         if c != "paddock-api" && c != "paddock-e2b" && c != "paddock" {
             forbid(c, &["axum", "tower-http"]);
-            if c != "paddock-egress" {
+            if c != "paddock-egress" && c != "paddock-proxy" {
                 forbid(c, &["hyper"]);
             }
         }
@@ -101,6 +101,17 @@ fn crate_dependencies_follow_the_layering() {
     forbid(
         "paddock-store",
         &["paddock-runtime", "paddock-control", "paddock-api", "tokio"],
+    );
+    // The port proxy is a mechanism the front-ends share: it knows no service, no sandbox.
+    forbid(
+        "paddock-proxy",
+        &[
+            "paddock-control",
+            "paddock-runtime",
+            "paddock-api",
+            "paddock-e2b",
+            "axum",
+        ],
     );
     // The service is below every front-end.
     forbid("paddock-control", &["paddock-api", "paddock-e2b"]);

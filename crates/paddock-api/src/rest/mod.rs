@@ -5,6 +5,7 @@ pub(crate) mod admin;
 pub(crate) mod files;
 pub(crate) mod meta;
 pub(crate) mod network;
+pub(crate) mod ports;
 pub(crate) mod processes;
 pub(crate) mod sandboxes;
 pub(crate) mod snapshot_transfer;

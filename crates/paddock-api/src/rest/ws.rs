@@ -110,7 +110,7 @@ pub fn pty_request(q: PtyQuery) -> ExecRequest {
 }
 
 /// `WebSocketUpgrade` with an [`ApiError`] rejection (a plain HTTP request to a WebSocket endpoint).
-pub(crate) struct Upgrade(WebSocketUpgrade);
+pub(crate) struct Upgrade(pub(crate) WebSocketUpgrade);
 
 impl<S: Send + Sync> FromRequestParts<S> for Upgrade {
     type Rejection = ApiError;

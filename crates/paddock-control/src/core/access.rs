@@ -71,6 +71,16 @@ impl SandboxService {
         })
     }
 
+    /// Whether live sandbox `id` serves its ports without credentials on E2B's sandbox door (it was
+    /// created with `public_ports`); `None` where [`Self::live_sandbox_principal`] is `None`.
+    pub fn live_sandbox_ports_public(&self, id: &SandboxId) -> Option<bool> {
+        let sb = self.live_sandbox(id.as_str())?;
+        if sb.is_paused() || sb.is_warm() {
+            return None;
+        }
+        Some(sb.spec().public_ports)
+    }
+
     /// One sandbox of the caller's tenant.
     pub async fn get_sandbox(&self, p: &Principal, id: &SandboxId) -> Result<SandboxInfo, ServiceError> {
         Ok(info_from_record(&self.owned_record(p, id).await?))
@@ -182,6 +192,7 @@ pub(crate) fn info_from_record(r: &SandboxRecord) -> SandboxInfo {
         paused: r.paused,
         on_timeout: spec.as_ref().map(|s| s.on_timeout).unwrap_or_default(),
         audit_exec_diff: spec.as_ref().is_some_and(|s| s.audit_exec_diff),
+        public_ports: spec.as_ref().is_some_and(|s| s.public_ports),
     }
 }
 

@@ -40,6 +40,50 @@ pub struct ServiceConfig {
     pub collect_budget_bytes: u64,
     /// How the egress proxy's events become audit rows, and how long those rows are kept.
     pub network_audit: NetworkAuditConfig,
+    /// Connections to sandboxes' own ports (`connect_port`): caps and audit rows.
+    pub ports: PortsConfig,
+}
+
+/// Connections from the host to sandboxes' own ports: every one counts against its sandbox's, its
+/// tenant's and the server's cap while it is open (a caller over a cap is refused with
+/// `quota_exceeded`), and its audit rows are bounded (see `lifecycle/port_audit.rs`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PortsConfig {
+    /// Open connections to one sandbox's ports.
+    pub per_sandbox: u32,
+    /// Open connections to the ports of one tenant's sandboxes together.
+    pub per_tenant: u32,
+    /// Open connections to every sandbox's ports together (each holds a descriptor).
+    pub server: u32,
+    /// How long a connect may take (a listener whose backlog is full never answers).
+    pub connect_timeout: Duration,
+    /// Repeats of a connection (same sandbox, port, door and key) within this of its row fold into
+    /// one more row with a count.
+    pub audit_window: Duration,
+    /// First rows per second one sandbox may add, sustained (beyond: counted on a suppressed row).
+    pub sandbox_rows_per_second: f64,
+    /// First rows one sandbox may add at once.
+    pub sandbox_burst: u32,
+    /// First rows per second one tenant's sandboxes may add together, sustained.
+    pub tenant_rows_per_second: f64,
+    /// First rows one tenant's sandboxes may add at once.
+    pub tenant_burst: u32,
+}
+
+impl Default for PortsConfig {
+    fn default() -> Self {
+        Self {
+            per_sandbox: 256,
+            per_tenant: 1024,
+            server: 2048,
+            connect_timeout: Duration::from_secs(5),
+            audit_window: Duration::from_secs(60),
+            sandbox_rows_per_second: 1.0,
+            sandbox_burst: 20,
+            tenant_rows_per_second: 10.0,
+            tenant_burst: 200,
+        }
+    }
 }
 
 /// The network audit: aggregation window, row rates and retention (see `network_audit/`).
@@ -115,6 +159,7 @@ impl Default for ServiceConfig {
             network: None,
             collect_budget_bytes: DEFAULT_COLLECT_BUDGET,
             network_audit: NetworkAuditConfig::default(),
+            ports: PortsConfig::default(),
         }
     }
 }

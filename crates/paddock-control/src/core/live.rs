@@ -35,6 +35,9 @@ pub(crate) struct StoredSpec {
     /// It has a network (its policy, secrets and CA are in the store's `sandbox_networks`).
     #[serde(default)]
     pub(crate) network: bool,
+    /// Its ports are served without credentials on the E2B sandbox door.
+    #[serde(default)]
+    pub(crate) public_ports: bool,
 }
 
 /// Who owns a live sandbox and how its processes start.

@@ -14,6 +14,7 @@ pub(crate) mod live;
 pub(crate) mod metrics;
 pub(crate) mod output;
 pub(crate) mod paging;
+pub(crate) mod ports;
 pub(crate) mod principal;
 pub(crate) mod quota;
 pub(crate) mod service;

@@ -46,6 +46,10 @@ pub(crate) struct Inner {
     pub(crate) recovering: Mutex<HashSet<SandboxId>>,
     /// Cancelled once recovery has finished with every sandbox.
     pub(crate) recovered: CancellationToken,
+    /// Connections open to sandboxes' ports, under their caps.
+    pub(crate) port_gate: Arc<crate::core::ports::PortGate>,
+    /// Which port connections get audit rows (`lifecycle/port_audit.rs`).
+    pub(crate) port_audit: Mutex<crate::core::audit::ports::PortAudit>,
 }
 
 impl SandboxService {

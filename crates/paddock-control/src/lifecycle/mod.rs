@@ -13,6 +13,7 @@ pub(crate) mod exec_diff;
 pub(crate) mod network;
 pub(crate) mod network_audit;
 pub(crate) mod pause;
+pub(crate) mod port_audit;
 pub(crate) mod processes;
 pub(crate) mod reaper;
 pub(crate) mod reattach;

@@ -48,6 +48,7 @@ impl SandboxService {
             None => (None, None),
         };
         let collect_budget = crate::core::output::collect::OutputBudget::new(config.collect_budget_bytes);
+        let port_audit = crate::core::audit::ports::PortAudit::new(config.ports.clone());
         let service = Self {
             inner: Arc::new(Inner {
                 egress,
@@ -63,6 +64,8 @@ impl SandboxService {
                 collect_budget,
                 recovering: Mutex::new(HashSet::new()),
                 recovered: CancellationToken::new(),
+                port_gate: Arc::default(),
+                port_audit: Mutex::new(port_audit),
             }),
         };
         let mut tasks = Vec::new();
@@ -71,6 +74,7 @@ impl SandboxService {
         }
         // Retention also runs without an egress proxy: a server that had one may have left rows.
         tasks.push(tokio::spawn(service.clone().run_audit_retention()));
+        tasks.push(tokio::spawn(service.clone().run_port_audit()));
         // What must be done before a request can make storage; the sandboxes themselves are
         // recovered while the API serves (`recovery.rs`).
         let recovery = service.begin_recovery().await?;

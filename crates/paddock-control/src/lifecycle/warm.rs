@@ -62,6 +62,7 @@ impl SandboxService {
             timeout_ms: None,
             volumes: Vec::new(),
             network: false,
+            public_ports: false,
         };
         let new = NewSandbox {
             id: id.to_string(),

@@ -184,6 +184,7 @@ impl SandboxService {
             snapshot: None,
             on_timeout: Some(spec.on_timeout),
             audit_exec_diff: spec.audit_exec_diff,
+            public_ports: spec.public_ports,
             // Volumes are shared, not copied: the copies mount the same ones.
             volumes: spec
                 .volumes

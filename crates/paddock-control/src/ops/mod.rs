@@ -11,6 +11,7 @@ pub(crate) mod exec;
 pub(crate) mod files;
 pub(crate) mod fork;
 pub(crate) mod network;
+pub(crate) mod ports;
 pub(crate) mod sandboxes;
 pub(crate) mod secrets;
 pub(crate) mod snapshots;

@@ -112,6 +112,7 @@ impl SandboxService {
                 timeout_ms: Some(timeout.as_millis() as i64),
                 volumes: Vec::new(),
                 network: false,
+                public_ports: req.public_ports,
             },
             network: None,
             labels: req.labels,

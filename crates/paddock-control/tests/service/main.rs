@@ -12,6 +12,7 @@ mod files;
 mod fixture;
 mod lifecycle;
 mod pools;
+mod ports;
 mod processes;
 mod quotas;
 mod restart;

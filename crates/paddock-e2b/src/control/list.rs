@@ -241,6 +241,7 @@ mod tests {
             paused,
             on_timeout: OnTimeout::Kill,
             audit_exec_diff: false,
+            public_ports: false,
             volumes: vec![],
         }
     }

@@ -38,7 +38,9 @@ pub(super) fn sandbox_body(state: &E2bState, info: &SandboxInfo) -> Result<Sandb
         client_id: "paddock",
         envd_version: ENVD_VERSION,
         envd_access_token: state.config.token_key.token(TokenKind::Envd, &id),
-        traffic_access_token: None,
+        // Only a sandbox whose ports are private needs it (E2B sends null otherwise).
+        traffic_access_token: (!info.public_ports)
+            .then(|| state.config.token_key.token(TokenKind::Traffic, &id)),
         domain: state.config.domain.clone(),
     })
 }

@@ -99,6 +99,12 @@ pub fn create_request(
         timeout_secs: Some(timeout),
         on_timeout: req.auto_pause.unwrap_or(false).then_some(OnTimeout::Pause),
         network,
+        // E2B's user ports are public unless the sandbox asks otherwise.
+        public_ports: req
+            .network
+            .as_ref()
+            .and_then(|n| n.allow_public_traffic)
+            .unwrap_or(true),
         ..CreateSandboxRequest::default()
     })
 }

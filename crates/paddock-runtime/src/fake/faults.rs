@@ -8,7 +8,7 @@ use super::agent::lock;
 use crate::RuntimeError;
 
 /// The operations a failure can be injected into: every fallible method of the two backend traits.
-pub const OPERATIONS: [&str; 26] = [
+pub const OPERATIONS: [&str; 27] = [
     "create_sandbox",
     "destroy_sandbox",
     "collect_garbage",
@@ -24,6 +24,7 @@ pub const OPERATIONS: [&str; 26] = [
     "prepare_rollback",
     "discard_rollback",
     "rollback_sandbox",
+    "open_port",
     "snapshot_sandbox",
     "delete_snapshot",
     "snapshot_usage",

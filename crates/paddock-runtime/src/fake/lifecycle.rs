@@ -290,6 +290,35 @@ impl SandboxBackend for FakeBackend {
         })
     }
 
+    fn open_port(&self, handle: &SandboxHandle, port: u16) -> Result<crate::PortSocket, RuntimeError> {
+        self.fault("open_port")?;
+        let mut state = lock(&self.shared.state);
+        live_mut(&mut state, handle)?;
+        let addr = *state.ports.get(&(handle.id.clone(), port)).ok_or_else(|| {
+            RuntimeError::Unsupported(format!(
+                "the fake backend serves no port {port} of sandbox {} (FakeBackend::expose_port)",
+                handle.id
+            ))
+        })?;
+        let family = if addr.is_ipv4() {
+            rustix::net::AddressFamily::INET
+        } else {
+            rustix::net::AddressFamily::INET6
+        };
+        let socket = rustix::net::socket_with(
+            family,
+            rustix::net::SocketType::STREAM,
+            rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| RuntimeError::State {
+            what: "make a socket for",
+            path: PathBuf::from(format!("fake:{}:{port}", handle.id)),
+            source: e.into(),
+        })?;
+        Ok(crate::PortSocket::new(socket, addr))
+    }
+
     fn update_limits(&self, handle: &SandboxHandle, limits: &Limits) -> Result<(), RuntimeError> {
         self.fault("update_limits")?;
         let mut state = lock(&self.shared.state);

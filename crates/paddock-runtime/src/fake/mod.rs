@@ -209,6 +209,13 @@ impl FakeBackend {
         }
     }
 
+    /// Serves sandbox `id`'s port `port` from `addr` (a listener the test made, on the host): what
+    /// [`crate::SandboxBackend::open_port`] connects to. A port nobody exposed is refused as
+    /// `Unsupported` (the fake has no network namespace to look into).
+    pub fn expose_port(&self, id: &SandboxId, port: u16, addr: std::net::SocketAddr) {
+        lock(&self.shared.state).ports.insert((id.clone(), port), addr);
+    }
+
     /// Where the agents' sockets are.
     pub fn socket_dir(&self) -> &Path {
         &self.shared.dir

@@ -86,6 +86,9 @@ pub(crate) struct State {
     /// Backend instances below this one are "gone" (their server process died): what they own
     /// may be adopted or collected.
     pub(crate) first_live_owner: u64,
+    /// Where a sandbox's ports are served: loopback listeners tests made and told about
+    /// ([`super::FakeBackend::expose_port`]).
+    pub(crate) ports: BTreeMap<(SandboxId, u16), std::net::SocketAddr>,
 }
 
 impl State {

@@ -31,6 +31,7 @@ mod lock;
 mod named_volumes;
 mod network;
 mod pool;
+mod ports;
 mod resources;
 mod rollback;
 mod sandbox;

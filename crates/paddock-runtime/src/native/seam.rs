@@ -6,8 +6,8 @@ use paddock_types::{ByteSize, Limits, SandboxId, SandboxSpec, SnapshotId, Volume
 
 use super::NativeBackend;
 use crate::{
-    Adoption, Capabilities, ExportOptions, ImportLimits, RuntimeError, SandboxBackend, SandboxHandle,
-    SandboxUsage, SnapshotUsage, StorageBackend, TransferSummary, VolumeUsage,
+    Adoption, Capabilities, ExportOptions, ImportLimits, PortSocket, RuntimeError, SandboxBackend,
+    SandboxHandle, SandboxUsage, SnapshotUsage, StorageBackend, TransferSummary, VolumeUsage,
 };
 
 impl SandboxBackend for NativeBackend {
@@ -86,6 +86,10 @@ impl SandboxBackend for NativeBackend {
         snapshot: &SnapshotId,
     ) -> Result<SandboxHandle, RuntimeError> {
         self.rollback(handle, snapshot)
+    }
+
+    fn open_port(&self, handle: &SandboxHandle, port: u16) -> Result<PortSocket, RuntimeError> {
+        super::ports::open_port(handle.native()?, port)
     }
 }
 

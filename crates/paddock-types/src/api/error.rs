@@ -66,6 +66,8 @@ pub enum ErrorCode {
     SandboxRecovering,
     /// Something failed inside paddock; details are in the server log, never in the response (500).
     Internal,
+    /// The sandbox runs, but nothing listens on the port a request was to be proxied to (502).
+    PortClosed,
 }
 
 impl ErrorCode {
@@ -100,6 +102,7 @@ impl ErrorCode {
             Self::Unavailable => "unavailable",
             Self::SandboxRecovering => "sandbox_recovering",
             Self::Internal => "internal",
+            Self::PortClosed => "port_closed",
         }
     }
 
@@ -132,6 +135,7 @@ impl ErrorCode {
             Self::Timeout => 504,
             Self::Unavailable | Self::SandboxRecovering => 503,
             Self::Internal => 500,
+            Self::PortClosed => 502,
         }
     }
 }

@@ -62,6 +62,12 @@ pub struct CreateSandboxRequest {
     /// network (with an empty policy when `network` is absent: allow the secrets' hosts there).
     #[serde(default)]
     pub secrets: Vec<String>,
+    /// Serve the sandbox's own ports to anyone who knows its id on the E2B sandbox door
+    /// (`<port>-<id>.<domain>`), as E2B's `allowPublicTraffic` does. When false (the default) that
+    /// door asks for the sandbox's traffic access token. Proxying through
+    /// `/v1/sandboxes/{id}/ports/{port}/...` always needs an API key of the sandbox's tenant.
+    #[serde(default)]
+    pub public_ports: bool,
 }
 
 /// What a sandbox's timeout does.
@@ -171,6 +177,10 @@ pub struct SandboxInfo {
     /// Every process's file changes are recorded in the audit log.
     #[serde(default)]
     pub audit_exec_diff: bool,
+    /// Its ports are served without credentials on the E2B sandbox door (`public_ports` of the
+    /// request).
+    #[serde(default)]
+    pub public_ports: bool,
     /// The named volumes it mounts.
     #[serde(default)]
     pub volumes: Vec<super::VolumeMountInfo>,

@@ -117,6 +117,37 @@ pub enum SandboxCommand {
         /// Sandbox id.
         id: String,
     },
+    /// Forward a local TCP port to a port of a sandbox: every connection to
+    /// `<address>:<local port>` is carried to what listens on the sandbox's port, until Ctrl-C.
+    PortForward(PortForwardArgs),
+}
+
+/// `paddock sandbox port-forward`.
+#[derive(Debug, Args)]
+pub struct PortForwardArgs {
+    /// Sandbox id.
+    pub id: String,
+    /// `LOCAL:SANDBOX` ports, or one port for both (`0` as the local port: any free one, printed).
+    #[arg(value_name = "LOCAL:SANDBOX", value_parser = parse_port_pair)]
+    pub ports: (u16, u16),
+    /// The local address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub address: std::net::IpAddr,
+}
+
+/// `LOCAL:SANDBOX` or `PORT`.
+pub fn parse_port_pair(text: &str) -> Result<(u16, u16), String> {
+    let port = |s: &str, zero: bool| -> Result<u16, String> {
+        match s.parse::<u16>() {
+            Ok(0) if !zero => Err(format!("{s:?}: the sandbox port cannot be 0")),
+            Ok(p) => Ok(p),
+            Err(_) => Err(format!("{s:?} is not a port (expected LOCAL:SANDBOX or PORT)")),
+        }
+    };
+    match text.split_once(':') {
+        Some((local, remote)) => Ok((port(local, true)?, port(remote, false)?)),
+        None => port(text, false).map(|p| (p, p)),
+    }
 }
 
 /// `paddock snapshot ...`.
@@ -264,6 +295,10 @@ pub struct CreateArgs {
     /// Inject a stored secret (`paddock secret create`) by name (repeatable; implies a network).
     #[arg(long = "secret", value_name = "NAME")]
     pub secrets: Vec<String>,
+    /// Serve the sandbox's ports without credentials on the E2B sandbox door
+    /// (`<port>-<id>.<domain>`); otherwise that door needs the sandbox's traffic access token.
+    #[arg(long)]
+    pub public_ports: bool,
     /// Print the API's JSON instead of the id.
     #[arg(long)]
     pub json: bool,

@@ -7,6 +7,7 @@ mod attach;
 mod cp;
 mod exec;
 mod network;
+mod port_forward;
 mod sandboxes;
 mod snapshot_transfer;
 mod snapshots;
@@ -255,6 +256,7 @@ pub fn sandbox(state_dir: &Path, command: SandboxCommand) -> anyhow::Result<Exit
             SandboxCommand::Stop { id } => snapshots::step(&client, &id, "stop").await,
             SandboxCommand::Resume { id } => snapshots::step(&client, &id, "resume").await,
             SandboxCommand::Network(args) => network::show_or_set(&client, args).await,
+            SandboxCommand::PortForward(args) => port_forward::forward(&client, args).await,
         }
     })
 }

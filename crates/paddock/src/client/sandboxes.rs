@@ -35,6 +35,7 @@ pub async fn create(client: &ApiClient, args: CreateArgs) -> anyhow::Result<Exit
         volumes: args.volumes,
         network: args.net.policy()?,
         secrets: args.secrets,
+        public_ports: args.public_ports,
     };
     let info: SandboxInfo = client
         .json(client.request(Method::POST, &["v1", "sandboxes"]).json(&request))

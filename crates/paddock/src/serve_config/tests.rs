@@ -464,3 +464,27 @@ fn egress_limits_load_validate_and_round_trip() {
         assert!(format!("{e:#}").contains(key), "{text}: {e:#}");
     }
 }
+
+#[test]
+fn e2b_and_ports_sections_load_validate_and_round_trip() {
+    let f =
+        file("[e2b]\ndomain = \"sandbox.example.com\"\n[ports]\nper_sandbox = 8\nconnect_timeout = \"2s\"\n");
+    let c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    assert!(c.e2b.enabled);
+    assert_eq!(c.e2b.domain.as_deref(), Some("sandbox.example.com"));
+    let ports = c.service_config().ports;
+    assert_eq!((ports.per_sandbox, ports.per_tenant), (8, 1024));
+    assert_eq!(ports.connect_timeout, Duration::from_secs(2));
+    let shown = file(&c.to_toml().expect("toml"));
+    let again = load(Some(shown.path()), &[], &ServeArgs::default()).expect("loads back");
+    assert_eq!((again.e2b, again.ports), (c.e2b, c.ports));
+    for (text, named) in [
+        ("[e2b]\ndomain = \"bad domain\"\n", "e2b.domain"),
+        ("[ports]\nper_tenant = 0\n", "ports.per_tenant"),
+        ("[ports]\nconnect_timeout = \"10ms\"\n", "ports.connect_timeout"),
+    ] {
+        let f = file(text);
+        let e = load(Some(f.path()), &[], &ServeArgs::default()).expect_err("refused");
+        assert!(format!("{e:#}").contains(named), "{text}: {e:#}");
+    }
+}

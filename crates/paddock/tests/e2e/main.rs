@@ -10,6 +10,7 @@ mod crash;
 mod e2b;
 mod load;
 mod network;
+mod ports;
 mod runtime;
 mod snapshot_transfer;
 mod support;

@@ -269,6 +269,28 @@ details! {
         window_ms: i64,
     }
 
+    // Connections to a sandbox's ports.
+
+    /// Connections to a sandbox's port through one door by one key: the first (`count: 1`), or the
+    /// repeats of a window with when the first and last came.
+    PortConnected for [SandboxPortConnect] {
+        port: u16,
+        door: String,
+        count: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        first_ms: Option<i64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        last_ms: Option<i64>,
+    }
+
+    /// Connections to a sandbox's ports made while its rows were rate-limited (outcome
+    /// `suppressed`), counted over a window.
+    PortsSuppressed for [SandboxPortConnect] {
+        count: u64,
+        first_ms: i64,
+        last_ms: i64,
+    }
+
     // Files.
 
     /// A path (a listing, a directory made).

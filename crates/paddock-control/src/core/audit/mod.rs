@@ -11,6 +11,7 @@
 mod details;
 #[cfg(test)]
 mod golden;
+pub(crate) mod ports;
 
 use paddock_store::{NewAuditEntry, SandboxState, StoreError, StoreTx};
 use serde::Serialize;
@@ -79,6 +80,7 @@ actions! {
     SandboxKill => "sandbox.kill",
     SandboxLost => "sandbox.lost",
     SandboxPause => "sandbox.pause",
+    SandboxPortConnect => "sandbox.port_connect",
     SandboxResume => "sandbox.resume",
     SandboxRollback => "sandbox.rollback",
     SandboxStop => "sandbox.stop",

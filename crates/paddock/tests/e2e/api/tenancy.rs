@@ -312,6 +312,25 @@ fn probes_for(method: &str, template: &str) -> Option<Vec<Probe>> {
             http(Method::GET, "/v1/sandboxes/{id}/diff"),
             http(Method::GET, "/v1/sandboxes/{id}/diff").query("text", "true"),
         ],
+        // A sandbox's ports (nothing listens on them: the answer must not say so to another tenant).
+        (m, "/v1/sandboxes/{id}/ports/{port}/http/") => {
+            vec![http(
+                m.parse().expect("method"),
+                "/v1/sandboxes/{id}/ports/8000/http/",
+            )]
+        }
+        (m, "/v1/sandboxes/{id}/ports/{port}/http/{path}") => vec![
+            http(
+                m.parse().expect("method"),
+                "/v1/sandboxes/{id}/ports/8000/http/index.html",
+            ),
+            http(m.parse().expect("method"), "/v1/sandboxes/{id}/ports/1/http/x").query("q", "1"),
+        ],
+        ("GET", "/v1/sandboxes/{id}/ports/{port}/tcp") => vec![Probe::Ws {
+            path: "/v1/sandboxes/{id}/ports/8000/tcp",
+            query: "",
+            first: None,
+        }],
         _ => return None,
     };
     Some(p)
