@@ -502,7 +502,12 @@ mod tests {
         let exact: DomainPattern = "example.com".parse().expect("pattern");
         assert!(exact.matches(&name("EXAMPLE.com")));
         assert!(!exact.matches(&name("a.example.com")));
-        for bad in ["*", "*.", "a.*.com", "*example.com", "**.com"] {
+        // A lone `*` is every name (E2B's allow-all spelling), shown back as written.
+        let any: DomainPattern = "*".parse().expect("pattern");
+        assert_eq!(any, DomainPattern::Any);
+        assert!(any.matches(&name("a.example.com")) && any.matches(&name("localhost")));
+        assert_eq!(any.to_string(), "*");
+        for bad in ["*.", "a.*.com", "*example.com", "**.com", "* ", "*.*"] {
             assert!(bad.parse::<DomainPattern>().is_err(), "{bad:?} accepted");
         }
     }
