@@ -13,8 +13,19 @@ use tower::ServiceExt as _;
 use crate::target::{sandbox_target, TargetError};
 use crate::{control, envd, E2bConfig, E2bState, ProxyError, ENVD_PORT};
 
-/// Paths of E2B's control plane (none of them is a `/v1` path).
-const CONTROL_PREFIXES: [&str; 4] = ["/sandboxes", "/v2/sandboxes", "/snapshots", "/templates"];
+/// Paths of E2B's control plane (none of them is a `/v1` path). The ones paddock does not serve
+/// (template builds, secrets, volumes, teams) are listed too, so they answer in E2B's error shape.
+const CONTROL_PREFIXES: [&str; 9] = [
+    "/sandboxes",
+    "/v2/sandboxes",
+    "/snapshots",
+    "/templates",
+    "/v2/templates",
+    "/v3/templates",
+    "/secrets",
+    "/volumes",
+    "/teams",
+];
 
 #[derive(Clone)]
 struct Doors {

@@ -2,8 +2,8 @@
 //! SDKs of 2.45.x and 2.6x call it, translated onto the service. Authorised by `X-API-KEY` (a
 //! paddock key in either spelling).
 //!
-//! It does not: serve E2B's template builds, secrets, volumes, teams or logs (answered 501 or 404 in
-//! E2B's error shape; COMPATIBILITY.md lists each), keep any state of its own, or decide anything
+//! It does not: serve E2B's template builds, secrets, volumes or teams (answered 404 in E2B's error
+//! shape) or logs (501; COMPATIBILITY.md lists each), keep any state of its own, or decide anything
 //! the service decides (quotas, tenancy, limits).
 
 mod extract;

@@ -158,6 +158,58 @@ test('errors: a missing sandbox, a bad key; tenancy', async () => {
   assert.equal(await sbx.isRunning(), true)
 })
 
+// The sandbox's egress policy as paddock's own API shows it (the E2B key works there too).
+function v1Network(id) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      {
+        host: api.hostname,
+        port: api.port,
+        path: `/v1/sandboxes/${id}/network`,
+        headers: { Authorization: `Bearer ${process.env.E2B_API_KEY}` },
+      },
+      (res) => {
+        const chunks = []
+        res.on('data', (c) => chunks.push(c))
+        res.on('end', () => resolve({ status: res.statusCode, body: JSON.parse(Buffer.concat(chunks).toString()) }))
+      },
+    )
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+test('network: allow and deny lists, update, no internet access', async () => {
+  const sbx = await sandbox({ network: { allowOut: ['allowed.test', '192.0.2.0/24'], denyOut: ['0.0.0.0/0'] } })
+  let r = await v1Network(sbx.sandboxId)
+  assert.equal(r.status, 200, JSON.stringify(r.body))
+  let allowed = JSON.stringify(r.body.policy.allow)
+  assert.ok(allowed.includes('allowed.test') && allowed.includes('192.0.2.0/24'), allowed)
+  // Names off the list are refused by the sandbox's own resolver (no question leaves it).
+  const lookup = await sbx.commands.run(
+    `python3 -c "import socket
+try:
+    socket.getaddrinfo('denied.test', 80); print('RESOLVED')
+except OSError as e:
+    print('REFUSED', e)"`,
+  )
+  assert.match(lookup.stdout, /^REFUSED/)
+  await sbx.updateNetwork({ allowOut: ['other.test'], denyOut: ['0.0.0.0/0'] })
+  r = await v1Network(sbx.sandboxId)
+  allowed = JSON.stringify(r.body.policy.allow)
+  assert.ok(allowed.includes('other.test') && !allowed.includes('allowed.test'), allowed)
+  // Without internet access there is no link at all: nothing but loopback.
+  const closed = await sandbox({ allowInternetAccess: false })
+  const connect = await closed.commands.run(
+    `python3 -c "import socket
+try:
+    socket.create_connection(('192.0.2.1', 80), timeout=5); print('CONNECTED')
+except OSError as e:
+    print('UNREACHABLE', e)"`,
+  )
+  assert.match(connect.stdout, /^UNREACHABLE.*unreachable/i)
+})
+
 test('ports: getHost reaches a web server inside', async () => {
   const sbx = await sandbox()
   await sbx.files.write('/home/user/www/index.html', 'from inside')

@@ -5,7 +5,8 @@ The Rust end-to-end test `e2b::python_sdk` starts the server and runs pytest wit
   E2B_DOMAIN                     the server's `[e2b] domain` (per-sandbox hosts for get_host)
   E2B_API_KEY                    a tenant's key, in E2B's spelling
   PADDOCK_OTHER_KEY              another tenant's key (E2B spelling)
-  PADDOCK_V1_KEY                 the first tenant's key in paddock's spelling (for /v1 checks)
+The E2B spelling of a key is also accepted by paddock's own /v1 API (the tests read a sandbox's
+egress policy there).
 Nothing here talks to anything but that listener on 127.0.0.1.
 """
 

@@ -8,7 +8,9 @@ never a sleep standing in for synchronisation.
 
 import base64
 import hashlib
+import json
 import os
+import shlex
 import socket
 import time
 import urllib.request
@@ -250,6 +252,57 @@ def test_another_tenant_sees_nothing(sandbox, other_key, listener):
     domain = os.environ["E2B_DOMAIN"]
     status, _ = raw_get(listener, f"49983-{sandbox.sandbox_id}.{domain}", "/envs", {"X-Access-Token": "0" * 64})
     assert status == 401
+
+
+# ---- network ------------------------------------------------------------------------------------
+
+
+def v1_network(listener, sandbox_id):
+    """The sandbox's egress policy as paddock's own API shows it (status, JSON)."""
+    req = urllib.request.Request(f"http://{listener[0]}:{listener[1]}/v1/sandboxes/{sandbox_id}/network",
+                                 headers={"Authorization": "Bearer " + os.environ["E2B_API_KEY"]})
+    try:
+        with urllib.request.urlopen(req, timeout=DEADLINE) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def in_sandbox(sbx, code):
+    """Runs Python in the sandbox; its last line (or the error's name) and the exit code."""
+    r = sbx.commands.run(f"python3 -c {shlex.quote(code)} 2>&1; echo rc=$?")
+    return r.stdout.strip().splitlines()[-2:]
+
+
+def test_network_allow_and_deny_lists(listener):
+    sbx = Sandbox.create(timeout=120, network={"allow_out": ["allowed.test", "192.0.2.0/24"], "deny_out": ["0.0.0.0/0"]})
+    try:
+        status, net = v1_network(listener, sbx.sandbox_id)
+        assert status == 200, net
+        allowed = json.dumps(net["policy"]["allow"])
+        assert "allowed.test" in allowed and "192.0.2.0/24" in allowed, net
+        assert net["policy"].get("deny", []) == [], net
+        # Names off the list are refused by the sandbox's own resolver (no question leaves it).
+        lookup = "import socket\ntry:\n    socket.getaddrinfo('denied.test', 80)\n    print('RESOLVED')\nexcept OSError as e:\n    print('REFUSED', e)"
+        assert in_sandbox(sbx, lookup)[0].startswith("REFUSED"), in_sandbox(sbx, lookup)
+        # update_network replaces the lists.
+        sbx.update_network({"allow_out": ["other.test"], "deny_out": ["0.0.0.0/0"]})
+        status, net = v1_network(listener, sbx.sandbox_id)
+        allowed = json.dumps(net["policy"]["allow"])
+        assert "other.test" in allowed and "allowed.test" not in allowed, net
+    finally:
+        sbx.kill()
+
+
+def test_no_internet_access_means_no_network():
+    sbx = Sandbox.create(timeout=120, allow_internet_access=False)
+    try:
+        # No link at all: nothing but loopback inside.
+        connect = "import socket\ntry:\n    socket.create_connection(('192.0.2.1', 80), timeout=5)\n    print('CONNECTED')\nexcept OSError as e:\n    print('UNREACHABLE', e)"
+        out = in_sandbox(sbx, connect)
+        assert out[0].startswith("UNREACHABLE") and "unreachable" in out[0].lower(), out
+    finally:
+        sbx.kill()
 
 
 # ---- ports -------------------------------------------------------------------------------------
