@@ -49,12 +49,9 @@ class Server:
         os.rmdir(self.state)
         self.cgroup = "paddock-bench-%d" % os.getpid()
         config = os.path.join(tempfile.gettempdir(), "paddock-bench-%d.toml" % os.getpid())
+        self.warm_pool = warm_pool
         with open(config, "w") as f:
-            f.write('listen = "127.0.0.1:0"\ndefault_timeout = "1h"\n')
-            f.write('[templates.default]\nrootfs = "host"\nwarm_pool = %d\n' % warm_pool)
-            # The benchmark's one tenant (the admin) holds --burst or --idle sandboxes at once: more than
-            # the default quota of 100.
-            f.write('[quotas]\nmax_sandboxes = "unlimited"\n')
+            self.write_config(f)
         self.config = config
         env = dict(os.environ, PADDOCK_CGROUP_PARENT=self.cgroup, PADDOCK_LOG=os.environ.get("BENCH_LOG", "warn"))
         self.env = env
@@ -79,6 +76,21 @@ class Server:
         with open(os.path.join(self.state, "admin.key")) as f:
             self.key = f.read().strip()
         self.conn = http.client.HTTPConnection(*self.addr)
+
+    def write_config(self, f):
+        f.write('listen = "127.0.0.1:0"\ndefault_timeout = "1h"\n')
+        f.write('[templates.default]\nrootfs = "host"\nwarm_pool = %d\n' % self.warm_pool)
+        # The benchmark's one tenant (the admin) holds --burst or --idle sandboxes at once: more than
+        # the default quota of 100.
+        f.write('[quotas]\nmax_sandboxes = "unlimited"\n')
+
+    def request_raw(self, method, path, data):
+        """A request with a raw body (or none), answered as bytes."""
+        headers = {"Authorization": "Bearer " + self.key}
+        if data is not None:
+            headers["Content-Type"] = "application/octet-stream"
+        self.conn.request(method, path, body=data, headers=headers)
+        return self.conn.getresponse()
 
     def request(self, method, path, body=None, accept="application/json"):
         headers = {"Authorization": "Bearer " + self.key, "Accept": accept}
