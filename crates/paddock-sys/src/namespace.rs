@@ -401,10 +401,10 @@ mod tests {
 
     #[test]
     fn a_socket_made_in_another_namespace_reaches_its_loopback_only() {
-        if !rustix::process::geteuid().is_root() {
-            eprintln!("SKIP: needs root to make a network namespace");
-            return;
-        }
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test needs root (to make a network namespace); the suite runs as root"
+        );
         // A namespace of a thread of our own, with a listener on its loopback.
         let (tx, rx) = std::sync::mpsc::channel();
         let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
@@ -435,10 +435,10 @@ mod tests {
 
     #[test]
     fn a_pidfd_of_an_exited_process_is_refused() {
-        if !rustix::process::geteuid().is_root() {
-            eprintln!("SKIP: needs root");
-            return;
-        }
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "this test needs root (to enter a namespace); the suite runs as root"
+        );
         let mut child = std::process::Command::new("true").spawn().expect("spawn");
         let pidfd = pidfd_open(i32::try_from(child.id()).expect("pid")).expect("pidfd");
         child.wait().expect("wait");

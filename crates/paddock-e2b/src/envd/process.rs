@@ -133,10 +133,17 @@ async fn start_process(
     if config.cmd.is_empty() {
         return Err(ConnectError::new(ConnectCode::InvalidArgument, "cmd is required"));
     }
-    let user = UserContext::load(state, caller, meta.user.as_deref()).await?;
-    let cwd = match config.cwd.as_deref() {
-        Some(cwd) if !cwd.is_empty() => resolve_path(cwd, &user.home)?,
-        _ => user.default_cwd(),
+    // The user's home is needed only to resolve a relative or `~` directory: otherwise the user
+    // (known or not) and the default directory (the sandbox's working directory, else the user's
+    // home) are the service's and the agent's to settle, as for a `/v1` exec, saving two reads of
+    // the sandbox's account files on every command.
+    let (cwd, user) = match config.cwd.as_deref().filter(|c| !c.is_empty()) {
+        None => (None, meta.user.clone()),
+        Some(cwd) if cwd.starts_with('/') => (Some(resolve_path(cwd, "/")?), meta.user.clone()),
+        Some(cwd) => {
+            let user = UserContext::load(state, caller, meta.user.as_deref()).await?;
+            (Some(resolve_path(cwd, &user.home)?), Some(user.name))
+        }
     };
     let pty = msg.pty.map(|p| {
         let size = p.size.unwrap_or(pb::pty::Size { cols: 80, rows: 24 });
@@ -145,14 +152,15 @@ async fn start_process(
             cols: u16::try_from(size.cols).unwrap_or(u16::MAX),
         }
     });
+    let user_name = user.clone().unwrap_or_default();
     let mut argv = vec![config.cmd];
     argv.extend(config.args);
     let request = ExecRequest {
         argv: Some(argv),
         shell: None,
         env: config.envs,
-        cwd: Some(cwd.clone()),
-        user: Some(user.name.clone()),
+        cwd: cwd.clone(),
+        user,
         timeout_ms: meta.timeout.map(|t| t.as_millis() as u64).filter(|ms| *ms > 0),
         stdin: None,
         stdin_open: msg.stdin.unwrap_or(true) || pty.is_some(),
@@ -164,7 +172,7 @@ async fn start_process(
         .service
         .exec(&caller.principal, &caller.id, request)
         .await
-        .map_err(|e| exec_error(e, &cwd))?;
+        .map_err(|e| exec_error(e, cwd.as_deref().unwrap_or("~"), &user_name))?;
     let pid = started.pid();
     let query = AttachQuery {
         stdout_from: 0,
@@ -179,13 +187,16 @@ async fn start_process(
 }
 
 /// A failed exec as envd reports it: a bad working directory or user by envd's words.
-fn exec_error(e: ServiceError, cwd: &str) -> ConnectError {
+fn exec_error(e: ServiceError, cwd: &str, user: &str) -> ConnectError {
     match e.field.as_deref() {
         Some("cwd") => ConnectError::new(
             ConnectCode::InvalidArgument,
             format!("cwd '{cwd}' does not exist"),
         ),
-        Some("user") => ConnectError::new(ConnectCode::Unauthenticated, "invalid username"),
+        Some("user") => ConnectError::new(
+            ConnectCode::Unauthenticated,
+            format!("invalid username: '{user}'"),
+        ),
         _ => service_error(e),
     }
 }

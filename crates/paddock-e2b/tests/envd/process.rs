@@ -55,6 +55,11 @@ async fn users_working_directories_and_environment() {
         .all()
         .await;
     assert_eq!(stdout_of(&frames), "root\n");
+    // Without a working directory: the user's home.
+    let frames = env.stream(&id, START, start_body("pwd"), &root).await.all().await;
+    assert_eq!(stdout_of(&frames), "/root\n");
+    let frames = env.stream(&id, START, start_body("pwd"), &[]).await.all().await;
+    assert_eq!(stdout_of(&frames), "/home/user\n");
     // Relative and ~ working directories resolve against the user's home.
     let body = json!({"process": {"cmd": "pwd", "cwd": "~"}});
     let frames = env.stream(&id, START, body, &root).await.all().await;
@@ -81,9 +86,19 @@ async fn users_working_directories_and_environment() {
         .all()
         .await;
     assert_eq!(
-        end_error(&frames).map(|e| e.0).as_deref(),
-        Some("unauthenticated")
+        end_error(&frames),
+        Some(("unauthenticated".into(), "invalid username: 'ghost'".into()))
     );
+    // ... also with an absolute or a relative working directory.
+    for cwd in ["/tmp", "work"] {
+        let body = json!({"process": {"cmd": "true", "cwd": cwd}});
+        let frames = env.stream(&id, START, body, &nobody).await.all().await;
+        assert_eq!(
+            end_error(&frames),
+            Some(("unauthenticated".into(), "invalid username: 'ghost'".into())),
+            "{cwd}"
+        );
+    }
     // No command.
     let frames = env.stream(&id, START, json!({}), &[]).await.all().await;
     assert_eq!(

@@ -112,8 +112,8 @@ impl SandboxService {
                 }
             }
         };
-        let passwd = read("/etc/passwd").await?;
-        let group = read("/etc/group").await?;
+        // Both at once: the agent answers requests concurrently.
+        let (passwd, group) = tokio::try_join!(read("/etc/passwd"), read("/etc/group"))?;
         let spec = sb.spec();
         Ok(SandboxAccounts {
             default_user: spec.user.as_str().to_owned(),

@@ -86,8 +86,6 @@ pub struct UserContext {
     pub name: String,
     /// Their home directory.
     pub home: String,
-    /// The sandbox's default working directory, if it has one.
-    pub workdir: Option<String>,
     /// The sandbox's users and groups.
     pub accounts: SandboxAccounts,
 }
@@ -121,15 +119,8 @@ impl UserContext {
         Ok(Self {
             name,
             home: normalize(&home),
-            workdir: accounts.default_workdir.clone(),
             accounts,
         })
-    }
-
-    /// Where a process runs when its request names no directory: the sandbox's default working
-    /// directory, else the user's home (as envd).
-    pub fn default_cwd(&self) -> String {
-        self.workdir.clone().unwrap_or_else(|| self.home.clone())
     }
 }
 

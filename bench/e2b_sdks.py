@@ -3,7 +3,7 @@
 
 Usage (as root, after `cargo build --release -p paddock -p paddock-agent` and
 `scripts/install-e2b-clients.sh`):
-    python3 bench/e2b.py [--creates 100] [--runs 300] [--files 20] [--requests 300]
+    python3 bench/e2b_sdks.py [--creates 100] [--runs 300] [--files 20] [--requests 300]
 
 Starts its own `paddock serve` (own state directory and cgroup parent, `[e2b] domain =
 "paddock.test"`, a warm pool of `--creates`+10 default sandboxes) and measures, all on 127.0.0.1:
@@ -19,7 +19,7 @@ Starts its own `paddock serve` (own state directory and cgroup parent, `[e2b] do
      against the same client run inside the sandbox's network namespace (a sandbox process) to
      127.0.0.1:8000, once with a fresh connection per request (what the proxy does upstream) and once
      keep-alive. Added latency = proxied p50 - direct p50.
-The SDK drivers are bench/e2b_sdk.py and bench/e2b_sdk.mjs (they print JSON). Everything created is
+The SDK drivers are bench/e2b_driver.py and bench/e2b_driver.mjs (they print JSON). Everything created is
 removed at the end (sandboxes, server, pool, cgroups).
 """
 import argparse
@@ -125,13 +125,13 @@ def main():
     ap.add_argument("--requests", type=int, default=300)
     args = ap.parse_args()
     if os.geteuid() != 0:
-        sys.exit("bench/e2b.py needs root")
+        sys.exit("bench/e2b_sdks.py needs root")
     for need in (VENV_PYTHON, os.path.join(CLIENTS, "js/node_modules/e2b")):
         if not os.path.exists(need):
             sys.exit("%s is missing: run scripts/install-e2b-clients.sh" % need)
     here = os.path.dirname(os.path.abspath(__file__))
-    python = [VENV_PYTHON, os.path.join(here, "e2b_sdk.py")]
-    js = ["node", os.path.join(here, "e2b_sdk.mjs")]
+    python = [VENV_PYTHON, os.path.join(here, "e2b_driver.py")]
+    js = ["node", os.path.join(here, "e2b_driver.mjs")]
     pool = args.creates + 10
     server = E2bServer(warm_pool=pool)
     results = {}

@@ -1,4 +1,4 @@
-// Driver of bench/e2b.py for E2B's JavaScript SDK (the pinned one in
+// Driver of bench/e2b_sdks.py for E2B's JavaScript SDK (the pinned one in
 // crates/paddock/tests/e2b_clients/js). Reads E2B_* (the SDK's own configuration) and BENCH_* from the
 // environment and prints one JSON object of samples in milliseconds:
 //   create  {"create_run": [...]}   Sandbox.create() then commands.run('echo hi'), BENCH_CREATES times

@@ -1,4 +1,4 @@
-"""Driver of bench/e2b.py for E2B's Python SDK (runs in the SDK's virtual environment).
+"""Driver of bench/e2b_sdks.py for E2B's Python SDK (runs in the SDK's virtual environment).
 
 Reads E2B_* (the SDK's own configuration) and BENCH_* from the environment, does what BENCH_WHAT
 names and prints one JSON object of samples in milliseconds:
@@ -28,6 +28,7 @@ SERVER = r'''
 import http.server
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     def do_GET(self):
         self.send_response(200)
         self.send_header("Content-Length", "2")
