@@ -138,7 +138,8 @@ class Server:
         # Warm sandboxes outlive a graceful stop (a restart re-adopts them); reclaim everything.
         subprocess.run([PADDOCK, "--state-dir", self.state, "gc"], env=self.env, check=False,
                        stdout=subprocess.DEVNULL)
-        subprocess.run([PADDOCK, "--state-dir", self.state, "pool", "destroy"], env=self.env, check=False)
+        subprocess.run([PADDOCK, "--state-dir", self.state, "pool", "destroy"], env=self.env, check=False,
+                       stdout=subprocess.DEVNULL)
         shutil.rmtree(self.state, ignore_errors=True)
         for ctl in os.listdir("/sys/fs/cgroup"):
             path = os.path.join("/sys/fs/cgroup", ctl, self.cgroup)
