@@ -6,8 +6,8 @@ use paddock_types::{Cidr, DomainPattern, EgressRule, EgressTarget, NetworkPolicy
 /// A network policy from flags. A sandbox gets a network when any of them is given.
 #[derive(Debug, Clone, Default, Args)]
 pub struct NetworkArgs {
-    /// Allow a domain (`pypi.org`, `*.pythonhosted.org`), optionally on ports: `NAME[:PORTS]`, PORTS
-    /// being `443` or `8000-8100` joined by `,` (repeatable).
+    /// Allow a domain (`pypi.org`, `*.pythonhosted.org`, `*` for every name), optionally on ports:
+    /// `NAME[:PORTS]`, PORTS being `443` or `8000-8100` joined by `,` (repeatable).
     #[arg(long = "allow-domain", value_name = "DOMAIN[:PORTS]", value_parser = parse_domain_rule)]
     pub allow_domains: Vec<EgressRule>,
     /// Allow an address or network (`10.1.2.0/24:443`), optionally on ports (repeatable).
@@ -111,7 +111,10 @@ mod tests {
         for bad in ["10.0.0.1/8", "a.com", "10.0.0.0/8:0", "10.0.0.0/8:x"] {
             assert!(parse_cidr_rule(bad).is_err(), "{bad}");
         }
-        for bad in ["*", "a..b", "a.com:0", "1.2.3.4"] {
+        // A lone `*` is every name (the operator's deny list and private addresses still apply).
+        let any = parse_domain_rule("*:443").expect("every name");
+        assert!(any.covers_port(443) && !any.covers_port(80));
+        for bad in ["**", "*.", "a..b", "a.com:0", "1.2.3.4"] {
             assert!(parse_domain_rule(bad).is_err(), "{bad}");
         }
     }

@@ -54,7 +54,7 @@ impl E2bSettings {
                         && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
                 });
             if !ok {
-                anyhow::bail!("[e2b] domain {d:?} is not a domain name");
+                anyhow::bail!("e2b.domain: {d:?} is not a domain name");
             }
         }
         Ok(())

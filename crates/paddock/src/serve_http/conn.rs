@@ -310,15 +310,35 @@ macro_rules! on_stream {
     };
 }
 
-/// A connection's stream that tells its clock when bytes arrive.
+/// How long a connection the server closes still reads (and discards) what its client sends.
+pub(crate) const LINGER: Duration = Duration::from_secs(2);
+/// The most bytes a closing connection reads and discards.
+pub(crate) const LINGER_BYTES: u64 = 64 << 20;
+
+/// A connection's stream that tells its clock when bytes arrive, and closes lingering: after its
+/// side is shut down it reads and discards what the client still sends (until the client's end,
+/// [`LINGER`] or [`LINGER_BYTES`]), because closing a socket with unread bytes makes the kernel
+/// reset the connection, and a client still sending a request body (answered early: a refusal
+/// before the body is read) would then lose the response it was sent (RFC 9112 §9.6).
 pub(crate) struct ClockedIo {
     tcp: Stream,
     clock: Arc<ConnClock>,
+    linger: Option<Linger>,
+}
+
+/// A closing connection's drain.
+struct Linger {
+    until: Pin<Box<Sleep>>,
+    left: u64,
 }
 
 impl ClockedIo {
     pub(crate) fn new(tcp: Stream, clock: Arc<ConnClock>) -> Self {
-        Self { tcp, clock }
+        Self {
+            tcp,
+            clock,
+            linger: None,
+        }
     }
 }
 
@@ -362,7 +382,43 @@ impl AsyncWrite for ClockedIo {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        on_stream!(self, s => Pin::new(s).poll_shutdown(cx))
+        if self.linger.is_none() {
+            match on_stream!(self, s => Pin::new(s).poll_shutdown(cx)) {
+                Poll::Ready(Ok(())) => {}
+                other => return other,
+            }
+            self.linger = Some(Linger {
+                until: Box::pin(tokio::time::sleep(LINGER)),
+                left: LINGER_BYTES,
+            });
+        }
+        let this = &mut *self;
+        let Some(linger) = this.linger.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        if linger.until.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Ok(()));
+        }
+        let mut scratch = [0u8; 16 * 1024];
+        loop {
+            let mut buf = ReadBuf::new(&mut scratch);
+            let polled = match &mut this.tcp {
+                Stream::Plain(s) => Pin::new(s).poll_read(cx, &mut buf),
+                Stream::Tls(s) => Pin::new(s).poll_read(cx, &mut buf),
+            };
+            match polled {
+                Poll::Pending => return Poll::Pending,
+                // The client's end, or an error: nothing more to wait for.
+                Poll::Ready(Err(_)) => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(())) => {
+                    linger.left = linger.left.saturating_sub(buf.filled().len() as u64);
+                    if linger.left == 0 {
+                        return Poll::Ready(Ok(()));
+                    }
+                }
+            }
+        }
     }
 }
 

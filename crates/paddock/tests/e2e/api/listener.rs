@@ -551,3 +551,37 @@ fn an_early_error_on_an_upload_says_the_connection_closes() {
     drop(rt);
     server.stop();
 }
+
+/// A refusal answered before the request body is read reaches a client that sends its whole body
+/// before it reads (as HTTP clients do): the server reads and discards the rest before it closes.
+/// Closing with the body unread would make the kernel reset the connection, failing the client's
+/// writes and discarding the response it was sent.
+#[test]
+fn an_early_refusal_reaches_a_client_still_sending_its_body() {
+    let env = TestEnv::new();
+    let server = Server::start(&env, &[], "info");
+    let addr = server_addr(&server);
+    let rt = runtime();
+    rt.block_on(async {
+        // More than the socket buffers of both ends hold, so the server answers mid-body.
+        let size = 24 << 20;
+        for round in 0..3 {
+            let mut conn = TcpStream::connect(addr).await.expect("connect");
+            let mut request = format!(
+                "PUT /v1/sandboxes/sb-0123456789abcdef/files?path=/home/user/big HTTP/1.1\r\nHost: paddock\r\n\
+                 Authorization: Bearer pdk_0123456789ab_nope\r\nContent-Type: application/octet-stream\r\n\
+                 Content-Length: {size}\r\n\r\n"
+            )
+            .into_bytes();
+            request.resize(request.len() + size, b'x');
+            let sent = tokio::time::timeout(DEADLINE, conn.write_all(&request))
+                .await
+                .expect("the body is taken in time");
+            assert!(sent.is_ok(), "round {round}: the server reset the connection under the body: {sent:?}");
+            let head = read_response(&mut conn).await;
+            assert!(head.starts_with("HTTP/1.1 401"), "round {round}: {head}");
+        }
+    });
+    drop(rt);
+    server.stop();
+}
