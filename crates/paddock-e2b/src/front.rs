@@ -38,10 +38,11 @@ struct Doors {
 /// The router of the whole listener: sandbox traffic (by `E2b-Sandbox-Id` or a per-sandbox host),
 /// then E2B's control-plane paths, then `v1` for everything else.
 pub fn front(service: SandboxService, v1: Router, config: E2bConfig) -> Router {
-    let state = E2bState {
-        service,
-        config: Arc::new(config),
-    };
+    front_with(E2bState::new(service, config), v1)
+}
+
+/// [`front`] over a state the caller made (and may watch: its pool of port connections).
+pub fn front_with(state: E2bState, v1: Router) -> Router {
     let doors = Doors {
         control: control::router(state.clone()),
         envd: envd::router(state.clone()),

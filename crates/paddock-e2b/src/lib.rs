@@ -28,7 +28,7 @@ mod target;
 pub mod tokens;
 
 pub use error::{ConnectCode, ConnectError, E2bError, ProxyError};
-pub use front::front;
+pub use front::{front, front_with};
 pub use state::{E2bConfig, E2bState};
 pub use target::{SandboxTarget, ENVD_PORT, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
 

@@ -9,19 +9,27 @@
 //! service's `connect_port` under the sandbox tenant's principal (`e2b-traffic-token` or
 //! `e2b-public` as its key id), so caps and audit rows are those of every other door.
 //!
-//! Each request gets a connection of its own (no pooling yet); the token, and the routing headers,
-//! never reach the sandbox.
+//! Connections are kept alive between requests ([`paddock_proxy::Pool`]), each for requests to
+//! the same sandbox and port under the same kind of credential (so a connection's audit row names
+//! who uses it); every request is still checked (the sandbox live and not paused, the token) before
+//! one is used. An upgrade gets a connection of its own. The token, and the routing headers, never
+//! reach the sandbox.
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use paddock_control::PortDoor;
-use paddock_proxy::{Forward, ForwardError};
+use paddock_control::ServiceError;
+use paddock_proxy::{Forward, ForwardError, PooledError};
 use paddock_types::api::ErrorCode;
 
 use crate::tokens::TokenKind;
 use crate::{E2bState, ProxyError, SandboxTarget, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
+
+/// What an idle connection to a sandbox's port is kept for: the sandbox, the port and the
+/// credential kind the connection was opened under.
+pub type PoolKey = (String, u16, &'static str);
 
 /// The header carrying the traffic access token.
 pub const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
@@ -65,36 +73,6 @@ pub async fn proxy(state: &E2bState, target: SandboxTarget, req: Request<Body>) 
     let Some(principal) = state.service.live_sandbox_principal(&id, via) else {
         return not_found();
     };
-    let stream = match state
-        .service
-        .connect_port(&principal, &id, target.port, PortDoor::E2b)
-        .await
-    {
-        Ok(stream) => stream,
-        Err(e) => {
-            return match e.code {
-                ErrorCode::PortClosed => ProxyError::PortClosed {
-                    sandbox_id: id.as_str().to_owned(),
-                    port: target.port,
-                }
-                .into_response(),
-                ErrorCode::SandboxNotFound | ErrorCode::SandboxNotRunning | ErrorCode::SandboxRecovering => {
-                    not_found()
-                }
-                ErrorCode::QuotaExceeded | ErrorCode::Unavailable => ProxyError::Refused {
-                    status: StatusCode::from_u16(e.code.http_status())
-                        .unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
-                    message: e.message,
-                }
-                .into_response(),
-                _ => ProxyError::Unreachable {
-                    sandbox_id: id.as_str().to_owned(),
-                    message: e.message,
-                }
-                .into_response(),
-            };
-        }
-    };
     let fwd = Forward {
         client: req
             .extensions()
@@ -105,14 +83,48 @@ pub async fn proxy(state: &E2bState, target: SandboxTarget, req: Request<Body>) 
         path_and_query: None,
         strip: STRIP,
     };
-    match paddock_proxy::forward(req, stream, &fwd).await {
+    let key: PoolKey = (id.as_str().to_owned(), target.port, via);
+    let connect = || {
+        state
+            .service
+            .connect_port(&principal, &id, target.port, PortDoor::E2b)
+    };
+    match paddock_proxy::forward_pooled(req, &state.ports_pool, key, connect, &fwd).await {
         Ok(resp) => resp.map(Body::new),
-        Err(ForwardError::BadRequest(status, message)) => {
+        Err(PooledError::Connect(e)) => connect_error(&id, target.port, e),
+        Err(PooledError::Forward(ForwardError::BadRequest(status, message))) => {
             ProxyError::Refused { status, message }.into_response()
         }
-        Err(e @ ForwardError::Upstream(_)) => ProxyError::Unreachable {
+        Err(PooledError::Forward(e @ ForwardError::Upstream(_))) => ProxyError::Unreachable {
             sandbox_id: id.as_str().to_owned(),
             message: e.to_string(),
+        }
+        .into_response(),
+    }
+}
+
+/// E2B's answer for a connection the service did not open.
+fn connect_error(id: &paddock_types::SandboxId, port: u16, e: ServiceError) -> Response {
+    match e.code {
+        ErrorCode::PortClosed => ProxyError::PortClosed {
+            sandbox_id: id.as_str().to_owned(),
+            port,
+        }
+        .into_response(),
+        ErrorCode::SandboxNotFound | ErrorCode::SandboxNotRunning | ErrorCode::SandboxRecovering => {
+            ProxyError::NotFound {
+                sandbox_id: id.as_str().to_owned(),
+            }
+            .into_response()
+        }
+        ErrorCode::QuotaExceeded | ErrorCode::Unavailable => ProxyError::Refused {
+            status: StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+            message: e.message,
+        }
+        .into_response(),
+        _ => ProxyError::Unreachable {
+            sandbox_id: id.as_str().to_owned(),
+            message: e.message,
         }
         .into_response(),
     }

@@ -28,6 +28,19 @@ pub struct E2bState {
     pub service: SandboxService,
     /// The configuration.
     pub config: Arc<E2bConfig>,
+    /// Idle connections to sandboxes' ports, kept per (sandbox, port, credential kind).
+    pub ports_pool: paddock_proxy::Pool<crate::ports::PoolKey>,
+}
+
+impl E2bState {
+    /// The state of a front-end serving `service` as `config` says.
+    pub fn new(service: SandboxService, config: E2bConfig) -> Self {
+        Self {
+            service,
+            config: Arc::new(config),
+            ports_pool: paddock_proxy::Pool::new(paddock_proxy::PoolLimits::default()),
+        }
+    }
 }
 
 impl std::fmt::Debug for E2bState {

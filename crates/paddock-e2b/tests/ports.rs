@@ -8,7 +8,10 @@ use axum::Router;
 use http_body_util::BodyExt as _;
 use paddock_control::{SandboxService, ServiceConfig};
 use paddock_e2b::tokens::{TokenKey, TokenKind, KEY_BYTES};
-use paddock_e2b::{front, E2bConfig};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use paddock_e2b::{front_with, E2bConfig, E2bState};
 use paddock_runtime::fake::FakeBackend;
 use paddock_runtime::AnyBackend;
 use paddock_store::Store;
@@ -47,6 +50,38 @@ async fn head_echo() -> std::net::SocketAddr {
     addr
 }
 
+/// A loopback HTTP/1.1 server that keeps connections alive, answering every GET `ok`, and counts
+/// the connections it accepted.
+async fn keep_alive_counter() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 1024];
+                loop {
+                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        seen.drain(..end + 4);
+                        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if s.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => seen.extend_from_slice(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
 fn closed() -> std::net::SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
@@ -56,6 +91,7 @@ fn closed() -> std::net::SocketAddr {
 
 struct Setup {
     router: Router,
+    pool: paddock_proxy::Pool<paddock_e2b::ports::PoolKey>,
     service: SandboxService,
     backend: FakeBackend,
     key: TokenKey,
@@ -89,8 +125,10 @@ async fn setup() -> Setup {
         domain: Some(DOMAIN.into()),
         internet_access: false,
     };
+    let state = E2bState::new(service.clone(), config);
     Setup {
-        router: front(service.clone(), Router::new(), config),
+        pool: state.ports_pool.clone(),
+        router: front_with(state, Router::new()),
         service,
         backend,
         key,
@@ -212,5 +250,63 @@ async fn closed_ports_and_sandboxes_it_cannot_serve_get_e2bs_answers() {
         (status, message(&body).as_str()),
         (StatusCode::BAD_GATEWAY, "The sandbox was not found")
     );
+    s.service.shutdown().await;
+}
+
+/// Waits until the door's pool holds `n` idle connections (a connection rejoins it in a task once
+/// its response was read).
+async fn pooled(s: &Setup, n: usize) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while s.pool.idle_connections() != n {
+        assert!(
+            std::time::Instant::now() < end,
+            "the pool never held {n} connections"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn connections_are_kept_alive_per_sandbox_port_and_credential_and_checked_every_time() {
+    let s = setup().await;
+    let (addr, accepted) = keep_alive_counter().await;
+    let a = s.sandbox(true).await;
+    let b = s.sandbox(true).await;
+    s.backend.expose_port(&a, 9000, addr);
+    s.backend.expose_port(&b, 9000, addr);
+    let host_a = format!("9000-{a}.{DOMAIN}");
+    for _ in 0..3 {
+        assert_eq!(s.get(&host_a, &[]).await, (StatusCode::OK, "ok".to_owned()));
+        pooled(&s, 1).await;
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "one connection for one sandbox's port"
+    );
+    // Another sandbox (behind the same address here) never gets that connection.
+    assert_eq!(s.get(&format!("9000-{b}.{DOMAIN}"), &[]).await.0, StatusCode::OK);
+    pooled(&s, 2).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    // Nor does a request under another credential (its audit rows name the token).
+    let token = s.key.token(TokenKind::Traffic, &a);
+    assert_eq!(
+        s.get(&host_a, &[("e2b-traffic-access-token", &token)]).await.0,
+        StatusCode::OK
+    );
+    pooled(&s, 3).await;
+    assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    // A kept connection does not let a request past the checks: paused and killed sandboxes
+    // answer as missing ones.
+    s.service.pause_sandbox(&s.tenant, &a).await.expect("pause");
+    let (status, body) = s.get(&host_a, &[]).await;
+    assert_eq!(
+        (status, message(&body).as_str()),
+        (StatusCode::BAD_GATEWAY, "The sandbox was not found")
+    );
+    s.service.resume_sandbox(&s.tenant, &a).await.expect("resume");
+    assert_eq!(s.get(&host_a, &[]).await.0, StatusCode::OK);
+    s.service.kill_sandbox(&s.tenant, &a).await.expect("kill");
+    assert_eq!(s.get(&host_a, &[]).await.0, StatusCode::BAD_GATEWAY);
     s.service.shutdown().await;
 }

@@ -10,7 +10,9 @@
 //! the hop-by-hop fields; a response head the upstream makes larger than hyper's buffer fails the
 //! request.
 //!
-//! It does not: open connections, decide who may connect, pool connections or speak HTTP/2.
+//! [`forward_pooled`] does the same over idle connections kept per key ([`Pool`], `pool.rs`).
+//!
+//! It does not: open connections, decide who may connect, or speak HTTP/2.
 
 use std::net::SocketAddr;
 
@@ -25,8 +27,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// The most header fields a request may carry to be forwarded.
 pub const MAX_HEADERS: usize = 100;
+mod pool;
+
+pub use pool::{forward_pooled, Pool, PoolLimits, PooledBody, PooledError, ProxyBody};
+
 /// Buffer hyper reads the upstream's response head into (and its largest head).
-const MAX_RESPONSE_BUF: usize = 256 * 1024;
+pub(crate) const MAX_RESPONSE_BUF: usize = 256 * 1024;
 
 /// Hop-by-hop fields, never forwarded (RFC 9110 §7.6.1, and the old `Proxy-Connection`).
 const HOP_BY_HOP: [&str; 9] = [
@@ -154,6 +160,25 @@ pub fn prepare_head(headers: &mut HeaderMap, fwd: &Forward, upgrade: bool) -> Re
     Ok(())
 }
 
+/// Rewrites `req`'s head for the upstream ([`prepare_head`]) and its target to the origin form
+/// (`fwd.path_and_query`, else the client's path and query, whatever form the client used).
+pub(crate) fn prepare_request<B>(
+    req: &mut Request<B>,
+    fwd: &Forward,
+    upgrade: bool,
+) -> Result<(), ForwardError> {
+    prepare_head(req.headers_mut(), fwd, upgrade)?;
+    if let Some(pq) = &fwd.path_and_query {
+        let uri = pq
+            .parse()
+            .map_err(|_| ForwardError::BadRequest(StatusCode::BAD_REQUEST, "invalid path".into()))?;
+        *req.uri_mut() = uri;
+    } else if let Some(pq) = req.uri().path_and_query().cloned() {
+        *req.uri_mut() = hyper::Uri::from(pq);
+    }
+    Ok(())
+}
+
 /// Sends `req` over `upstream` (a connection to the server that answers it) and returns the
 /// response, hop-by-hop fields removed. An upgrade the upstream accepts (101) is piped in a task of
 /// its own: the client's upgraded connection (from `req`'s extensions, as hyper's server leaves it)
@@ -170,16 +195,7 @@ where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let upgrade = is_upgrade(req.headers());
-    prepare_head(req.headers_mut(), fwd, upgrade)?;
-    if let Some(pq) = &fwd.path_and_query {
-        let uri = pq
-            .parse()
-            .map_err(|_| ForwardError::BadRequest(StatusCode::BAD_REQUEST, "invalid path".into()))?;
-        *req.uri_mut() = uri;
-    } else if let Some(pq) = req.uri().path_and_query().cloned() {
-        // Origin form, whatever form the client used.
-        *req.uri_mut() = hyper::Uri::from(pq);
-    }
+    prepare_request(&mut req, fwd, upgrade)?;
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
         .max_buf_size(MAX_RESPONSE_BUF)
