@@ -9,9 +9,12 @@
 #   busybox-static  a tiny root file system for the --rootfs tests
 #   bubblewrap    the peer the benchmarks compare against
 #   python3, procps  used by the tests inside sandboxes
+#   docker-registry, skopeo, umoci, apache2-utils  paddock-registry's tests: a local registry (TLS,
+#                 htpasswd basic auth made with htpasswd -B), images built with umoci, pushed with skopeo
+#                 (the tests start their own registry; the package's service on :5000 is not needed)
 set -euo pipefail
 need=()
-for pkg in btrfs-progs util-linux iproute2 nftables busybox-static bubblewrap python3 python3-pip python3-venv openssl procps; do
+for pkg in btrfs-progs util-linux iproute2 nftables busybox-static bubblewrap python3 python3-pip python3-venv openssl procps docker-registry skopeo umoci apache2-utils; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

@@ -131,6 +131,30 @@ fn crate_dependencies_follow_the_layering() {
             "paddock-agent",
         ],
     );
+    // The registry client fetches images into a local layout: among paddock's crates it knows
+    // only the domain types, and only the binary and the control plane call it.
+    forbid(
+        "paddock-registry",
+        &[
+            "paddock-control",
+            "paddock-runtime",
+            "paddock-store",
+            "paddock-sys",
+            "paddock-api",
+            "paddock-e2b",
+            "paddock-egress",
+            "paddock-proxy",
+            "paddock-protocol",
+            "paddock-agent",
+            "paddock",
+        ],
+    );
+    for c in table
+        .keys()
+        .filter(|c| !["paddock", "paddock-control", "paddock-registry"].contains(&c.as_str()))
+    {
+        forbid(c, &["paddock-registry"]);
+    }
     // Only the binary may use anyhow.
     for c in table.keys().filter(|c| c.as_str() != "paddock") {
         forbid(c, &["anyhow"]);
