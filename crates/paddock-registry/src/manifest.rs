@@ -55,14 +55,16 @@ struct Raw {
 /// A parsed manifest document.
 #[derive(Debug)]
 pub(crate) enum Document {
-    Index {
-        manifests: Vec<Descriptor>,
-    },
-    Image {
-        media_type: String,
-        config: Descriptor,
-        layers: Vec<Descriptor>,
-    },
+    Index { manifests: Vec<Descriptor> },
+    Image(ImageManifest),
+}
+
+/// An image manifest: its media type, config and layers (bottom first).
+#[derive(Debug)]
+pub(crate) struct ImageManifest {
+    pub media_type: String,
+    pub config: Descriptor,
+    pub layers: Vec<Descriptor>,
 }
 
 /// The hex of a `sha256:<64 lowercase hex>` digest; anything else is refused (it names a file).
@@ -132,11 +134,11 @@ pub(crate) fn parse_document(bytes: &[u8], what: &str, registry: &str) -> Result
                     return Err(unsupported(&format!("layer {}", l.digest), &l.media_type));
                 }
             }
-            Ok(Document::Image {
+            Ok(Document::Image(ImageManifest {
                 media_type,
                 config,
                 layers,
-            })
+            }))
         }
         other => Err(unsupported(what, other)),
     }
@@ -164,7 +166,7 @@ mod tests {
             "r",
         )
         .expect("ok");
-        assert!(matches!(doc, Document::Image { ref media_type, .. } if media_type == OCI_MANIFEST));
+        assert!(matches!(doc, Document::Image(ref m) if m.media_type == OCI_MANIFEST));
         let err = parse_document(
             manifest("application/vnd.oci.image.layer.nondistributable.v1.tar").as_bytes(),
             "m",

@@ -14,7 +14,7 @@ use crate::credentials::Credentials;
 use crate::error::RegistryError;
 use crate::layout::{Layout, REF_NAME};
 use crate::manifest::{
-    parse_document, sha256_hex, Descriptor, Document, ACCEPTED_MANIFESTS, MAX_MANIFEST_BYTES,
+    parse_document, sha256_hex, Descriptor, Document, ImageManifest, ACCEPTED_MANIFESTS, MAX_MANIFEST_BYTES,
 };
 use crate::platform::Platform;
 use crate::reference::ImageReference;
@@ -83,47 +83,49 @@ pub async fn pull(
             });
         }
     }
-    let mut index = None;
-    let (manifest_bytes, manifest_digest, document) = match parse_document(&bytes, &what, &registry)? {
-        Document::Index { manifests, .. } => {
-            let entry = pick_platform(&manifests, &options.platform, reference)?;
-            let by_digest = oci.clone_with_digest(entry.digest.clone());
-            let entry_what = format!("manifest {} of {reference}", entry.digest);
-            let (m_bytes, m_digest) =
-                fetch_manifest(&client, &by_digest, &auth, &registry, &entry_what).await?;
-            if m_digest != entry.digest || m_bytes.len() as i64 != entry.size {
-                return Err(RegistryError::DigestMismatch {
-                    what: entry_what,
-                    expected: format!("{} ({} bytes)", entry.digest, entry.size),
-                    actual: format!("{m_digest} ({} bytes)", m_bytes.len()),
-                });
+    // An index: the platform's entry, fetched by digest and checked against the entry.
+    let (manifest_bytes, manifest_digest, image, index, index_platform) =
+        match parse_document(&bytes, &what, &registry)? {
+            Document::Image(image) => (bytes, digest, image, None, None),
+            Document::Index { manifests } => {
+                let entry = pick_platform(&manifests, &options.platform, reference)?;
+                let by_digest = oci.clone_with_digest(entry.digest.clone());
+                let entry_what = format!("manifest {} of {reference}", entry.digest);
+                let (m_bytes, m_digest) =
+                    fetch_manifest(&client, &by_digest, &auth, &registry, &entry_what).await?;
+                if m_digest != entry.digest || m_bytes.len() as i64 != entry.size {
+                    return Err(RegistryError::DigestMismatch {
+                        what: entry_what,
+                        expected: format!("{} ({} bytes)", entry.digest, entry.size),
+                        actual: format!("{m_digest} ({} bytes)", m_bytes.len()),
+                    });
+                }
+                let Document::Image(image) = parse_document(&m_bytes, &entry_what, &registry)? else {
+                    return Err(RegistryError::UnsupportedMediaType {
+                        what: entry_what,
+                        media_type: "an index inside an index".into(),
+                    });
+                };
+                let platform = entry.platform.clone();
+                (m_bytes, m_digest, image, Some((bytes, digest)), platform)
             }
-            let doc = parse_document(&m_bytes, &entry_what, &registry)?;
-            if matches!(doc, Document::Index { .. }) {
-                return Err(RegistryError::UnsupportedMediaType {
-                    what: entry_what,
-                    media_type: "an index inside an index".into(),
-                });
-            }
-            index = Some((bytes, digest));
-            (m_bytes, m_digest, doc)
-        }
-        doc => (bytes, digest, doc),
-    };
-    let Document::Image {
+        };
+    let ImageManifest {
         media_type: manifest_media_type,
         config,
         layers,
-    } = document
-    else {
-        unreachable!("indexes are resolved above");
-    };
+    } = image;
 
     // Refuse before fetching anything when the announced sizes are already too much.
-    let announced: u64 = std::iter::once(&config)
+    let announced = std::iter::once(&config)
         .chain(&layers)
-        .map(|d| d.size as u64)
-        .sum();
+        .fold(0u64, |sum, d| sum.saturating_add(d.size as u64));
+    if config.size as u64 > MAX_MANIFEST_BYTES as u64 {
+        return Err(RegistryError::TooLarge {
+            what: format!("the image config of {reference}"),
+            limit: MAX_MANIFEST_BYTES as u64,
+        });
+    }
     if announced > options.max_total_bytes {
         return Err(RegistryError::TooLarge {
             what: format!("image {reference} ({announced} bytes)"),
@@ -161,7 +163,10 @@ pub async fn pull(
         .map(str::to_owned)
         .or_else(|| reference.digest().map(str::to_owned))
         .unwrap_or_else(|| manifest_digest.clone());
-    let platform = options.platform.clone();
+    let platform = match index_platform {
+        Some(p) => p,
+        None => config_platform(&layout.blob_path(hex_of(&config_blob.digest)?), &registry)?,
+    };
     layout.write_index(serde_json::json!({
         "mediaType": manifest_media_type,
         "digest": manifest_digest,
@@ -188,6 +193,17 @@ pub async fn pull(
 
 fn hex_of(digest: &str) -> Result<&str, RegistryError> {
     sha256_hex(digest).ok_or_else(|| RegistryError::InvalidOptions(format!("unsupported digest {digest:?}")))
+}
+
+/// The platform an image's config says it is for (`os`, `architecture` and `variant` are named
+/// alike in OCI's and Docker's configs). The config was verified and is at most 4 MiB.
+fn config_platform(path: &Path, registry: &str) -> Result<Platform, RegistryError> {
+    let bytes = std::fs::read(path).map_err(|e| RegistryError::io("read", path, e))?;
+    let platform: Platform = serde_json::from_slice(&bytes).map_err(|e| RegistryError::Protocol {
+        registry: registry.into(),
+        detail: one_line(&format!("the image config does not name its platform: {e}")),
+    })?;
+    Ok(platform)
 }
 
 /// Fetches a manifest's bytes, capped, and its digest computed here.

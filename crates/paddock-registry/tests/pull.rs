@@ -136,6 +136,7 @@ async fn pulls_by_tag_and_by_digest_into_a_verified_layout() {
     assert_eq!(pulled.ref_name, "v1");
     assert_eq!(pulled.reference, format!("{}/test/img:v1", registry.host()));
     assert_eq!(pulled.index_digest, None);
+    assert_eq!(pulled.platform, Platform::host(), "read from the image's config");
     // skopeo pushed the OCI manifest as it was: same digest as in the built layout.
     assert_eq!(
         pulled.manifest_digest,
@@ -191,7 +192,7 @@ async fn a_multi_platform_index_gives_the_hosts_platform() {
     let images = LayoutBuilder::new();
     images.build("amd", false, "amd64");
     images.build("arm", false, "arm64");
-    images.build_index("multi", "amd", "arm");
+    images.build_index("multi", &[("amd", "amd64"), ("arm", "arm64")]);
     registry.push(&images.layout(), "multi", "test/multi", "latest");
     let r = reference(&format!("{}/test/multi", registry.host()));
     assert_eq!(r.tag(), Some("latest"));
@@ -430,29 +431,41 @@ async fn the_size_budget_counts_config_and_layers() {
 }
 
 #[tokio::test]
-async fn a_docker_schema2_image_is_pulled_as_it_is() {
+async fn docker_schema2_images_and_manifest_lists_are_pulled_as_they_are() {
     let registry = TestRegistry::start();
     let images = LayoutBuilder::new();
-    images.build("two", true, &Platform::host().architecture);
+    let host = Platform::host().architecture;
+    let other = if host == "arm64" { "amd64" } else { "arm64" };
+    images.build("two", true, &host);
+    images.build("other", false, other);
+    images.build_index("multi", &[("other", other), ("two", &host)]);
     registry.push_as(&images.layout(), "two", "test/docker", "v2s2", Some("v2s2"));
-    let dest = tempfile::tempdir().expect("dest");
-    let r = reference(&format!("{}/test/docker:v2s2", registry.host()));
-    let pulled = pull(&r, dest.path(), &options(&registry))
-        .await
-        .expect("pull v2s2");
-    check_layout(dest.path(), &pulled);
-    assert_eq!(pulled.manifest_media_type, paddock_registry::DOCKER_MANIFEST);
-    assert_eq!(
-        pulled.config.media_type,
-        "application/vnd.docker.container.image.v1+json"
-    );
-    assert_eq!(pulled.layers.len(), 2);
-    for layer in &pulled.layers {
+    registry.push_as(&images.layout(), "multi", "test/docker", "list", Some("v2s2"));
+    for tag in ["v2s2", "list"] {
+        let dest = tempfile::tempdir().expect("dest");
+        let r = reference(&format!("{}/test/docker:{tag}", registry.host()));
+        let pulled = pull(&r, dest.path(), &options(&registry))
+            .await
+            .expect("pull v2s2");
+        check_layout(dest.path(), &pulled);
+        assert_eq!(pulled.manifest_media_type, paddock_registry::DOCKER_MANIFEST);
         assert_eq!(
-            layer.media_type,
-            "application/vnd.docker.image.rootfs.diff.tar.gzip"
+            pulled.config.media_type,
+            "application/vnd.docker.container.image.v1+json"
         );
+        assert_eq!(pulled.layers.len(), 2, "{tag}: the host's image, not the other");
+        for layer in &pulled.layers {
+            assert_eq!(
+                layer.media_type,
+                "application/vnd.docker.image.rootfs.diff.tar.gzip"
+            );
+        }
+        let second = layer_entries(dest.path(), &pulled.layers[1].digest);
+        assert!(second.iter().any(|e| e.ends_with("etc/.wh.doomed")), "{second:?}");
+        if tag == "list" {
+            let index_digest = pulled.index_digest.clone().expect("a manifest list");
+            let list = blob_json(dest.path(), &index_digest);
+            assert_eq!(list["mediaType"], paddock_registry::DOCKER_LIST);
+        }
     }
-    let second = layer_entries(dest.path(), &pulled.layers[1].digest);
-    assert!(second.iter().any(|e| e.ends_with("etc/.wh.doomed")), "{second:?}");
 }

@@ -111,21 +111,24 @@ impl LayoutBuilder {
         .expect("write index.json");
     }
 
-    /// Image `tag`: an index of `amd` (linux/amd64) and `arm` (linux/arm64), built as images.
-    pub fn build_index(&self, tag: &str, amd: &str, arm: &str) {
-        let entry = |t: &str, arch: &str| {
-            let d = self.descriptor(t);
-            serde_json::json!({
-                "mediaType": d["mediaType"],
-                "digest": d["digest"],
-                "size": d["size"],
-                "platform": { "os": "linux", "architecture": arch },
+    /// Image `tag`: an index of the images `entries` names, each `(tag, architecture)`.
+    pub fn build_index(&self, tag: &str, entries: &[(&str, &str)]) {
+        let manifests: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|(t, arch)| {
+                let d = self.descriptor(t);
+                serde_json::json!({
+                    "mediaType": d["mediaType"],
+                    "digest": d["digest"],
+                    "size": d["size"],
+                    "platform": { "os": "linux", "architecture": arch },
+                })
             })
-        };
+            .collect();
         let index = serde_json::json!({
             "schemaVersion": 2,
             "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": [entry(amd, "amd64"), entry(arm, "arm64")],
+            "manifests": manifests,
         });
         let (digest, size) = self.put_blob(&serde_json::to_vec(&index).expect("json"));
         self.tag_descriptor(

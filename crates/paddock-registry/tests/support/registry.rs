@@ -142,17 +142,18 @@ impl TestRegistry {
         self.push_as(layout, tag, repo, push_tag, None);
     }
 
-    /// As [`TestRegistry::push`], converting to `format` (`v2s2`: Docker's schema 2) on the way.
+    /// As [`TestRegistry::push`], converting to `format` (`v2s2`: Docker's schema 2 manifests, and
+    /// an index becomes a Docker manifest list) on the way.
     pub fn push_as(&self, layout: &Path, tag: &str, repo: &str, push_tag: &str, format: Option<&str>) {
         let mut cmd = Command::new("skopeo");
         cmd.args(["copy", "--quiet", "--dest-creds"])
             .arg(format!("{USER}:{PASSWORD}"))
             .arg("--dest-cert-dir")
             .arg(&self.cert_dir);
-        match format {
-            Some(f) => cmd.args(["--format", f]),
-            None => cmd.arg("--all"),
-        };
+        cmd.arg("--all");
+        if let Some(f) = format {
+            cmd.args(["--format", f]);
+        }
         run(cmd
             .arg(format!("oci:{}:{tag}", layout.display()))
             .arg(format!("docker://{}/{repo}:{push_tag}", self.host())));
