@@ -31,6 +31,8 @@ pub struct PullOptions {
     pub max_total_bytes: u64,
     /// The platform picked from an index (default: the host's).
     pub platform: Platform,
+    /// Bound on the whole pull (a registry that drips bytes is cut off by it).
+    pub timeout: Duration,
     /// Bound on connecting to the registry.
     pub connect_timeout: Duration,
     /// Bound on waiting for any read from the registry.
@@ -45,6 +47,7 @@ impl Default for PullOptions {
             insecure_registries: Vec::new(),
             max_total_bytes: 16 << 30,
             platform: Platform::host(),
+            timeout: Duration::from_secs(3600),
             connect_timeout: Duration::from_secs(15),
             read_timeout: Duration::from_secs(60),
         }
@@ -147,6 +150,7 @@ pub(crate) fn map_oci_error(err: OciDistributionError, registry: &str, what: &st
     };
     let unauthorized = |detail: String| RegistryError::Unauthorized {
         registry: registry_s.clone(),
+        anonymous: false,
         detail,
     };
     match err {

@@ -12,6 +12,8 @@ pub enum ErrorKind {
     Unreachable,
     /// The registry's TLS certificate is not trusted (or TLS failed).
     Tls,
+    /// The whole pull took longer than its deadline.
+    TimedOut,
     /// The repository, tag or digest does not exist.
     NotFound,
     /// The credentials were refused, or the registry requires some.
@@ -39,6 +41,7 @@ impl ErrorKind {
             Self::InvalidReference => "invalid_reference",
             Self::Unreachable => "registry_unreachable",
             Self::Tls => "registry_tls",
+            Self::TimedOut => "registry_timeout",
             Self::NotFound => "image_not_found",
             Self::Unauthorized => "registry_unauthorized",
             Self::UnsupportedMediaType => "unsupported_media_type",
@@ -63,8 +66,18 @@ pub enum RegistryError {
     Tls { registry: String, detail: String },
     #[error("{what} not found in registry {registry}")]
     NotFound { registry: String, what: String },
-    #[error("registry {registry} refused the credentials{detail}")]
-    Unauthorized { registry: String, detail: String },
+    #[error(
+        "registry {registry} {}{detail}",
+        if *anonymous { "refuses anonymous pulls: credentials are needed" } else { "refused the credentials" }
+    )]
+    Unauthorized {
+        registry: String,
+        /// No credentials were presented.
+        anonymous: bool,
+        detail: String,
+    },
+    #[error("pulling {reference} took longer than {seconds} s")]
+    TimedOut { reference: String, seconds: u64 },
     #[error("unsupported media type {media_type:?} for the {what}")]
     UnsupportedMediaType { what: String, media_type: String },
     #[error("{what} does not match its digest {expected} (got {actual})")]
@@ -101,6 +114,7 @@ impl RegistryError {
             Self::InvalidReference { .. } => ErrorKind::InvalidReference,
             Self::Unreachable { .. } => ErrorKind::Unreachable,
             Self::Tls { .. } => ErrorKind::Tls,
+            Self::TimedOut { .. } => ErrorKind::TimedOut,
             Self::NotFound { .. } => ErrorKind::NotFound,
             Self::Unauthorized { .. } => ErrorKind::Unauthorized,
             Self::UnsupportedMediaType { .. } => ErrorKind::UnsupportedMediaType,

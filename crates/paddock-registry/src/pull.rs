@@ -60,8 +60,30 @@ pub async fn pull(
     dest: &Path,
     options: &PullOptions,
 ) -> Result<PulledImage, RegistryError> {
-    let client = build_client(options)?;
     let credentials = options.credentials.resolve(reference.registry())?;
+    let anonymous = credentials == Credentials::Anonymous;
+    // Cancelled at the deadline, the pull's layout is dropped and its partial files with it.
+    match tokio::time::timeout(options.timeout, pull_image(reference, dest, options, credentials)).await {
+        Ok(Err(RegistryError::Unauthorized { registry, detail, .. })) => Err(RegistryError::Unauthorized {
+            registry,
+            anonymous,
+            detail,
+        }),
+        Ok(result) => result,
+        Err(_) => Err(RegistryError::TimedOut {
+            reference: reference.to_string(),
+            seconds: options.timeout.as_secs(),
+        }),
+    }
+}
+
+async fn pull_image(
+    reference: &ImageReference,
+    dest: &Path,
+    options: &PullOptions,
+    credentials: Credentials,
+) -> Result<PulledImage, RegistryError> {
+    let client = build_client(options)?;
     let auth = match credentials {
         Credentials::Anonymous => oci_client::secrets::RegistryAuth::Anonymous,
         Credentials::Basic { username, password } => {

@@ -191,3 +191,26 @@ async fn oversized_and_foreign_manifests_are_refused() {
         assert!(!dest.path().join("index.json").exists());
     }
 }
+
+#[tokio::test]
+async fn a_registry_that_stalls_is_cut_off_at_the_deadline() {
+    let layer = vec![1u8; 100_000];
+    let reply = Reply {
+        hang: true,
+        ..Reply::ok("application/octet-stream", layer.clone())
+    };
+    let port = lying_registry(&digest(&layer), layer.len(), reply).await;
+    let r: ImageReference = format!("127.0.0.1:{port}/test/img:v1")
+        .parse()
+        .expect("reference");
+    let dest = tempfile::tempdir().expect("dest");
+    let options = PullOptions {
+        timeout: std::time::Duration::from_secs(1),
+        ..insecure(port)
+    };
+    let started = std::time::Instant::now();
+    let err = pull(&r, dest.path(), &options).await.expect_err("stalled");
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_no_partials(dest.path());
+}

@@ -343,10 +343,18 @@ async fn refusals_are_one_line_and_leave_nothing_half_made() {
             ErrorKind::TooLarge,
         ),
     ];
-    for (r, opts, kind) in cases {
+    for (i, (r, opts, kind)) in cases.into_iter().enumerate() {
         let dest = tempfile::tempdir().expect("dest");
         let err = pull(&reference(&r), dest.path(), &opts).await.expect_err(&r);
         assert_eq!(err.kind(), kind, "{r}: {err}");
+        if kind == ErrorKind::Unauthorized {
+            let anonymous = i == 1;
+            assert_eq!(
+                err.to_string().contains("refuses anonymous pulls"),
+                anonymous,
+                "{err}"
+            );
+        }
         assert_one_line(&err);
         assert_nothing_half_made(dest.path());
         eprintln!("{r}: {err}");

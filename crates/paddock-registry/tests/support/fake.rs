@@ -15,6 +15,8 @@ pub struct Reply {
     pub content_type: &'static str,
     pub body: Vec<u8>,
     pub with_length: bool,
+    /// Send the head and half the body, then nothing more for a minute.
+    pub hang: bool,
 }
 
 impl Reply {
@@ -24,6 +26,7 @@ impl Reply {
             content_type,
             body,
             with_length: true,
+            hang: false,
         }
     }
 }
@@ -59,6 +62,7 @@ pub async fn serve(routes: HashMap<String, Reply>) -> u16 {
                     content_type: "application/json",
                     body: br#"{"errors":[{"code":"NOT_FOUND","message":"nope"}]}"#.to_vec(),
                     with_length: true,
+                    hang: false,
                 });
                 let mut out = format!(
                     "HTTP/1.1 {} X\r\nContent-Type: {}\r\nConnection: close\r\n",
@@ -69,6 +73,11 @@ pub async fn serve(routes: HashMap<String, Reply>) -> u16 {
                 }
                 out.push_str("\r\n");
                 let _ = conn.write_all(out.as_bytes()).await;
+                if reply.hang {
+                    let _ = conn.write_all(&reply.body[..reply.body.len() / 2]).await;
+                    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+                    return;
+                }
                 let _ = conn.write_all(&reply.body).await;
                 let _ = conn.shutdown().await;
             });
