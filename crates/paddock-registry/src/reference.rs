@@ -150,4 +150,15 @@ mod tests {
             assert!(line.starts_with("invalid image reference"), "{line}");
         }
     }
+
+    proptest::proptest! {
+        /// Any string: no panic; an accepted reference prints as one that parses to itself.
+        #[test]
+        fn parsing_never_panics_and_round_trips(s in "[a-zA-Z0-9./:@_-]{0,80}|\\PC{0,40}") {
+            if let Ok(r) = s.parse::<ImageReference>() {
+                let again: ImageReference = r.to_string().parse().expect("the printed form parses");
+                proptest::prop_assert_eq!(again, r);
+            }
+        }
+    }
 }
