@@ -40,6 +40,7 @@ pub mod setup;
 mod snapshot;
 mod snapshot_usage;
 pub mod transfer;
+mod untar;
 mod users;
 mod walk;
 

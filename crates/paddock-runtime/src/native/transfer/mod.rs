@@ -8,7 +8,6 @@
 
 mod export;
 mod import;
-mod member_path;
 mod pax;
 mod staging;
 #[cfg(test)]
