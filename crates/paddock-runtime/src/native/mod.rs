@@ -26,6 +26,7 @@ mod cgroup;
 pub mod diff;
 mod gc;
 mod host;
+pub mod image;
 mod lifecycle;
 mod lock;
 mod named_volumes;

@@ -8,7 +8,7 @@
 
 mod export;
 mod import;
-mod pax;
+pub(crate) mod pax;
 mod staging;
 #[cfg(test)]
 mod tests;
