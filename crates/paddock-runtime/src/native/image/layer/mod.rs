@@ -41,7 +41,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::rc::Rc;
 
-use paddock_sys::fs_in_root::{list_names, remove_tree_at};
+use paddock_sys::fs_in_root::remove_tree_at;
 use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Timespec, Timestamps, Uid};
 use rustix::io::Errno;
 use tar::EntryType;
@@ -55,12 +55,14 @@ use crate::native::untar::member_path::MemberPath;
 use crate::native::untar::CHUNK;
 use crate::native::IdRange;
 
+mod whiteout;
+
 type Failure = crate::native::untar::input::Failure<ImageError>;
 
 /// The sandbox id that image ids outside the range become, when the range holds it.
 const OVERFLOW_ID: u32 = 65534;
 /// The prefix of a whiteout's name.
-const WHITEOUT: &[u8] = b".wh.";
+pub(super) const WHITEOUT: &[u8] = b".wh.";
 /// The name, after [`WHITEOUT`], of an opaque directory's marker.
 const OPAQUE: &[u8] = b".wh..opq";
 
@@ -524,69 +526,6 @@ impl Layer {
             Err(Errno::NOENT) => Err(not_a_file()),
             Err(e) => Err(self.error("create the hard link", path, e.into())),
         }
-    }
-
-    /// `.wh.NAME`: removes `NAME`, unless this layer made it.
-    fn whiteout(&mut self, path: &MemberPath, hidden: &[u8]) -> Result<(), Failure> {
-        if hidden.is_empty() || hidden == b"." || hidden == b".." || hidden.starts_with(WHITEOUT) {
-            return Err(invalid(format!(
-                "whiteout {} names nothing it may remove",
-                path.display()
-            )));
-        }
-        let mut key = path.parents().join(&b'/');
-        if !key.is_empty() {
-            key.push(b'/');
-        }
-        key.extend_from_slice(hidden);
-        if self.made.contains(&key) {
-            return Ok(());
-        }
-        let Some(dir) = self.parent(path, false)? else {
-            return Ok(());
-        };
-        self.clear(dir.as_fd(), hidden, path)?;
-        Ok(())
-    }
-
-    /// `.wh..wh..opq`: removes from its directory everything this layer did not make.
-    fn opaque(&mut self, path: &MemberPath) -> Result<(), Failure> {
-        let Some(dir) = self.parent(path, false)? else {
-            return Ok(());
-        };
-        let key = path.parents().join(&b'/');
-        self.clean(dir.as_fd(), &key, path)
-    }
-
-    /// Removes from `dir` (whose key is `key`) what this layer did not make, descending into the
-    /// directories it did (no deeper than member names go: `made` holds only their keys).
-    fn clean(&self, dir: BorrowedFd<'_>, key: &[u8], path: &MemberPath) -> Result<(), Failure> {
-        let names =
-            list_names(dir, u64::MAX).map_err(|e| self.error("list the directory of", path, e.into()))?;
-        for child in names.names {
-            let child = child.as_bytes();
-            let mut child_key = key.to_vec();
-            if !child_key.is_empty() {
-                child_key.push(b'/');
-            }
-            child_key.extend_from_slice(child);
-            if !self.made.contains(&child_key) {
-                self.clear(dir, child, path)?;
-                continue;
-            }
-            match self.dirs.open_dir(dir, child) {
-                Ok(sub) => self.clean(sub.as_fd(), &child_key, path)?,
-                Err(DirError::Missing | DirError::NotADir(_)) => {}
-                Err(DirError::Leaves) => {
-                    return Err(invalid(format!(
-                        "opaque directory {} leaves the tree",
-                        path.display()
-                    )))
-                }
-                Err(DirError::Io(step, source)) => return Err(self.error(step, path, source)),
-            }
-        }
-        Ok(())
     }
 }
 

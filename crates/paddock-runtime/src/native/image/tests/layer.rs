@@ -6,7 +6,7 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use super::{apply_layer, Digest, ImageError, LayerLimits, LayerSummary, VerifiedReader};
+use super::super::{apply_layer, Digest, ImageError, LayerLimits, LayerSummary, VerifiedReader};
 use crate::native::IdRange;
 
 const IDS: IdRange = IdRange {
