@@ -34,7 +34,7 @@
 //! (files' and symlinks' are kept), or clean up after a refused layer (the caller builds the tree in
 //! a staging directory it discards).
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -124,7 +124,7 @@ pub fn apply_layer(
         ids: *ids,
         limits,
         state: state.clone(),
-        made: HashSet::new(),
+        made: BTreeSet::new(),
         summary: LayerSummary::default(),
         buf: vec![0; CHUNK],
     };
@@ -147,9 +147,10 @@ struct Layer {
     ids: IdRange,
     limits: LayerLimits,
     state: Rc<InputState>,
-    /// Keys of the members this layer made, and of their parent directories: what an opaque marker
-    /// and a whiteout leave alone.
-    made: HashSet<Vec<u8>>,
+    /// Keys of the members this layer made: what an opaque marker and a whiteout leave alone (with
+    /// the directories above them). Full keys only, no entry per parent, so memory stays in
+    /// proportion to the names the layer holds however deep they are.
+    made: BTreeSet<Vec<u8>>,
     summary: LayerSummary,
     buf: Vec<u8>,
 }
@@ -253,17 +254,23 @@ impl Layer {
         Ok(())
     }
 
-    /// Notes `path` and its parents as made by this layer.
+    /// Notes `path` as made by this layer.
     fn remember(&mut self, path: &MemberPath) {
-        let mut key = Vec::new();
-        for component in path.parents() {
-            if !key.is_empty() {
-                key.push(b'/');
-            }
-            key.extend_from_slice(component);
-            self.made.insert(key.clone());
-        }
         self.made.insert(path.key());
+    }
+
+    /// Whether this layer made `key`, or something below it.
+    fn made_here(&self, key: &[u8]) -> bool {
+        if self.made.contains(key) {
+            return true;
+        }
+        let mut below = key.to_vec();
+        below.push(b'/');
+        // Keys sharing a prefix are contiguous in byte order.
+        self.made
+            .range(below.clone()..)
+            .next()
+            .is_some_and(|k| k.starts_with(&below))
     }
 
     fn meta<R: Read>(&mut self, entry: &mut tar::Entry<'_, R>, path: &MemberPath) -> Result<Meta, Failure> {

@@ -1,7 +1,8 @@
 //! Whiteouts and opaque markers: what a layer removes of what earlier layers made.
 //!
 //! Both act only on the tree as earlier layers left it: a name this layer made (remembered in
-//! `Layer::made`, with its parents) is never removed by a whiteout of the same layer. Neither follows
+//! `Layer::made`), or a directory above one, is never removed by a whiteout of the same layer.
+//! Neither follows
 //! a symlink: the directory is reached as any member's (`untar/dirs.rs`), a removed entry is unlinked
 //! or removed with `remove_tree_at`, and the descent of an opaque directory goes only into
 //! directories this layer made, opened `O_NOFOLLOW`. This module does not create anything.
@@ -15,7 +16,9 @@ use crate::native::untar::dirs::DirError;
 use crate::native::untar::member_path::MemberPath;
 
 impl Layer {
-    /// `.wh.NAME`: removes `NAME`, unless this layer made it.
+    /// `.wh.NAME`: removes `NAME`, unless this layer made it; if this layer made something below it
+    /// (listed before the whiteout), only what earlier layers put there goes, as for an opaque
+    /// directory.
     pub(super) fn whiteout(&mut self, path: &MemberPath, hidden: &[u8]) -> Result<(), Failure> {
         if hidden.is_empty() || hidden == b"." || hidden == b".." || hidden.starts_with(WHITEOUT) {
             return Err(invalid(format!(
@@ -34,8 +37,16 @@ impl Layer {
         let Some(dir) = self.parent(path, false)? else {
             return Ok(());
         };
-        self.clear(dir.as_fd(), hidden, path)?;
-        Ok(())
+        if !self.made_here(&key) {
+            self.clear(dir.as_fd(), hidden, path)?;
+            return Ok(());
+        }
+        match self.dirs.open_dir(dir.as_fd(), hidden) {
+            Ok(sub) => self.clean(sub.as_fd(), &key, path),
+            Err(DirError::Missing | DirError::NotADir(_)) => Ok(()),
+            Err(DirError::Leaves) => Err(invalid(format!("whiteout {} leaves the tree", path.display()))),
+            Err(DirError::Io(step, source)) => Err(self.error(step, path, source)),
+        }
     }
 
     /// `.wh..wh..opq`: removes from its directory everything this layer did not make.
@@ -59,7 +70,7 @@ impl Layer {
                 child_key.push(b'/');
             }
             child_key.extend_from_slice(child);
-            if !self.made.contains(&child_key) {
+            if !self.made_here(&child_key) {
                 self.clear(dir, child, path)?;
                 continue;
             }

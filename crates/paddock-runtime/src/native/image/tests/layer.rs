@@ -241,11 +241,14 @@ fn whiteouts_remove_what_earlier_layers_made() {
         .file("tree/sub/deep", b"1")
         .symlink("tree/link", "/etc")
         .file("dir/old", b"1")
+        .file("kept2/old", b"1")
         .done();
     tree.apply(&first).expect("first");
     let second = Craft::new()
         .file("fresh", b"2")
         .file(".wh.fresh", b"")
+        .file("kept2/new", b"2")
+        .file(".wh.kept2", b"")
         .file(".wh.gone", b"")
         .file(".wh.tree", b"")
         .file("dir/.wh.old", b"")
@@ -253,10 +256,16 @@ fn whiteouts_remove_what_earlier_layers_made() {
         .file("missing/.wh.x", b"")
         .done();
     let summary = tree.apply(&second).expect("second");
-    assert_eq!(summary.whiteouts, 6);
+    assert_eq!(summary.whiteouts, 7);
     assert_eq!(
         tree.listing(),
-        map(&[("dir", "dir"), ("fresh", "file:2"), ("kept", "file:1")])
+        map(&[
+            ("dir", "dir"),
+            ("fresh", "file:2"),
+            ("kept", "file:1"),
+            ("kept2", "dir"),
+            ("kept2/new", "file:2"),
+        ])
     );
     tree.assert_outside_untouched();
 }
