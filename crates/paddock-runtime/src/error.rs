@@ -67,6 +67,10 @@ pub enum RuntimeError {
     /// An archive to import is larger than the import allows. Nothing of it was kept.
     #[error("archive too large: {0}")]
     ArchiveTooLarge(String),
+    /// An OCI image (its layout, manifest, config or a layer) is invalid, unsupported or too large;
+    /// [`ImageError::kind`](crate::native::image::ImageError::kind) says which.
+    #[error("image")]
+    Image(#[source] crate::native::image::ImageError),
     /// Reading an archive from, or writing one to, the caller's stream failed (the other side went
     /// away).
     #[error("failed to {what} the archive stream")]

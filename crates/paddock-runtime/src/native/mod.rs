@@ -26,6 +26,7 @@ mod cgroup;
 pub mod diff;
 mod gc;
 mod host;
+pub mod image;
 mod lifecycle;
 mod lock;
 mod named_volumes;
@@ -40,6 +41,7 @@ pub mod setup;
 mod snapshot;
 mod snapshot_usage;
 pub mod transfer;
+mod untar;
 mod users;
 mod walk;
 

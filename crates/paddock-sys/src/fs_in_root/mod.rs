@@ -39,6 +39,14 @@ mod remove;
 pub use dir::{is_not_a_dir, list_names, open_dir_at, Names};
 pub use regular::{open_regular_at, reopen, Symlinks};
 
+/// Removes `name` in the open directory `parent` and, if it is a directory, everything below it, as
+/// [`Root::remove_tree`] does (no symlink followed, one directory descriptor at a time, a loop rather
+/// than a recursion); for code that already holds the directory, reached without following a symlink
+/// (an image layer replacing or whiting out an entry). A missing `name` is an error (`ENOENT`).
+pub fn remove_tree_at(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+    remove::remove_entry_tree(parent, name)
+}
+
 /// How many times a resolution is retried when the kernel reports a concurrent rename (`EAGAIN`).
 const RESOLVE_RETRIES: usize = 16;
 

@@ -41,9 +41,9 @@ use paddock_sys::fs_in_root::{open_dir_at, open_regular_at};
 use rustix::fs::{FileType, Stat};
 use tar::{Builder, EntryType, Header};
 
-use super::member_path::MAX_DEPTH;
 use super::pax::{self, placeholder, set_ustar_path};
 use super::{ExportOptions, TransferSummary};
+use crate::native::untar::member_path::MAX_DEPTH;
 use crate::native::walk::{walk_tree, WalkEntry, WalkError, WalkOptions, WalkStep};
 use crate::native::IdRange;
 use crate::RuntimeError;

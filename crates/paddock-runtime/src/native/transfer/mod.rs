@@ -8,8 +8,7 @@
 
 mod export;
 mod import;
-mod member_path;
-mod pax;
+pub(crate) mod pax;
 mod staging;
 #[cfg(test)]
 mod tests;

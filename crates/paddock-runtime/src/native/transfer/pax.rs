@@ -35,7 +35,7 @@ pub(super) fn format_time(secs: i64, nanos: u32) -> String {
 
 /// Parses a pax timestamp (`1700000000`, `1700000000.5`, `-1.25`); `None` if malformed. Digits of
 /// fraction past nanoseconds are dropped.
-pub(super) fn parse_time(text: &[u8]) -> Option<(i64, u32)> {
+pub(crate) fn parse_time(text: &[u8]) -> Option<(i64, u32)> {
     let text = std::str::from_utf8(text).ok()?;
     let (negative, text) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),

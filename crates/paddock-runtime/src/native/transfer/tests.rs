@@ -486,11 +486,14 @@ fn gnu_tar_reads(archive: &[u8], src: &Path) {
 #[test]
 fn a_failed_export_does_not_end_the_archive() {
     let src = tempfile::tempdir().expect("tempdir");
-    let at_bound = "d/".repeat(super::member_path::MAX_DEPTH);
+    let at_bound = "d/".repeat(crate::native::untar::member_path::MAX_DEPTH);
     fs::create_dir_all(src.path().join(&at_bound)).expect("mkdir");
     let mut archive = Vec::new();
     let exported = export_tree(src.path(), IDS, &ExportOptions::default(), &mut archive).expect("export");
-    assert_eq!(exported.entries, 1 + super::member_path::MAX_DEPTH as u64);
+    assert_eq!(
+        exported.entries,
+        1 + crate::native::untar::member_path::MAX_DEPTH as u64
+    );
     assert!(archive.ends_with(&[0; 1024]));
 
     fs::create_dir(src.path().join(&at_bound).join("deeper")).expect("mkdir");

@@ -1,7 +1,7 @@
 //! Unpacking an untrusted tar stream into a fresh, empty staging subvolume.
 //!
 //! The archive decides nothing about where a byte lands. Member names are parsed first
-//! (`member_path.rs`: relative plain names only, `..` and absolute paths refused), then every
+//! (`untar/member_path.rs`: relative plain names only, `..` and absolute paths refused), then every
 //! directory on the way is opened one component at a time from the tree's root with
 //! `openat(O_DIRECTORY | O_NOFOLLOW)`, so a symlink member followed by a member "through" it is
 //! refused instead of followed, and each new name is created with a call that never follows or
@@ -30,12 +30,10 @@
 //! Any refusal is an error; the caller removes the staging subvolume, so a refused archive leaves
 //! nothing behind.
 
-mod input;
-
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -45,14 +43,16 @@ use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Timespec, Timestamps, Uid
 use rustix::io::Errno;
 use tar::EntryType;
 
-use super::member_path::{MemberPath, MAX_DEPTH};
 use super::{pax, ImportLimits, TransferSummary};
-use crate::native::walk::{walk_tree, Fs, Place, WalkOptions, WalkStep};
+use crate::native::untar::dirs::{DirError, TreeDirs};
+use crate::native::untar::input::{check_end, Input, InputState, MAX_METADATA_BYTES};
+use crate::native::untar::member_path::{MemberPath, MAX_DEPTH};
+use crate::native::untar::CHUNK;
+use crate::native::walk::{walk_tree, WalkOptions, WalkStep};
 use crate::native::IdRange;
 use crate::RuntimeError;
-use input::{check_end, Failure, Input, InputState, MAX_METADATA_BYTES};
 
-const CHUNK: usize = 64 * 1024;
+type Failure = crate::native::untar::input::Failure<RuntimeError>;
 /// The top-level directories a sandbox mounts from its volume (`/etc`, `/home`, `/root`, `/tmp`).
 /// They must be real directories: the sandbox's setup binds them by path.
 const VOLUME_DIRS: [(&str, u32); 4] = [("etc", 0o755), ("home", 0o755), ("root", 0o700), ("tmp", 0o1777)];
@@ -78,7 +78,7 @@ pub(crate) fn import_tree(
     });
     let summary = match outcome {
         Ok(()) => importer.finish()?,
-        Err(e) => return Err(state.classify(e, root)),
+        Err(e) => return Err(classify(&state, e, root)),
     };
     Ok(TransferSummary {
         bytes: state.read.get(),
@@ -88,13 +88,11 @@ pub(crate) fn import_tree(
 
 struct Importer<'a> {
     root_path: PathBuf,
-    root: OwnedFd,
-    fs: Fs,
+    /// The root, and the open directories along the path of the last member's parent.
+    dirs: TreeDirs,
     ids: IdRange,
     limits: &'a ImportLimits,
     state: Rc<InputState>,
-    /// Open directories along the path of the last member's parent: `(name, fd)` from the root down.
-    stack: Vec<(Vec<u8>, OwnedFd)>,
     /// Keys of the regular files this import created: the only valid hard-link targets.
     files: HashSet<Vec<u8>>,
     /// Directories (by [`MemberPath::key`]) and their mtimes, set at the end (creating entries
@@ -124,19 +122,16 @@ impl<'a> Importer<'a> {
         state: Rc<InputState>,
     ) -> Result<Self, RuntimeError> {
         let fd = open_dir_at(rustix::fs::CWD, root).map_err(|e| tree_error(root, "open", e.into()))?;
-        let place = Place::of_fd(fd.as_fd()).map_err(|e| tree_error(root, "stat", e.into()))?;
         // Until the archive says otherwise, the root is the sandbox root's, like a template's.
         rustix::fs::fchown(&fd, Some(host_uid(ids, 0)), Some(host_gid(ids, 0)))
             .and_then(|()| rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755)))
             .map_err(|e| tree_error(root, "chown", e.into()))?;
         Ok(Self {
             root_path: root.to_owned(),
-            root: fd,
-            fs: Fs::of(&place),
+            dirs: TreeDirs::new(fd, ids).map_err(|e| tree_error(root, "stat", e.into()))?,
             ids,
             limits,
             state,
-            stack: Vec::new(),
             files: HashSet::new(),
             dir_times: HashMap::new(),
             summary: TransferSummary::default(),
@@ -262,67 +257,10 @@ impl<'a> Importer<'a> {
     /// The open directory that holds `path`, creating missing directories on the way; a component
     /// that is not a directory (a symlink, a file) refuses the member.
     fn parent(&mut self, path: &MemberPath) -> Result<BorrowedFd<'_>, Failure> {
-        let parents = path.parents();
-        let keep = self
-            .stack
-            .iter()
-            .zip(parents)
-            .take_while(|((name, _), wanted)| name == *wanted)
-            .count();
-        self.stack.truncate(keep);
-        for component in &parents[keep..] {
-            let dir = match self.stack.last() {
-                Some((_, fd)) => fd.as_fd(),
-                None => self.root.as_fd(),
-            };
-            let sub = self.open_or_make_dir(dir, component, path)?;
-            self.stack.push((component.clone(), sub));
-        }
-        Ok(match self.stack.last() {
-            Some((_, fd)) => fd.as_fd(),
-            None => self.root.as_fd(),
-        })
-    }
-
-    fn open_or_make_dir(
-        &self,
-        dir: BorrowedFd<'_>,
-        name: &[u8],
-        path: &MemberPath,
-    ) -> Result<OwnedFd, Failure> {
-        match self.open_dir(dir, name, path) {
-            Err(Failure::Io(e)) if e.kind() == io::ErrorKind::NotFound => {
-                rustix::fs::mkdirat(dir, OsStr::from_bytes(name), Mode::from_raw_mode(0o700))
-                    .map_err(|e| self.error("create a directory for", path, e.into()))?;
-                let fd = self.open_dir(dir, name, path)?;
-                rustix::fs::fchown(&fd, Some(host_uid(self.ids, 0)), Some(host_gid(self.ids, 0)))
-                    .and_then(|()| rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o755)))
-                    .map_err(|e| self.error("set up a directory for", path, e.into()))?;
-                Ok(fd)
-            }
-            other => other,
-        }
-    }
-
-    /// Opens the directory `name` in `dir` without following a symlink; `Failure::Io(NotFound)` if
-    /// absent, a refusal if it is anything but a directory on the tree's file system and mount.
-    fn open_dir(&self, dir: BorrowedFd<'_>, name: &[u8], path: &MemberPath) -> Result<OwnedFd, Failure> {
-        match open_dir_at(dir, OsStr::from_bytes(name)) {
-            Ok(fd) => {
-                let place = Place::of_fd(fd.as_fd()).map_err(|e| self.error("stat", path, e.into()))?;
-                if !self.fs.holds(&place) {
-                    return Err(invalid(format!("member {} leaves the snapshot", path.display())));
-                }
-                Ok(fd)
-            }
-            Err(Errno::NOENT) => Err(Failure::Io(io::ErrorKind::NotFound.into())),
-            Err(Errno::LOOP | Errno::NOTDIR) => Err(invalid(format!(
-                "member {} goes through {:?}, which is not a directory (a symlink or a file)",
-                path.display(),
-                String::from_utf8_lossy(name)
-            ))),
-            Err(e) => Err(self.error("open a directory for", path, e.into())),
-        }
+        let root_path = &self.root_path;
+        self.dirs
+            .parent(path, true)
+            .map_err(|e| dir_failure(root_path, e, path))
     }
 
     fn set_meta(&self, fd: BorrowedFd<'_>, meta: &Meta, path: &MemberPath) -> Result<(), Failure> {
@@ -334,7 +272,11 @@ impl<'a> Importer<'a> {
 
     fn directory(&mut self, path: &MemberPath, meta: &Meta) -> Result<(), Failure> {
         if path.is_root() {
-            let root = self.root.try_clone().map_err(|e| self.error("open", path, e))?;
+            let root = self
+                .dirs
+                .root()
+                .try_clone_to_owned()
+                .map_err(|e| self.error("open", path, e))?;
             self.set_meta(root.as_fd(), meta, path)?;
         } else {
             let name = path.name().unwrap_or_default().to_vec();
@@ -345,12 +287,12 @@ impl<'a> Importer<'a> {
             let fd = match rustix::fs::mkdirat(&parent, OsStr::from_bytes(&name), Mode::from_raw_mode(0o700))
             {
                 Ok(()) | Err(Errno::EXIST) => {
-                    self.open_dir(parent.as_fd(), &name, path).map_err(|e| match e {
-                        Failure::Invalid(_) => invalid(format!(
+                    self.dirs.open_dir(parent.as_fd(), &name).map_err(|e| match e {
+                        DirError::NotADir(_) | DirError::Leaves => invalid(format!(
                             "member {} is a directory, but an earlier member of that name is not",
                             path.display()
                         )),
-                        other => other,
+                        other => dir_failure(&self.root_path, other, path),
                     })?
                 }
                 Err(e) => return Err(self.error("create the directory", path, e.into())),
@@ -499,9 +441,10 @@ impl<'a> Importer<'a> {
     /// The top-level directories a sandbox needs, then the directories' mtimes: one walk of the
     /// unpacked tree (which nothing but this import writes), setting each listed directory's time.
     fn finish(mut self) -> Result<TransferSummary, RuntimeError> {
-        self.stack.clear();
+        self.dirs.forget();
+        let root = self.dirs.root();
         for (name, mode) in VOLUME_DIRS {
-            match rustix::fs::statat(&self.root, name, AtFlags::SYMLINK_NOFOLLOW) {
+            match rustix::fs::statat(root, name, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {}
                 Ok(_) => {
                     return Err(RuntimeError::InvalidArchive(format!(
@@ -510,8 +453,8 @@ impl<'a> Importer<'a> {
                 }
                 Err(Errno::NOENT) => {
                     let fail = |e: Errno| tree_error(&self.root_path.join(name), "create", e.into());
-                    rustix::fs::mkdirat(&self.root, name, Mode::from_raw_mode(0o700)).map_err(fail)?;
-                    let fd = open_dir_at(self.root.as_fd(), name).map_err(fail)?;
+                    rustix::fs::mkdirat(root, name, Mode::from_raw_mode(0o700)).map_err(fail)?;
+                    let fd = open_dir_at(root, name).map_err(fail)?;
                     rustix::fs::fchown(&fd, Some(host_uid(self.ids, 0)), Some(host_gid(self.ids, 0)))
                         .and_then(|()| rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode)))
                         .map_err(fail)?;
@@ -526,10 +469,10 @@ impl<'a> Importer<'a> {
             tree_error(&path, "set the mtime of", e.into())
         };
         if let Some(&mtime) = dir_times.get(&b""[..]) {
-            rustix::fs::futimens(&self.root, &times(mtime)).map_err(|e| set_time_failed(b"", e))?;
+            rustix::fs::futimens(root, &times(mtime)).map_err(|e| set_time_failed(b"", e))?;
         }
         let options = WalkOptions { max_depth: MAX_DEPTH };
-        walk_tree(self.root.as_fd(), &options, |e| {
+        walk_tree(root, &options, |e| {
             if e.file_type() != FileType::Directory {
                 return Ok(WalkStep::Continue);
             }
@@ -543,6 +486,68 @@ impl<'a> Importer<'a> {
             stopped.into_error(|e| tree_error(&root_path.join(OsStr::from_bytes(&e.path)), e.step, e.source))
         })?;
         Ok(self.summary)
+    }
+}
+
+/// Turns a failure into the error the caller answers with: what the reader saw first (the input
+/// failed, a limit was hit, the input ended early), then the failure itstate. A write into `root`
+/// that found the pool full is the pool's failure, not the archive's.
+fn classify(state: &InputState, failure: Failure, root: &Path) -> RuntimeError {
+    if state.source_failed.get() {
+        let source = match failure {
+            Failure::Io(e) => e,
+            other => io::Error::other(format!("{other:?}")),
+        };
+        return RuntimeError::Stream { what: "read", source };
+    }
+    if state.too_large.get() {
+        return RuntimeError::ArchiveTooLarge(format!(
+            "the archive is larger than the import limit of {} bytes",
+            state.max_bytes
+        ));
+    }
+    if state.metadata_too_large.get() {
+        return RuntimeError::InvalidArchive(format!(
+            "a member's headers are larger than {MAX_METADATA_BYTES} bytes"
+        ));
+    }
+    match failure {
+        Failure::Io(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+            ) =>
+        {
+            RuntimeError::Pool {
+                what: "write the imported files into",
+                path: root.to_owned(),
+                source: e,
+            }
+        }
+        Failure::Invalid(message) => RuntimeError::InvalidArchive(message),
+        Failure::Tree(e) => e,
+        Failure::Io(e) if state.eof.get() || e.kind() == io::ErrorKind::UnexpectedEof => {
+            RuntimeError::InvalidArchive(format!("the archive is truncated ({e})"))
+        }
+        // Everything else the tar crate reports is about the archive's structure (checksums,
+        // numeric fields, sizes).
+        Failure::Io(e) => RuntimeError::InvalidArchive(e.to_string()),
+    }
+}
+
+/// A member's directory that could not be reached, as the import answers it.
+fn dir_failure(root_path: &Path, e: DirError, path: &MemberPath) -> Failure {
+    match e {
+        DirError::Missing => Failure::Io(io::ErrorKind::NotFound.into()),
+        DirError::NotADir(name) => invalid(format!(
+            "member {} goes through {:?}, which is not a directory (a symlink or a file)",
+            path.display(),
+            String::from_utf8_lossy(&name)
+        )),
+        DirError::Leaves => invalid(format!("member {} leaves the snapshot", path.display())),
+        DirError::Io(step, source) => {
+            Failure::Tree(tree_error(&root_path.join(path.display()), step, source))
+        }
     }
 }
 

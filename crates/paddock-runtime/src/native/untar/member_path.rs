@@ -17,13 +17,13 @@ const NAME_MAX: usize = 255;
 
 /// A checked member name: zero (the tree's root) or more plain components.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct MemberPath {
+pub(crate) struct MemberPath {
     components: Vec<Vec<u8>>,
 }
 
 impl MemberPath {
     /// Parses a member name; `Err` says why it is refused.
-    pub(super) fn parse(name: &[u8]) -> Result<Self, String> {
+    pub(crate) fn parse(name: &[u8]) -> Result<Self, String> {
         let shown = || String::from_utf8_lossy(name).into_owned();
         if name.is_empty() {
             return Err("a member has an empty name".into());
@@ -64,36 +64,36 @@ impl MemberPath {
     }
 
     /// Whether this is the tree's root (`.`, `./`).
-    pub(super) fn is_root(&self) -> bool {
+    pub(crate) fn is_root(&self) -> bool {
         self.components.is_empty()
     }
 
     /// The directories leading to the member, outermost first.
-    pub(super) fn parents(&self) -> &[Vec<u8>] {
+    pub(crate) fn parents(&self) -> &[Vec<u8>] {
         self.components
             .split_last()
             .map_or(&[][..], |(_, parents)| parents)
     }
 
     /// The final component (`None` for the root).
-    pub(super) fn name(&self) -> Option<&[u8]> {
+    pub(crate) fn name(&self) -> Option<&[u8]> {
         self.components.last().map(Vec::as_slice)
     }
 
     /// The components, outermost first.
     #[cfg(test)]
-    pub(super) fn components(&self) -> &[Vec<u8>] {
+    pub(crate) fn components(&self) -> &[Vec<u8>] {
         &self.components
     }
 
     /// The canonical form, `a/b/c` (empty for the root): two names meaning the same member have the
     /// same key.
-    pub(super) fn key(&self) -> Vec<u8> {
+    pub(crate) fn key(&self) -> Vec<u8> {
         self.components.join(&b'/')
     }
 
     /// For messages: the canonical form, bytes that are not UTF-8 shown as U+FFFD.
-    pub(super) fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         if self.is_root() {
             ".".into()
         } else {

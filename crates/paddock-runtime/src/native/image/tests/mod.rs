@@ -1,0 +1,4 @@
+//! Tests of the image module that need its parts together.
+
+mod layer;
+mod layout;
