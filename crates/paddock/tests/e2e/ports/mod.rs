@@ -48,7 +48,9 @@ fn runtime() -> tokio::runtime::Runtime {
 
 /// A server with `[e2b] domain` set.
 fn server(env: &TestEnv) -> Server {
-    let config = env.state().with_extension("toml");
+    // The file is read once, at start; its directory goes when this returns.
+    let dir = tempfile::tempdir().expect("a directory for the configuration");
+    let config = dir.path().join("serve.toml");
     std::fs::write(&config, format!("[e2b]\ndomain = \"{DOMAIN}\"\n")).expect("config");
     Server::start(env, &["--config", config.to_str().expect("utf-8")], "info")
 }

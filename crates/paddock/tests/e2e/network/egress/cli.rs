@@ -3,9 +3,10 @@
 
 use super::*;
 
-/// A configuration file whose `[egress]` section maps the test names to the outside world.
-fn egress_toml(o: &Outside, env: &TestEnv) -> std::path::PathBuf {
-    let config = env.state().with_extension("toml");
+/// A configuration file whose `[egress]` section maps the test names to the outside world (in the
+/// outside world's directory, removed with it, also when a test fails).
+fn egress_toml(o: &Outside) -> std::path::PathBuf {
+    let config = o._dir.path().join("serve.toml");
     let ca = o._dir.path().join("ca.pem");
     std::fs::write(
         &config,
@@ -24,7 +25,7 @@ fn egress_toml(o: &Outside, env: &TestEnv) -> std::path::PathBuf {
 fn paddock_run_filters_and_injects_like_the_server() {
     let o = outside();
     let env = TestEnv::new();
-    let config = egress_toml(&o, &env);
+    let config = egress_toml(&o);
     let script = [
         fetch(&format!("http://allowed.test:{}/hello.txt", o.http), None),
         fetch(&format!("http://other.test:{}/hello.txt", o.http), None),
@@ -84,7 +85,6 @@ fn paddock_run_filters_and_injects_like_the_server() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("host bits"), "{stderr}");
-    let _ = std::fs::remove_file(&config);
     env.assert_clean();
 }
 
@@ -94,7 +94,7 @@ fn paddock_run_filters_and_injects_like_the_server() {
 fn the_cli_manages_secrets_and_sandbox_networks_on_a_server() {
     let o = outside();
     let env = TestEnv::new();
-    let config = egress_toml(&o, &env);
+    let config = egress_toml(&o);
     let serve_args = ["--config", config.to_str().expect("utf-8")];
     let server = Server::start(&env, &serve_args, "info");
     let url = std::cell::RefCell::new(server.url.clone());
@@ -238,6 +238,5 @@ fn the_cli_manages_secrets_and_sandbox_networks_on_a_server() {
     fails(&["secret", "rm", "GH"], "no secret");
     ok(&["sandbox", "rm", &id]);
     server.stop();
-    let _ = std::fs::remove_file(&config);
     env.assert_clean();
 }
