@@ -14,7 +14,7 @@ const IDS: IdRange = IdRange {
     count: 65_536,
 };
 
-fn require_root() {
+pub(super) fn require_root() {
     assert!(
         rustix::process::geteuid().is_root(),
         "image layer tests need root (files are owned by sandbox ids); CI runs as root"
@@ -22,10 +22,10 @@ fn require_root() {
 }
 
 /// A tar layer built member by member (GNU headers, raw names: nothing normalised).
-struct Craft(tar::Builder<Vec<u8>>);
+pub(super) struct Craft(tar::Builder<Vec<u8>>);
 
 impl Craft {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self(tar::Builder::new(Vec::new()))
     }
 
@@ -50,11 +50,11 @@ impl Craft {
         self
     }
 
-    fn file(self, name: &str, data: &[u8]) -> Self {
+    pub(super) fn file(self, name: &str, data: &[u8]) -> Self {
         self.raw(tar::EntryType::Regular, name.as_bytes(), None, data, 1000)
     }
 
-    fn dir(self, name: &str) -> Self {
+    pub(super) fn dir(self, name: &str) -> Self {
         self.raw(tar::EntryType::Directory, name.as_bytes(), None, b"", 0)
     }
 
@@ -78,19 +78,19 @@ impl Craft {
         )
     }
 
-    fn done(self) -> Vec<u8> {
+    pub(super) fn done(self) -> Vec<u8> {
         self.0.into_inner().expect("finish")
     }
 }
 
-struct Tree {
+pub(super) struct Tree {
     _tmp: tempfile::TempDir,
     root: std::path::PathBuf,
     outside: std::path::PathBuf,
 }
 
 impl Tree {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let tmp = tempfile::tempdir().expect("tempdir");
         let root = tmp.path().join("root");
         let outside = tmp.path().join("outside");
@@ -109,12 +109,12 @@ impl Tree {
         apply_layer(std::os::fd::AsFd::as_fd(&dir), layer, &IDS, limits)
     }
 
-    fn apply(&self, layer: &[u8]) -> Result<LayerSummary, ImageError> {
+    pub(super) fn apply(&self, layer: &[u8]) -> Result<LayerSummary, ImageError> {
         self.apply_with(layer, LayerLimits::default())
     }
 
     /// Every name under the tree's root: `path -> kind[:content or target]`.
-    fn listing(&self) -> BTreeMap<String, String> {
+    pub(super) fn listing(&self) -> BTreeMap<String, String> {
         list(&self.root)
     }
 

@@ -2,3 +2,4 @@
 
 mod layer;
 mod layout;
+mod model;
