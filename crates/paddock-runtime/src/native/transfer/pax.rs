@@ -4,8 +4,9 @@
 //! marker) and its pax extended headers (`Builder::append_pax_extensions`: the records
 //! `"<len> <key>=<value>\n"`, the header of type `x` before the member), and reads them back. It
 //! cannot:
-//! - write or read a timestamp with a fraction of a second: [`format_time`] and [`parse_time`] (pax
-//!   `mtime`, to the nanosecond);
+//! - write or read a timestamp with a fraction of a second: [`format_time`] here (pax `mtime`, to
+//!   the nanosecond), and its reader `untar::input::parse_time` beside the other readers of untrusted
+//!   archives (snapshot import and image layers);
 //! - put a name into a ustar header as it is: its `set_path` normalises `.` components and trailing
 //!   slashes away, and an archive member's name should be exactly what was meant (`./`, `dir/`):
 //!   [`set_ustar_path`], with [`placeholder`] for what the ustar field shows when the real name is
@@ -31,36 +32,6 @@ pub(super) fn format_time(secs: i64, nanos: u32) -> String {
     };
     let frac = format!("{frac:09}");
     format!("{sign}{whole}.{}", frac.trim_end_matches('0'))
-}
-
-/// Parses a pax timestamp (`1700000000`, `1700000000.5`, `-1.25`); `None` if malformed. Digits of
-/// fraction past nanoseconds are dropped.
-pub(crate) fn parse_time(text: &[u8]) -> Option<(i64, u32)> {
-    let text = std::str::from_utf8(text).ok()?;
-    let (negative, text) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text),
-    };
-    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
-    if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    if !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let whole: i64 = whole.parse().ok()?;
-    let mut nanos = 0u32;
-    for (i, b) in frac.bytes().take(9).enumerate() {
-        nanos += u32::from(b - b'0') * 10u32.pow(8 - i as u32);
-    }
-    if !negative {
-        return Some((whole, nanos));
-    }
-    if nanos == 0 {
-        Some((whole.checked_neg()?, 0))
-    } else {
-        Some((whole.checked_neg()?.checked_sub(1)?, 1_000_000_000 - nanos))
-    }
 }
 
 /// Puts `path` verbatim into the ustar `name` field, or split at a `/` into `prefix` (155 bytes) and
@@ -121,6 +92,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::native::untar::input::parse_time;
 
     /// The records of one pax extended header as the tar crate writes them (what export uses).
     fn record(key: &str, value: &[u8]) -> Vec<u8> {

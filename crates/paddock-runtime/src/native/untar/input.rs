@@ -31,6 +31,69 @@ impl<E> From<io::Error> for Failure<E> {
     }
 }
 
+/// A member's modification time: `header_mtime` unless a pax `mtime` record (with its fraction)
+/// says otherwise. A sparse member (`GNU.sparse*` records) is refused with "member PATH is a sparse
+/// file, `sparse`", each unpacker saying why in its own words.
+pub(crate) fn pax_mtime<R: Read, E>(
+    entry: &mut tar::Entry<'_, R>,
+    path: &super::member_path::MemberPath,
+    header_mtime: (i64, u32),
+    sparse: &str,
+) -> Result<(i64, u32), Failure<E>> {
+    let mut mtime = header_mtime;
+    if let Some(records) = entry.pax_extensions().map_err(Failure::Io)? {
+        for record in records {
+            let record = record
+                .map_err(|e| Failure::Invalid(format!("member {}: bad pax record: {e}", path.display())))?;
+            match record.key_bytes() {
+                b"mtime" => {
+                    mtime = parse_time(record.value_bytes()).ok_or_else(|| {
+                        Failure::Invalid(format!("member {}: bad pax mtime", path.display()))
+                    })?;
+                }
+                key if key.starts_with(b"GNU.sparse") => {
+                    return Err(Failure::Invalid(format!(
+                        "member {} is a sparse file, {sparse}",
+                        path.display()
+                    )))
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(mtime)
+}
+
+/// Parses a pax timestamp (`1700000000`, `1700000000.5`, `-1.25`); `None` if malformed. Digits of
+/// fraction past nanoseconds are dropped.
+pub(crate) fn parse_time(text: &[u8]) -> Option<(i64, u32)> {
+    let text = std::str::from_utf8(text).ok()?;
+    let (negative, text) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
+    if whole.is_empty() || !whole.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let whole: i64 = whole.parse().ok()?;
+    let mut nanos = 0u32;
+    for (i, b) in frac.bytes().take(9).enumerate() {
+        nanos += u32::from(b - b'0') * 10u32.pow(8 - i as u32);
+    }
+    if !negative {
+        return Some((whole, nanos));
+    }
+    if nanos == 0 {
+        Some((whole.checked_neg()?, 0))
+    } else {
+        Some((whole.checked_neg()?.checked_sub(1)?, 1_000_000_000 - nanos))
+    }
+}
+
 /// Counters shared between the reader the tar crate owns and the importer.
 pub(crate) struct InputState {
     pub(crate) max_bytes: u64,

@@ -48,9 +48,8 @@ use tar::EntryType;
 
 use super::digest::image_error;
 use super::ImageError;
-use crate::native::transfer::pax;
 use crate::native::untar::dirs::{DirError, TreeDirs};
-use crate::native::untar::input::{check_end, Input, InputState, MAX_METADATA_BYTES};
+use crate::native::untar::input::{check_end, pax_mtime, Input, InputState, MAX_METADATA_BYTES};
 use crate::native::untar::member_path::MemberPath;
 use crate::native::untar::CHUNK;
 use crate::native::IdRange;
@@ -279,28 +278,11 @@ impl Layer {
         let mode = header.mode().map_err(|e| field("mode", e))? & 0o7777;
         let uid = header.uid().map_err(|e| field("uid", e))?;
         let gid = header.gid().map_err(|e| field("gid", e))?;
-        let mut mtime = (
+        let header_mtime = (
             i64::try_from(header.mtime().map_err(|e| field("mtime", e))?).unwrap_or(i64::MAX),
             0,
         );
-        if let Some(records) = entry.pax_extensions().map_err(Failure::Io)? {
-            for record in records {
-                let record = record.map_err(|e| field("pax record", e))?;
-                match record.key_bytes() {
-                    b"mtime" => {
-                        mtime = pax::parse_time(record.value_bytes())
-                            .ok_or_else(|| invalid(format!("member {}: bad pax mtime", path.display())))?;
-                    }
-                    key if key.starts_with(b"GNU.sparse") => {
-                        return Err(invalid(format!(
-                            "member {} is a sparse file, which layers may not hold",
-                            path.display()
-                        )))
-                    }
-                    _ => {}
-                }
-            }
-        }
+        let mtime = pax_mtime(entry, path, header_mtime, "which layers may not hold")?;
         let (uid, uid_over) = self.sandbox_id(uid);
         let (gid, gid_over) = self.sandbox_id(gid);
         if uid_over || gid_over {

@@ -43,9 +43,9 @@ use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Timespec, Timestamps, Uid
 use rustix::io::Errno;
 use tar::EntryType;
 
-use super::{pax, ImportLimits, TransferSummary};
+use super::{ImportLimits, TransferSummary};
 use crate::native::untar::dirs::{DirError, TreeDirs};
-use crate::native::untar::input::{check_end, Input, InputState, MAX_METADATA_BYTES};
+use crate::native::untar::input::{check_end, pax_mtime, Input, InputState, MAX_METADATA_BYTES};
 use crate::native::untar::member_path::{MemberPath, MAX_DEPTH};
 use crate::native::untar::CHUNK;
 use crate::native::walk::{walk_tree, WalkOptions, WalkStep};
@@ -211,7 +211,7 @@ impl<'a> Importer<'a> {
         // The tar crate has already applied pax `uid` / `gid` records to the header.
         let uid = header.uid().map_err(|e| field("uid", e))?;
         let gid = header.gid().map_err(|e| field("gid", e))?;
-        let mut mtime = (
+        let header_mtime = (
             i64::try_from(header.mtime().map_err(|e| field("mtime", e))?).unwrap_or(i64::MAX),
             0,
         );
@@ -224,24 +224,7 @@ impl<'a> Importer<'a> {
                 )));
             }
         }
-        if let Some(records) = entry.pax_extensions().map_err(Failure::Io)? {
-            for record in records {
-                let record = record.map_err(|e| field("pax record", e))?;
-                match record.key_bytes() {
-                    b"mtime" => {
-                        mtime = pax::parse_time(record.value_bytes())
-                            .ok_or_else(|| invalid(format!("member {}: bad pax mtime", path.display())))?;
-                    }
-                    key if key.starts_with(b"GNU.sparse") => {
-                        return Err(invalid(format!(
-                            "member {} is a sparse file, which imports do not support",
-                            path.display()
-                        )))
-                    }
-                    _ => {}
-                }
-            }
-        }
+        let mtime = pax_mtime(entry, path, header_mtime, "which imports do not support")?;
         Ok(Meta {
             mode,
             uid: host_uid(self.ids, uid as u32),
