@@ -42,13 +42,9 @@ MIB = 1 << 20
 class E2bServer(Server):
     """`api.Server` with the E2B front-end under DOMAIN."""
 
-    def __init__(self, warm_pool):
-        self._extra = '[e2b]\ndomain = "%s"\n' % DOMAIN
-        super().__init__(warm_pool)
-
     def write_config(self, f):
         super().write_config(f)
-        f.write(self._extra)
+        f.write('[e2b]\ndomain = "%s"\n' % DOMAIN)
 
     def e2b_key(self):
         # A key's E2B spelling: pdk_<id>_<secret> -> e2b_<id><secret>.

@@ -145,13 +145,9 @@ async fn start_process(
             (Some(resolve_path(cwd, &user.home)?), Some(user.name))
         }
     };
-    let pty = msg.pty.map(|p| {
-        let size = p.size.unwrap_or(pb::pty::Size { cols: 80, rows: 24 });
-        PtySizeBody {
-            rows: u16::try_from(size.rows).unwrap_or(u16::MAX),
-            cols: u16::try_from(size.cols).unwrap_or(u16::MAX),
-        }
-    });
+    let pty = msg
+        .pty
+        .map(|p| pty_size(p.size.unwrap_or(pb::pty::Size { cols: 80, rows: 24 })));
     let user_name = user.clone().unwrap_or_default();
     let mut argv = vec![config.cmd];
     argv.extend(config.args);
@@ -184,6 +180,14 @@ async fn start_process(
         .attach_process(&caller.principal, &caller.id, pid, query)
         .await
         .map_err(|e| process_error(e, pid))
+}
+
+/// envd's terminal size in paddock's terms (a dimension past `u16` is the largest one).
+fn pty_size(size: pb::pty::Size) -> PtySizeBody {
+    PtySizeBody {
+        rows: u16::try_from(size.rows).unwrap_or(u16::MAX),
+        cols: u16::try_from(size.cols).unwrap_or(u16::MAX),
+    }
 }
 
 /// A failed exec as envd reports it: a bad working directory or user by envd's words.
@@ -569,10 +573,7 @@ async fn update(
     let result = async {
         let pid = selected_pid(&state, &caller, msg.process).await?;
         if let Some(size) = msg.pty.and_then(|p| p.size) {
-            let size = PtySizeBody {
-                rows: u16::try_from(size.rows).unwrap_or(u16::MAX),
-                cols: u16::try_from(size.cols).unwrap_or(u16::MAX),
-            };
+            let size = pty_size(size);
             state
                 .service
                 .resize_pty(&caller.principal, &caller.id, pid, size)
