@@ -18,7 +18,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::rest::{
-    admin, files, meta, network, ports, processes, sandboxes, snapshot_transfer, snapshots, volumes, ws,
+    admin, files, meta, network, ports, processes, sandboxes, snapshot_transfer, snapshots, templates,
+    volumes, ws,
 };
 use crate::{observe, ApiError};
 
@@ -58,7 +59,8 @@ where
         .routes(routes!(meta::healthz))
         .routes(routes!(meta::metrics))
         .routes(routes!(meta::openapi_json))
-        .routes(routes!(meta::list_templates))
+        .routes(routes!(templates::list_templates, templates::build_template))
+        .routes(routes!(templates::get_template, templates::delete_template))
         .routes(routes!(sandboxes::create_sandbox))
         .routes(routes!(sandboxes::list_sandboxes))
         .routes(routes!(sandboxes::get_sandbox))
@@ -154,6 +156,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         (name = "files", description = "Files inside a sandbox"),
         (name = "snapshots", description = "Snapshots of a sandbox's files (never its memory), forks, checkpoint / rollback / commit, pause, stop and resume"),
         (name = "network", description = "Sandbox networks through paddock's egress proxy: policies, recent connections, and secrets injected into requests to bound hosts"),
+        (name = "templates", description = "Templates sandboxes start from: the server's, and those built from registry images for the caller"),
         (name = "volumes", description = "Named volumes: persistent storage shared by the sandboxes that mount it, outliving them; not part of a sandbox's snapshots or diffs"),
         (name = "admin", description = "Audit log, API keys and tenants"),
     ),
@@ -213,6 +216,9 @@ mod tests {
         ("GET", "/metrics"),
         ("GET", "/openapi.json"),
         ("GET", "/v1/templates"),
+        ("POST", "/v1/templates"),
+        ("GET", "/v1/templates/{template}"),
+        ("DELETE", "/v1/templates/{template}"),
         ("POST", "/v1/sandboxes"),
         ("GET", "/v1/sandboxes"),
         ("GET", "/v1/sandboxes/{id}"),

@@ -13,11 +13,16 @@
 use std::path::PathBuf;
 
 use paddock_types::diff::{DiffOptions, TreeDiff};
-use paddock_types::{ByteSize, Limits, NetworkLink, SandboxId, SandboxSpec, SnapshotId, VolumeId};
+use paddock_types::{
+    ByteSize, Limits, NetworkLink, SandboxId, SandboxSpec, SnapshotId, TemplateId, VolumeId,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::native::{NativeBackend, NativeSandbox};
-use crate::{ExportOptions, ImportLimits, RuntimeError, TransferSummary};
+use crate::{
+    ExportOptions, ImportLimits, RuntimeError, TemplateBuilt, TemplateLimits, TemplateProgress,
+    TemplateSource, TransferSummary,
+};
 
 /// What a backend can do, so callers can refuse early instead of failing late.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,6 +294,23 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         snapshot: &SnapshotId,
         options: &DiffOptions,
     ) -> Result<TreeDiff, RuntimeError>;
+    /// Builds the template `template` from `source`, calling `progress` as layers are put in
+    /// place, and makes it read-only: sandboxes whose rootfs names it start as a copy of it. The
+    /// source is untrusted ([`RuntimeError::Image`] when it is unsafe or malformed); on any error,
+    /// or if the process dies, nothing of the build remains once gc has run. Layers are cached by
+    /// digest and shared between templates. [`RuntimeError::InvalidSpec`] if it exists already.
+    fn build_template(
+        &self,
+        template: &TemplateId,
+        source: &TemplateSource,
+        limits: &TemplateLimits,
+        progress: &mut dyn FnMut(TemplateProgress),
+    ) -> Result<TemplateBuilt, RuntimeError>;
+    /// Deletes a template and the cached layers no other template uses; false if it did not exist.
+    /// The caller makes sure no sandbox (running, stopped) was made from it.
+    fn delete_template(&self, template: &TemplateId) -> Result<bool, RuntimeError>;
+    /// Every template that exists (for garbage collection against records).
+    fn list_templates(&self) -> Result<Vec<TemplateId>, RuntimeError>;
 }
 
 /// A whole backend: lifecycles and storage.

@@ -22,6 +22,7 @@ mod error;
 pub mod fake;
 pub mod fault;
 pub mod native;
+mod template;
 
 pub(crate) use backend::AnyHandle;
 pub use backend::{
@@ -31,6 +32,7 @@ pub use backend::{
 pub use error::RuntimeError;
 pub use native::transfer::{ExportOptions, ImportLimits, TransferSummary};
 pub use native::{NativeBackend, NativeConfig, NetworkSubnet};
+pub use template::{BuiltLayer, TemplateBuilt, TemplateLimits, TemplateProgress, TemplateSource};
 
 #[cfg(all(feature = "fake", not(debug_assertions)))]
 compile_error!("the fake backend is for tests: never build it into a release binary");

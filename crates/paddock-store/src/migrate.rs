@@ -59,10 +59,14 @@ const MIGRATIONS: &[Migration] = &[
         version: 10,
         sql: include_str!("../migrations/0010_intents.sql"),
     },
+    Migration {
+        version: 11,
+        sql: include_str!("../migrations/0011_templates.sql"),
+    },
 ];
 
 /// The schema version this binary writes and understands.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

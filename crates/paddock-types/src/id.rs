@@ -1,4 +1,4 @@
-//! Sandbox and snapshot identifiers.
+//! Sandbox, snapshot and template identifiers.
 
 use std::fmt;
 use std::str::FromStr;
@@ -143,6 +143,61 @@ impl fmt::Display for SnapshotId {
     }
 }
 
+/// A template id: the alphabet of a [`SandboxId`] (it names a subvolume too); new ones are `tp-` and
+/// 16 hex digits. A template's name (what users type) is separate and per tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TemplateId(String);
+
+/// Why a string is not a template id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid template id {value:?}: use 1-40 characters of a-z, 0-9 and '-', not starting with '-'")]
+pub struct TemplateIdError {
+    value: String,
+}
+
+impl TemplateId {
+    /// Builds an id from 8 random bytes, rendered as `tp-` and 16 hex digits.
+    pub fn from_random(bytes: [u8; 8]) -> Self {
+        Self(random_id("tp-", bytes))
+    }
+
+    /// The id as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for TemplateId {
+    type Err = TemplateIdError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if valid_id(s) {
+            Ok(Self(s.to_owned()))
+        } else {
+            Err(TemplateIdError { value: s.to_owned() })
+        }
+    }
+}
+
+impl TryFrom<String> for TemplateId {
+    type Error = TemplateIdError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<TemplateId> for String {
+    fn from(id: TemplateId) -> Self {
+        id.0
+    }
+}
+
+impl fmt::Display for TemplateId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// Ids read as the strings they are (store keys, paths, log fields) without being re-parsed: a typed
 /// id can be passed wherever a `&str` is expected, and a map keyed by ids can be searched by `&str`.
 macro_rules! id_as_str {
@@ -204,7 +259,7 @@ macro_rules! id_as_str {
     )*};
 }
 
-id_as_str!(SandboxId, SnapshotId);
+id_as_str!(SandboxId, SnapshotId, TemplateId);
 
 #[cfg(test)]
 mod tests {

@@ -12,9 +12,10 @@ mod mounts;
 mod network;
 mod size;
 mod spec;
+mod template;
 mod volumes;
 
-pub use id::{SandboxId, SandboxIdError, SnapshotId, SnapshotIdError};
+pub use id::{SandboxId, SandboxIdError, SnapshotId, SnapshotIdError, TemplateId, TemplateIdError};
 pub use limit_bounds::{
     check_limits, clamp_limits, HostFacts, LimitError, MIN_DISK, MIN_MEMORY, MIN_PIDS, PID_MAX_LIMIT,
 };
@@ -27,6 +28,7 @@ pub use network::{
 };
 pub use size::{ByteSize, SizeError};
 pub use spec::{EnvVar, EnvVarError, RootfsSpec, SandboxSpec, UserSpec, UserSpecError, VolumeSource};
+pub use template::ImageConfig;
 pub use volumes::{
     check_volume_mounts, VolumeId, VolumeIdError, VolumeMount, VolumeMountError, VolumeName, VolumeNameError,
     MAX_VOLUME_MOUNTS,

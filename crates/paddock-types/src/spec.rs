@@ -20,6 +20,13 @@ pub enum RootfsSpec {
         /// Absolute host path of the root directory.
         path: PathBuf,
     },
+    /// A template built from an image (or a recipe): the sandbox's volume is a writable snapshot of
+    /// the template's whole tree, so its `/usr`, `/etc` and users are the image's own, writable by
+    /// the sandbox (on `nosuid`, `nodev` mounts) and charged to it as it changes them.
+    Image {
+        /// The template.
+        template: crate::TemplateId,
+    },
 }
 
 /// What a new sandbox's writable file system (`/etc`, `/home`, `/root`, `/tmp`) starts as.

@@ -12,7 +12,7 @@ mod server;
 
 pub use client::{
     AuditArgs, AuditCommand, CpArgs, CreateArgs, ExecArgs, LogsArgs, LsArgs, NetworkCmdArgs, PortForwardArgs,
-    SandboxCommand, SecretCommand, ShellArgs, SnapshotCommand, VolumeCommand,
+    SandboxCommand, SecretCommand, ShellArgs, SnapshotCommand, TemplateCommand, VolumeCommand,
 };
 pub use network::NetworkArgs;
 pub use server::{parse_human_duration, ConfigCommand, KeysCommand, ServeArgs};
@@ -84,6 +84,11 @@ pub enum Command {
     Snapshot {
         #[command(subcommand)]
         command: SnapshotCommand,
+    },
+    /// Templates sandboxes start from: build one from a registry image.
+    Template {
+        #[command(subcommand)]
+        command: TemplateCommand,
     },
     /// Named volumes: storage that outlives sandboxes (mount with `paddock sandbox create --volume`).
     Volume {

@@ -92,6 +92,7 @@ fn main() -> ExitCode {
         Command::Sandbox { .. }
             | Command::Snapshot { .. }
             | Command::Volume { .. }
+            | Command::Template { .. }
             | Command::Secret { .. }
             | Command::Audit(_)
             | Command::Keys { .. }
@@ -146,6 +147,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Sandbox { .. }
         | Command::Snapshot { .. }
         | Command::Volume { .. }
+        | Command::Template { .. }
         | Command::Secret { .. }
         | Command::Audit(_) => {
             return dispatch_client(cli);
@@ -195,6 +197,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Sandbox { .. }
         | Command::Snapshot { .. }
         | Command::Volume { .. }
+        | Command::Template { .. }
         | Command::Secret { .. }
         | Command::Audit(_) => {
             unreachable!("dispatched above")
@@ -218,6 +221,7 @@ fn dispatch_client(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sandbox { command } => client::sandbox(&client_state_dir(&cli.global, config), command),
         Command::Snapshot { command } => client::snapshot(&client_state_dir(&cli.global, config), command),
         Command::Volume { command } => client::volume(&client_state_dir(&cli.global, config), command),
+        Command::Template { command } => client::template(&client_state_dir(&cli.global, config), command),
         Command::Secret { command } => client::secret(&client_state_dir(&cli.global, config), command),
         _ => unreachable!("only client commands come here"),
     }

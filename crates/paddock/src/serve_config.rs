@@ -73,6 +73,11 @@
 //! domain = "sandbox.example"      # per-sandbox hosts <port>-<id>.<domain>
 //! internet_access = false
 //!
+//! # Image registries templates are pulled from (see `serve_config/registry.rs`).
+//! [registry]
+//! ca_file = "/etc/paddock/registry-ca.pem"
+//! insecure = ["127.0.0.1:5000"]
+//!
 //! # Connections to sandboxes' own ports (see `serve_config/ports.rs`).
 //! [ports]
 //! per_sandbox = 256
@@ -103,6 +108,7 @@ mod e2b;
 mod http;
 mod layers;
 mod ports;
+mod registry;
 mod values;
 
 pub use audit::AuditSettings;
@@ -110,6 +116,7 @@ pub use e2b::E2bSettings;
 pub use http::{HttpSettings, API_FD_OVERHEAD};
 use layers::LimitsLayer;
 pub use ports::PortsSettings;
+pub use registry::RegistrySettings;
 pub(crate) use values::{human_duration, Human, Rootfs, Size};
 
 /// The largest snapshot archive an import accepts when the configuration names none.
@@ -179,6 +186,8 @@ pub struct ServeConfig {
     pub e2b: E2bSettings,
     /// Connections to sandboxes' own ports.
     pub ports: PortsSettings,
+    /// How templates are pulled from image registries.
+    pub registry: RegistrySettings,
 }
 
 /// The `[egress]` section: whether sandboxes may have a network, and the operator's part of every
@@ -310,6 +319,11 @@ impl ServeConfig {
             collect_budget_bytes: self.http.collected_output_budget.as_u64(),
             network_audit: self.audit.network_audit(),
             ports: self.ports.ports_config(),
+            images: paddock_control::ImagesConfig {
+                pull_dir: Some(self.state_dir.join("pulls")),
+                pull: self.registry.pull_options(),
+                limits: paddock_runtime::TemplateLimits::default(),
+            },
         }
     }
 

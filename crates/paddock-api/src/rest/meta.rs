@@ -5,7 +5,6 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use paddock_control::SandboxService;
-use paddock_types::api::TemplateList;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -78,19 +77,4 @@ pub(crate) async fn openapi_json(_auth: Auth) -> Response {
         crate::router::openapi_text(),
     )
         .into_response()
-}
-
-/// The templates sandboxes can be created from.
-#[utoipa::path(
-    get,
-    path = "/v1/templates",
-    tag = "sandboxes",
-    responses(
-        (status = 200, description = "The templates", body = TemplateList),
-        (status = "4XX", response = ApiError),
-        (status = "5XX", response = ApiError),
-    )
-)]
-pub(crate) async fn list_templates(_auth: Auth, State(service): State<SandboxService>) -> Json<TemplateList> {
-    Json(service.templates())
 }

@@ -10,5 +10,6 @@ pub(crate) mod processes;
 pub(crate) mod sandboxes;
 pub(crate) mod snapshot_transfer;
 pub(crate) mod snapshots;
+pub(crate) mod templates;
 pub(crate) mod volumes;
 pub(crate) mod ws;

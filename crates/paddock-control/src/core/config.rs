@@ -42,6 +42,31 @@ pub struct ServiceConfig {
     pub network_audit: NetworkAuditConfig,
     /// Connections to sandboxes' own ports (`connect_port`): caps and audit rows.
     pub ports: PortsConfig,
+    /// How templates are built from images: where pulls land, how registries are reached, bounds.
+    pub images: ImagesConfig,
+}
+
+/// Building templates from images.
+#[derive(Debug, Clone)]
+pub struct ImagesConfig {
+    /// A directory (the server's own) where each build pulls its image, removed after the build;
+    /// `None`: builds are refused.
+    pub pull_dir: Option<std::path::PathBuf>,
+    /// How registries are reached (credentials, extra CA, plain-HTTP loopback registries) and how
+    /// much a pull may fetch.
+    pub pull: paddock_registry::PullOptions,
+    /// Bounds of unpacking.
+    pub limits: paddock_runtime::TemplateLimits,
+}
+
+impl Default for ImagesConfig {
+    fn default() -> Self {
+        Self {
+            pull_dir: None,
+            pull: paddock_registry::PullOptions::default(),
+            limits: paddock_runtime::TemplateLimits::default(),
+        }
+    }
 }
 
 /// Connections from the host to sandboxes' own ports: every one counts against its sandbox's, its
@@ -160,6 +185,7 @@ impl Default for ServiceConfig {
             collect_budget_bytes: DEFAULT_COLLECT_BUDGET,
             network_audit: NetworkAuditConfig::default(),
             ports: PortsConfig::default(),
+            images: ImagesConfig::default(),
         }
     }
 }

@@ -16,6 +16,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct StoredSpec {
     pub(crate) template: String,
+    /// The image template it is made from (`tp-...`), when `template` names one built through
+    /// `/v1/templates` (the store finds its users by this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) template_id: Option<String>,
     pub(crate) limits: Limits,
     #[serde(default)]
     pub(crate) env: BTreeMap<String, String>,

@@ -148,6 +148,13 @@ pub(crate) fn store_error(what: &'static str, e: StoreError) -> ServiceError {
             id,
         } => crate::core::error::volume_exists(&id),
         StoreError::Conflict {
+            what: "template name",
+            id,
+        } => ServiceError::new(
+            ErrorCode::TemplateExists,
+            format!("a template named {id} already exists"),
+        ),
+        StoreError::Conflict {
             what: "secret name",
             id,
         } => ServiceError {

@@ -27,10 +27,21 @@ impl SandboxService {
         spec: &StoredSpec,
         volume: paddock_types::VolumeSource,
     ) -> Result<(SandboxHandle, AgentClient), ServiceError> {
-        let template =
-            self.inner.config.templates.get(&spec.template).ok_or_else(|| {
-                ServiceError::invalid("template", format!("no template {:?}", spec.template))
-            })?;
+        let rootfs = match &spec.template_id {
+            Some(id) => paddock_types::RootfsSpec::Image {
+                template: id
+                    .parse()
+                    .map_err(|e| ServiceError::internal("parse a template id", &e))?,
+            },
+            None => self
+                .inner
+                .config
+                .templates
+                .get(&spec.template)
+                .ok_or_else(|| ServiceError::invalid("template", format!("no template {:?}", spec.template)))?
+                .rootfs
+                .clone(),
+        };
         let user: UserSpec = spec
             .user
             .parse()
@@ -44,7 +55,7 @@ impl SandboxService {
         let sandbox_spec = SandboxSpec {
             id: id.clone(),
             limits: spec.limits.clone(),
-            rootfs: template.rootfs.clone(),
+            rootfs,
             mounts: Vec::new(),
             workdir: None,
             user,

@@ -80,6 +80,7 @@ impl SandboxService {
         self.collect_snapshot_garbage().await?;
         self.collect_stopped_garbage(&intents).await?;
         self.collect_volume_garbage().await?;
+        self.collect_template_garbage().await?;
         self.drop_orphaned_checkpoints().await?;
         Ok(Recovery { records, intents })
     }

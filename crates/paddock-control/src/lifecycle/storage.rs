@@ -171,6 +171,40 @@ impl SandboxService {
         Ok(())
     }
 
+    /// Templates: a build that died with the previous server loses its record (its staging files
+    /// are the backend's gc's), template storage the store does not know is removed, and a pulled
+    /// image left in the pull directory is deleted.
+    pub(crate) async fn collect_template_garbage(&self) -> Result<(), ServiceError> {
+        let unfinished = self
+            .db("forget unfinished templates", |s| s.forget_unfinished_templates())
+            .await?;
+        for id in &unfinished {
+            tracing::info!(template = %id, "a template build was interrupted by a restart; its record is removed");
+        }
+        if let Some(dir) = &self.inner.config.images.pull_dir {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                // Names this server made (`tp-...`); the directory is the server's own.
+                if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                    tracing::warn!(path = %entry.path().display(), error = %e, "pulled image not removed");
+                }
+            }
+        }
+        let known = self.db("list templates", |s| s.existing_template_ids()).await?;
+        let on_disk = self
+            .on_backend("list templates", |b| b.list_templates())
+            .await?
+            .map_err(|e| runtime_error("list templates", e))?;
+        for template in on_disk {
+            if !known.iter().any(|k| *k == template.as_str()) {
+                tracing::info!(template = %template, "removing unrecorded template storage");
+                let _ = self
+                    .on_backend("delete a template", move |b| b.delete_template(&template))
+                    .await;
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes kept file systems of sandboxes the store does not say are stopped (a crash between
     /// the backend's stop or delete and the store's record).
     /// The kept file system of a sandbox whose stop or resume a crash interrupted (an intent in

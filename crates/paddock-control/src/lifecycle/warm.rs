@@ -52,6 +52,7 @@ impl SandboxService {
     async fn create_warm(&self, template: &str) -> Result<(), ServiceError> {
         let id = new_sandbox_id();
         let spec = StoredSpec {
+            template_id: None,
             template: template.to_owned(),
             limits: self.inner.config.default_limits.clone(),
             env: Default::default(),

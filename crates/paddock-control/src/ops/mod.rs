@@ -16,5 +16,6 @@ pub(crate) mod sandboxes;
 pub(crate) mod secrets;
 pub(crate) mod snapshots;
 pub(crate) mod steps;
+pub(crate) mod templates;
 pub(crate) mod transfer;
 pub(crate) mod volumes;

@@ -7,7 +7,7 @@ use std::time::Instant;
 use paddock_store::{Claim, SandboxFilter, SandboxState};
 use paddock_types::api::{
     CreateSandboxRequest, ErrorCode, ListSandboxesQuery, SandboxInfo, SandboxList, SandboxUsageBody,
-    SetTimeoutRequest, TemplateInfo, TemplateList,
+    SetTimeoutRequest,
 };
 
 use crate::core::access::info_from_record;
@@ -81,7 +81,13 @@ impl SandboxService {
         }
         let plan = self.plan_request(p, req).await?;
         // A warm sandbox was booted without volumes or a network: one that has either boots cold.
-        let warm = self.inner.config.templates[&plan.spec.template].warm_pool_size > 0
+        let warm = plan.spec.template_id.is_none()
+            && self
+                .inner
+                .config
+                .templates
+                .get(&plan.spec.template)
+                .is_some_and(|t| t.warm_pool_size > 0)
             && plan.spec.volumes.is_empty()
             && plan.network.is_none();
         if warm {
@@ -326,21 +332,5 @@ impl SandboxService {
             disk_bytes: usage.disk_bytes,
             disk_limit_bytes: usage.disk_limit_bytes.or(limits.disk.map(u64::from)),
         })
-    }
-
-    /// The templates sandboxes can be created from.
-    pub fn templates(&self) -> TemplateList {
-        TemplateList {
-            templates: self
-                .inner
-                .config
-                .templates
-                .iter()
-                .map(|(name, t)| TemplateInfo {
-                    name: name.clone(),
-                    warm_pool_size: t.warm_pool_size,
-                })
-                .collect(),
-        }
     }
 }

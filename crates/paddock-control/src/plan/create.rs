@@ -8,6 +8,7 @@ use paddock_types::{EnvVar, Limits, SandboxPath, UserSpec};
 
 use crate::core::live::StoredSpec;
 use crate::plan::labels::{MAX_LABELS, MAX_LABEL_LEN};
+use crate::plan::template::ResolvedTemplate;
 use crate::{Principal, SandboxService, ServiceError};
 
 /// The template every server has.
@@ -35,24 +36,52 @@ impl SandboxService {
         let network = self
             .plan_network(p, req.network.clone(), req.secrets.clone())
             .await?;
-        let mut plan = self.plan_create(req)?;
+        let image = match &req.template {
+            Some(name) if !self.inner.config.templates.contains_key(name) => {
+                match self.resolve_template(&p.tenant, name).await? {
+                    Some(t) => Some(t),
+                    None => return Err(self.no_template(name)),
+                }
+            }
+            _ => None,
+        };
+        let mut plan = self.plan_create(req, image)?;
         plan.spec.volumes = volumes;
         plan.spec.network = network.is_some();
         plan.network = network;
         Ok(plan)
     }
 
-    fn plan_create(&self, req: CreateSandboxRequest) -> Result<CreatePlan, ServiceError> {
+    fn no_template(&self, template: &str) -> ServiceError {
+        ServiceError::invalid(
+            "template",
+            format!(
+                "no template {template:?}; this server has: {} (and the caller's own, `GET /v1/templates`)",
+                self.inner
+                    .config
+                    .templates
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    }
+
+    /// The plan of `req`, made from the image template `image` when it names one (whose process
+    /// defaults apply where the request sets none).
+    fn plan_create(
+        &self,
+        mut req: CreateSandboxRequest,
+        image: Option<ResolvedTemplate>,
+    ) -> Result<CreatePlan, ServiceError> {
         let config = &self.inner.config;
-        let template = req.template.unwrap_or_else(|| DEFAULT_TEMPLATE.to_owned());
-        if !config.templates.contains_key(&template) {
-            return Err(ServiceError::invalid(
-                "template",
-                format!(
-                    "no template {template:?}; this server has: {}",
-                    config.templates.keys().cloned().collect::<Vec<_>>().join(", ")
-                ),
-            ));
+        let template = req.template.take().unwrap_or_else(|| DEFAULT_TEMPLATE.to_owned());
+        if image.is_none() && !config.templates.contains_key(&template) {
+            return Err(self.no_template(&template));
+        }
+        if let Some(image) = &image {
+            apply_image_defaults(&mut req, &image.built.config);
         }
         let limits = merge_limits(&config.default_limits, &req.limits);
         check_limits(&limits, &config.max_limits)?;
@@ -103,6 +132,7 @@ impl SandboxService {
         Ok(CreatePlan {
             spec: StoredSpec {
                 template,
+                template_id: image.map(|i| i.id.to_string()),
                 limits,
                 env: req.env,
                 workdir: req.workdir,
@@ -229,5 +259,34 @@ mod tests {
         env.insert(String::new(), "v".to_owned());
         let e = check_env("env", &env).expect_err("empty key");
         assert_eq!(e.field.as_deref(), Some("env."));
+    }
+}
+
+/// Fills what `req` leaves unset from an image's config: its environment (the request's own
+/// variables win), working directory and user. Values paddock cannot use are left out (a numeric
+/// `User` has no name to run as; the sandbox's default user applies), never refused: the image is
+/// what it is.
+fn apply_image_defaults(req: &mut CreateSandboxRequest, image: &paddock_types::ImageConfig) {
+    for entry in &image.env {
+        if let Some((key, value)) = entry.split_once('=') {
+            if check_env(
+                "env",
+                &std::collections::BTreeMap::from([(key.to_owned(), value.to_owned())]),
+            )
+            .is_ok()
+            {
+                req.env.entry(key.to_owned()).or_insert_with(|| value.to_owned());
+            }
+        }
+    }
+    if req.workdir.is_none() {
+        req.workdir = image
+            .working_dir
+            .clone()
+            .filter(|w| w.parse::<SandboxPath>().is_ok());
+    }
+    if req.user.is_none() {
+        let name = image.user.as_deref().map(|u| u.split(':').next().unwrap_or(u));
+        req.user = name.filter(|n| n.parse::<UserSpec>().is_ok()).map(str::to_owned);
     }
 }

@@ -8,4 +8,5 @@
 pub(crate) mod create;
 pub(crate) mod labels;
 pub(crate) mod network;
+pub(crate) mod template;
 pub(crate) mod volumes;

@@ -220,7 +220,7 @@ async fn the_audit_log_is_a_gapless_chain_filtered_by_tenant_and_paged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn templates_metrics_secrets_and_network_settings() {
     let f = Fixture::start().await;
-    let templates = f.service.templates();
+    let templates = f.service.list_templates(&f.a).await.expect("templates");
     assert_eq!(templates.templates.len(), 1);
     assert_eq!(
         (

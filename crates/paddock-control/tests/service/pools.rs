@@ -47,7 +47,10 @@ async fn a_warm_pool_fills_serves_claims_and_refills() {
         metrics.contains("paddock_sandboxes{state=\"warm\"} 2"),
         "{metrics}"
     );
-    assert_eq!(f.service.templates().templates[0].warm_pool_size, 2);
+    assert_eq!(
+        f.service.list_templates(&f.a).await.expect("templates").templates[0].warm_pool_size,
+        2
+    );
     // A warm sandbox belongs to nobody: no tenant (not even the admin's) can reach it.
     for wid in &warm {
         for p in [&f.a, &f.admin] {

@@ -51,9 +51,11 @@ pub(super) async fn create(
     Caller(p): Caller,
     JsonBody(req): JsonBody<NewSandbox>,
 ) -> Result<Response, E2bError> {
+    // The server's templates and the caller's built ones: an E2B template id can name either.
     let known: Vec<String> = state
         .service
-        .templates()
+        .list_templates(&p)
+        .await?
         .templates
         .into_iter()
         .map(|t| t.name)

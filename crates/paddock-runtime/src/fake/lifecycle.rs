@@ -120,10 +120,20 @@ impl SandboxBackend for FakeBackend {
 
     fn create_sandbox(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError> {
         self.fault("create_sandbox")?;
-        if !matches!(spec.rootfs, RootfsSpec::Host) {
-            return Err(RuntimeError::Unsupported(
-                "the fake backend has no custom root file systems".into(),
-            ));
+        match &spec.rootfs {
+            RootfsSpec::Host => {}
+            RootfsSpec::Image { template } => {
+                if !lock(&self.shared.state).templates.contains_key(template) {
+                    return Err(RuntimeError::InvalidSpec(format!(
+                        "template {template} does not exist"
+                    )));
+                }
+            }
+            RootfsSpec::Dir { .. } => {
+                return Err(RuntimeError::Unsupported(
+                    "the fake backend has no custom root file systems".into(),
+                ))
+            }
         }
         if !spec.mounts.is_empty() {
             return Err(RuntimeError::Unsupported(

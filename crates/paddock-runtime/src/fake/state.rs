@@ -89,6 +89,9 @@ pub(crate) struct State {
     /// Where a sandbox's ports are served: loopback listeners tests made and told about
     /// ([`super::FakeBackend::expose_port`]).
     pub(crate) ports: BTreeMap<(SandboxId, u16), std::net::SocketAddr>,
+    /// Templates built (from a real image layout, read but not unpacked): sandboxes made from one
+    /// start from the fake's usual tree.
+    pub(crate) templates: BTreeMap<paddock_types::TemplateId, crate::TemplateBuilt>,
 }
 
 impl State {

@@ -3,7 +3,7 @@
 //! lock before slow work (an export to a slow reader, a diff), so the agents are never held up.
 
 use paddock_types::diff::{DiffOptions, TreeDiff};
-use paddock_types::{ByteSize, SnapshotId, VolumeId};
+use paddock_types::{ByteSize, SnapshotId, TemplateId, VolumeId};
 
 use super::agent::lock;
 use super::diff::diff_trees;
@@ -13,8 +13,8 @@ use super::transfer::{read_tree, write_tree};
 use super::tree::empty_volume;
 use super::FakeBackend;
 use crate::{
-    ExportOptions, ImportLimits, RuntimeError, SandboxHandle, SnapshotUsage, StorageBackend, TransferSummary,
-    VolumeUsage,
+    BuiltLayer, ExportOptions, ImportLimits, RuntimeError, SandboxHandle, SnapshotUsage, StorageBackend,
+    TemplateBuilt, TemplateLimits, TemplateProgress, TemplateSource, TransferSummary, VolumeUsage,
 };
 
 fn no_snapshot(snapshot: &SnapshotId) -> RuntimeError {
@@ -156,5 +156,64 @@ impl StorageBackend for FakeBackend {
             (old, live_mut(&mut state, handle)?.disk.tree.clone())
         };
         diff_trees(&old, &new, options).map_err(|e| RuntimeError::InvalidSpec(e.0))
+    }
+
+    /// Reads the layout for real (the image's manifest and config, checked as the native backend
+    /// checks them) but unpacks nothing.
+    fn build_template(
+        &self,
+        template: &TemplateId,
+        source: &TemplateSource,
+        _limits: &TemplateLimits,
+        progress: &mut dyn FnMut(TemplateProgress),
+    ) -> Result<TemplateBuilt, RuntimeError> {
+        self.shared.faults.take("build_template")?;
+        if lock(&self.shared.state).templates.contains_key(template) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "template {template} already exists"
+            )));
+        }
+        let TemplateSource::ImageLayout { path, reference } = source;
+        let layout = crate::native::image::ImageLayout::open(path).map_err(RuntimeError::Image)?;
+        let manifest = layout
+            .resolve(reference.as_deref())
+            .map_err(RuntimeError::Image)?;
+        progress(TemplateProgress::Resolved {
+            digest: manifest.digest.to_string(),
+            layers: manifest.layers.len(),
+        });
+        let mut layers = Vec::new();
+        for (index, layer) in manifest.layers.iter().enumerate() {
+            progress(TemplateProgress::Layer {
+                index,
+                digest: layer.digest.to_string(),
+                size: layer.size,
+                cached: false,
+            });
+            layers.push(BuiltLayer {
+                digest: layer.digest.to_string(),
+                size: layer.size,
+                cached: false,
+            });
+        }
+        let built = TemplateBuilt {
+            digest: manifest.digest.to_string(),
+            config: manifest.config,
+            layers,
+            added_default_user: false,
+        };
+        lock(&self.shared.state)
+            .templates
+            .insert(template.clone(), built.clone());
+        Ok(built)
+    }
+
+    fn delete_template(&self, template: &TemplateId) -> Result<bool, RuntimeError> {
+        self.shared.faults.take("delete_template")?;
+        Ok(lock(&self.shared.state).templates.remove(template).is_some())
+    }
+
+    fn list_templates(&self) -> Result<Vec<TemplateId>, RuntimeError> {
+        Ok(lock(&self.shared.state).templates.keys().cloned().collect())
     }
 }

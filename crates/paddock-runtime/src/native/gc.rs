@@ -76,8 +76,12 @@ impl NativeBackend {
                 }
             }
         }
-        // Imports interrupted by a crash: their staging subvolumes (not sandboxes: not returned).
-        super::transfer::collect_abandoned_imports(&self.pool);
+        // Imports and template builds interrupted by a crash: their staging subvolumes (not
+        // sandboxes: not returned).
+        super::staging::collect_abandoned(self.pool.root(), super::staging::Area::Imports);
+        super::staging::collect_abandoned(self.pool.root(), super::staging::Area::Builds);
+        // Cached layers no template or running build names (a build that died after caching).
+        super::template::collect_unused_layers(self.pool.root());
         let mut orphans: Vec<String> = self.cgroups.list_ids();
         orphans.extend(self.pool.list_volumes());
         orphans.sort();

@@ -13,7 +13,7 @@ use super::cgroup::SandboxCgroup;
 use super::network::{netns_pin, BootNetwork, PendingLink};
 use super::sandbox::{kill_init, reap, state_err, BootSpec, InitRecord, NativeSandbox, KILL_DEADLINE};
 use super::setup::owner::OwnerPool;
-use super::setup::{SetupOutcome, SetupSpec};
+use super::setup::{Rootfs, SetupOutcome, SetupSpec};
 use super::NativeBackend;
 use crate::{AnyHandle, RuntimeError, SandboxHandle};
 
@@ -28,14 +28,20 @@ pub(super) struct Slot<'a> {
 
 impl NativeBackend {
     fn check_spec(&self, spec: &SandboxSpec) -> Result<(), RuntimeError> {
-        if let RootfsSpec::Dir { path } = &spec.rootfs {
-            if !path.is_absolute() || !path.is_dir() {
-                return Err(RuntimeError::InvalidSpec(format!(
-                    "rootfs {} is not a directory",
-                    path.display()
-                )));
+        match &spec.rootfs {
+            RootfsSpec::Dir { path } => {
+                if !path.is_absolute() || !path.is_dir() {
+                    return Err(RuntimeError::InvalidSpec(format!(
+                        "rootfs {} is not a directory",
+                        path.display()
+                    )));
+                }
+                check_searchable(path, "rootfs")?;
             }
-            check_searchable(path, "rootfs")?;
+            RootfsSpec::Image { template } => {
+                self.pool.existing_image(template)?;
+            }
+            RootfsSpec::Host => {}
         }
         match &spec.volume {
             paddock_types::VolumeSource::Snapshot(snapshot) => {
@@ -76,7 +82,7 @@ impl NativeBackend {
     pub(super) fn write_identity(
         &self,
         id: &SandboxId,
-        rootfs: &RootfsSpec,
+        rootfs: &Rootfs,
         volume: &Path,
     ) -> Result<(), RuntimeError> {
         let etc_path = volume.join("etc");
@@ -89,7 +95,7 @@ impl NativeBackend {
                 format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{id}\n"),
             ),
         ];
-        if let RootfsSpec::Dir { path } = rootfs {
+        if let Rootfs::Dir { path } = rootfs {
             files.push((
                 "passwd",
                 with_user_line(path, "etc/passwd", "user:x:1000:1000:user:/home/user:/bin/sh"),
@@ -130,7 +136,7 @@ impl NativeBackend {
             cgroup_procs: cgroup.procs_files(),
             root_mount,
             volume: volume.to_owned(),
-            rootfs: boot.rootfs.clone(),
+            rootfs: self.pool.rootfs(&boot.rootfs),
             mounts: boot.mounts.clone(),
             volumes: boot
                 .volumes
@@ -425,12 +431,13 @@ impl NativeBackend {
                     volume: &volume,
                 };
                 self.start(&spec.id, &boot, slot, shim, || {
-                    let volume = self
-                        .pool
-                        .create_volume(&spec.id, &spec.volume, spec.limits.disk)?;
-                    self.write_identity(&spec.id, &spec.rootfs, &volume)?;
+                    let volume =
+                        self.pool
+                            .create_volume(&spec.id, &spec.volume, &spec.rootfs, spec.limits.disk)?;
+                    let rootfs = self.pool.rootfs(&spec.rootfs);
+                    self.write_identity(&spec.id, &rootfs, &volume)?;
                     if let Some(network) = &boot.network {
-                        self.write_sandbox_network_files(&volume, &spec.rootfs, network)?;
+                        self.write_sandbox_network_files(&volume, &rootfs, network)?;
                     }
                     Ok(())
                 })

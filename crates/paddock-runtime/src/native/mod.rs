@@ -40,6 +40,8 @@ mod seam;
 pub mod setup;
 mod snapshot;
 mod snapshot_usage;
+mod staging;
+mod template;
 pub mod transfer;
 mod untar;
 mod users;

@@ -13,6 +13,11 @@
 //! <pool>/stopped/<id>        a stopped sandbox's subvolume (no processes; resumable); its owner is the
 //!                            control plane's record, not a run directory, so gc leaves it alone
 //! <pool>/imports/<id>        an imported snapshot being unpacked (`transfer/staging.rs`)
+//! <pool>/images/<tp-id>     image templates (read-only, `native/template/`): a sandbox's volume is
+//!                            a writable snapshot of the whole tree
+//! <pool>/layers/<key>        the layer cache: read-only trees of an image's first layers, keyed by
+//!                            their digests' chain, shared by templates, removed when none uses them
+//! <pool>/builds/<tp-id>      a template being built, owned by the holder of `<tp-id>.lock`
 //! <pool>/volumes/<id>        named volumes (`vol-...`, named_volumes.rs), mounted into sandboxes; like
 //!                            snapshots, owned by the caller, removed by `pool destroy`
 //! ```
@@ -35,9 +40,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use paddock_sys::btrfs;
-use paddock_types::{ByteSize, SandboxId, SnapshotId, VolumeSource};
+use paddock_types::{ByteSize, RootfsSpec, SandboxId, SnapshotId, TemplateId, VolumeSource};
 
 use super::lock::StateLock;
+use super::staging::{self, Area};
 use super::users::IdRange;
 use crate::{RuntimeError, VolumeUsage};
 
@@ -169,6 +175,34 @@ impl StoragePool {
         self.template().join(".paddock-template").exists()
     }
 
+    /// Path of an image template's subvolume (which may not exist).
+    pub fn image_path(&self, template: &TemplateId) -> PathBuf {
+        self.root.join("images").join(template.as_str())
+    }
+
+    /// Path of an existing image template's subvolume, or [`RuntimeError::InvalidSpec`].
+    pub fn existing_image(&self, template: &TemplateId) -> Result<PathBuf, RuntimeError> {
+        let path = self.image_path(template);
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => Ok(path),
+            _ => Err(RuntimeError::InvalidSpec(format!(
+                "template {template} does not exist"
+            ))),
+        }
+    }
+
+    /// `rootfs` with its host paths resolved.
+    pub(super) fn rootfs(&self, rootfs: &RootfsSpec) -> super::setup::Rootfs {
+        use super::setup::Rootfs;
+        match rootfs {
+            RootfsSpec::Host => Rootfs::Host,
+            RootfsSpec::Dir { path } => Rootfs::Dir { path: path.clone() },
+            RootfsSpec::Image { template } => Rootfs::Image {
+                template: self.image_path(template),
+            },
+        }
+    }
+
     /// Path of a sandbox's subvolume.
     pub fn volume_path(&self, id: &str) -> PathBuf {
         self.root.join("sandboxes").join(id)
@@ -193,15 +227,16 @@ impl StoragePool {
         fs::rename(&staging_path, &old).map_err(pool_err("rename", &staging_path))
     }
 
-    /// Creates sandbox `id`'s subvolume as a writable snapshot of the template or of a snapshot,
-    /// limited to `disk` bytes.
+    /// Creates sandbox `id`'s subvolume as a writable snapshot of the template (the host profile's,
+    /// or the image template `rootfs` names) or of a snapshot, limited to `disk` bytes.
     pub fn create_volume(
         &self,
         id: &SandboxId,
         source: &VolumeSource,
+        rootfs: &RootfsSpec,
         disk: Option<ByteSize>,
     ) -> Result<PathBuf, RuntimeError> {
-        self.create_volume_as(id.as_str(), source, disk)
+        self.create_volume_as(id.as_str(), source, rootfs, disk)
     }
 
     /// [`Self::create_volume`] under another name than the sandbox's id (a sandbox prepared for a
@@ -210,15 +245,17 @@ impl StoragePool {
         &self,
         name: &str,
         source: &VolumeSource,
+        rootfs: &RootfsSpec,
         disk: Option<ByteSize>,
     ) -> Result<PathBuf, RuntimeError> {
         let id = name;
         let parent = self.root.join("sandboxes");
         let path = self.volume_path(id);
-        let source = match source {
-            VolumeSource::Template => self.template(),
-            VolumeSource::Snapshot(snapshot) => self.existing_snapshot(snapshot)?,
-            VolumeSource::Stopped => {
+        let source = match (source, rootfs) {
+            (VolumeSource::Template, RootfsSpec::Image { template }) => self.existing_image(template)?,
+            (VolumeSource::Template, _) => self.template(),
+            (VolumeSource::Snapshot(snapshot), _) => self.existing_snapshot(snapshot)?,
+            (VolumeSource::Stopped, _) => {
                 let kept = self.stopped_path(id);
                 fs::rename(&kept, &path).map_err(pool_err("move a stopped volume back from", &kept))?;
                 self.set_disk_limit(id, disk)?;
@@ -472,7 +509,7 @@ impl StoragePool {
         // Deleted one by one rather than left to the image's removal: a pool on the state directory's
         // own btrfs has no image.
         if btrfs::is_btrfs(&root).unwrap_or(false) {
-            for dir in ["snapshots", "trash", "volumes"] {
+            for dir in ["snapshots", "trash", "volumes", "images", "layers"] {
                 let dir = root.join(dir);
                 for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
                     let name = entry.file_name();
@@ -484,8 +521,9 @@ impl StoragePool {
                     }
                 }
             }
-            let imports = root.join("imports");
-            super::transfer::delete_all_imports(&root).map_err(pool_err("delete imports in", &imports))?;
+            for area in [Area::Imports, Area::Builds] {
+                staging::delete_all(&root, area).map_err(pool_err("delete staging subvolumes in", &root))?;
+            }
         }
         let image = state_dir.join("pool.img");
         if image.exists() {

@@ -96,9 +96,13 @@ impl NativeBackend {
                 },
                 shim,
                 || {
-                    let volume = self.pool.create_volume_as(&name, &source, None)?;
+                    let volume = self.pool.create_volume_as(&name, &source, &boot.rootfs, None)?;
                     match &boot.network {
-                        Some(network) => self.write_sandbox_network_files(&volume, &boot.rootfs, network),
+                        Some(network) => self.write_sandbox_network_files(
+                            &volume,
+                            &self.pool.rootfs(&boot.rootfs),
+                            network,
+                        ),
                         None => Ok(()),
                     }
                 },
@@ -322,7 +326,7 @@ impl NativeBackend {
         let pid = self.start(id, &boot, slot, shim, || {
             self.pool.retire_volume(id.as_str())?;
             crate::fault::point("rollback.cold.volume_retired");
-            let volume = self.pool.create_volume(id, &source, disk)?;
+            let volume = self.pool.create_volume(id, &source, &boot.rootfs, disk)?;
             // A snapshot carries the hostname it was taken with, which its sandbox may have changed
             // (or replaced with a symlink, a fifo, a huge file: read as the sandbox's, bounded,
             // never followed, never opened unless it is a regular file).
@@ -335,11 +339,11 @@ impl NativeBackend {
                 })
                 .unwrap_or_default();
             if hostname.trim_ascii_end() != id.as_str().as_bytes() {
-                self.write_identity(id, &boot.rootfs, &volume)?;
+                self.write_identity(id, &self.pool.rootfs(&boot.rootfs), &volume)?;
             }
             // Always: the snapshot may hold another link's files (taken before a stop and resume).
             if let Some(network) = &boot.network {
-                self.write_sandbox_network_files(&volume, &boot.rootfs, network)?;
+                self.write_sandbox_network_files(&volume, &self.pool.rootfs(&boot.rootfs), network)?;
             }
             Ok(())
         })?;

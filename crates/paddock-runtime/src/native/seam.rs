@@ -2,12 +2,13 @@
 //! its step) that does the work.
 
 use paddock_types::diff::{DiffOptions, TreeDiff};
-use paddock_types::{ByteSize, Limits, SandboxId, SandboxSpec, SnapshotId, VolumeId};
+use paddock_types::{ByteSize, Limits, SandboxId, SandboxSpec, SnapshotId, TemplateId, VolumeId};
 
 use super::NativeBackend;
 use crate::{
     Adoption, Capabilities, ExportOptions, ImportLimits, PortSocket, RuntimeError, SandboxBackend,
-    SandboxHandle, SandboxUsage, SnapshotUsage, StorageBackend, TransferSummary, VolumeUsage,
+    SandboxHandle, SandboxUsage, SnapshotUsage, StorageBackend, TemplateBuilt, TemplateLimits,
+    TemplateProgress, TemplateSource, TransferSummary, VolumeUsage,
 };
 
 impl SandboxBackend for NativeBackend {
@@ -157,5 +158,23 @@ impl StorageBackend for NativeBackend {
             path: new.clone(),
             source: std::io::Error::other(e.to_string()),
         })
+    }
+
+    fn build_template(
+        &self,
+        template: &TemplateId,
+        source: &TemplateSource,
+        limits: &TemplateLimits,
+        progress: &mut dyn FnMut(TemplateProgress),
+    ) -> Result<TemplateBuilt, RuntimeError> {
+        NativeBackend::build_template(self, template, source, limits, progress)
+    }
+
+    fn delete_template(&self, template: &TemplateId) -> Result<bool, RuntimeError> {
+        NativeBackend::delete_template(self, template)
+    }
+
+    fn list_templates(&self) -> Result<Vec<TemplateId>, RuntimeError> {
+        NativeBackend::list_templates(self)
     }
 }

@@ -39,6 +39,9 @@ CREATE INDEX snapshots_sandbox ON snapshots(sandbox_id, created_at_ms) WHERE del
 -- index snapshots_tenant
 CREATE INDEX snapshots_tenant ON snapshots(tenant, id) WHERE deleted_at_ms IS NULL;
 
+-- index templates_tenant_name
+CREATE UNIQUE INDEX templates_tenant_name ON templates(tenant, name) WHERE deleted_at_ms IS NULL;
+
 -- index volume_mounts_volume
 CREATE INDEX volume_mounts_volume ON volume_mounts(volume_id);
 
@@ -160,6 +163,20 @@ CREATE TABLE "snapshots" (
     created_at_ms INTEGER NOT NULL,
     deleted_at_ms INTEGER, storage_bytes INTEGER NOT NULL DEFAULT 0 CHECK (storage_bytes >= 0),
     CHECK (sandbox_id IS NOT NULL OR kind = 'snapshot')
+) STRICT;
+
+-- table templates
+CREATE TABLE templates (
+    id            TEXT PRIMARY KEY NOT NULL,
+    tenant        TEXT NOT NULL REFERENCES tenants(name),
+    name          TEXT NOT NULL,
+    -- what it was built from, as given (an image reference)
+    source        TEXT NOT NULL,
+    state         TEXT NOT NULL CHECK (state IN ('building', 'ready')),
+    -- ready: the image's digest, process defaults and layers
+    detail_json   TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(detail_json)),
+    created_at_ms INTEGER NOT NULL,
+    deleted_at_ms INTEGER
 ) STRICT;
 
 -- table tenants

@@ -68,6 +68,24 @@ pub enum ErrorCode {
     Internal,
     /// The sandbox runs, but nothing listens on the port a request was to be proxied to (502).
     PortClosed,
+    /// No such template for this tenant (404; also for other tenants' templates).
+    TemplateNotFound,
+    /// The tenant already has a template of that name (409).
+    TemplateExists,
+    /// A sandbox (running or stopped) was made from the template, so it cannot be deleted (409).
+    TemplateInUse,
+    /// An image (its manifest, config or a layer) is malformed, unsafe or unsupported; nothing of
+    /// it was kept (400).
+    InvalidImage,
+    /// The registry has no such image or tag (404).
+    ImageNotFound,
+    /// The image is larger than this server accepts (413).
+    ImageTooLarge,
+    /// The registry cannot be reached, its TLS certificate is not trusted, or it answered outside
+    /// the protocol (502).
+    RegistryUnreachable,
+    /// The registry refused the credentials (or their absence) (502: the caller's API key is fine).
+    RegistryUnauthorized,
 }
 
 impl ErrorCode {
@@ -103,6 +121,14 @@ impl ErrorCode {
             Self::SandboxRecovering => "sandbox_recovering",
             Self::Internal => "internal",
             Self::PortClosed => "port_closed",
+            Self::TemplateNotFound => "template_not_found",
+            Self::TemplateExists => "template_exists",
+            Self::TemplateInUse => "template_in_use",
+            Self::InvalidImage => "invalid_image",
+            Self::ImageNotFound => "image_not_found",
+            Self::ImageTooLarge => "image_too_large",
+            Self::RegistryUnreachable => "registry_unreachable",
+            Self::RegistryUnauthorized => "registry_unauthorized",
         }
     }
 
@@ -115,27 +141,32 @@ impl ErrorCode {
             | Self::NotADirectory
             | Self::IsADirectory
             | Self::InvalidPath
-            | Self::InvalidArchive => 400,
+            | Self::InvalidArchive
+            | Self::InvalidImage => 400,
             Self::SandboxNotFound
             | Self::ProcessNotFound
             | Self::FileNotFound
             | Self::KeyNotFound
             | Self::SnapshotNotFound
             | Self::VolumeNotFound
-            | Self::SecretNotFound => 404,
+            | Self::SecretNotFound
+            | Self::TemplateNotFound
+            | Self::ImageNotFound => 404,
             Self::SandboxNotRunning
             | Self::AlreadyExists
             | Self::DirectoryNotEmpty
             | Self::VolumeExists
-            | Self::VolumeInUse => 409,
+            | Self::VolumeInUse
+            | Self::TemplateExists
+            | Self::TemplateInUse => 409,
             Self::QuotaExceeded => 429,
             Self::NoSpace => 507,
-            Self::PayloadTooLarge => 413,
+            Self::PayloadTooLarge | Self::ImageTooLarge => 413,
             Self::Unsupported => 501,
             Self::Timeout => 504,
             Self::Unavailable | Self::SandboxRecovering => 503,
             Self::Internal => 500,
-            Self::PortClosed => 502,
+            Self::PortClosed | Self::RegistryUnreachable | Self::RegistryUnauthorized => 502,
         }
     }
 }
@@ -172,6 +203,14 @@ mod tests {
             ErrorCode::SecretNotFound,
             ErrorCode::VolumeExists,
             ErrorCode::VolumeInUse,
+            ErrorCode::TemplateNotFound,
+            ErrorCode::TemplateExists,
+            ErrorCode::TemplateInUse,
+            ErrorCode::InvalidImage,
+            ErrorCode::ImageNotFound,
+            ErrorCode::ImageTooLarge,
+            ErrorCode::RegistryUnreachable,
+            ErrorCode::RegistryUnauthorized,
         ] {
             let json = serde_json::to_string(&code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

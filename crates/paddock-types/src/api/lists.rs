@@ -35,19 +35,3 @@ pub struct TenantList {
     /// The tenants.
     pub tenants: Vec<TenantInfo>,
 }
-
-/// `GET /v1/templates`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct TemplateList {
-    /// Template names usable in `CreateSandboxRequest.template`.
-    pub templates: Vec<TemplateInfo>,
-}
-
-/// A template.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-pub struct TemplateInfo {
-    /// Its name.
-    pub name: String,
-    /// Pre-started sandboxes kept ready for it (0 = none: creation boots one).
-    pub warm_pool_size: u32,
-}

@@ -15,6 +15,7 @@ mod lists;
 mod network;
 mod sandboxes;
 mod snapshots;
+mod templates;
 mod volumes;
 
 pub use audit::{AuditQuery, AuditRecord, AuditVerification, BrokenAuditRow};
@@ -27,7 +28,7 @@ pub use files::{
     FileEntry, FileKindBody, FileList, MkdirRequest, RenameRequest, WatchEvent, WatchEventKind, WrittenFile,
 };
 pub use keys::{CreateKeyRequest, CreatedKey, KeyInfo, TenantInfo, TenantQuotaBody, TenantUsageBody};
-pub use lists::{AuditPage, KeyList, ProcessList, TemplateInfo, TemplateList, TenantList};
+pub use lists::{AuditPage, KeyList, ProcessList, TenantList};
 pub use network::{
     CreateSecretRequest, NetworkEvent, SandboxNetworkInfo, SecretInfo, SecretList, SetNetworkRequest,
 };
@@ -40,6 +41,7 @@ pub use snapshots::{
     ForkRequest, ForkResult, ImportSnapshotQuery, ListSnapshotsQuery, RollbackRequest, SnapshotInfo,
     SnapshotKindBody, SnapshotList,
 };
+pub use templates::{BuildTemplateRequest, TemplateBuildEvent, TemplateInfo, TemplateLayer, TemplateList};
 pub use volumes::{
     CreateVolumeRequest, ListVolumesQuery, VolumeInfo, VolumeList, VolumeMountInfo, VolumeMountRequest,
 };

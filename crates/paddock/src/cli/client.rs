@@ -245,6 +245,44 @@ pub enum VolumeCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum TemplateCommand {
+    /// Build a template from a registry image; prints its name. Sandboxes start from it with
+    /// `paddock sandbox create --template NAME`.
+    Build {
+        /// Its name (unique among your templates).
+        name: String,
+        /// The image, as docker reads references (`python:3.12-slim`,
+        /// `registry.example:5000/team/img@sha256:...`).
+        #[arg(long)]
+        from: String,
+        /// Print the template's JSON instead of its name.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List templates: the server's and yours.
+    #[command(alias = "list")]
+    Ls {
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one template (by name or id): its source, digest, layers and process defaults.
+    Get {
+        /// Template name or id.
+        template: String,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete templates and free their storage (refused while a sandbox made from one exists).
+    Rm {
+        /// Template names or ids.
+        #[arg(required = true)]
+        templates: Vec<String>,
+    },
+}
+
 /// `paddock sandbox create`.
 #[derive(Debug, Args)]
 pub struct CreateArgs {

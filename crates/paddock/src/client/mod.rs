@@ -12,6 +12,7 @@ mod sandboxes;
 mod snapshot_transfer;
 mod snapshots;
 mod table;
+mod templates;
 mod volumes;
 
 use std::fmt;
@@ -27,7 +28,7 @@ use serde::Serialize;
 
 pub use table::Table;
 
-use crate::cli::{SandboxCommand, SecretCommand, SnapshotCommand, VolumeCommand};
+use crate::cli::{SandboxCommand, SecretCommand, SnapshotCommand, TemplateCommand, VolumeCommand};
 
 /// The server's address when `PADDOCK_URL` is not set.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:7420";
@@ -298,6 +299,19 @@ pub fn volume(state_dir: &Path, command: VolumeCommand) -> anyhow::Result<ExitCo
             VolumeCommand::Ls { json } => volumes::list(&client, json).await,
             VolumeCommand::Get { volume, json } => volumes::get(&client, &volume, json).await,
             VolumeCommand::Rm { volumes } => volumes::remove(&client, &volumes).await,
+        }
+    })
+}
+
+/// Runs a `paddock template` command.
+pub fn template(state_dir: &Path, command: TemplateCommand) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_environment(state_dir)?;
+    block_on(async move {
+        match command {
+            TemplateCommand::Build { name, from, json } => templates::build(&client, name, from, json).await,
+            TemplateCommand::Ls { json } => templates::list(&client, json).await,
+            TemplateCommand::Get { template, json } => templates::get(&client, &template, json).await,
+            TemplateCommand::Rm { templates } => templates::remove(&client, &templates).await,
         }
     })
 }

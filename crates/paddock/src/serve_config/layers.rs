@@ -45,6 +45,7 @@ pub(super) fn to_toml(cfg: &ServeConfig) -> anyhow::Result<String> {
         audit: Some(cfg.audit.clone()),
         e2b: Some(cfg.e2b.clone()),
         ports: Some(cfg.ports.clone()),
+        registry: Some(cfg.registry.clone()),
         default_limits: LimitsLayer::from(&cfg.default_limits),
         max_limits: LimitsLayer::from(&cfg.max_limits),
         quotas: Some(QuotasLayer::from(&cfg.quotas)),
@@ -100,6 +101,8 @@ struct Layer {
     e2b: Option<E2bSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ports: Option<PortsSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    registry: Option<RegistrySettings>,
     #[serde(default)]
     default_limits: LimitsLayer,
     #[serde(default)]
@@ -285,6 +288,7 @@ impl Layer {
             audit: top.audit.or(self.audit),
             e2b: top.e2b.or(self.e2b),
             ports: top.ports.or(self.ports),
+            registry: top.registry.or(self.registry),
             default_limits: self.default_limits.overlay(top.default_limits),
             max_limits: self.max_limits.overlay(top.max_limits),
             quotas: match (self.quotas, top.quotas) {
@@ -354,6 +358,8 @@ impl Layer {
         e2b.validate()?;
         let ports = self.ports.unwrap_or_default();
         ports.validate()?;
+        let registry = self.registry.unwrap_or_default();
+        registry.validate()?;
         templates.entry(DEFAULT_TEMPLATE.to_owned()).or_insert(Template {
             rootfs: RootfsSpec::Host,
             warm_pool: 0,
@@ -382,6 +388,7 @@ impl Layer {
             audit,
             e2b,
             ports,
+            registry,
         })
     }
 }
@@ -540,6 +547,7 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         audit: None,
         e2b: None,
         ports: None,
+        registry: None,
         default_limits: LimitsLayer {
             memory: args.default_memory.map(Size),
             cpus: args.default_cpus,

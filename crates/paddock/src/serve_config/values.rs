@@ -80,6 +80,10 @@ impl Serialize for Rootfs {
         match &self.0 {
             RootfsSpec::Host => s.serialize_str("host"),
             RootfsSpec::Dir { path } => s.serialize_str(&path.to_string_lossy()),
+            // Never configured: image templates are built through the API.
+            RootfsSpec::Image { template } => Err(serde::ser::Error::custom(format!(
+                "template {template} is built from an image, not configured"
+            ))),
         }
     }
 }

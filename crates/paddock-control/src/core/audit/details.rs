@@ -56,7 +56,7 @@ details! {
     /// A request refused (a quota, an invalid field): the error's field and message.
     Refusal for [
         SandboxCheckpoint, SandboxCreate, SandboxFork, SandboxResume, SnapshotCreate,
-        SnapshotImport, VolumeCreate,
+        SnapshotImport, TemplateBuild, VolumeCreate,
     ] {
         field: Option<String>,
         message: String,
@@ -187,6 +187,40 @@ details! {
     VolumeInUse for [VolumeDelete] {
         volume: String,
         mounted_by: Vec<String>,
+    }
+
+    // Templates.
+
+    /// A template built: its id and name, what from, the image's digest and how many of its
+    /// layers the cache had.
+    TemplateBuilt for [TemplateBuild] {
+        template: String,
+        name: String,
+        source: String,
+        digest: String,
+        layers: usize,
+        cached_layers: usize,
+    }
+
+    /// A build that failed: what from, and the error's code and message.
+    TemplateBuildFailed for [TemplateBuild] {
+        template: String,
+        name: String,
+        source: String,
+        code: String,
+        message: String,
+    }
+
+    /// A template deleted.
+    TemplateDeleted for [TemplateDelete] {
+        template: String,
+        name: String,
+    }
+
+    /// A template delete refused: the sandboxes made from it.
+    TemplateInUse for [TemplateDelete] {
+        template: String,
+        used_by: Vec<String>,
     }
 
     // Keys, tenants, secrets, networks.

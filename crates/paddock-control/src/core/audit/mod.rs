@@ -92,6 +92,8 @@ actions! {
     SnapshotDelete => "snapshot.delete",
     SnapshotExport => "snapshot.export",
     SnapshotImport => "snapshot.import",
+    TemplateBuild => "template.build",
+    TemplateDelete => "template.delete",
     TenantQuota => "tenant.quota",
     VolumeCreate => "volume.create",
     VolumeDelete => "volume.delete",

@@ -18,7 +18,7 @@
 //! zstd decoder in the build), as are non-distributable layers.
 //!
 //! This module does not fetch anything, apply layers (`layer.rs`), or interpret the config beyond
-//! picking out its process defaults ([`ImageConfigSummary`]).
+//! picking out its process defaults ([`paddock_types::ImageConfig`]).
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use oci_spec::image::{Descriptor, ImageConfiguration, ImageIndex, ImageManifest as OciManifest};
 use paddock_sys::fs_in_root::{open_dir_at, open_regular_at};
+use paddock_types::ImageConfig;
 use rustix::io::Errno;
 use serde::de::DeserializeOwned;
 
@@ -68,30 +69,13 @@ pub struct LayerDescriptor {
     pub compression: LayerCompression,
 }
 
-/// What a sandbox made from the image needs of its config: the process defaults.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ImageConfigSummary {
-    /// `NAME=value` entries.
-    pub env: Vec<String>,
-    /// The working directory, if set.
-    pub working_dir: Option<String>,
-    /// The user (`name`, `uid`, `uid:gid`...), if set.
-    pub user: Option<String>,
-    /// Exposed ports (`80/tcp`).
-    pub exposed_ports: Vec<String>,
-    /// The entrypoint, if set.
-    pub entrypoint: Option<Vec<String>>,
-    /// The default command, if set.
-    pub cmd: Option<Vec<String>>,
-}
-
 /// A resolved image: its manifest's digest, config and layers (bottom first).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageManifest {
     /// The digest of the manifest chosen (for this platform).
     pub digest: Digest,
     /// The config's process defaults.
-    pub config: ImageConfigSummary,
+    pub config: ImageConfig,
     /// The layers, to be applied in order.
     pub layers: Vec<LayerDescriptor>,
 }
@@ -388,11 +372,11 @@ fn layer_compression(media_type: &str) -> Result<LayerCompression, ImageError> {
     }
 }
 
-fn summarise(config: &ImageConfiguration) -> ImageConfigSummary {
+fn summarise(config: &ImageConfiguration) -> ImageConfig {
     let Some(c) = config.config() else {
-        return ImageConfigSummary::default();
+        return ImageConfig::default();
     };
-    ImageConfigSummary {
+    ImageConfig {
         env: c.env().clone().unwrap_or_default(),
         working_dir: c.working_dir().clone().filter(|w| !w.is_empty()),
         user: c.user().clone().filter(|u| !u.is_empty()),

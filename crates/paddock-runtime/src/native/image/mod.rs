@@ -17,6 +17,6 @@ pub use digest::{image_error, Digest, VerifiedReader};
 pub use error::{ImageError, ImageErrorKind};
 pub use layer::{apply_layer, LayerLimits, LayerSummary};
 pub use layout::{
-    host_architecture, ImageConfigSummary, ImageLayout, ImageManifest, LayerCompression, LayerDescriptor,
-    LayerReader, MAX_INDEX_DEPTH, MAX_JSON_BYTES,
+    host_architecture, ImageLayout, ImageManifest, LayerCompression, LayerDescriptor, LayerReader,
+    MAX_INDEX_DEPTH, MAX_JSON_BYTES,
 };

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use paddock_sys::fs_in_root::Owner;
-use paddock_types::{NetworkLink, NetworkSpec, RootfsSpec};
+use paddock_types::{NetworkLink, NetworkSpec};
 use serde::{Deserialize, Serialize};
 
 use super::{create_link, remove_link, write_network_files, LinkRecord, PendingLink, NETNS_PIN};
@@ -103,7 +103,7 @@ impl NativeBackend {
     pub(in crate::native) fn write_sandbox_network_files(
         &self,
         volume: &Path,
-        rootfs: &RootfsSpec,
+        rootfs: &crate::native::setup::Rootfs,
         network: &BootNetwork,
     ) -> Result<(), RuntimeError> {
         let owner = Owner {

@@ -21,11 +21,12 @@ use std::io;
 use std::path::Path;
 
 use paddock_sys::fs_in_root::{EntryKind, Owner, Root, Symlinks};
-use paddock_types::{NetworkLink, RootfsSpec, CA_BUNDLE_PATH, EGRESS_CA_PATH};
+use paddock_types::{NetworkLink, CA_BUNDLE_PATH, EGRESS_CA_PATH};
 
 use super::error::file_err;
 use super::NetworkError;
 use crate::native::setup::plan::NETWORK_ETC_LAYER;
+use crate::native::setup::Rootfs;
 
 /// Where the system trust bundle is, relative to a root.
 const SYSTEM_BUNDLE: &str = "etc/ssl/certs/ca-certificates.crt";
@@ -37,7 +38,7 @@ const MAX_BUNDLE_BYTES: u64 = 16 << 20;
 /// volume (`volume`), owned by `owner` (the sandbox's root).
 pub fn write_network_files(
     volume: &Path,
-    rootfs: &RootfsSpec,
+    rootfs: &Rootfs,
     link: &NetworkLink,
     ca_pem: &str,
     owner: Owner,
@@ -51,11 +52,9 @@ pub fn write_network_files(
         link.host_ip
     );
     let ca = with_newline(ca_pem);
-    // The host's or the directory's own (symlinks resolve inside it), never the volume's.
-    let system_root = match rootfs {
-        RootfsSpec::Host => Path::new("/"),
-        RootfsSpec::Dir { path } => path.as_path(),
-    };
+    // The host's, the directory's or the template's own (symlinks resolve inside it), never the
+    // volume's.
+    let system_root = rootfs.system_root();
     let bundle = read_optional(|| {
         Root::open(system_root)?.read_regular(
             Path::new(SYSTEM_BUNDLE),
@@ -71,7 +70,8 @@ pub fn write_network_files(
     bundle.push_str(&ca);
     let in_etc = |p: &'static str| p.strip_prefix("/etc/").unwrap_or(p);
     let files: Vec<(String, &str)> = match rootfs {
-        RootfsSpec::Host => {
+        // The volume's etc is the sandbox's own.
+        Rootfs::Host | Rootfs::Image { .. } => {
             let dir = Path::new(in_etc(EGRESS_CA_PATH))
                 .parent()
                 .unwrap_or(Path::new("paddock"));
@@ -99,7 +99,7 @@ pub fn write_network_files(
             }
             files
         }
-        RootfsSpec::Dir { path } => {
+        Rootfs::Dir { path } => {
             // The layer laid over the directory's etc, rebuilt whole (whatever a snapshot left there
             // goes, symlinks unlinked, never followed).
             match etc.remove_tree(Path::new(NETWORK_ETC_LAYER)) {
@@ -205,7 +205,7 @@ mod tests {
         // A snapshot's leftover in the layer's place: a symlink out of the volume.
         let outside = tempfile::tempdir().expect("tempdir");
         symlink(outside.path(), etc.join(NETWORK_ETC_LAYER)).expect("symlink");
-        let spec = RootfsSpec::Dir {
+        let spec = Rootfs::Dir {
             path: rootfs.path().to_owned(),
         };
         write_network_files(volume.path(), &spec, &link(), CA, owner()).expect("write");
@@ -237,7 +237,7 @@ mod tests {
         fs::write(rootfs.path().join("etc/hostname"), "INSIDE").expect("write");
         let volume = tempfile::tempdir().expect("tempdir");
         fs::create_dir(volume.path().join("etc")).expect("etc");
-        let spec = RootfsSpec::Dir {
+        let spec = Rootfs::Dir {
             path: rootfs.path().to_owned(),
         };
         write_network_files(volume.path(), &spec, &link(), CA, owner()).expect("write");
@@ -257,7 +257,7 @@ mod tests {
         symlink(outside.path().join("resolv"), etc.join("resolv.conf")).expect("symlink");
         fs::create_dir_all(etc.join("ssl")).expect("mkdir");
         symlink(outside.path(), etc.join("ssl/certs")).expect("symlink");
-        write_network_files(volume.path(), &RootfsSpec::Host, &link(), CA, owner()).expect("write");
+        write_network_files(volume.path(), &Rootfs::Host, &link(), CA, owner()).expect("write");
         assert_eq!(
             fs::read_dir(outside.path()).expect("read").count(),
             0,
@@ -276,7 +276,7 @@ mod tests {
         let outside = tempfile::tempdir().expect("tempdir");
         let volume = tempfile::tempdir().expect("tempdir");
         symlink(outside.path(), volume.path().join("etc")).expect("symlink");
-        let err = write_network_files(volume.path(), &RootfsSpec::Host, &link(), CA, owner())
+        let err = write_network_files(volume.path(), &Rootfs::Host, &link(), CA, owner())
             .expect_err("a symlinked etc");
         assert!(err.to_string().contains("failed to open"), "{err}");
         assert_eq!(fs::read_dir(outside.path()).expect("read").count(), 0);

@@ -38,12 +38,44 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
 use paddock_sys::namespace::{self, CloneResult, IdMapping, Namespaces};
-use paddock_types::{MountSpec, RootfsSpec};
+use paddock_types::MountSpec;
 use serde::{Deserialize, Serialize};
 
 use super::users::IdRange;
 use owner::{OwnerPool, OWNER_LOCK_FD};
 use plan::HostEntry;
+
+/// A sandbox's root file system with its host paths resolved ([`paddock_types::RootfsSpec`] names
+/// an image template by id; the pool knows where it is).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Rootfs {
+    /// The host's system directories read-only and the volume's curated `/etc`.
+    Host,
+    /// A root file system directory, read-only, with the volume's `/home`, `/root` and `/tmp`.
+    Dir {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// An image template: the volume (a writable snapshot of the template) is the whole tree.
+    Image {
+        /// The template's read-only subvolume, whose top level the mount plan mirrors (the
+        /// sandbox cannot change the top level of its volume, which it never sees).
+        template: PathBuf,
+    },
+}
+
+impl Rootfs {
+    /// Where the sandbox's system files come from on the host, read (never written) by host code
+    /// such as the trust bundle's: never the volume, which the sandbox writes.
+    pub fn system_root(&self) -> &Path {
+        match self {
+            Self::Host => Path::new("/"),
+            Self::Dir { path } => path,
+            Self::Image { template } => template,
+        }
+    }
+}
 
 /// Everything the shim needs, as typed JSON (never environment variables).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -60,7 +92,7 @@ pub struct SetupSpec {
     /// The sandbox's subvolume (etc/, home/, tmp/).
     pub volume: PathBuf,
     /// Root file system profile.
-    pub rootfs: RootfsSpec,
+    pub rootfs: Rootfs,
     /// User mounts.
     pub mounts: Vec<MountSpec>,
     /// Named volumes: the volume's subvolume on the host and where it goes (bound after the user
@@ -99,7 +131,7 @@ impl SetupSpec {
             cgroup_procs: vec![],
             root_mount: "/var/lib/paddock/run/sb-test/root".into(),
             volume: "/var/lib/paddock/pool/sandboxes/sb-test".into(),
-            rootfs: RootfsSpec::Host,
+            rootfs: Rootfs::Host,
             mounts: vec![],
             volumes: vec![],
             agent_binary: "/usr/local/bin/paddock-agent".into(),
@@ -352,11 +384,8 @@ fn open_agent_log(path: &Path) -> Result<fs::File, String> {
 
 /// Lists the top-level entries of the host's `/` or of the rootfs directory.
 fn read_top_level(spec: &SetupSpec) -> Result<Vec<(String, HostEntry)>, String> {
-    let dir = match &spec.rootfs {
-        RootfsSpec::Host => PathBuf::from("/"),
-        RootfsSpec::Dir { path } => path.clone(),
-    };
-    let rd = fs::read_dir(&dir).map_err(|e| format!("cannot read root directory {}: {e}", dir.display()))?;
+    let dir = spec.rootfs.system_root();
+    let rd = fs::read_dir(dir).map_err(|e| format!("cannot read root directory {}: {e}", dir.display()))?;
     let mut out = Vec::new();
     for entry in rd.flatten() {
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
@@ -445,7 +474,7 @@ fn init(
 
     paddock_sys::caps::drop_bounding_except(&AGENT_CAPS)
         .map_err(|e| format!("capability bounding set: {e}"))?;
-    let writable: Vec<PathBuf> = plan::writable_paths(spec)
+    let writable: Vec<PathBuf> = plan::writable_paths(spec, top_level)
         .into_iter()
         .map(PathBuf::from)
         .collect();

@@ -6,10 +6,8 @@
 
 use std::path::PathBuf;
 
+use super::{Rootfs, SetupSpec};
 use paddock_sys::mount::MountAttrs;
-use paddock_types::RootfsSpec;
-
-use super::SetupSpec;
 
 /// The most pseudo-terminals one sandbox holds at once. Every devpts instance but the host's draws
 /// from one host-wide pool (`kernel.pty.max` minus `kernel.pty.reserve`: 3,072 by default), so
@@ -133,6 +131,9 @@ pub enum HostEntry {
 const HOST_SYSTEM_DIRS: [&str; 7] = ["usr", "bin", "lib", "lib32", "lib64", "libx32", "sbin"];
 /// Top-level names of a `--rootfs` directory that paddock provides itself.
 const MANAGED_TOP_LEVEL: [&str; 7] = ["proc", "dev", "sys", "tmp", "home", "root", "etc"];
+/// Top-level names of an image template that paddock provides itself (the image's own, usually
+/// empty directories, are left unused).
+const IMAGE_MANAGED_TOP_LEVEL: [&str; 3] = ["proc", "dev", "sys"];
 /// Kernel interfaces under /proc made read-only.
 const PROC_READ_ONLY: [&str; 5] = ["sys", "sysrq-trigger", "irq", "bus", "fs"];
 /// Kernel interfaces under /proc hidden entirely.
@@ -179,7 +180,7 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
     }];
     let volume = &spec.volume;
     match &spec.rootfs {
-        RootfsSpec::Host => {
+        Rootfs::Host => {
             for (name, entry) in top_level {
                 if !HOST_SYSTEM_DIRS.contains(&name.as_str()) {
                     continue;
@@ -194,7 +195,21 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
                 }
             }
         }
-        RootfsSpec::Dir { path } => {
+        Rootfs::Image { .. } => {
+            // Directories are the volume's, bound once it exists; a symlink is the template's
+            // (the same in the volume, whose top level the sandbox never sees).
+            for (name, entry) in top_level {
+                if let HostEntry::Symlink(to) = entry {
+                    if !IMAGE_MANAGED_TOP_LEVEL.contains(&name.as_str()) {
+                        steps.push(MountStep::Symlink {
+                            target: name.clone(),
+                            points_to: to.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        Rootfs::Dir { path } => {
             for (name, entry) in top_level {
                 if MANAGED_TOP_LEVEL.contains(&name.as_str()) {
                     continue;
@@ -301,8 +316,13 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
     // Everything above is independent of the sandbox's volume, which the caller may still be creating.
     steps.push(MountStep::WaitForVolume);
     match &spec.rootfs {
-        RootfsSpec::Host => push_bind_dir(&mut steps, volume.join("etc"), "etc", MountAttrs::WRITABLE),
-        RootfsSpec::Dir { .. } => {
+        Rootfs::Host => push_bind_dir(&mut steps, volume.join("etc"), "etc", MountAttrs::WRITABLE),
+        Rootfs::Image { .. } => {
+            for name in image_dirs(top_level) {
+                push_bind_dir(&mut steps, volume.join(name), name, MountAttrs::WRITABLE);
+            }
+        }
+        Rootfs::Dir { .. } => {
             for file in GENERATED_ETC {
                 steps.push(MountStep::Overlay {
                     source: volume.join("etc").join(file),
@@ -322,9 +342,11 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
             }
         }
     }
-    push_bind_dir(&mut steps, volume.join("home"), "home", MountAttrs::WRITABLE);
-    push_bind_dir(&mut steps, volume.join("root"), "root", MountAttrs::WRITABLE);
-    push_bind_dir(&mut steps, volume.join("tmp"), "tmp", MountAttrs::WRITABLE);
+    if !matches!(spec.rootfs, Rootfs::Image { .. }) {
+        push_bind_dir(&mut steps, volume.join("home"), "home", MountAttrs::WRITABLE);
+        push_bind_dir(&mut steps, volume.join("root"), "root", MountAttrs::WRITABLE);
+        push_bind_dir(&mut steps, volume.join("tmp"), "tmp", MountAttrs::WRITABLE);
+    }
 
     for m in &spec.mounts {
         let attrs = if m.read_only {
@@ -373,8 +395,18 @@ fn push_bind_dir(steps: &mut Vec<MountStep>, source: PathBuf, target: &str, attr
     });
 }
 
+/// The top-level directories of an image template that are bound from the volume: all but the
+/// kernel's and paddock's own.
+fn image_dirs(top_level: &[(String, HostEntry)]) -> impl Iterator<Item = &str> {
+    top_level.iter().filter_map(|(name, entry)| {
+        (*entry == HostEntry::Dir && !IMAGE_MANAGED_TOP_LEVEL.contains(&name.as_str()))
+            .then_some(name.as_str())
+    })
+}
+
 /// Paths (inside the sandbox) where Landlock allows writes; everything else is read/execute only.
-pub fn writable_paths(spec: &SetupSpec) -> Vec<String> {
+/// `top_level` is the listing [`plan_mounts`] had.
+pub fn writable_paths(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<String> {
     let mut paths: Vec<String> = vec![
         "/home".into(),
         "/root".into(),
@@ -387,8 +419,13 @@ pub fn writable_paths(spec: &SetupSpec) -> Vec<String> {
             .iter()
             .map(|d| format!("/dev/{d}")),
     );
-    if matches!(spec.rootfs, RootfsSpec::Host) {
-        paths.push("/etc".into());
+    match &spec.rootfs {
+        Rootfs::Host => paths.push("/etc".into()),
+        Rootfs::Image { .. } => {
+            paths.retain(|p| !["/home", "/root", "/tmp"].contains(&p.as_str()));
+            paths.extend(image_dirs(top_level).map(|name| format!("/{name}")));
+        }
+        Rootfs::Dir { .. } => {}
     }
     paths.extend(
         spec.mounts
@@ -489,7 +526,7 @@ mod tests {
     #[test]
     fn writable_paths_cover_only_private_storage() {
         let spec = SetupSpec::example();
-        let w = writable_paths(&spec);
+        let w = writable_paths(&spec, &host_top_level());
         assert!(w.contains(&"/home".to_string()) && w.contains(&"/tmp".to_string()));
         assert!(!w
             .iter()
@@ -537,8 +574,81 @@ mod tests {
             .position(|s| matches!(s, MountStep::BindInRoot { .. }))
             .expect("volume");
         assert!(home < first);
-        let w = writable_paths(&spec);
+        let w = writable_paths(&spec, &host_top_level());
         assert!(w.contains(&"/data".to_string()));
         assert!(!w.contains(&"/home/user/ref".to_string()));
+    }
+
+    #[test]
+    fn an_image_root_is_the_volume_writable_nosuid_nodev_after_the_wait() {
+        let mut spec = SetupSpec::example();
+        spec.rootfs = Rootfs::Image {
+            template: "/var/lib/paddock/pool/images/tp-1".into(),
+        };
+        let top = [
+            ("bin", HostEntry::Symlink("usr/bin".into())),
+            ("dev", HostEntry::Dir),
+            ("etc", HostEntry::Dir),
+            ("home", HostEntry::Dir),
+            ("proc", HostEntry::Dir),
+            ("sys", HostEntry::Dir),
+            ("tmp", HostEntry::Dir),
+            ("usr", HostEntry::Dir),
+            ("proc", HostEntry::Symlink("/".into())),
+            (".dockerenv", HostEntry::Other),
+        ]
+        .map(|(n, e)| (n.to_owned(), e));
+        let steps = plan_mounts(&spec, &top);
+        let binds: Vec<_> = steps
+            .iter()
+            .filter_map(|s| match s {
+                MountStep::Bind {
+                    source,
+                    target,
+                    attrs,
+                    ..
+                } if source.starts_with(&spec.volume) => Some((target.as_str(), source.clone(), *attrs)),
+                _ => None,
+            })
+            .collect();
+        let names: Vec<_> = binds.iter().map(|b| b.0).collect();
+        assert_eq!(
+            names,
+            ["etc", "home", "tmp", "usr"],
+            "kernel and paddock names are never the image's"
+        );
+        for (name, source, attrs) in &binds {
+            assert_eq!(source, &spec.volume.join(name));
+            assert_eq!(*attrs, MountAttrs::WRITABLE);
+            assert!(attrs.nosuid && attrs.nodev);
+        }
+        // Nothing of the template itself is bound: its tree is read through the volume's copy.
+        assert!(steps.iter().all(|s| !matches!(s, MountStep::Bind { source, .. } if source.starts_with("/var/lib/paddock/pool/images"))));
+        let wait = steps
+            .iter()
+            .position(|s| *s == MountStep::WaitForVolume)
+            .expect("wait");
+        let first = steps
+            .iter()
+            .position(|s| matches!(s, MountStep::Bind { source, .. } if source.starts_with(&spec.volume)))
+            .expect("volume");
+        assert!(wait < first);
+        assert!(steps.contains(&MountStep::Symlink {
+            target: "bin".into(),
+            points_to: "usr/bin".into()
+        }));
+        assert!(!steps
+            .iter()
+            .any(|s| matches!(s, MountStep::Symlink { target, .. } if target == "proc")));
+        assert!(
+            matches!(steps.last(), Some(MountStep::SetAttrs { target, attrs }) if target.is_empty() && attrs.readonly)
+        );
+        let w = writable_paths(&spec, &top);
+        for p in ["/etc", "/home", "/tmp", "/usr", "/dev/shm"] {
+            assert!(w.contains(&p.to_owned()), "{p} not writable");
+        }
+        for p in ["/", "/proc", "/sys", "/dev", "/bin", "/root"] {
+            assert!(!w.contains(&p.to_owned()), "{p} writable");
+        }
     }
 }

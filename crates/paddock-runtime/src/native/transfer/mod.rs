@@ -1,6 +1,6 @@
 //! Moving a snapshot between hosts as a tar stream: [`export`] writes a snapshot's tree as a POSIX
 //! (pax) tar archive, [`import`] unpacks an untrusted one into a staging subvolume that the pool then
-//! makes a read-only snapshot (`staging.rs`). Both walk trees
+//! makes a read-only snapshot (`native/staging.rs`). Both walk trees
 //! descriptor-relative without following symlinks; neither holds a whole archive in memory.
 //!
 //! This module does not know tenants or records, and does not stream over a network: the caller
@@ -9,7 +9,6 @@
 mod export;
 mod import;
 pub(crate) mod pax;
-mod staging;
 #[cfg(test)]
 mod tests;
 
@@ -18,8 +17,7 @@ use std::io::{Read, Write};
 use paddock_types::SnapshotId;
 use serde::{Deserialize, Serialize};
 
-pub(crate) use staging::{collect_abandoned_imports, delete_all_imports};
-
+use super::staging::{Area, Staging};
 use super::NativeBackend;
 use crate::RuntimeError;
 
@@ -102,9 +100,15 @@ impl NativeBackend {
             )));
         }
         // Dropped on any error: the staging subvolume is deleted then.
-        let staging = staging::ImportStaging::begin(&self.pool, snapshot, limits.max_bytes)?;
+        let staging = Staging::begin(
+            self.pool.root(),
+            Area::Imports,
+            snapshot.as_str(),
+            None,
+            limits.max_bytes,
+        )?;
         let summary = import::import_tree(staging.path(), self.config.ids, input, limits)?;
-        staging.finish(&self.pool, snapshot)?;
+        staging.finish()?;
         tracing::debug!(
             snapshot = %snapshot,
             bytes = summary.bytes,

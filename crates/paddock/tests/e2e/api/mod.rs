@@ -14,6 +14,7 @@ mod path_attacks;
 mod quotas;
 mod snapshots;
 mod stop;
+mod templates;
 mod tenancy;
 mod terminal;
 mod volumes;

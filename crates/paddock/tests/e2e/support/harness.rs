@@ -43,6 +43,8 @@ pub struct Options {
     pub network: Option<paddock_control::NetworkConfig>,
     /// The egress proxy's audit rows: aggregation, rates, retention.
     pub network_audit: paddock_control::NetworkAuditConfig,
+    /// Template builds from images (the pull directory defaults to `<state>/pulls`).
+    pub images: paddock_control::ImagesConfig,
 }
 
 impl Default for Options {
@@ -58,6 +60,7 @@ impl Default for Options {
             quotas: paddock_store::TenantQuota::default(),
             reaper_interval: Duration::from_millis(250),
             max_import_bytes: ServiceConfig::default().max_import_bytes,
+            images: paddock_control::ImagesConfig::default(),
             network: None,
             network_audit: paddock_control::NetworkAuditConfig::default(),
         }
@@ -149,6 +152,16 @@ impl Harness {
             max_import_bytes: options.max_import_bytes,
             network: options.network,
             network_audit: options.network_audit,
+            images: paddock_control::ImagesConfig {
+                pull_dir: Some(
+                    options
+                        .images
+                        .pull_dir
+                        .clone()
+                        .unwrap_or_else(|| h.env().state().join("pulls")),
+                ),
+                ..options.images
+            },
             ..ServiceConfig::default()
         };
         let service = rt.block_on(async {

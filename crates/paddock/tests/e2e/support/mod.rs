@@ -13,6 +13,7 @@ pub mod crash;
 mod env;
 pub mod harness;
 mod host;
+pub mod registry;
 pub mod server;
 
 pub use backend::{agent_sh, agent_sh_as, connect, host_spec, native_config, shell_request, GcOnDrop};

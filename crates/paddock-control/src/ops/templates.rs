@@ -1,0 +1,449 @@
+//! Templates built from images: build (pull, then the backend unpacks), get, list, delete, and
+//! resolving the template a new sandbox is made from.
+//!
+//! A template's files live in the pool, its record (owner, name, source, the image's digest,
+//! process defaults and layers) in the store. The record is written `building` before anything
+//! is fetched (so the name is taken at once and a concurrent build of it is refused) and becomes
+//! `ready` with its audit row once the files are in place; a failed build removes its record, and
+//! the backend leaves nothing of it. Another tenant's template answers exactly like a missing one.
+//! This module does not run recipes (`RUN` steps) or read docker archives.
+
+use paddock_registry::{ErrorKind as RegistryErrorKind, ImageReference, RegistryError};
+use paddock_runtime::native::image::ImageErrorKind;
+use paddock_runtime::{RuntimeError, TemplateBuilt, TemplateProgress, TemplateSource};
+use paddock_store::{NewTemplate, StoreError, TemplateRecord};
+use paddock_types::api::{
+    BuildTemplateRequest, ErrorCode, TemplateBuildEvent, TemplateInfo, TemplateLayer, TemplateList,
+};
+use paddock_types::{TemplateId, VolumeName};
+use tokio::sync::mpsc;
+
+use crate::core::audit::{self, AuditAction, AuditEntry};
+use crate::core::service::runtime_error;
+use crate::core::time::{now_ms, rfc3339};
+use crate::plan::template::parse_detail;
+use crate::{Principal, SandboxService, ServiceError};
+
+fn template_not_found(name: &str) -> ServiceError {
+    ServiceError::new(ErrorCode::TemplateNotFound, format!("template {name} not found"))
+}
+
+impl SandboxService {
+    /// Builds a template for `p`'s tenant from the image `req.from`, sending each step to
+    /// `events` as it happens (a closed receiver does not stop the build; a reader that falls
+    /// behind misses layer events, never the last one). An invalid request is refused before the
+    /// first event.
+    #[tracing::instrument(skip_all, fields(tenant = %p.tenant))]
+    pub async fn build_template(
+        &self,
+        p: &Principal,
+        req: BuildTemplateRequest,
+        events: mpsc::Sender<TemplateBuildEvent>,
+    ) -> Result<TemplateInfo, ServiceError> {
+        let name: VolumeName = req.name.parse().map_err(|e: paddock_types::VolumeNameError| {
+            ServiceError::invalid(
+                "name",
+                e.to_string()
+                    .replace("volume name", "template name")
+                    .replace("'vol-'", "'tp-'"),
+            )
+        })?;
+        if name.as_str().starts_with("tp-") {
+            return Err(ServiceError::invalid(
+                "name",
+                "template names do not start with 'tp-' (ids do)",
+            ));
+        }
+        if self.inner.config.templates.contains_key(name.as_str()) {
+            return Err(ServiceError::new(
+                ErrorCode::TemplateExists,
+                format!("{name} is one of this server's templates"),
+            ));
+        }
+        let reference: ImageReference = req
+            .from
+            .parse()
+            .map_err(|e: RegistryError| ServiceError::invalid("from", e.to_string()))?;
+        let Some(pull_dir) = self.inner.config.images.pull_dir.clone() else {
+            return Err(ServiceError::new(
+                ErrorCode::Unsupported,
+                "this server builds no templates (no pull directory is configured)",
+            ));
+        };
+        // The server's own (0700): a private registry's image is nobody else's to read.
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&pull_dir)
+                .map_err(|e| ServiceError::internal("create the pull directory", &e))?;
+        }
+        let id = TemplateId::from_random(rand::random());
+        let new = NewTemplate {
+            id: id.to_string(),
+            tenant: p.tenant.clone(),
+            name: name.to_string(),
+            source: req.from.clone(),
+            created_at_ms: now_ms(),
+        };
+        let record = new.clone();
+        self.db("record a template", move |s| s.insert_template(&record))
+            .await?;
+        let dest = pull_dir.join(id.as_str());
+        let result = self.pull_and_build(&id, &reference, &dest, &events).await;
+        if let Err(e) = std::fs::remove_dir_all(&dest) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %dest.display(), error = %e, "pulled image not removed");
+            }
+        }
+        match result {
+            Ok(built) => {
+                let detail = serde_json::to_string(&built)
+                    .map_err(|e| ServiceError::internal("encode a template", &e))?;
+                let row = AuditEntry::ok(p, AuditAction::TemplateBuild, None)
+                    .detail(audit::TemplateBuilt {
+                        template: id.to_string(),
+                        name: new.name.clone(),
+                        source: new.source.clone(),
+                        digest: built.digest.clone(),
+                        layers: built.layers.len(),
+                        cached_layers: built.layers.iter().filter(|l| l.cached).count(),
+                    })
+                    .into_row();
+                let tid = id.to_string();
+                let stored = self
+                    .db("record a built template", move |s| {
+                        s.transaction(|tx| {
+                            tx.finish_template(&tid, &detail)?;
+                            audit::append(tx, &row)?;
+                            Ok::<_, StoreError>(())
+                        })
+                    })
+                    .await;
+                if let Err(e) = stored {
+                    self.discard_build(&id).await;
+                    return Err(e);
+                }
+                let info = template_info(
+                    &TemplateRecord {
+                        id: id.to_string(),
+                        tenant: new.tenant,
+                        name: new.name,
+                        source: new.source,
+                        ready: true,
+                        detail_json: String::new(),
+                        created_at_ms: new.created_at_ms,
+                    },
+                    Some(&built),
+                );
+                let _ = events
+                    .send(TemplateBuildEvent::Done {
+                        template: info.clone(),
+                    })
+                    .await;
+                Ok(info)
+            }
+            Err(e) => {
+                self.discard_build(&id).await;
+                let entry = AuditEntry::ok(p, AuditAction::TemplateBuild, None)
+                    .outcome(e.code.as_str())
+                    .detail(audit::TemplateBuildFailed {
+                        template: id.to_string(),
+                        name: new.name.clone(),
+                        source: new.source.clone(),
+                        code: e.code.as_str().to_owned(),
+                        message: e.message.clone(),
+                    });
+                self.audit(entry).await?;
+                let _ = events
+                    .send(TemplateBuildEvent::Error {
+                        code: e.code,
+                        message: e.message.clone(),
+                    })
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Fetches the image into `dest` and has the backend build template `id` from it.
+    async fn pull_and_build(
+        &self,
+        id: &TemplateId,
+        reference: &ImageReference,
+        dest: &std::path::Path,
+        events: &mpsc::Sender<TemplateBuildEvent>,
+    ) -> Result<TemplateBuilt, ServiceError> {
+        let _ = events
+            .send(TemplateBuildEvent::Pulling {
+                reference: reference.to_string(),
+            })
+            .await;
+        let pulled = paddock_registry::pull(reference, dest, &self.inner.config.images.pull)
+            .await
+            .map_err(registry_error)?;
+        let bytes = pulled.config.size + pulled.layers.iter().map(|l| l.size).sum::<u64>();
+        let _ = events
+            .send(TemplateBuildEvent::Pulled {
+                digest: pulled.manifest_digest.clone(),
+                layers: pulled.layers.len(),
+                bytes,
+            })
+            .await;
+        let source = TemplateSource::ImageLayout {
+            path: dest.to_owned(),
+            reference: Some(pulled.ref_name.clone()),
+        };
+        let limits = self.inner.config.images.limits;
+        let (template, sender) = (id.clone(), events.clone());
+        let of = pulled.layers.len();
+        self.on_backend("build a template", move |b| {
+            b.build_template(&template, &source, &limits, &mut |progress| {
+                if let TemplateProgress::Layer {
+                    index,
+                    digest,
+                    size,
+                    cached,
+                } = progress
+                {
+                    // Progress is never worth stalling a build for: a reader that fell 64 events
+                    // behind misses some (the last event is always sent).
+                    let _ = sender.try_send(TemplateBuildEvent::Layer {
+                        index,
+                        of,
+                        digest,
+                        size,
+                        cached,
+                    });
+                }
+            })
+        })
+        .await?
+        .map_err(build_error)
+    }
+
+    /// Removes what a failed build may have left: its files and its record.
+    async fn discard_build(&self, id: &TemplateId) {
+        let template = id.clone();
+        if let Ok(Err(e)) = self
+            .on_backend("delete a template", move |b| b.delete_template(&template))
+            .await
+        {
+            tracing::warn!(template = %id, error = %e, "files of a failed build not removed; gc will");
+        }
+        let tid = id.to_string();
+        if let Err(e) = self
+            .db("forget a template", move |s| s.forget_template(&tid))
+            .await
+        {
+            tracing::warn!(template = %id, error = %e, "record of a failed build not removed");
+        }
+    }
+
+    /// One of the caller's templates, by id or name, or one of the server's.
+    pub async fn get_template(&self, p: &Principal, id_or_name: &str) -> Result<TemplateInfo, ServiceError> {
+        if let Some(t) = self.inner.config.templates.get(id_or_name) {
+            return Ok(configured_info(id_or_name, t.warm_pool_size));
+        }
+        let record = self.owned_template(p, id_or_name).await?;
+        let built = parse_detail(&record)?;
+        Ok(template_info(&record, built.as_ref()))
+    }
+
+    /// The server's templates, then the caller's (ready ones and those being built), by name.
+    pub async fn list_templates(&self, p: &Principal) -> Result<TemplateList, ServiceError> {
+        let mut templates: Vec<TemplateInfo> = self
+            .inner
+            .config
+            .templates
+            .iter()
+            .map(|(name, t)| configured_info(name, t.warm_pool_size))
+            .collect();
+        let tenant = p.tenant.clone();
+        let records = self
+            .db("list templates", move |s| s.list_templates(&tenant))
+            .await?;
+        for record in &records {
+            templates.push(template_info(record, parse_detail(record)?.as_ref()));
+        }
+        Ok(TemplateList { templates })
+    }
+
+    /// Deletes one of the caller's templates and frees its storage; refused (`template_in_use`)
+    /// while a sandbox made from it runs or is stopped.
+    #[tracing::instrument(skip_all, fields(tenant = %p.tenant))]
+    pub async fn delete_template(&self, p: &Principal, id_or_name: &str) -> Result<(), ServiceError> {
+        if self.inner.config.templates.contains_key(id_or_name) {
+            return Err(ServiceError::new(
+                ErrorCode::Forbidden,
+                format!("{id_or_name} is one of this server's templates (its configuration owns it)"),
+            ));
+        }
+        let record = self.owned_template(p, id_or_name).await?;
+        if !record.ready {
+            return Err(ServiceError::new(
+                ErrorCode::TemplateInUse,
+                format!("template {} is being built", record.name),
+            ));
+        }
+        let id: TemplateId = record
+            .id
+            .parse()
+            .map_err(|e| ServiceError::internal("parse a template id", &e))?;
+        let tid = record.id.clone();
+        let outcome = self
+            .db("delete a template", move |s| {
+                s.delete_template_unless_used(&tid, now_ms())
+            })
+            .await?;
+        match outcome {
+            Err(users) => {
+                let entry = AuditEntry::ok(p, AuditAction::TemplateDelete, None)
+                    .outcome(ErrorCode::TemplateInUse.as_str())
+                    .detail(audit::TemplateInUse {
+                        template: record.id.clone(),
+                        used_by: users.clone(),
+                    });
+                self.audit(entry).await?;
+                Err(ServiceError::new(
+                    ErrorCode::TemplateInUse,
+                    format!(
+                        "template {} is used by {}; delete those sandboxes first",
+                        record.name,
+                        users.join(", ")
+                    ),
+                ))
+            }
+            Ok(false) => Err(template_not_found(id_or_name)),
+            Ok(true) => {
+                self.audit(AuditEntry::ok(p, AuditAction::TemplateDelete, None).detail(
+                    audit::TemplateDeleted {
+                        template: record.id.clone(),
+                        name: record.name.clone(),
+                    },
+                ))
+                .await?;
+                let template = id.clone();
+                if let Ok(Err(e)) = self
+                    .on_backend("delete a template", move |b| b.delete_template(&template))
+                    .await
+                {
+                    tracing::warn!(template = %id, error = %e, "template storage not freed; gc will");
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn owned_template(&self, p: &Principal, id_or_name: &str) -> Result<TemplateRecord, ServiceError> {
+        let (tenant, lookup) = (p.tenant.clone(), id_or_name.to_owned());
+        self.db("read a template", move |s| s.find_template(&tenant, &lookup))
+            .await?
+            .ok_or_else(|| template_not_found(id_or_name))
+    }
+}
+
+fn configured_info(name: &str, warm_pool_size: u32) -> TemplateInfo {
+    TemplateInfo {
+        name: name.to_owned(),
+        warm_pool_size,
+        id: None,
+        source: None,
+        digest: None,
+        layers: Vec::new(),
+        size_bytes: None,
+        config: None,
+        created_at: None,
+    }
+}
+
+fn template_info(record: &TemplateRecord, built: Option<&TemplateBuilt>) -> TemplateInfo {
+    TemplateInfo {
+        name: record.name.clone(),
+        warm_pool_size: 0,
+        id: Some(record.id.clone()),
+        source: Some(record.source.clone()),
+        digest: built.map(|b| b.digest.clone()),
+        layers: built
+            .map(|b| {
+                b.layers
+                    .iter()
+                    .map(|l| TemplateLayer {
+                        digest: l.digest.clone(),
+                        size: l.size,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        size_bytes: built.map(|b| b.layers.iter().map(|l| l.size).sum()),
+        config: built.map(|b| b.config.clone()),
+        created_at: Some(rfc3339(record.created_at_ms)),
+    }
+}
+
+/// A registry's failure as the API answers it.
+fn registry_error(e: RegistryError) -> ServiceError {
+    let code = match e.kind() {
+        RegistryErrorKind::InvalidReference | RegistryErrorKind::InvalidOptions => ErrorCode::InvalidRequest,
+        RegistryErrorKind::Unreachable | RegistryErrorKind::Tls | RegistryErrorKind::Protocol => {
+            ErrorCode::RegistryUnreachable
+        }
+        RegistryErrorKind::TimedOut => ErrorCode::Timeout,
+        RegistryErrorKind::NotFound => ErrorCode::ImageNotFound,
+        RegistryErrorKind::Unauthorized => ErrorCode::RegistryUnauthorized,
+        RegistryErrorKind::UnsupportedMediaType
+        | RegistryErrorKind::DigestMismatch
+        | RegistryErrorKind::NoMatchingPlatform => ErrorCode::InvalidImage,
+        RegistryErrorKind::TooLarge => ErrorCode::ImageTooLarge,
+        RegistryErrorKind::Io => {
+            if io_no_space(&e) {
+                return ServiceError::pool_full();
+            }
+            return ServiceError::internal("pull an image", &e);
+        }
+    };
+    ServiceError::new(code, one_line(&e))
+}
+
+fn io_no_space(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
+                return true;
+            }
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// An error and its causes on one line.
+fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// A backend's build failure as the API answers it.
+fn build_error(e: RuntimeError) -> ServiceError {
+    match e {
+        RuntimeError::Image(image) => match image.kind() {
+            ImageErrorKind::InvalidImage | ImageErrorKind::Unsupported | ImageErrorKind::NotFound => {
+                ServiceError::new(ErrorCode::InvalidImage, one_line(&image))
+            }
+            ImageErrorKind::TooLarge => ServiceError::new(ErrorCode::ImageTooLarge, one_line(&image)),
+            ImageErrorKind::Io => runtime_error("build a template", RuntimeError::Image(image)),
+        },
+        other => runtime_error("build a template", other),
+    }
+}

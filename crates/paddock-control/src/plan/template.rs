@@ -1,0 +1,55 @@
+//! Planning the image template a new sandbox is made from: a ready template of the caller's
+//! tenant, by name or id, with the build's result (its process defaults).
+
+use paddock_runtime::TemplateBuilt;
+use paddock_store::TemplateRecord;
+use paddock_types::TemplateId;
+
+use crate::{SandboxService, ServiceError};
+
+/// A ready template a sandbox is made from.
+#[derive(Debug, Clone)]
+pub(crate) struct ResolvedTemplate {
+    pub(crate) id: TemplateId,
+    pub(crate) built: TemplateBuilt,
+}
+
+impl SandboxService {
+    /// The tenant's ready template named (or with id) `id_or_name`, if there is one.
+    pub(crate) async fn resolve_template(
+        &self,
+        tenant: &str,
+        id_or_name: &str,
+    ) -> Result<Option<ResolvedTemplate>, ServiceError> {
+        let (tenant, lookup) = (tenant.to_owned(), id_or_name.to_owned());
+        let Some(record) = self
+            .db("read a template", move |s| s.find_template(&tenant, &lookup))
+            .await?
+        else {
+            return Ok(None);
+        };
+        if !record.ready {
+            return Err(ServiceError::invalid(
+                "template",
+                format!("template {} is still being built", record.name),
+            ));
+        }
+        let built = parse_detail(&record)?
+            .ok_or_else(|| ServiceError::internal("read a template", &"no build result"))?;
+        let id = record
+            .id
+            .parse()
+            .map_err(|e| ServiceError::internal("parse a template id", &e))?;
+        Ok(Some(ResolvedTemplate { id, built }))
+    }
+}
+
+/// A ready template's build result (`None` while it is being built).
+pub(crate) fn parse_detail(record: &TemplateRecord) -> Result<Option<TemplateBuilt>, ServiceError> {
+    if !record.ready {
+        return Ok(None);
+    }
+    serde_json::from_str(&record.detail_json)
+        .map(Some)
+        .map_err(|e| ServiceError::internal("read a template's build result", &e))
+}

@@ -1,0 +1,113 @@
+//! Templates: what sandboxes start from. The server's configured ones (`[templates.NAME]`) and
+//! those built from images through `/v1/templates`, per tenant.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::ImageConfig;
+
+/// `GET /v1/templates`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TemplateList {
+    /// Template names usable in `CreateSandboxRequest.template`: the server's, then the caller's
+    /// built ones, by name.
+    pub templates: Vec<TemplateInfo>,
+}
+
+/// A template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TemplateInfo {
+    /// Its name.
+    pub name: String,
+    /// Pre-started sandboxes kept ready for it (0 = none: creation boots one).
+    pub warm_pool_size: u32,
+    /// A built template's id (`tp-` and 16 hex digits); absent for the server's configured ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// What it was built from, as given (an image reference); absent for configured ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The digest of the image manifest it was built from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Its layers, bottom first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<TemplateLayer>,
+    /// Bytes of its layers as stored in the registry (compressed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
+    /// The image's process defaults, which sandboxes made from it start with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub config: Option<ImageConfig>,
+    /// When it was built (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<String>,
+}
+
+/// A layer of a built template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct TemplateLayer {
+    /// Its blob's digest.
+    pub digest: String,
+    /// Its blob's size.
+    pub size: u64,
+}
+
+/// `POST /v1/templates`: build a template from an image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BuildTemplateRequest {
+    /// Its name (1-63 characters of a-z, 0-9, `-`, `_` and `.`, starting with a letter or digit),
+    /// unique among the caller's templates and different from the server's.
+    pub name: String,
+    /// The image: a registry reference as docker reads it (`python:3.12-slim`,
+    /// `registry.example:5000/team/img@sha256:...`). The server's registry settings
+    /// (`[registry]`: credentials, CA, plain-HTTP loopback registries) apply.
+    pub from: String,
+}
+
+/// A step of a build, streamed (`application/x-ndjson` or SSE) while it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum TemplateBuildEvent {
+    /// The image is being fetched from its registry.
+    Pulling {
+        /// The reference, fully written.
+        reference: String,
+    },
+    /// The image is fetched: its manifest's digest and how many layers it has.
+    Pulled {
+        /// `sha256:...`
+        digest: String,
+        /// Layers to apply.
+        layers: usize,
+        /// Bytes fetched (config and layers).
+        bytes: u64,
+    },
+    /// A layer is in place.
+    Layer {
+        /// Its position, from 0 (the bottom).
+        index: usize,
+        /// Layers in all.
+        of: usize,
+        /// Its blob's digest.
+        digest: String,
+        /// Its blob's size.
+        size: u64,
+        /// Whether the layer cache had it.
+        cached: bool,
+    },
+    /// The template is ready (the last event).
+    Done {
+        /// The template.
+        template: TemplateInfo,
+    },
+    /// The build failed and left nothing (the last event).
+    Error {
+        /// A stable error code, as in error responses.
+        code: super::ErrorCode,
+        /// What went wrong.
+        message: String,
+    },
+}

@@ -1,0 +1,431 @@
+//! Templates built from registry images through the REST API, in-process against a real service:
+//! the images are made here with `umoci` (a static busybox and a few files, in two layers, the
+//! second with a whiteout), pushed with `skopeo` to a real `docker-registry` on 127.0.0.1 (TLS from
+//! a test CA, basic auth), pulled by paddock and unpacked into a template. Sandboxes made from it
+//! run the image's programs with its environment, working directory and user, on a copy of its
+//! tree; a hostile layer is refused with `invalid_image` and leaves nothing; bad input gets its
+//! stable code; a template in use cannot be deleted; another tenant sees none of it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use paddock_registry::{CredentialSources, Credentials, PullOptions};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::{JSON, NDJSON, SOON};
+use crate::support::harness::{Client, Harness, Lines, Options};
+use crate::support::registry::{run, TestRegistry, PASSWORD, USER};
+
+/// Busybox applets the test image links (what the tests below run).
+const APPLETS: &[&str] = &[
+    "sh", "cat", "id", "env", "pwd", "ls", "echo", "touch", "rm", "test", "stat", "mkdir", "readlink",
+];
+
+/// An OCI layout made with umoci, in a directory of its own.
+struct Layout {
+    dir: tempfile::TempDir,
+}
+
+impl Layout {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let layout = Self { dir };
+        run(Command::new("umoci")
+            .arg("init")
+            .arg("--layout")
+            .arg(layout.path()));
+        run(Command::new("umoci")
+            .args(["new", "--image"])
+            .arg(layout.image("base")));
+        layout
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("img")
+    }
+
+    fn image(&self, tag: &str) -> String {
+        format!("{}:{tag}", self.path().display())
+    }
+
+    /// Unpacks `tag` into a fresh bundle; returns its root file system's path.
+    fn unpack(&self, tag: &str, bundle: &str) -> PathBuf {
+        let bundle = self.dir.path().join(bundle);
+        run(Command::new("umoci")
+            .args(["unpack", "--rootless", "--image"])
+            .arg(self.image(tag))
+            .arg(&bundle));
+        bundle.join("rootfs")
+    }
+
+    fn repack(&self, tag: &str, rootfs: &Path) {
+        run(Command::new("umoci")
+            .args(["repack", "--refresh-bundle", "--image"])
+            .arg(self.image(tag))
+            .arg(rootfs.parent().expect("bundle")));
+    }
+
+    fn config(&self, tag: &str, args: &[&str]) {
+        run(Command::new("umoci")
+            .args(["config", "--image"])
+            .arg(self.image(tag))
+            .args(args));
+    }
+}
+
+/// Image `app:v1`: layer 1 has busybox (and its applets), accounts with a user `app` (uid 2000),
+/// `/etc/greeting`, `/usr/share/doomed` and `/srv`; layer 2 deletes `/usr/share/doomed` (a
+/// whiteout) and adds `/etc/second`. Its config sets `PATH`, `GREETING`, `/srv` and `app`.
+fn app_image() -> Layout {
+    let layout = Layout::new();
+    let rootfs = layout.unpack("base", "bundle");
+    for dir in ["bin", "etc", "usr/share", "srv", "home/app"] {
+        std::fs::create_dir_all(rootfs.join(dir)).expect("mkdir");
+    }
+    std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).expect("copy busybox");
+    for applet in APPLETS {
+        std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).expect("applet");
+    }
+    std::fs::write(
+        rootfs.join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\napp:x:2000:2000:app:/home/app:/bin/sh\n",
+    )
+    .expect("passwd");
+    std::fs::write(rootfs.join("etc/group"), "root:x:0:\napp:x:2000:\n").expect("group");
+    std::fs::write(rootfs.join("etc/greeting"), "hello from the image\n").expect("greeting");
+    std::fs::write(rootfs.join("usr/share/doomed"), "doomed\n").expect("doomed");
+    layout.repack("v1", &rootfs);
+    std::fs::remove_file(rootfs.join("usr/share/doomed")).expect("rm doomed");
+    std::fs::write(rootfs.join("etc/second"), "second layer\n").expect("second");
+    layout.repack("v1", &rootfs);
+    layout.config(
+        "v1",
+        &[
+            "--config.env=PATH=/bin",
+            "--config.env=GREETING=hi",
+            "--config.workingdir=/srv",
+            "--config.user=app",
+            "--config.cmd=/bin/sh",
+            "--os=linux",
+            "--architecture=amd64",
+        ],
+    );
+    layout
+}
+
+/// Image `bad:v1`: busybox, then a layer whose symlink `evil -> /` is followed by a file written
+/// through it (`evil/paddock-template-escape`), which must never land on the host.
+fn hostile_image() -> Layout {
+    let layout = Layout::new();
+    let rootfs = layout.unpack("base", "bundle");
+    std::fs::create_dir_all(rootfs.join("bin")).expect("mkdir");
+    std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).expect("copy busybox");
+    layout.repack("bad", &rootfs);
+    let mut b = tar::Builder::new(Vec::new());
+    let mut link = tar::Header::new_gnu();
+    link.set_entry_type(tar::EntryType::Symlink);
+    link.set_size(0);
+    link.set_mode(0o777);
+    b.append_link(&mut link, "evil", "/").expect("symlink member");
+    let data = b"escaped\n";
+    let mut file = tar::Header::new_gnu();
+    file.set_entry_type(tar::EntryType::Regular);
+    file.set_size(data.len() as u64);
+    file.set_mode(0o644);
+    b.append_data(&mut file, "evil/tmp/paddock-template-escape", &data[..])
+        .expect("file member");
+    let tar = layout.dir.path().join("evil.tar");
+    std::fs::write(&tar, b.into_inner().expect("tar")).expect("write tar");
+    run(Command::new("umoci")
+        .args(["raw", "add-layer", "--image"])
+        .arg(layout.image("bad"))
+        .arg(&tar));
+    layout.config("bad", &["--os=linux", "--architecture=amd64"]);
+    layout
+}
+
+fn options(registry: &TestRegistry, credentials: Credentials) -> Options {
+    Options {
+        images: paddock_control::ImagesConfig {
+            pull_dir: None,
+            pull: PullOptions {
+                credentials: CredentialSources {
+                    explicit: Some(credentials),
+                    environment: None,
+                    docker_config: None,
+                },
+                extra_ca_file: Some(registry.ca_file.clone()),
+                ..PullOptions::default()
+            },
+            limits: paddock_runtime::TemplateLimits::default(),
+        },
+        ..Options::default()
+    }
+}
+
+fn good_credentials() -> Credentials {
+    Credentials::Basic {
+        username: USER.into(),
+        password: PASSWORD.into(),
+    }
+}
+
+/// Builds with `Accept: application/json`.
+async fn build(client: &Client, name: &str, from: &str) -> crate::support::harness::Reply {
+    Client::send(
+        client
+            .request(Method::POST, "/v1/templates")
+            .header("accept", JSON)
+            .json(&json!({"name": name, "from": from})),
+    )
+    .await
+}
+
+/// Runs `argv` in sandbox `id` (with extra request fields); returns (exit code, stdout, stderr).
+async fn run_in(client: &Client, id: &str, mut req: Value) -> (i64, String, String) {
+    if req.get("argv").is_none() && req.get("shell").is_none() {
+        panic!("no command in {req}");
+    }
+    req["timeout_ms"] = json!(60_000);
+    let r = client.exec_json(id, req).await;
+    (
+        r["exit"]["exit_code"].as_i64().unwrap_or(-1),
+        r["stdout"].as_str().unwrap_or_default().to_owned(),
+        r["stderr"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn an_image_template_runs_the_images_programs_with_its_env_workdir_and_user() {
+    let registry = TestRegistry::start();
+    let image = app_image();
+    registry.push(&image.path(), "v1", "paddock/app", "v1");
+    let from = format!("{}/paddock/app:v1", registry.host());
+    let h = Harness::with(options(&registry, good_credentials()));
+    let pool = h.env().state().join("pool");
+    h.block_on(async {
+        let a = h.admin.new_tenant("tpl-owner").await;
+        let b = h.admin.new_tenant("tpl-other").await;
+
+        // Built once (JSON answer), with the image's digest, layers and process defaults.
+        let info = build(&a, "app", &from).await.ok(201);
+        let id = info["id"].as_str().expect("id").to_owned();
+        assert!(id.starts_with("tp-"), "{info}");
+        assert_eq!(info["source"], from.as_str());
+        assert!(info["digest"].as_str().is_some_and(|d| d.starts_with("sha256:")), "{info}");
+        assert_eq!(info["layers"].as_array().map(Vec::len), Some(2), "{info}");
+        assert_eq!(info["config"]["working_dir"], "/srv");
+        assert_eq!(info["config"]["user"], "app");
+        assert_eq!(names_in(&pool.join("images")), [id.clone()]);
+        assert!(names_in(&pool.join("builds")).iter().all(|n| !n.starts_with("tp-")));
+        assert!(names_in(&h.env().state().join("pulls")).is_empty(), "the pulled image stays behind");
+
+        // The same image again, streamed: both layers come from the cache.
+        let response = a
+            .request(Method::POST, "/v1/templates")
+            .header("accept", NDJSON)
+            .json(&json!({"name": "app-again", "from": from}))
+            .send()
+            .await
+            .expect("build answered");
+        assert_eq!(response.status(), 200);
+        let events = Lines::new(response).rest(SOON * 6).await;
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+        assert_eq!(kinds, ["pulling", "pulled", "layer", "layer", "done"], "{events:#?}");
+        assert!(events[2..4].iter().all(|e| e["cached"] == true), "{events:#?}");
+        let again = events[4]["template"]["id"].as_str().expect("id").to_owned();
+
+        // Listed with the server's own; another tenant sees neither and cannot use them.
+        let list = a.get("/v1/templates").await.ok(200);
+        let names: Vec<&str> = list["templates"]
+            .as_array()
+            .expect("templates")
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        assert_eq!(names, ["default", "app", "app-again"]);
+        let other = b.get("/v1/templates").await.ok(200);
+        assert_eq!(other["templates"].as_array().map(Vec::len), Some(1), "{other}");
+        b.get("/v1/templates/app").await.err(404, "template_not_found");
+        b.get(&format!("/v1/templates/{id}")).await.err(404, "template_not_found");
+        b.delete("/v1/templates/app").await.err(404, "template_not_found");
+        b.post("/v1/sandboxes", json!({"template": "app"}))
+            .await
+            .err(400, "invalid_request");
+
+        // A sandbox from it: the image's programs, env, working directory and user.
+        let sb = a.create_sandbox(json!({"template": "app"})).await;
+        let (code, out, err) = run_in(&a, &sb, json!({"argv": ["cat", "/etc/greeting", "/etc/second"]})).await;
+        assert_eq!((code, out.as_str()), (0, "hello from the image\nsecond layer\n"), "{err}");
+        let (code, out, _) = run_in(&a, &sb, json!({"shell": "echo $GREETING; pwd; id -un; id -u"})).await;
+        assert_eq!((code, out.as_str()), (0, "hi\n/srv\napp\n2000\n"));
+        // The whiteout of layer 2 removed layer 1's file.
+        let (code, _, _) = run_in(&a, &sb, json!({"argv": ["test", "-e", "/usr/share/doomed"]})).await;
+        assert_eq!(code, 1, "the whited-out file is there");
+        // Root and the added default user exist; paddock's generated files are the sandbox's.
+        let (_, out, _) = run_in(&a, &sb, json!({"argv": ["id", "-u"], "user": "root"})).await;
+        assert_eq!(out, "0\n");
+        let (_, out, _) = run_in(&a, &sb, json!({"argv": ["id", "-un"], "user": "user"})).await;
+        assert_eq!(out, "user\n");
+        let (_, out, _) = run_in(&a, &sb, json!({"argv": ["cat", "/etc/hostname"]})).await;
+        assert_eq!(out.trim(), sb);
+        // The image's tree is the sandbox's to change (nosuid, nodev), never the template's: a
+        // second sandbox starts from the image as built. The root's top level stays read-only.
+        let (code, _, err) = run_in(
+            &a,
+            &sb,
+            json!({"shell": "echo changed > /etc/greeting && echo new > /bin/added", "user": "root"}),
+        )
+        .await;
+        assert_eq!(code, 0, "{err}");
+        let (code, _, _) = run_in(&a, &sb, json!({"argv": ["mkdir", "/newtop"], "user": "root"})).await;
+        assert_ne!(code, 0, "a new top-level directory was made");
+        let (_, mounts, _) = run_in(&a, &sb, json!({"argv": ["cat", "/proc/self/mountinfo"]})).await;
+        for line in mounts.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if ["/usr", "/etc", "/bin", "/srv"].contains(&fields[4]) {
+                assert!(
+                    fields[5].contains("nosuid") && fields[5].contains("nodev"),
+                    "{line}"
+                );
+            }
+        }
+        let sb2 = a.create_sandbox(json!({"template": "app", "env": {"GREETING": "mine"}, "workdir": "/tmp", "user": "root"})).await;
+        let (_, out, _) = run_in(
+            &a,
+            &sb2,
+            json!({"shell": "cat /etc/greeting; test -e /bin/added || echo no-added; echo $GREETING; pwd; id -un"}),
+        )
+        .await;
+        assert_eq!(out, "hello from the image\nno-added\nmine\n/tmp\nroot\n", "the request's values win");
+
+        // In use: not deletable; once its sandboxes are gone, deleted with its storage.
+        let refused = a.delete("/v1/templates/app").await.err(409, "template_in_use");
+        assert!(refused["message"].as_str().is_some_and(|m| m.contains(&sb)), "{refused}");
+        a.delete(&format!("/v1/sandboxes/{sb}")).await.ok(204);
+        a.delete(&format!("/v1/sandboxes/{sb2}")).await.ok(204);
+        a.delete("/v1/templates/app").await.ok(204);
+        a.get("/v1/templates/app").await.err(404, "template_not_found");
+        assert_eq!(names_in(&pool.join("images")), [again.clone()]);
+        // Its layers stay cached while the other template uses them, and go with it.
+        assert_eq!(names_in(&pool.join("layers")).len(), 2);
+        a.delete("/v1/templates/app-again").await.ok(204);
+        assert!(names_in(&pool.join("images")).is_empty());
+        assert!(names_in(&pool.join("layers")).is_empty(), "unused layers stay cached");
+        // The name is free again.
+        build(&a, "app", &from).await.ok(201);
+        a.delete("/v1/templates/app").await.ok(204);
+        // Every build and delete is in the audit log.
+        let rows = a.audit_rows(&[("action", "template.build")]).await;
+        assert_eq!(rows.len(), 3, "{rows:#?}");
+        let rows = a.audit_rows(&[("action", "template.delete")]).await;
+        assert_eq!(rows.len(), 4, "three deletes and one refusal: {rows:#?}");
+    });
+}
+
+#[test]
+fn hostile_images_and_bad_input_are_refused_with_stable_codes_and_leave_nothing() {
+    let registry = TestRegistry::start();
+    let bad = hostile_image();
+    registry.push(&bad.path(), "bad", "paddock/bad", "v1");
+    let good = app_image();
+    registry.push(&good.path(), "v1", "paddock/app", "v1");
+    let h = Harness::with(options(&registry, good_credentials()));
+    let pool = h.env().state().join("pool");
+    h.block_on(async {
+        let a = h.admin.new_tenant("tpl-attacker").await;
+        let host = registry.host();
+        // The symlink-then-write-through layer: refused, nothing on the host, nothing kept.
+        let refused = build(&a, "bad", &format!("{host}/paddock/bad:v1"))
+            .await
+            .err(400, "invalid_image");
+        assert!(
+            !Path::new("/tmp/paddock-template-escape").exists(),
+            "a layer wrote through a symlink onto the host"
+        );
+        assert!(
+            refused["message"].as_str().is_some_and(|m| !m.contains('\n')),
+            "{refused}"
+        );
+        // Streamed, the failure is the last event.
+        let response = a
+            .request(Method::POST, "/v1/templates")
+            .header("accept", NDJSON)
+            .json(&json!({"name": "bad", "from": format!("{host}/paddock/bad:v1")}))
+            .send()
+            .await
+            .expect("answered");
+        let events = Lines::new(response).rest(SOON * 3).await;
+        let last = events.last().expect("events");
+        assert_eq!(
+            (last["event"].as_str(), last["code"].as_str()),
+            (Some("error"), Some("invalid_image")),
+            "{events:#?}"
+        );
+
+        // Bad input, each with its code, none leaving a record.
+        build(&a, "x", &format!("{host}/paddock/app:nope"))
+            .await
+            .err(404, "image_not_found");
+        build(&a, "x", "127.0.0.1:1/paddock/app:v1")
+            .await
+            .err(502, "registry_unreachable");
+        build(&a, "x", "Not A Reference")
+            .await
+            .err(400, "invalid_request");
+        build(&a, "default", &format!("{host}/paddock/app:v1"))
+            .await
+            .err(409, "template_exists");
+        build(&a, "tp-sneaky", &format!("{host}/paddock/app:v1"))
+            .await
+            .err(400, "invalid_request");
+        build(&a, "../x", &format!("{host}/paddock/app:v1"))
+            .await
+            .err(400, "invalid_request");
+        let list = a.get("/v1/templates").await.ok(200);
+        assert_eq!(list["templates"].as_array().map(Vec::len), Some(1), "{list}");
+        assert!(names_in(&pool.join("images")).is_empty());
+        assert!(
+            names_in(&pool.join("builds"))
+                .iter()
+                .all(|n| !n.starts_with("tp-")),
+            "{:?}",
+            names_in(&pool.join("builds"))
+        );
+        assert!(
+            names_in(&pool.join("layers")).is_empty(),
+            "{:?}",
+            names_in(&pool.join("layers"))
+        );
+        assert!(names_in(&h.env().state().join("pulls")).is_empty());
+    });
+    drop(h);
+    // Wrong credentials: the registry's refusal, as its own code.
+    let h = Harness::with(options(
+        &registry,
+        Credentials::Basic {
+            username: USER.into(),
+            password: "wrong".into(),
+        },
+    ));
+    h.block_on(async {
+        let a = h.admin.new_tenant("tpl-wrong-creds").await;
+        build(&a, "app", &format!("{}/paddock/app:v1", registry.host()))
+            .await
+            .err(502, "registry_unauthorized");
+        a.get("/v1/templates/app").await.err(404, "template_not_found");
+    });
+}
