@@ -183,6 +183,7 @@ impl SandboxService {
         let pulled = paddock_registry::pull(reference, dest, &self.inner.config.images.pull)
             .await
             .map_err(registry_error)?;
+        paddock_runtime::fault::point("template.pulled");
         let bytes = pulled.config.size + pulled.layers.iter().map(|l| l.size).sum::<u64>();
         let _ = events
             .send(TemplateBuildEvent::Pulled {

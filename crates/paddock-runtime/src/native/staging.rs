@@ -232,10 +232,11 @@ pub(crate) fn delete_all(pool_root: &Path, area: Area) -> io::Result<()> {
     for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.ends_with(".lock") {
-            let _ = fs::remove_file(entry.path());
-        } else {
+        // Locks and a build's claim file (`template/cache.rs`) are files; the rest subvolumes.
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
             btrfs::delete_subvolume(&dir, name)?;
+        } else {
+            let _ = fs::remove_file(entry.path());
         }
     }
     Ok(())

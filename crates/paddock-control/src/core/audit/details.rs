@@ -56,7 +56,7 @@ details! {
     /// A request refused (a quota, an invalid field): the error's field and message.
     Refusal for [
         SandboxCheckpoint, SandboxCreate, SandboxFork, SandboxResume, SnapshotCreate,
-        SnapshotImport, TemplateBuild, VolumeCreate,
+        SnapshotImport, VolumeCreate,
     ] {
         field: Option<String>,
         message: String,

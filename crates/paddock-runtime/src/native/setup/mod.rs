@@ -397,6 +397,7 @@ fn read_top_level(spec: &SetupSpec) -> Result<Vec<(String, HostEntry)>, String> 
                 Err(_) => HostEntry::Other,
             },
             Ok(t) if t.is_dir() => HostEntry::Dir,
+            Ok(t) if t.is_file() => HostEntry::File,
             _ => HostEntry::Other,
         };
         out.push((name, kind));

@@ -123,6 +123,8 @@ pub enum HostEntry {
     Dir,
     /// A symlink with this target.
     Symlink(String),
+    /// A regular file (an image's `/docker-entrypoint.sh`; skipped elsewhere).
+    File,
     /// Anything else (skipped).
     Other,
 }
@@ -191,7 +193,7 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
                         target: name.clone(),
                         points_to: to.clone(),
                     }),
-                    HostEntry::Other => {}
+                    HostEntry::File | HostEntry::Other => {}
                 }
             }
         }
@@ -220,7 +222,7 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
                         target: name.clone(),
                         points_to: to.clone(),
                     }),
-                    HostEntry::Other => {}
+                    HostEntry::File | HostEntry::Other => {}
                 }
             }
             push_ro_dir(&mut steps, path.join("etc"), "etc");
@@ -320,6 +322,16 @@ pub fn plan_mounts(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Vec<M
         Rootfs::Image { .. } => {
             for name in image_dirs(top_level) {
                 push_bind_dir(&mut steps, volume.join(name), name, MountAttrs::WRITABLE);
+            }
+            // Its top-level files too (their content is the sandbox's to change; the name, on
+            // the read-only root, is not).
+            for (name, _) in top_level.iter().filter(|(_, e)| *e == HostEntry::File) {
+                steps.push(MountStep::Bind {
+                    source: volume.join(name),
+                    target: name.clone(),
+                    recursive: false,
+                    attrs: MountAttrs::WRITABLE,
+                });
             }
         }
         Rootfs::Dir { .. } => {
@@ -424,6 +436,12 @@ pub fn writable_paths(spec: &SetupSpec, top_level: &[(String, HostEntry)]) -> Ve
         Rootfs::Image { .. } => {
             paths.retain(|p| !["/home", "/root", "/tmp"].contains(&p.as_str()));
             paths.extend(image_dirs(top_level).map(|name| format!("/{name}")));
+            paths.extend(
+                top_level
+                    .iter()
+                    .filter(|(_, e)| *e == HostEntry::File)
+                    .map(|(name, _)| format!("/{name}")),
+            );
         }
         Rootfs::Dir { .. } => {}
     }
@@ -595,7 +613,8 @@ mod tests {
             ("tmp", HostEntry::Dir),
             ("usr", HostEntry::Dir),
             ("proc", HostEntry::Symlink("/".into())),
-            (".dockerenv", HostEntry::Other),
+            (".dockerenv", HostEntry::File),
+            ("sock", HostEntry::Other),
         ]
         .map(|(n, e)| (n.to_owned(), e));
         let steps = plan_mounts(&spec, &top);
@@ -614,8 +633,8 @@ mod tests {
         let names: Vec<_> = binds.iter().map(|b| b.0).collect();
         assert_eq!(
             names,
-            ["etc", "home", "tmp", "usr"],
-            "kernel and paddock names are never the image's"
+            ["etc", "home", "tmp", "usr", ".dockerenv"],
+            "kernel and paddock names are never the image's; files are bound, sockets not"
         );
         for (name, source, attrs) in &binds {
             assert_eq!(source, &spec.volume.join(name));
@@ -644,10 +663,10 @@ mod tests {
             matches!(steps.last(), Some(MountStep::SetAttrs { target, attrs }) if target.is_empty() && attrs.readonly)
         );
         let w = writable_paths(&spec, &top);
-        for p in ["/etc", "/home", "/tmp", "/usr", "/dev/shm"] {
+        for p in ["/etc", "/home", "/tmp", "/usr", "/dev/shm", "/.dockerenv"] {
             assert!(w.contains(&p.to_owned()), "{p} not writable");
         }
-        for p in ["/", "/proc", "/sys", "/dev", "/bin", "/root"] {
+        for p in ["/", "/proc", "/sys", "/dev", "/bin", "/root", "/sock"] {
             assert!(!w.contains(&p.to_owned()), "{p} writable");
         }
     }

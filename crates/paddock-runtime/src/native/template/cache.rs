@@ -107,9 +107,6 @@ impl Drop for BuildClaim {
 /// A claim whose build is gone (its lock is free) is removed with them.
 pub(crate) fn collect_unused_layers(pool_root: &Path) -> Vec<String> {
     let dir = layers_dir(pool_root);
-    if !dir.exists() {
-        return Vec::new();
-    }
     let Ok(_lock) = lock(pool_root) else {
         return Vec::new();
     };
@@ -133,15 +130,16 @@ pub(crate) fn collect_unused_layers(pool_root: &Path) -> Vec<String> {
         let Some(template) = name.strip_suffix(".chains") else {
             continue;
         };
-        match StateLock::try_acquire(&builds.join(format!("{template}.lock"))) {
-            Ok(Some(_free)) => {
-                let _ = fs::remove_file(entry.path());
+        // No lock: the build ended (or died before taking it). A free lock: it died. (Never
+        // `try_acquire` a missing lock: that would create the file.)
+        let lock_path = builds.join(format!("{template}.lock"));
+        let running = lock_path.exists() && matches!(StateLock::try_acquire(&lock_path), Ok(None));
+        if running {
+            if let Ok(text) = fs::read_to_string(entry.path()) {
+                used.extend(text.lines().map(str::to_owned));
             }
-            _ => {
-                if let Ok(text) = fs::read_to_string(entry.path()) {
-                    used.extend(text.lines().map(str::to_owned));
-                }
-            }
+        } else {
+            let _ = fs::remove_file(entry.path());
         }
     }
     let mut removed = Vec::new();

@@ -54,9 +54,10 @@ impl NativeBackend {
             layers: manifest.layers.len(),
         });
         let keys = cache::chain_keys(manifest.layers.iter().map(|l| l.digest));
-        // The chains this build will name, so gc keeps them while it runs.
-        let claim = cache::BuildClaim::write(pool_root, template, &keys)?;
-        let (cached, staging) = {
+        // Under the cache's lock: the longest cached prefix, the staging subvolume seeded from it
+        // (with its lock), and the claim on the chains this build names, so gc (which takes the
+        // same lock) sees a running build's claim with its lock held, and keeps those chains.
+        let (cached, staging, claim) = {
             let _lock = cache::lock(pool_root)?;
             let cached = cache::longest_cached(pool_root, &keys);
             let seed = cached.map(|n| cache::layer_path(pool_root, &keys[n - 1]));
@@ -67,7 +68,8 @@ impl NativeBackend {
                 seed.as_deref(),
                 limits.max_bytes,
             )?;
-            (cached.unwrap_or(0), staging)
+            let claim = cache::BuildClaim::write(pool_root, template, &keys)?;
+            (cached.unwrap_or(0), staging, claim)
         };
         let layer_limits = LayerLimits {
             max_bytes: limits.max_layer_bytes,
@@ -87,7 +89,9 @@ impl NativeBackend {
                 let summary = apply_layer(root.as_fd(), reader, &self.config.ids, layer_limits)
                     .map_err(RuntimeError::Image)?;
                 tracing::debug!(template = %template, layer = %layer.digest, bytes = summary.data_bytes, "layer applied");
+                crate::fault::point("template.layer_applied");
                 cache::insert(pool_root, &keys[index], staging.path())?;
+                crate::fault::point("template.layer_cached");
             }
             progress(TemplateProgress::Layer {
                 index,
@@ -111,7 +115,9 @@ impl NativeBackend {
             },
             self.config.ids,
         )?;
+        crate::fault::point("template.finishing");
         staging.finish()?;
+        crate::fault::point("template.built");
         drop(claim);
         Ok(TemplateBuilt {
             digest: manifest.digest.to_string(),

@@ -7,3 +7,4 @@ mod load;
 mod points;
 mod recovery;
 mod restart_states;
+mod templates;

@@ -1,0 +1,177 @@
+//! A template build interrupted by `kill -9` (a crash point, `PADDOCK_FAULT`) at each of its steps:
+//! after the pull, after a layer is unpacked, after it is cached, before and after the build's
+//! files move into place. After a restart nothing of it is left (no record, no template, no staging
+//! subvolume, no cached layer nobody uses, no pulled image), the audit chain verifies, and the same
+//! name builds again.
+
+use std::os::unix::process::ExitStatusExt as _;
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::json;
+
+use crate::support::crash::assert_consistent;
+use crate::support::registry::{TestRegistry, PASSWORD, USER};
+use crate::support::server::Server;
+use crate::support::TestEnv;
+
+/// The image pushed: busybox, then a second layer with one file (two layers, so a crash can
+/// come between them).
+fn push_image(registry: &TestRegistry) -> String {
+    use crate::support::registry::run;
+    use std::process::Command;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let layout = dir.path().join("img");
+    let image = |tag: &str| format!("{}:{tag}", layout.display());
+    run(Command::new("umoci").arg("init").arg("--layout").arg(&layout));
+    run(Command::new("umoci").args(["new", "--image"]).arg(image("base")));
+    let bundle = dir.path().join("bundle");
+    run(Command::new("umoci")
+        .args(["unpack", "--rootless", "--image"])
+        .arg(image("base"))
+        .arg(&bundle));
+    let rootfs = bundle.join("rootfs");
+    std::fs::create_dir_all(rootfs.join("bin")).expect("bin");
+    std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).expect("busybox");
+    for applet in ["cat", "sh"] {
+        std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).expect("applet");
+    }
+    for pass in ["one", "two"] {
+        std::fs::write(rootfs.join(format!("{pass}.txt")), pass).expect("file");
+        run(Command::new("umoci")
+            .args(["repack", "--refresh-bundle", "--image"])
+            .arg(image("v1"))
+            .arg(&bundle));
+    }
+    run(Command::new("umoci")
+        .args(["config", "--image"])
+        .arg(image("v1"))
+        .args(["--os=linux", "--architecture=amd64", "--config.env=PATH=/bin"]));
+    registry.push(&layout, "v1", "paddock/crash", "v1");
+    format!("{}/paddock/crash:v1", registry.host())
+}
+
+/// The server's configuration: the registry's CA and credentials (a docker config), in a directory
+/// of the test's own.
+fn write_config(dir: &std::path::Path, registry: &TestRegistry) -> std::path::PathBuf {
+    use base64::Engine as _;
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+    let docker = dir.join("docker.json");
+    std::fs::write(
+        &docker,
+        json!({"auths": {registry.host(): {"auth": auth}}}).to_string(),
+    )
+    .expect("docker config");
+    let config = dir.join("paddock.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[registry]\nca_file = {:?}\ndocker_config = {:?}\n",
+            registry.ca_file.display().to_string(),
+            docker.display().to_string()
+        ),
+    )
+    .expect("config");
+    config
+}
+
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+async fn crash_build(point: &str) {
+    let registry = TestRegistry::start();
+    let from = push_image(&registry);
+    let dir = tempfile::tempdir().expect("config dir");
+    let config = write_config(dir.path(), &registry);
+    let args = ["--config", config.to_str().expect("utf-8")];
+    let env = TestEnv::new();
+    let server = Server::start_with_env(&env, &args, "info", &[("PADDOCK_FAULT", point)]);
+    let (api, admin) = (server.api(), server.admin_key.clone());
+    let key = api.create_key(&admin, "crash").await;
+    let body = json!({"name": "app", "from": from});
+    let answer = api
+        .try_request(
+            &key,
+            Method::POST,
+            "/v1/templates",
+            Some(&body),
+            Some("application/json"),
+        )
+        .await;
+    assert!(
+        answer.is_err(),
+        "the build was answered although the server should have died: {answer:?}"
+    );
+    let (status, lines) = server.wait_exit(Duration::from_secs(60));
+    let name = point.split('@').next().expect("name");
+    assert_eq!(status.signal(), Some(9), "{point}: not killed: {status:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == &format!("paddock: fault point {name} reached")),
+        "{point}: died elsewhere: {lines:#?}"
+    );
+
+    // Returns once recovery (and its garbage collection) is done.
+    let server = Server::restart(&env, &args, "info");
+    let api = server.api();
+    let list = api.get(&key, "/v1/templates").await;
+    assert_eq!(
+        list["templates"].as_array().map(Vec::len),
+        Some(1),
+        "{point}: {list}"
+    );
+    let pool = env.state().join("pool");
+    assert_eq!(names_in(&pool.join("images")), Vec::<String>::new(), "{point}");
+    assert!(
+        names_in(&pool.join("builds")).is_empty(),
+        "{point}: {:?}",
+        names_in(&pool.join("builds"))
+    );
+    assert!(
+        names_in(&pool.join("layers")).is_empty(),
+        "{point}: {:?}",
+        names_in(&pool.join("layers"))
+    );
+    assert!(names_in(&env.state().join("pulls")).is_empty(), "{point}");
+    assert_consistent(&env, &api, &admin).await;
+    // The name is free and the image builds.
+    let built = api
+        .request(
+            &key,
+            Method::POST,
+            "/v1/templates",
+            Some(&body),
+            Some("application/json"),
+        )
+        .await;
+    assert_eq!(built.status.as_u16(), 201, "{point}: {}", built.text());
+    let sb = api.create_sandbox(&key, &json!({"template": "app"})).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(api.sh(&key, &sb, "cat /one.txt /two.txt").await, "onetwo");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_build_killed_at_any_step_leaves_nothing_after_a_restart() {
+    for point in [
+        "template.pulled",
+        "template.layer_applied@1",
+        "template.layer_cached@1",
+        "template.layer_applied@2",
+        "template.finishing",
+        "template.built",
+    ] {
+        crash_build(point).await;
+    }
+}
