@@ -59,7 +59,7 @@ pub use quota::{first_exceeded, Claim, QuotaRequest};
 pub use sandboxes::{NewSandbox, SandboxRecord, SandboxState, UnknownSandboxState};
 pub use shm::SHM_DIRECTORY;
 pub use snapshots::{NewSnapshot, SnapshotFilter, SnapshotKind, SnapshotRecord};
-pub use templates::{NewTemplate, TemplateRecord};
+pub use templates::{NewTemplate, TemplateDeletion, TemplateRecord};
 pub use tenants::{QuotaDefaults, TenantQuota, TenantRecord, TenantUsage};
 pub use verify::{AuditVerification, BrokenRow};
 pub use volumes::{NewVolume, VolumeFilter, VolumeMountRecord, VolumeRecord};

@@ -30,6 +30,17 @@ pub struct TemplateRecord {
     pub created_at_ms: i64,
 }
 
+/// What [`Store::delete_template_unless_used`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateDeletion {
+    /// Marked deleted.
+    Deleted,
+    /// It was absent or deleted already.
+    Absent,
+    /// Kept: these sandboxes (live or stopped, in id order) were made from it.
+    InUse(Vec<String>),
+}
+
 const COLUMNS: &str = "id, tenant, name, source, state, detail_json, created_at_ms";
 
 /// States of a sandbox that holds its template's files: as for volumes, live and stopped ones.
@@ -65,18 +76,13 @@ impl Store {
         })
     }
 
-    /// Marks a template deleted at `now_ms`, unless a sandbox made from it holds it: then the ids
-    /// of those sandboxes (and nothing changes). `Ok(None)` also when it was absent or deleted.
-    #[allow(clippy::type_complexity)]
-    pub fn delete_template_unless_used(
-        &self,
-        id: &str,
-        now_ms: i64,
-    ) -> Result<Result<bool, Vec<String>>, StoreError> {
+    /// Marks a template deleted at `now_ms`, unless a sandbox made from it holds it (then nothing
+    /// changes).
+    pub fn delete_template_unless_used(&self, id: &str, now_ms: i64) -> Result<TemplateDeletion, StoreError> {
         self.write("delete template", |conn| {
             let users = template_users(conn, id)?;
             if !users.is_empty() {
-                return Ok(Err(users));
+                return Ok(TemplateDeletion::InUse(users));
             }
             let changed = conn
                 .execute(
@@ -84,7 +90,11 @@ impl Store {
                     (id, now_ms),
                 )
                 .map_err(StoreError::write("template deletion"))?;
-            Ok(Ok(changed == 1))
+            Ok(if changed == 1 {
+                TemplateDeletion::Deleted
+            } else {
+                TemplateDeletion::Absent
+            })
         })
     }
 

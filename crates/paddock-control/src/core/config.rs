@@ -47,7 +47,7 @@ pub struct ServiceConfig {
 }
 
 /// Building templates from images.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ImagesConfig {
     /// A directory (the server's own) where each build pulls its image, removed after the build;
     /// `None`: builds are refused.
@@ -57,16 +57,6 @@ pub struct ImagesConfig {
     pub pull: paddock_registry::PullOptions,
     /// Bounds of unpacking.
     pub limits: paddock_runtime::TemplateLimits,
-}
-
-impl Default for ImagesConfig {
-    fn default() -> Self {
-        Self {
-            pull_dir: None,
-            pull: paddock_registry::PullOptions::default(),
-            limits: paddock_runtime::TemplateLimits::default(),
-        }
-    }
 }
 
 /// Connections from the host to sandboxes' own ports: every one counts against its sandbox's, its

@@ -11,7 +11,7 @@
 use paddock_registry::{ErrorKind as RegistryErrorKind, ImageReference, RegistryError};
 use paddock_runtime::native::image::ImageErrorKind;
 use paddock_runtime::{RuntimeError, TemplateBuilt, TemplateProgress, TemplateSource};
-use paddock_store::{NewTemplate, StoreError, TemplateRecord};
+use paddock_store::{NewTemplate, StoreError, TemplateDeletion, TemplateRecord};
 use paddock_types::api::{
     BuildTemplateRequest, ErrorCode, TemplateBuildEvent, TemplateInfo, TemplateLayer, TemplateList,
 };
@@ -139,7 +139,7 @@ impl SandboxService {
                 );
                 let _ = events
                     .send(TemplateBuildEvent::Done {
-                        template: info.clone(),
+                        template: Box::new(info.clone()),
                     })
                     .await;
                 Ok(info)
@@ -299,7 +299,7 @@ impl SandboxService {
             })
             .await?;
         match outcome {
-            Err(users) => {
+            TemplateDeletion::InUse(users) => {
                 let entry = AuditEntry::ok(p, AuditAction::TemplateDelete, None)
                     .outcome(ErrorCode::TemplateInUse.as_str())
                     .detail(audit::TemplateInUse {
@@ -316,8 +316,8 @@ impl SandboxService {
                     ),
                 ))
             }
-            Ok(false) => Err(template_not_found(id_or_name)),
-            Ok(true) => {
+            TemplateDeletion::Absent => Err(template_not_found(id_or_name)),
+            TemplateDeletion::Deleted => {
                 self.audit(AuditEntry::ok(p, AuditAction::TemplateDelete, None).detail(
                     audit::TemplateDeleted {
                         template: record.id.clone(),

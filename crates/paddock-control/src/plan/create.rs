@@ -200,6 +200,35 @@ pub(crate) fn encode_spec(spec: &StoredSpec) -> Result<String, ServiceError> {
     serde_json::to_string(spec).map_err(|e| ServiceError::internal("encode a sandbox spec", &e))
 }
 
+/// Fills what `req` leaves unset from an image's config: its environment (the request's own
+/// variables win), working directory and user. Values paddock cannot use are left out (a numeric
+/// `User` has no name to run as; the sandbox's default user applies), never refused: the image is
+/// what it is.
+fn apply_image_defaults(req: &mut CreateSandboxRequest, image: &paddock_types::ImageConfig) {
+    for entry in &image.env {
+        if let Some((key, value)) = entry.split_once('=') {
+            if check_env(
+                "env",
+                &std::collections::BTreeMap::from([(key.to_owned(), value.to_owned())]),
+            )
+            .is_ok()
+            {
+                req.env.entry(key.to_owned()).or_insert_with(|| value.to_owned());
+            }
+        }
+    }
+    if req.workdir.is_none() {
+        req.workdir = image
+            .working_dir
+            .clone()
+            .filter(|w| w.parse::<SandboxPath>().is_ok());
+    }
+    if req.user.is_none() {
+        let name = image.user.as_deref().map(|u| u.split(':').next().unwrap_or(u));
+        req.user = name.filter(|n| n.parse::<UserSpec>().is_ok()).map(str::to_owned);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,34 +288,5 @@ mod tests {
         env.insert(String::new(), "v".to_owned());
         let e = check_env("env", &env).expect_err("empty key");
         assert_eq!(e.field.as_deref(), Some("env."));
-    }
-}
-
-/// Fills what `req` leaves unset from an image's config: its environment (the request's own
-/// variables win), working directory and user. Values paddock cannot use are left out (a numeric
-/// `User` has no name to run as; the sandbox's default user applies), never refused: the image is
-/// what it is.
-fn apply_image_defaults(req: &mut CreateSandboxRequest, image: &paddock_types::ImageConfig) {
-    for entry in &image.env {
-        if let Some((key, value)) = entry.split_once('=') {
-            if check_env(
-                "env",
-                &std::collections::BTreeMap::from([(key.to_owned(), value.to_owned())]),
-            )
-            .is_ok()
-            {
-                req.env.entry(key.to_owned()).or_insert_with(|| value.to_owned());
-            }
-        }
-    }
-    if req.workdir.is_none() {
-        req.workdir = image
-            .working_dir
-            .clone()
-            .filter(|w| w.parse::<SandboxPath>().is_ok());
-    }
-    if req.user.is_none() {
-        let name = image.user.as_deref().map(|u| u.split(':').next().unwrap_or(u));
-        req.user = name.filter(|n| n.parse::<UserSpec>().is_ok()).map(str::to_owned);
     }
 }

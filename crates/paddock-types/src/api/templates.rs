@@ -101,7 +101,7 @@ pub enum TemplateBuildEvent {
     /// The template is ready (the last event).
     Done {
         /// The template.
-        template: TemplateInfo,
+        template: Box<TemplateInfo>,
     },
     /// The build failed and left nothing (the last event).
     Error {

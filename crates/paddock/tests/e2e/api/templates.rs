@@ -229,7 +229,7 @@ fn an_image_template_runs_the_images_programs_with_its_env_workdir_and_user() {
         assert_eq!(info["layers"].as_array().map(Vec::len), Some(2), "{info}");
         assert_eq!(info["config"]["working_dir"], "/srv");
         assert_eq!(info["config"]["user"], "app");
-        assert_eq!(names_in(&pool.join("images")), [id.clone()]);
+        assert_eq!(names_in(&pool.join("images")), std::slice::from_ref(&id));
         assert!(names_in(&pool.join("builds")).iter().all(|n| !n.starts_with("tp-")));
         assert!(names_in(&h.env().state().join("pulls")).is_empty(), "the pulled image stays behind");
 
@@ -319,7 +319,7 @@ fn an_image_template_runs_the_images_programs_with_its_env_workdir_and_user() {
         a.delete(&format!("/v1/sandboxes/{sb2}")).await.ok(204);
         a.delete("/v1/templates/app").await.ok(204);
         a.get("/v1/templates/app").await.err(404, "template_not_found");
-        assert_eq!(names_in(&pool.join("images")), [again.clone()]);
+        assert_eq!(names_in(&pool.join("images")), std::slice::from_ref(&again));
         // Its layers stay cached while the other template uses them, and go with it.
         assert_eq!(names_in(&pool.join("layers")).len(), 2);
         a.delete("/v1/templates/app-again").await.ok(204);
