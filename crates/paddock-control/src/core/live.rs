@@ -20,6 +20,9 @@ pub(crate) struct StoredSpec {
     /// `/v1/templates` (the store finds its users by this field).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) template_id: Option<String>,
+    /// Its template's start command (resolved), run at every boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) start: Option<paddock_types::api::TemplateStart>,
     pub(crate) limits: Limits,
     #[serde(default)]
     pub(crate) env: BTreeMap<String, String>,

@@ -80,7 +80,17 @@ impl SandboxService {
             self.destroy_handle(handle).await;
             return Err(e);
         }
-        Ok((handle, client))
+        match self.run_start_command(id, spec, handle, &client).await {
+            (Some(handle), Ok(())) => Ok((handle, client)),
+            (Some(handle), Err(e)) => {
+                self.destroy_handle(handle).await;
+                Err(e)
+            }
+            // A backend task panicked holding the handle: the sandbox is garbage for gc.
+            (None, result) => Err(result.err().unwrap_or_else(|| {
+                ServiceError::internal("start a sandbox's start command", &"the handle was lost")
+            })),
+        }
     }
 
     /// Tears a sandbox down on the backend (logging, not returning, a failure: the state is already

@@ -20,6 +20,7 @@ pub(crate) mod reattach;
 pub(crate) mod recovery;
 pub(crate) mod restart;
 pub(crate) mod start;
+pub(crate) mod start_command;
 pub(crate) mod states;
 pub(crate) mod stop;
 pub(crate) mod storage;

@@ -53,6 +53,7 @@ impl SandboxService {
         let id = new_sandbox_id();
         let spec = StoredSpec {
             template_id: None,
+            start: None,
             template: template.to_owned(),
             limits: self.inner.config.default_limits.clone(),
             env: Default::default(),

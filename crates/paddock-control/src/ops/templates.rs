@@ -14,6 +14,7 @@ use paddock_runtime::{RuntimeError, TemplateBuilt, TemplateProgress, TemplateSou
 use paddock_store::{NewTemplate, StoreError, TemplateDeletion, TemplateRecord};
 use paddock_types::api::{
     BuildTemplateRequest, ErrorCode, TemplateBuildEvent, TemplateInfo, TemplateLayer, TemplateList,
+    TemplateStart,
 };
 use paddock_types::{TemplateId, VolumeName};
 use tokio::sync::mpsc;
@@ -21,7 +22,7 @@ use tokio::sync::mpsc;
 use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::service::runtime_error;
 use crate::core::time::{now_ms, rfc3339};
-use crate::plan::template::parse_detail;
+use crate::plan::template::{parse_detail, TemplateDetail};
 use crate::{Principal, SandboxService, ServiceError};
 
 fn template_not_found(name: &str) -> ServiceError {
@@ -64,6 +65,9 @@ impl SandboxService {
             .from
             .parse()
             .map_err(|e: RegistryError| ServiceError::invalid("from", e.to_string()))?;
+        if let Some(start) = &req.start {
+            check_start(start)?;
+        }
         let Some(pull_dir) = self.inner.config.images.pull_dir.clone() else {
             return Err(ServiceError::new(
                 ErrorCode::Unsupported,
@@ -91,15 +95,36 @@ impl SandboxService {
         self.db("record a template", move |s| s.insert_template(&record))
             .await?;
         let dest = pull_dir.join(id.as_str());
-        let result = self.pull_and_build(&id, &reference, &dest, &events).await;
+        let result = self
+            .pull_and_build(&id, &reference, &dest, &events)
+            .await
+            .and_then(|built| {
+                // The image's own command when the request names none (known once it is read).
+                let start = match req.start {
+                    None => None,
+                    Some(mut start) => {
+                        if start.command.is_none() {
+                            start.command = Some(built.config.start_command().ok_or_else(|| {
+                                ServiceError::invalid(
+                                    "start.command",
+                                    "the image has no Entrypoint or Cmd: give start.command",
+                                )
+                            })?);
+                        }
+                        Some(start)
+                    }
+                };
+                Ok(TemplateDetail { built, start })
+            });
         if let Err(e) = std::fs::remove_dir_all(&dest) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(path = %dest.display(), error = %e, "pulled image not removed");
             }
         }
         match result {
-            Ok(built) => {
-                let detail = serde_json::to_string(&built)
+            Ok(detail) => {
+                let built = &detail.built;
+                let encoded = serde_json::to_string(&detail)
                     .map_err(|e| ServiceError::internal("encode a template", &e))?;
                 let row = AuditEntry::ok(p, AuditAction::TemplateBuild, None)
                     .detail(audit::TemplateBuilt {
@@ -115,7 +140,7 @@ impl SandboxService {
                 let stored = self
                     .db("record a built template", move |s| {
                         s.transaction(|tx| {
-                            tx.finish_template(&tid, &detail)?;
+                            tx.finish_template(&tid, &encoded)?;
                             audit::append(tx, &row)?;
                             Ok::<_, StoreError>(())
                         })
@@ -135,7 +160,7 @@ impl SandboxService {
                         detail_json: String::new(),
                         created_at_ms: new.created_at_ms,
                     },
-                    Some(&built),
+                    Some(&detail),
                 );
                 let _ = events
                     .send(TemplateBuildEvent::Done {
@@ -248,8 +273,8 @@ impl SandboxService {
             return Ok(configured_info(id_or_name, t.warm_pool_size));
         }
         let record = self.owned_template(p, id_or_name).await?;
-        let built = parse_detail(&record)?;
-        Ok(template_info(&record, built.as_ref()))
+        let detail = parse_detail(&record)?;
+        Ok(template_info(&record, detail.as_ref()))
     }
 
     /// The server's templates, then the caller's (ready ones and those being built), by name.
@@ -356,10 +381,12 @@ fn configured_info(name: &str, warm_pool_size: u32) -> TemplateInfo {
         size_bytes: None,
         config: None,
         created_at: None,
+        start: None,
     }
 }
 
-fn template_info(record: &TemplateRecord, built: Option<&TemplateBuilt>) -> TemplateInfo {
+fn template_info(record: &TemplateRecord, detail: Option<&TemplateDetail>) -> TemplateInfo {
+    let built = detail.map(|d| &d.built);
     TemplateInfo {
         name: record.name.clone(),
         warm_pool_size: 0,
@@ -380,7 +407,55 @@ fn template_info(record: &TemplateRecord, built: Option<&TemplateBuilt>) -> Temp
         size_bytes: built.map(|b| b.layers.iter().map(|l| l.size).sum()),
         config: built.map(|b| b.config.clone()),
         created_at: Some(rfc3339(record.created_at_ms)),
+        start: detail.and_then(|d| d.start.clone()),
     }
+}
+
+/// The most a readiness check may wait.
+const MAX_READY_SECS: u64 = 600;
+
+/// Refuses a start command that could never run or never be ready, naming the field.
+fn check_start(start: &TemplateStart) -> Result<(), ServiceError> {
+    if start
+        .command
+        .as_ref()
+        .is_some_and(|c| c.is_empty() || c[0].is_empty())
+    {
+        return Err(ServiceError::invalid(
+            "start.command",
+            "give a program and its arguments",
+        ));
+    }
+    if let Some(ready) = &start.ready {
+        match (&ready.port, &ready.command) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err(ServiceError::invalid(
+                    "start.ready",
+                    "give exactly one of `port` and `command`",
+                ))
+            }
+            (Some(0), None) => {
+                return Err(ServiceError::invalid(
+                    "start.ready.port",
+                    "a port from 1 to 65535",
+                ))
+            }
+            (None, Some(c)) if c.is_empty() || c[0].is_empty() => {
+                return Err(ServiceError::invalid(
+                    "start.ready.command",
+                    "give a program and its arguments",
+                ))
+            }
+            _ => {}
+        }
+        if ready.timeout_secs == 0 || ready.timeout_secs > MAX_READY_SECS {
+            return Err(ServiceError::invalid(
+                "start.ready.timeout_secs",
+                format!("from 1 to {MAX_READY_SECS}"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A registry's failure as the API answers it.

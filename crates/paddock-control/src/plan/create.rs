@@ -81,7 +81,7 @@ impl SandboxService {
             return Err(self.no_template(&template));
         }
         if let Some(image) = &image {
-            apply_image_defaults(&mut req, &image.built.config);
+            apply_image_defaults(&mut req, &image.detail.built.config);
         }
         let limits = merge_limits(&config.default_limits, &req.limits);
         check_limits(&limits, &config.max_limits)?;
@@ -132,7 +132,8 @@ impl SandboxService {
         Ok(CreatePlan {
             spec: StoredSpec {
                 template,
-                template_id: image.map(|i| i.id.to_string()),
+                template_id: image.as_ref().map(|i| i.id.to_string()),
+                start: image.and_then(|i| i.detail.start),
                 limits,
                 env: req.env,
                 workdir: req.workdir,

@@ -3,15 +3,27 @@
 
 use paddock_runtime::TemplateBuilt;
 use paddock_store::TemplateRecord;
+use paddock_types::api::TemplateStart;
 use paddock_types::TemplateId;
+use serde::{Deserialize, Serialize};
 
 use crate::{SandboxService, ServiceError};
+
+/// What the store keeps of a built template (`detail_json`): the backend's build result and the
+/// start command, resolved (its command always given).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TemplateDetail {
+    #[serde(flatten)]
+    pub(crate) built: TemplateBuilt,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) start: Option<TemplateStart>,
+}
 
 /// A ready template a sandbox is made from.
 #[derive(Debug, Clone)]
 pub(crate) struct ResolvedTemplate {
     pub(crate) id: TemplateId,
-    pub(crate) built: TemplateBuilt,
+    pub(crate) detail: TemplateDetail,
 }
 
 impl SandboxService {
@@ -34,18 +46,18 @@ impl SandboxService {
                 format!("template {} is still being built", record.name),
             ));
         }
-        let built = parse_detail(&record)?
+        let detail = parse_detail(&record)?
             .ok_or_else(|| ServiceError::internal("read a template", &"no build result"))?;
         let id = record
             .id
             .parse()
             .map_err(|e| ServiceError::internal("parse a template id", &e))?;
-        Ok(Some(ResolvedTemplate { id, built }))
+        Ok(Some(ResolvedTemplate { id, detail }))
     }
 }
 
 /// A ready template's build result (`None` while it is being built).
-pub(crate) fn parse_detail(record: &TemplateRecord) -> Result<Option<TemplateBuilt>, ServiceError> {
+pub(crate) fn parse_detail(record: &TemplateRecord) -> Result<Option<TemplateDetail>, ServiceError> {
     if !record.ready {
         return Ok(None);
     }

@@ -41,7 +41,10 @@ pub use snapshots::{
     ForkRequest, ForkResult, ImportSnapshotQuery, ListSnapshotsQuery, RollbackRequest, SnapshotInfo,
     SnapshotKindBody, SnapshotList,
 };
-pub use templates::{BuildTemplateRequest, TemplateBuildEvent, TemplateInfo, TemplateLayer, TemplateList};
+pub use templates::{
+    BuildTemplateRequest, ReadyCheck, TemplateBuildEvent, TemplateInfo, TemplateLayer, TemplateList,
+    TemplateStart,
+};
 pub use volumes::{
     CreateVolumeRequest, ListVolumesQuery, VolumeInfo, VolumeList, VolumeMountInfo, VolumeMountRequest,
 };

@@ -43,6 +43,9 @@ pub struct TemplateInfo {
     /// When it was built (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at: Option<String>,
+    /// What sandboxes made from it start at boot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<TemplateStart>,
 }
 
 /// A layer of a built template.
@@ -65,6 +68,45 @@ pub struct BuildTemplateRequest {
     /// `registry.example:5000/team/img@sha256:...`). The server's registry settings
     /// (`[registry]`: credentials, CA, plain-HTTP loopback registries) apply.
     pub from: String,
+    /// A command every sandbox made from it starts when it boots (a create, a fork, a resume, a
+    /// warm pool's boot), and what says it is ready; absent: nothing starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<TemplateStart>,
+}
+
+/// The start command of a template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateStart {
+    /// The program and its arguments; absent: the image's `Entrypoint` followed by its `Cmd`.
+    /// It runs as the sandbox's user, in its working directory, with its environment, in the
+    /// background (tag `start`: `GET /v1/sandboxes/{id}/processes` lists it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// What says it is ready; absent: a sandbox is handed out as soon as the command started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<ReadyCheck>,
+}
+
+/// A readiness check: a port accepting connections, or a command exiting 0. A sandbox is handed
+/// out once it passes; a sandbox whose check does not pass within `timeout_secs` is removed and
+/// its create fails with `timeout`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadyCheck {
+    /// A TCP port inside the sandbox (any of its addresses) that accepts a connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// A command (run like the start command, each try bounded by the time left) that exits 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// How long it may take, from the start command's start (default 30, at most 600).
+    #[serde(default = "default_ready_timeout")]
+    pub timeout_secs: u64,
+}
+
+fn default_ready_timeout() -> u64 {
+    30
 }
 
 /// A step of a build, streamed (`application/x-ndjson` or SSE) while it runs.

@@ -256,6 +256,8 @@ pub enum TemplateCommand {
         /// `registry.example:5000/team/img@sha256:...`).
         #[arg(long)]
         from: String,
+        #[command(flatten)]
+        start: StartArgs,
         /// Print the template's JSON instead of its name.
         #[arg(long)]
         json: bool,
@@ -281,6 +283,27 @@ pub enum TemplateCommand {
         #[arg(required = true)]
         templates: Vec<String>,
     },
+}
+
+/// The start command of `paddock template build`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("ready").args(["ready_port", "ready_command"])))]
+pub struct StartArgs {
+    /// Start the image's own command (its Entrypoint and Cmd) when a sandbox boots.
+    #[arg(long, conflicts_with = "start_command")]
+    pub start: bool,
+    /// Start this shell command (`/bin/sh -c`) when a sandbox boots.
+    #[arg(long, value_name = "SCRIPT")]
+    pub start_command: Option<String>,
+    /// Hand a sandbox out once this port inside it accepts a connection.
+    #[arg(long, value_name = "PORT")]
+    pub ready_port: Option<u16>,
+    /// Hand a sandbox out once this shell command (`/bin/sh -c`) exits 0.
+    #[arg(long, value_name = "SCRIPT")]
+    pub ready_command: Option<String>,
+    /// How long a sandbox may take to be ready (seconds).
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub ready_timeout: u64,
 }
 
 /// `paddock sandbox create`.

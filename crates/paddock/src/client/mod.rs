@@ -308,7 +308,12 @@ pub fn template(state_dir: &Path, command: TemplateCommand) -> anyhow::Result<Ex
     let client = ApiClient::from_environment(state_dir)?;
     block_on(async move {
         match command {
-            TemplateCommand::Build { name, from, json } => templates::build(&client, name, from, json).await,
+            TemplateCommand::Build {
+                name,
+                from,
+                start,
+                json,
+            } => templates::build(&client, name, from, start, json).await,
             TemplateCommand::Ls { json } => templates::list(&client, json).await,
             TemplateCommand::Get { template, json } => templates::get(&client, &template, json).await,
             TemplateCommand::Rm { templates } => templates::remove(&client, &templates).await,

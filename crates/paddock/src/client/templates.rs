@@ -10,17 +10,30 @@ use std::process::ExitCode;
 use anyhow::Context;
 use futures_util::StreamExt as _;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use paddock_types::api::{BuildTemplateRequest, TemplateBuildEvent, TemplateInfo, TemplateList};
+use paddock_types::api::{
+    BuildTemplateRequest, ReadyCheck, TemplateBuildEvent, TemplateInfo, TemplateList, TemplateStart,
+};
 use paddock_types::ByteSize;
 use reqwest::Method;
 
 use super::{print_json, ApiClient, Table};
+use crate::cli::StartArgs;
 
 /// Most bytes of one event line read before it is refused (a template's info is a few KiB).
 const MAX_LINE: usize = 1 << 20;
 
-pub async fn build(client: &ApiClient, name: String, from: String, json: bool) -> anyhow::Result<ExitCode> {
-    let request = BuildTemplateRequest { name, from };
+pub async fn build(
+    client: &ApiClient,
+    name: String,
+    from: String,
+    start: StartArgs,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let request = BuildTemplateRequest {
+        name,
+        from,
+        start: start_of(start)?,
+    };
     let response = client
         .send(
             client
@@ -65,6 +78,27 @@ pub async fn build(client: &ApiClient, name: String, from: String, json: bool) -
             }
         }
     }
+}
+
+/// The request's start command from the flags (shell commands run with `/bin/sh -c`).
+fn start_of(args: StartArgs) -> anyhow::Result<Option<TemplateStart>> {
+    let shell = |script: String| vec!["/bin/sh".to_owned(), "-c".to_owned(), script];
+    let ready = match (args.ready_port, args.ready_command) {
+        (None, None) => None,
+        (port, command) => Some(ReadyCheck {
+            port,
+            command: command.map(shell),
+            timeout_secs: args.ready_timeout,
+        }),
+    };
+    let command = args.start_command.map(shell);
+    if !args.start && command.is_none() {
+        if ready.is_some() {
+            anyhow::bail!("a readiness check needs a start command: give --start or --start-command");
+        }
+        return Ok(None);
+    }
+    Ok(Some(TemplateStart { command, ready }))
 }
 
 /// A bar over the layers on a terminal, plain lines otherwise.
@@ -210,7 +244,20 @@ pub async fn get(client: &ApiClient, template: &str, json: bool) -> anyhow::Resu
             println!("user:      {u}");
         }
         if let Some(cmd) = config.start_command() {
-            println!("command:   {}", cmd.join(" "));
+            println!("image cmd: {}", cmd.join(" "));
+        }
+    }
+    if let Some(start) = &info.start {
+        println!(
+            "start:     {}",
+            start.command.as_deref().unwrap_or_default().join(" ")
+        );
+        if let Some(ready) = &start.ready {
+            match (&ready.port, &ready.command) {
+                (Some(port), _) => println!("ready:     port {port} within {}s", ready.timeout_secs),
+                (None, Some(c)) => println!("ready:     `{}` within {}s", c.join(" "), ready.timeout_secs),
+                (None, None) => {}
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

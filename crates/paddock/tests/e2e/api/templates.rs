@@ -20,6 +20,7 @@ use crate::support::registry::{run, TestRegistry, PASSWORD, USER};
 /// Busybox applets the test image links (what the tests below run).
 const APPLETS: &[&str] = &[
     "sh", "cat", "id", "env", "pwd", "ls", "echo", "touch", "rm", "test", "stat", "mkdir", "readlink",
+    "httpd", "wget", "sleep",
 ];
 
 /// An OCI layout made with umoci, in a directory of its own.
@@ -94,6 +95,7 @@ fn app_image() -> Layout {
     .expect("passwd");
     std::fs::write(rootfs.join("etc/group"), "root:x:0:\napp:x:2000:\n").expect("group");
     std::fs::write(rootfs.join("etc/greeting"), "hello from the image\n").expect("greeting");
+    std::fs::write(rootfs.join("srv/index.html"), "served at boot\n").expect("index");
     std::fs::write(rootfs.join("usr/share/doomed"), "doomed\n").expect("doomed");
     layout.repack("v1", &rootfs);
     std::fs::remove_file(rootfs.join("usr/share/doomed")).expect("rm doomed");
@@ -173,11 +175,16 @@ fn good_credentials() -> Credentials {
 
 /// Builds with `Accept: application/json`.
 async fn build(client: &Client, name: &str, from: &str) -> crate::support::harness::Reply {
+    build_with(client, json!({"name": name, "from": from})).await
+}
+
+/// Builds `body` with `Accept: application/json`.
+async fn build_with(client: &Client, body: Value) -> crate::support::harness::Reply {
     Client::send(
         client
             .request(Method::POST, "/v1/templates")
             .header("accept", JSON)
-            .json(&json!({"name": name, "from": from})),
+            .json(&body),
     )
     .await
 }
@@ -427,5 +434,75 @@ fn hostile_images_and_bad_input_are_refused_with_stable_codes_and_leave_nothing(
             .await
             .err(502, "registry_unauthorized");
         a.get("/v1/templates/app").await.err(404, "template_not_found");
+    });
+}
+
+#[test]
+fn a_start_command_runs_at_every_boot_and_a_sandbox_is_handed_out_once_ready() {
+    let registry = TestRegistry::start();
+    let image = app_image();
+    registry.push(&image.path(), "v1", "paddock/app", "v1");
+    let from = format!("{}/paddock/app:v1", registry.host());
+    let h = Harness::with(options(&registry, good_credentials()));
+    h.block_on(async {
+        let a = h.admin.new_tenant("tpl-start").await;
+        // The server listens a second after the command starts: a sandbox handed out before its
+        // port accepts would fail the first request below.
+        let start = json!({
+            "command": ["sh", "-c", "sleep 1; exec httpd -f -p 8000 -h /srv"],
+            "ready": {"port": 8000, "timeout_secs": 60}
+        });
+        let info = build_with(&a, json!({"name": "web", "from": from, "start": start}))
+            .await
+            .ok(201);
+        assert_eq!(info["start"]["ready"]["port"], 8000, "{info}");
+        // Ready when handed out: the first request inside the sandbox is served.
+        let sb = a.create_sandbox(json!({"template": "web"})).await;
+        let (code, out, err) = run_in(&a, &sb, json!({"argv": ["wget", "-qO-", "http://127.0.0.1:8000/index.html"]})).await;
+        assert_eq!((code, out.as_str()), (0, "served at boot\n"), "{err}");
+        let processes = a.get(&format!("/v1/sandboxes/{sb}/processes")).await.ok(200);
+        let started: Vec<&Value> = processes["processes"]
+            .as_array()
+            .expect("processes")
+            .iter()
+            .filter(|p| p["tag"] == "start")
+            .collect();
+        assert_eq!(started.len(), 1, "{processes:#}");
+        assert_eq!(started[0]["running"], true, "{processes:#}");
+        // Again at a resume: a stopped sandbox boots anew.
+        a.post(&format!("/v1/sandboxes/{sb}/stop"), json!({})).await.ok(200);
+        a.post(&format!("/v1/sandboxes/{sb}/resume"), json!({})).await.ok(200);
+        let (code, out, _) = run_in(&a, &sb, json!({"argv": ["wget", "-qO-", "http://127.0.0.1:8000/index.html"]})).await;
+        assert_eq!((code, out.as_str()), (0, "served at boot\n"));
+        a.delete(&format!("/v1/sandboxes/{sb}")).await.ok(204);
+
+        // A check that never passes: the create fails with `timeout` and leaves no sandbox.
+        let never = json!({"command": ["sleep", "600"], "ready": {"command": ["test", "-e", "/nothing"], "timeout_secs": 1}});
+        build_with(&a, json!({"name": "never", "from": from, "start": never}))
+            .await
+            .ok(201);
+        a.post("/v1/sandboxes", json!({"template": "never"}))
+            .await
+            .err(504, "timeout");
+        let list = a.get("/v1/sandboxes").await.ok(200);
+        let running: Vec<&Value> = list["sandboxes"]
+            .as_array()
+            .expect("sandboxes")
+            .iter()
+            .filter(|s| s["state"] == "running")
+            .collect();
+        assert!(running.is_empty(), "{list:#}");
+        // Invalid start specifications are refused before anything is fetched.
+        for (start, field) in [
+            (json!({"command": []}), "start.command"),
+            (json!({"ready": {"port": 80, "command": ["true"]}}), "start.ready"),
+            (json!({"ready": {"port": 0}}), "start.ready.port"),
+            (json!({"ready": {"port": 80, "timeout_secs": 100000}}), "start.ready.timeout_secs"),
+        ] {
+            let refused = build_with(&a, json!({"name": "bad-start", "from": from, "start": start}))
+                .await
+                .err(400, "invalid_request");
+            assert_eq!(refused["field"], field, "{refused}");
+        }
     });
 }
