@@ -96,6 +96,15 @@ fn app_image() -> Layout {
     std::fs::write(rootfs.join("etc/group"), "root:x:0:\napp:x:2000:\n").expect("group");
     std::fs::write(rootfs.join("etc/greeting"), "hello from the image\n").expect("greeting");
     std::fs::write(rootfs.join("srv/index.html"), "served at boot\n").expect("index");
+    // A set-uid root program (harmless on `nosuid` mounts) and a top-level symlink to `/` (the
+    // sandbox's own root, never the host's).
+    std::fs::copy("/bin/busybox", rootfs.join("bin/busybox-suid")).expect("copy busybox");
+    rustix::fs::chmod(
+        rootfs.join("bin/busybox-suid").as_path(),
+        rustix::fs::Mode::from_raw_mode(0o4755),
+    )
+    .expect("chmod");
+    std::os::unix::fs::symlink("/", rootfs.join("hostroot")).expect("symlink");
     std::fs::write(rootfs.join("usr/share/doomed"), "doomed\n").expect("doomed");
     layout.repack("v1", &rootfs);
     std::fs::remove_file(rootfs.join("usr/share/doomed")).expect("rm doomed");
@@ -144,6 +153,19 @@ fn hostile_image() -> Layout {
         .arg(layout.image("bad"))
         .arg(&tar));
     layout.config("bad", &["--os=linux", "--architecture=amd64"]);
+    layout
+}
+
+/// Image `etclink:v1`: its `/etc` is a symlink to `/` (paddock mounts the sandbox's own `/etc`
+/// there, and writes into it from the host: refused).
+fn etc_symlink_image() -> Layout {
+    let layout = Layout::new();
+    let rootfs = layout.unpack("base", "bundle");
+    std::fs::create_dir_all(rootfs.join("bin")).expect("mkdir");
+    std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).expect("copy busybox");
+    std::os::unix::fs::symlink("/", rootfs.join("etc")).expect("etc symlink");
+    layout.repack("etclink", &rootfs);
+    layout.config("etclink", &["--os=linux", "--architecture=amd64"]);
     layout
 }
 
@@ -383,6 +405,17 @@ fn hostile_images_and_bad_input_are_refused_with_stable_codes_and_leave_nothing(
             "{events:#?}"
         );
 
+        // An image whose /etc is a symlink.
+        let etclink = etc_symlink_image();
+        registry.push(&etclink.path(), "etclink", "paddock/etclink", "v1");
+        let refused = build(&a, "etclink", &format!("{host}/paddock/etclink:v1"))
+            .await
+            .err(400, "invalid_image");
+        assert!(
+            refused["message"].as_str().is_some_and(|m| m.contains("/etc")),
+            "{refused}"
+        );
+
         // Bad input, each with its code, none leaving a record.
         build(&a, "x", &format!("{host}/paddock/app:nope"))
             .await
@@ -504,5 +537,82 @@ fn a_start_command_runs_at_every_boot_and_a_sandbox_is_handed_out_once_ready() {
                 .err(400, "invalid_request");
             assert_eq!(refused["field"], field, "{refused}");
         }
+    });
+}
+
+#[test]
+fn a_sandbox_from_an_image_keeps_every_isolation_property() {
+    let registry = TestRegistry::start();
+    let image = app_image();
+    registry.push(&image.path(), "v1", "paddock/app", "v1");
+    let from = format!("{}/paddock/app:v1", registry.host());
+    let h = Harness::with(options(&registry, good_credentials()));
+    let probe = format!("paddock-image-probe-{}", std::process::id());
+    h.block_on(async {
+        let a = h.admin.new_tenant("tpl-escape").await;
+        build(&a, "app", &from).await.ok(201);
+        let sb = a
+            .create_sandbox(json!({"template": "app", "limits": {"disk": "64M"}}))
+            .await;
+        for user in ["app", "root"] {
+            // No capabilities, no new privileges, seccomp filtering, unprivileged host ids.
+            let (_, status, _) = run_in(&a, &sb, json!({"argv": ["cat", "/proc/self/status"], "user": user})).await;
+            let field = |name: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(str::trim)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            assert_eq!(field("CapEff:"), "0000000000000000", "{user}: {status}");
+            assert_eq!(field("NoNewPrivs:"), "1", "{user}");
+            assert_eq!(field("Seccomp:"), "2", "{user}");
+            let (_, map, _) = run_in(&a, &sb, json!({"argv": ["cat", "/proc/self/uid_map"], "user": user})).await;
+            let host_base: u64 = map.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("uid_map");
+            assert!(host_base >= 100_000, "{user} maps to host uid {host_base}");
+            // The image's set-uid program gives nothing: its mounts are nosuid.
+            let (_, mode, _) = run_in(&a, &sb, json!({"argv": ["stat", "-c", "%a %u", "/bin/busybox-suid"]})).await;
+            assert_eq!(mode, "4755 0\n", "the image's set-uid root program is kept as it is");
+            let (_, uid, err) = run_in(&a, &sb, json!({"argv": ["busybox-suid", "id", "-u"], "user": user})).await;
+            let expected = if user == "root" { "0\n" } else { "2000\n" };
+            assert_eq!(uid, expected, "the set-uid bit took effect for {user}: {err}");
+            // No host path is writable or visible, also through the image's symlink to `/`.
+            let script = format!(
+                "for d in / /hostroot /hostroot/var/tmp /proc/sys/kernel /dev /sys; do \
+                   if touch $d/{probe} 2>/dev/null; then echo WROTE $d; fi; done; \
+                 for p in /var/tmp /hostroot/var/tmp /hostroot/root/.cargo /hostroot/work /run /sys/fs/cgroup; do \
+                   if test -e $p; then echo VISIBLE $p; fi; done; \
+                 if echo x > /proc/1/root/etc/hostname.host 2>/dev/null; then echo WROTE init-root; fi; \
+                 echo done"
+            );
+            let (code, out, err) = run_in(&a, &sb, json!({"shell": script, "user": user})).await;
+            assert_eq!((code, out.as_str()), (0, "done\n"), "{user}: {err}");
+        }
+        for d in ["/", "/var/tmp", "/tmp", "/dev"] {
+            assert!(!Path::new(d).join(&probe).exists(), "probe appeared in host {d}");
+        }
+        // The agent, injected from the host, cannot be replaced.
+        let (_, exe, _) = run_in(&a, &sb, json!({"argv": ["readlink", "/proc/1/exe"], "user": "root"})).await;
+        let (code, _, _) = run_in(
+            &a,
+            &sb,
+            json!({"shell": format!("echo x > {}", exe.trim()), "user": "root"}),
+        )
+        .await;
+        assert_ne!(code, 0, "the agent binary {exe} was writable");
+        // The sandbox's disk limit holds on the image's tree (the image's own bytes are not
+        // charged to it: the 64M sandbox starts on a 1M image without using its limit).
+        let (code, _, err) = run_in(
+            &a,
+            &sb,
+            json!({"shell": "i=0; while [ $i -lt 100 ]; do cat /bin/busybox >> /srv/fill || exit 3; i=$((i+1)); done", "user": "root"}),
+        )
+        .await;
+        assert_eq!(code, 3, "100 MB written under a 64M limit: {err}");
+        assert!(err.contains("Disk quota exceeded") || err.contains("No space"), "{err}");
+        let (code, _, _) = run_in(&a, &sb, json!({"shell": "rm /srv/fill", "user": "root"})).await;
+        assert_eq!(code, 0);
+        a.delete(&format!("/v1/sandboxes/{sb}")).await.ok(204);
     });
 }
