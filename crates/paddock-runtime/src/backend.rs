@@ -311,6 +311,29 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     fn delete_template(&self, template: &TemplateId) -> Result<bool, RuntimeError>;
     /// Every template that exists (for garbage collection against records).
     fn list_templates(&self) -> Result<Vec<TemplateId>, RuntimeError>;
+    /// How many of `chain`'s keys, from the first, the layer cache holds in a row (the longest
+    /// cached prefix's length; 0 when not even the first).
+    fn cached_prefix(&self, chain: &[String]) -> Result<usize, RuntimeError>;
+    /// Keeps template `template`'s tree in the layer cache as `key` (64 hex digits), unless the
+    /// cache has that key already.
+    fn cache_template(&self, template: &TemplateId, key: &str) -> Result<(), RuntimeError>;
+    /// Makes template `template` from the cached tree of `chain`'s last key (its record naming the
+    /// whole chain, which the cache keeps while the template exists); `None` when the cache does
+    /// not have it. The digest and process defaults are those recorded with the cached tree.
+    fn template_from_cache(
+        &self,
+        template: &TemplateId,
+        chain: &[String],
+    ) -> Result<Option<TemplateBuilt>, RuntimeError>;
+    /// Makes template `template` from `snapshot` (a sandbox's files: a recipe step's result) with
+    /// the process defaults `config`, and caches its tree as `chain`'s last key.
+    fn template_from_snapshot(
+        &self,
+        template: &TemplateId,
+        snapshot: &SnapshotId,
+        chain: &[String],
+        config: &paddock_types::ImageConfig,
+    ) -> Result<(), RuntimeError>;
 }
 
 /// A whole backend: lifecycles and storage.

@@ -151,6 +151,8 @@ impl StreamEvent for TemplateBuildEvent {
         match self {
             Self::Pulling { .. } => "pulling",
             Self::Pulled { .. } => "pulled",
+            Self::Step { .. } => "step",
+            Self::Log { .. } => "log",
             Self::Layer { .. } => "layer",
             Self::Done { .. } => "done",
             Self::Error { .. } => "error",

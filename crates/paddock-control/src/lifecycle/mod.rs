@@ -7,6 +7,7 @@
 //! it uses `core` and `plan`, never `ops`.
 
 pub(crate) mod boot;
+pub(crate) mod build_step;
 pub(crate) mod capture;
 pub(crate) mod end;
 pub(crate) mod exec_diff;

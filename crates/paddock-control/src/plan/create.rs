@@ -32,10 +32,6 @@ impl SandboxService {
         p: &Principal,
         req: CreateSandboxRequest,
     ) -> Result<CreatePlan, ServiceError> {
-        let volumes = self.resolve_volume_mounts(p, &req.volumes).await?;
-        let network = self
-            .plan_network(p, req.network.clone(), req.secrets.clone())
-            .await?;
         let image = match &req.template {
             Some(name) if !self.inner.config.templates.contains_key(name) => {
                 match self.resolve_template(&p.tenant, name).await? {
@@ -45,6 +41,21 @@ impl SandboxService {
             }
             _ => None,
         };
+        self.plan_request_with(p, req, image).await
+    }
+
+    /// [`Self::plan_request`] with the image template already resolved (a recipe's step runs on a
+    /// template no name resolves to).
+    pub(crate) async fn plan_request_with(
+        &self,
+        p: &Principal,
+        req: CreateSandboxRequest,
+        image: Option<ResolvedTemplate>,
+    ) -> Result<CreatePlan, ServiceError> {
+        let volumes = self.resolve_volume_mounts(p, &req.volumes).await?;
+        let network = self
+            .plan_network(p, req.network.clone(), req.secrets.clone())
+            .await?;
         let mut plan = self.plan_create(req, image)?;
         plan.spec.volumes = volumes;
         plan.spec.network = network.is_some();

@@ -92,6 +92,8 @@ pub(crate) struct State {
     /// Templates built (from a real image layout, read but not unpacked): sandboxes made from one
     /// start from the fake's usual tree.
     pub(crate) templates: BTreeMap<paddock_types::TemplateId, crate::TemplateBuilt>,
+    /// The layer cache: a key's tree is the fake's usual one; what is kept is its build result.
+    pub(crate) layer_cache: BTreeMap<String, crate::TemplateBuilt>,
 }
 
 impl State {

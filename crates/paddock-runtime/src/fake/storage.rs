@@ -216,4 +216,70 @@ impl StorageBackend for FakeBackend {
     fn list_templates(&self) -> Result<Vec<TemplateId>, RuntimeError> {
         Ok(lock(&self.shared.state).templates.keys().cloned().collect())
     }
+
+    fn cached_prefix(&self, chain: &[String]) -> Result<usize, RuntimeError> {
+        let state = lock(&self.shared.state);
+        Ok(chain.iter().take_while(|k| state.layer_cache.contains_key(*k)).count())
+    }
+
+    fn cache_template(&self, template: &TemplateId, key: &str) -> Result<(), RuntimeError> {
+        self.shared.faults.take("cache_template")?;
+        let mut state = lock(&self.shared.state);
+        let built = state
+            .templates
+            .get(template)
+            .cloned()
+            .ok_or_else(|| RuntimeError::InvalidSpec(format!("template {template} does not exist")))?;
+        state.layer_cache.entry(key.to_owned()).or_insert(built);
+        Ok(())
+    }
+
+    fn template_from_cache(
+        &self,
+        template: &TemplateId,
+        chain: &[String],
+    ) -> Result<Option<TemplateBuilt>, RuntimeError> {
+        self.shared.faults.take("template_from_cache")?;
+        let mut state = lock(&self.shared.state);
+        if state.templates.contains_key(template) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "template {template} already exists"
+            )));
+        }
+        let Some(cached) = chain.last().and_then(|k| state.layer_cache.get(k)).cloned() else {
+            return Ok(None);
+        };
+        let built = TemplateBuilt {
+            layers: Vec::new(),
+            ..cached
+        };
+        state.templates.insert(template.clone(), built.clone());
+        Ok(Some(built))
+    }
+
+    fn template_from_snapshot(
+        &self,
+        template: &TemplateId,
+        snapshot: &SnapshotId,
+        chain: &[String],
+        config: &paddock_types::ImageConfig,
+    ) -> Result<(), RuntimeError> {
+        self.shared.faults.take("template_from_snapshot")?;
+        let mut state = lock(&self.shared.state);
+        if !state.snapshots.contains_key(snapshot) {
+            return Err(no_snapshot(snapshot));
+        }
+        let last = chain
+            .last()
+            .ok_or_else(|| RuntimeError::InvalidSpec("an empty chain".into()))?;
+        let built = TemplateBuilt {
+            digest: format!("recipe:{last}"),
+            config: config.clone(),
+            layers: Vec::new(),
+            added_default_user: false,
+        };
+        state.layer_cache.insert(last.clone(), built.clone());
+        state.templates.insert(template.clone(), built);
+        Ok(())
+    }
 }

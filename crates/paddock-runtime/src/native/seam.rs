@@ -177,4 +177,30 @@ impl StorageBackend for NativeBackend {
     fn list_templates(&self) -> Result<Vec<TemplateId>, RuntimeError> {
         NativeBackend::list_templates(self)
     }
+
+    fn cached_prefix(&self, chain: &[String]) -> Result<usize, RuntimeError> {
+        NativeBackend::cached_prefix(self, chain)
+    }
+
+    fn cache_template(&self, template: &TemplateId, key: &str) -> Result<(), RuntimeError> {
+        NativeBackend::cache_template(self, template, key)
+    }
+
+    fn template_from_cache(
+        &self,
+        template: &TemplateId,
+        chain: &[String],
+    ) -> Result<Option<TemplateBuilt>, RuntimeError> {
+        NativeBackend::template_from_cache(self, template, chain)
+    }
+
+    fn template_from_snapshot(
+        &self,
+        template: &TemplateId,
+        snapshot: &SnapshotId,
+        chain: &[String],
+        config: &paddock_types::ImageConfig,
+    ) -> Result<(), RuntimeError> {
+        NativeBackend::template_from_snapshot(self, template, snapshot, chain, config)
+    }
 }

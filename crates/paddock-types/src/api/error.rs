@@ -86,6 +86,9 @@ pub enum ErrorCode {
     RegistryUnreachable,
     /// The registry refused the credentials (or their absence) (502: the caller's API key is fine).
     RegistryUnauthorized,
+    /// A recipe's step failed (a `RUN` exited non-zero or timed out); nothing of the build was
+    /// kept but the results of the steps before it (422).
+    BuildFailed,
 }
 
 impl ErrorCode {
@@ -129,6 +132,7 @@ impl ErrorCode {
             Self::ImageTooLarge => "image_too_large",
             Self::RegistryUnreachable => "registry_unreachable",
             Self::RegistryUnauthorized => "registry_unauthorized",
+            Self::BuildFailed => "build_failed",
         }
     }
 
@@ -167,6 +171,7 @@ impl ErrorCode {
             Self::Unavailable | Self::SandboxRecovering => 503,
             Self::Internal => 500,
             Self::PortClosed | Self::RegistryUnreachable | Self::RegistryUnauthorized => 502,
+            Self::BuildFailed => 422,
         }
     }
 }
@@ -211,6 +216,7 @@ mod tests {
             ErrorCode::ImageTooLarge,
             ErrorCode::RegistryUnreachable,
             ErrorCode::RegistryUnauthorized,
+            ErrorCode::BuildFailed,
         ] {
             let json = serde_json::to_string(&code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

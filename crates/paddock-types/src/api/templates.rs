@@ -66,8 +66,24 @@ pub struct BuildTemplateRequest {
     pub name: String,
     /// The image: a registry reference as docker reads it (`python:3.12-slim`,
     /// `registry.example:5000/team/img@sha256:...`). The server's registry settings
-    /// (`[registry]`: credentials, CA, plain-HTTP loopback registries) apply.
-    pub from: String,
+    /// (`[registry]`: credentials, CA, plain-HTTP loopback registries) apply. Exactly one of
+    /// `from` and `recipe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// A recipe: a Dockerfile subset (`FROM` an image, then `RUN`, `ENV`, `WORKDIR`, `USER`,
+    /// `ARG`, `LABEL`, `EXPOSE`, `CMD`, `ENTRYPOINT`). Each `RUN` runs in a sandbox of the
+    /// template so far, as its `USER` (root by default), and its result is kept: a rebuild whose
+    /// first steps are unchanged reuses them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<String>,
+    /// Values of the recipe's `ARG`s.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub build_args: std::collections::BTreeMap<String, String>,
+    /// The network of the sandboxes that run the recipe's steps (as a sandbox's `network`:
+    /// e.g. `{"allow": ["pypi.org"]}`); absent: loopback only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub network: Option<crate::NetworkPolicy>,
     /// A command every sandbox made from it starts when it boots (a create, a fork, a resume, a
     /// warm pool's boot), and what says it is ready; absent: nothing starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -126,6 +142,26 @@ pub enum TemplateBuildEvent {
         layers: usize,
         /// Bytes fetched (config and layers).
         bytes: u64,
+    },
+    /// A recipe's step begins (`cached`: its result was kept by an earlier build; nothing runs).
+    Step {
+        /// Its position, from 0 (the `FROM`).
+        index: usize,
+        /// Steps in all.
+        of: usize,
+        /// The instruction, as written.
+        instruction: String,
+        /// Whether its result comes from the cache.
+        cached: bool,
+    },
+    /// Output of a recipe's `RUN` step (UTF-8, lossy; bounded per step).
+    Log {
+        /// The step's position.
+        step: usize,
+        /// `stdout` or `stderr`.
+        stream: String,
+        /// The text.
+        text: String,
     },
     /// A layer is in place.
     Layer {

@@ -247,15 +247,26 @@ pub enum VolumeCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum TemplateCommand {
-    /// Build a template from a registry image; prints its name. Sandboxes start from it with
-    /// `paddock sandbox create --template NAME`.
+    /// Build a template from a registry image or a recipe (a Dockerfile subset); prints its name.
+    /// Sandboxes start from it with `paddock sandbox create --template NAME`.
+    #[command(group(ArgGroup::new("source").required(true).args(["from", "file"])))]
     Build {
         /// Its name (unique among your templates).
         name: String,
         /// The image, as docker reads references (`python:3.12-slim`,
         /// `registry.example:5000/team/img@sha256:...`).
         #[arg(long)]
-        from: String,
+        from: Option<String>,
+        /// A recipe file (`FROM`, `RUN`, `ENV`, `WORKDIR`, `USER`, `ARG`, `LABEL`, `EXPOSE`, `CMD`,
+        /// `ENTRYPOINT`; `-` reads stdin). Its `RUN` steps run in sandboxes, with the network the
+        /// `--allow-*` flags give them; unchanged steps are reused from earlier builds.
+        #[arg(long, short = 'f', value_name = "FILE")]
+        file: Option<std::path::PathBuf>,
+        /// A value for the recipe's `ARG NAME` (repeatable).
+        #[arg(long = "build-arg", value_name = "NAME=VALUE", value_parser = parse_label)]
+        build_args: Vec<(String, String)>,
+        #[command(flatten)]
+        net: super::NetworkArgs,
         #[command(flatten)]
         start: StartArgs,
         /// Print the template's JSON instead of its name.

@@ -311,9 +311,20 @@ pub fn template(state_dir: &Path, command: TemplateCommand) -> anyhow::Result<Ex
             TemplateCommand::Build {
                 name,
                 from,
+                file,
+                build_args,
+                net,
                 start,
                 json,
-            } => templates::build(&client, name, from, start, json).await,
+            } => {
+                let source = templates::BuildSource {
+                    from,
+                    recipe: file.map(|f| templates::read_recipe(&f)).transpose()?,
+                    build_args: build_args.into_iter().collect(),
+                    network: net.policy()?,
+                };
+                templates::build(&client, name, source, start, json).await
+            }
             TemplateCommand::Ls { json } => templates::list(&client, json).await,
             TemplateCommand::Get { template, json } => templates::get(&client, &template, json).await,
             TemplateCommand::Rm { templates } => templates::remove(&client, &templates).await,

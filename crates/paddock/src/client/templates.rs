@@ -22,16 +22,52 @@ use crate::cli::StartArgs;
 /// Most bytes of one event line read before it is refused (a template's info is a few KiB).
 const MAX_LINE: usize = 1 << 20;
 
+/// What `paddock template build` builds from.
+pub struct BuildSource {
+    pub from: Option<String>,
+    pub recipe: Option<String>,
+    pub build_args: std::collections::BTreeMap<String, String>,
+    pub network: Option<paddock_types::NetworkPolicy>,
+}
+
+/// The most bytes of a recipe file read.
+const MAX_RECIPE: u64 = 1 << 20;
+
+/// Reads a recipe file (`-`: stdin), bounded.
+pub fn read_recipe(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    let read = if path == std::path::Path::new("-") {
+        std::io::stdin().take(MAX_RECIPE + 1).read_to_string(&mut text)
+    } else {
+        std::fs::File::open(path)
+            .with_context(|| format!("cannot open the recipe {}", path.display()))?
+            .take(MAX_RECIPE + 1)
+            .read_to_string(&mut text)
+    };
+    read.with_context(|| format!("cannot read the recipe {}", path.display()))?;
+    if text.len() as u64 > MAX_RECIPE {
+        anyhow::bail!("the recipe {} is larger than {MAX_RECIPE} bytes", path.display());
+    }
+    Ok(text)
+}
+
 pub async fn build(
     client: &ApiClient,
     name: String,
-    from: String,
+    source: BuildSource,
     start: StartArgs,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
+    if source.network.is_some() && source.recipe.is_none() {
+        anyhow::bail!("network flags are for a recipe's steps (give --file)");
+    }
     let request = BuildTemplateRequest {
         name,
-        from,
+        from: source.from,
+        recipe: source.recipe,
+        build_args: source.build_args,
+        network: source.network,
         start: start_of(start)?,
     };
     let response = client
@@ -159,6 +195,19 @@ impl BuildProgress {
                     ),
                 }
             }
+            TemplateBuildEvent::Step {
+                index,
+                of,
+                instruction,
+                cached,
+            } => {
+                let how = if *cached { " (cached)" } else { "" };
+                self.say(format!("step {}/{of}: {instruction}{how}", index + 1));
+            }
+            TemplateBuildEvent::Log { text, .. } => match &self.bar {
+                Some(bar) => bar.suspend(|| eprint!("{text}")),
+                None => eprint!("{text}"),
+            },
             TemplateBuildEvent::Done { .. } | TemplateBuildEvent::Error { .. } => {}
         }
     }

@@ -31,8 +31,11 @@ pub(super) struct TemplateRecord {
     pub(super) version: u32,
     /// The cached chains it was built from (`cache.rs`): what it keeps alive.
     pub(super) chain: Vec<String>,
-    /// Its image's manifest digest.
+    /// Its image's manifest digest (`recipe:<key>` for one made by a recipe's step).
     pub(super) digest: String,
+    /// Its process defaults (absent in records written before they were kept).
+    #[serde(default)]
+    pub(super) config: paddock_types::ImageConfig,
 }
 
 fn tree_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> RuntimeError + 'a {

@@ -16,6 +16,7 @@
 //! names or tenants, or decide who may use a template.
 
 mod cache;
+mod derive;
 mod finish;
 
 use std::os::fd::AsFd;
@@ -112,6 +113,7 @@ impl NativeBackend {
                 version: finish::RECORD_VERSION,
                 chain: keys,
                 digest: manifest.digest.to_string(),
+                config: manifest.config.clone(),
             },
             self.config.ids,
         )?;

@@ -8,6 +8,8 @@
 //! the backend leaves nothing of it. Another tenant's template answers exactly like a missing one.
 //! This module does not run recipes (`RUN` steps) or read docker archives.
 
+mod recipe;
+
 use paddock_registry::{ErrorKind as RegistryErrorKind, ImageReference, RegistryError};
 use paddock_runtime::native::image::ImageErrorKind;
 use paddock_runtime::{RuntimeError, TemplateBuilt, TemplateProgress, TemplateSource};
@@ -24,6 +26,14 @@ use crate::core::service::runtime_error;
 use crate::core::time::{now_ms, rfc3339};
 use crate::plan::template::{parse_detail, TemplateDetail};
 use crate::{Principal, SandboxService, ServiceError};
+
+use recipe::RecipePlan;
+
+/// What a template is built from.
+enum Source {
+    Image(ImageReference),
+    Recipe(Box<RecipePlan>),
+}
 
 fn template_not_found(name: &str) -> ServiceError {
     ServiceError::new(ErrorCode::TemplateNotFound, format!("template {name} not found"))
@@ -61,10 +71,21 @@ impl SandboxService {
                 format!("{name} is one of this server's templates"),
             ));
         }
-        let reference: ImageReference = req
-            .from
-            .parse()
-            .map_err(|e: RegistryError| ServiceError::invalid("from", e.to_string()))?;
+        let source = match (&req.from, &req.recipe) {
+            (Some(from), None) => Source::Image(
+                from.parse()
+                    .map_err(|e: RegistryError| ServiceError::invalid("from", e.to_string()))?,
+            ),
+            (None, Some(text)) => {
+                let recipe = paddock_types::recipe::parse_recipe(text, &req.build_args)
+                    .map_err(|e| ServiceError::invalid("recipe", e.to_string()))?;
+                Source::Recipe(Box::new(RecipePlan::new(recipe)?))
+            }
+            _ => return Err(ServiceError::invalid("from", "give exactly one of `from` and `recipe`")),
+        };
+        if req.network.is_some() && req.recipe.is_none() {
+            return Err(ServiceError::invalid("network", "a network is for a recipe's steps"));
+        }
         if let Some(start) = &req.start {
             check_start(start)?;
         }
@@ -88,17 +109,21 @@ impl SandboxService {
             id: id.to_string(),
             tenant: p.tenant.clone(),
             name: name.to_string(),
-            source: req.from.clone(),
+            source: match &source {
+                Source::Image(_) => req.from.clone().unwrap_or_default(),
+                Source::Recipe(plan) => format!("recipe: FROM {}, {} steps", plan.recipe.from, plan.recipe.steps.len()),
+            },
             created_at_ms: now_ms(),
         };
         let record = new.clone();
         self.db("record a template", move |s| s.insert_template(&record))
             .await?;
         let dest = pull_dir.join(id.as_str());
-        let result = self
-            .pull_and_build(&id, &reference, &dest, &events)
-            .await
-            .and_then(|built| {
+        let built = match &source {
+            Source::Image(reference) => self.pull_and_build(&id, reference, &dest, &events).await,
+            Source::Recipe(plan) => self.build_recipe(p, &id, plan, req.network.clone(), &events).await,
+        };
+        let result = built.and_then(|built| {
                 // The image's own command when the request names none (known once it is read).
                 let start = match req.start {
                     None => None,
@@ -193,7 +218,7 @@ impl SandboxService {
     }
 
     /// Fetches the image into `dest` and has the backend build template `id` from it.
-    async fn pull_and_build(
+    pub(crate) async fn pull_and_build(
         &self,
         id: &TemplateId,
         reference: &ImageReference,

@@ -1,0 +1,462 @@
+//! Templates built by recipes (a Dockerfile subset, parsed by `paddock_types::recipe`): the
+//! `FROM` image is built as any image template, then each `RUN` runs in a sandbox of the template
+//! so far (the caller's sandbox: its quota, audit rows and network policy apply; never the host),
+//! and its files become the next template. The other instructions change the process defaults.
+//!
+//! Every step's result is kept in the backend's layer cache under a key chaining the `FROM`
+//! reference and the steps before it (a `RUN`'s key covers the instructions since the previous
+//! `RUN`, so an `ENV` change reruns what follows it): a rebuild reuses the longest unchanged prefix
+//! and runs nothing of it, not even the pull. The templates between steps are never recorded; a
+//! crash leaves them to startup gc, and their sandboxes expire with their timeout.
+//!
+//! This module does not take a build context: `COPY` and `ADD` are refused.
+
+use std::collections::BTreeMap;
+
+use paddock_runtime::TemplateBuilt;
+use paddock_types::api::{CreateSandboxRequest, ErrorCode, TemplateBuildEvent};
+use paddock_types::recipe::{Command, Instruction, Recipe};
+use paddock_types::{ImageConfig, SandboxId, TemplateId};
+use sha2::{Digest as _, Sha256};
+use tokio::sync::mpsc;
+
+use crate::lifecycle::build_step::BuildCommand;
+use crate::core::service::runtime_error;
+use crate::plan::template::{ResolvedTemplate, TemplateDetail};
+use crate::{Principal, SandboxService, ServiceError};
+
+/// How long one `RUN` may take.
+const STEP_TIMEOUT_MS: u64 = 3600 * 1000;
+/// How long a step's sandbox lives at most (its step's timeout and some): one a crash left behind
+/// expires by itself.
+const STEP_SANDBOX_TIMEOUT_SECS: u64 = 3600 + 600;
+/// Most bytes of a step's output sent as build events (the rest is cut, and said so).
+const MAX_STEP_LOG: usize = 64 << 10;
+
+/// A recipe with the cache keys of its trees: the `FROM` image's, then one per `RUN`.
+#[derive(Debug, Clone)]
+pub(crate) struct RecipePlan {
+    pub(crate) recipe: Recipe,
+    /// `keys[0]`: the `FROM` image; `keys[i]`: after the i-th `RUN`.
+    keys: Vec<String>,
+    /// For each `RUN` (in order), its step's index in `recipe.steps`.
+    runs: Vec<usize>,
+}
+
+fn sha256_hex(parts: &[&str]) -> String {
+    let mut h = Sha256::new();
+    for part in parts {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    hex::encode(h.finalize())
+}
+
+impl RecipePlan {
+    /// Plans `recipe`; refuses what this server cannot build.
+    pub(crate) fn new(recipe: Recipe) -> Result<Self, ServiceError> {
+        let mut keys = vec![sha256_hex(&["paddock-recipe-v1", "from", &recipe.from])];
+        let mut runs = Vec::new();
+        let mut since_last = String::new();
+        for (i, step) in recipe.steps.iter().enumerate() {
+            match &step.instruction {
+                Instruction::Run { .. } => {
+                    let previous = keys.last().cloned().unwrap_or_default();
+                    keys.push(sha256_hex(&[&previous, &since_last, &step.cache_text()]));
+                    runs.push(i);
+                    since_last.clear();
+                }
+                Instruction::Copy { .. } | Instruction::Add { .. } => {
+                    return Err(ServiceError::new(
+                        ErrorCode::Unsupported,
+                        format!(
+                            "line {}: COPY and ADD need a build context, which this server does not take yet",
+                            step.line
+                        ),
+                    ))
+                }
+                _ => {
+                    since_last.push_str(&step.cache_text());
+                    since_last.push('\n');
+                }
+            }
+        }
+        Ok(Self { recipe, keys, runs })
+    }
+}
+
+/// The argv of a recipe command (the shell form runs with `/bin/sh -c`, as docker does).
+fn argv(command: &Command) -> Vec<String> {
+    match command {
+        Command::Shell(script) => vec!["/bin/sh".into(), "-c".into(), script.clone()],
+        Command::Exec(argv) => argv.clone(),
+    }
+}
+
+/// `config` after `instruction` (nothing for `RUN`, `LABEL`).
+fn apply(config: &mut ImageConfig, instruction: &Instruction) {
+    match instruction {
+        Instruction::Env { vars } => {
+            for (key, value) in vars {
+                let prefix = format!("{key}=");
+                config.env.retain(|e| !e.starts_with(&prefix));
+                config.env.push(format!("{key}={value}"));
+            }
+        }
+        Instruction::Workdir { path } => config.working_dir = Some(path.clone()),
+        Instruction::User { user } => config.user = Some(user.clone()),
+        Instruction::Expose { ports } => {
+            for port in ports {
+                if !config.exposed_ports.contains(port) {
+                    config.exposed_ports.push(port.clone());
+                }
+            }
+        }
+        Instruction::Cmd { command } => config.cmd = Some(argv(command)),
+        Instruction::Entrypoint { command } => {
+            config.entrypoint = Some(argv(command));
+            config.cmd = None;
+        }
+        _ => {}
+    }
+}
+
+fn event(events: &mpsc::Sender<TemplateBuildEvent>, e: TemplateBuildEvent) {
+    // Progress never stalls a build (see `build_template`).
+    let _ = events.try_send(e);
+}
+
+impl SandboxService {
+    /// Builds `plan` as template `id` (recorded by the caller) for `p`; returns the result to
+    /// record. Every template made on the way is removed, also on failure.
+    pub(crate) async fn build_recipe(
+        &self,
+        p: &Principal,
+        id: &TemplateId,
+        plan: &RecipePlan,
+        network: Option<paddock_types::NetworkPolicy>,
+        events: &mpsc::Sender<TemplateBuildEvent>,
+    ) -> Result<TemplateBuilt, ServiceError> {
+        let mut made: Vec<TemplateId> = Vec::new();
+        let result = self.run_recipe(p, id, plan, network, events, &mut made).await;
+        for template in made {
+            let t = template.clone();
+            if let Ok(Err(e)) = self.on_backend("delete a template", move |b| b.delete_template(&t)).await {
+                tracing::warn!(template = %template, error = %e, "a recipe's step template not removed; gc will");
+            }
+        }
+        result
+    }
+
+    async fn run_recipe(
+        &self,
+        p: &Principal,
+        id: &TemplateId,
+        plan: &RecipePlan,
+        network: Option<paddock_types::NetworkPolicy>,
+        events: &mpsc::Sender<TemplateBuildEvent>,
+        made: &mut Vec<TemplateId>,
+    ) -> Result<TemplateBuilt, ServiceError> {
+        let steps = &plan.recipe.steps;
+        let of = steps.len() + 1;
+        let keys = plan.keys.clone();
+        let cached = self
+            .on_backend("read the layer cache", move |b| b.cached_prefix(&keys))
+            .await?
+            .map_err(|e| runtime_error("read the layer cache", e))?;
+        // The template so far, its chain, its process defaults, and the steps it covers.
+        let (mut current, mut chain, mut config, mut done) = if cached == 0 {
+            event(
+                events,
+                TemplateBuildEvent::Step {
+                    index: 0,
+                    of,
+                    instruction: format!("FROM {}", plan.recipe.from),
+                    cached: false,
+                },
+            );
+            let base = TemplateId::from_random(rand::random());
+            made.push(base.clone());
+            let reference = plan
+                .recipe
+                .from
+                .parse()
+                .map_err(|e: paddock_registry::RegistryError| ServiceError::invalid("recipe", e.to_string()))?;
+            let dest = match &self.inner.config.images.pull_dir {
+                Some(dir) => dir.join(base.as_str()),
+                None => return Err(ServiceError::new(ErrorCode::Unsupported, "this server builds no templates")),
+            };
+            let built = self.pull_and_build(&base, &reference, &dest, events).await;
+            if let Err(e) = std::fs::remove_dir_all(&dest) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(path = %dest.display(), error = %e, "pulled image not removed");
+                }
+            }
+            let built = built?;
+            let (t, key) = (base.clone(), plan.keys[0].clone());
+            self.on_backend("cache a template", move |b| b.cache_template(&t, &key))
+                .await?
+                .map_err(|e| runtime_error("cache a template", e))?;
+            (base, vec![plan.keys[0].clone()], built.config, 0)
+        } else {
+            let template = TemplateId::from_random(rand::random());
+            made.push(template.clone());
+            let chain = plan.keys[..cached].to_vec();
+            let (t, c) = (template.clone(), chain.clone());
+            let built = self
+                .on_backend("make a template from the cache", move |b| b.template_from_cache(&t, &c))
+                .await?
+                .map_err(|e| runtime_error("make a template from the cache", e))?
+                .ok_or_else(|| ServiceError::internal("make a template from the cache", &"a cached step vanished"))?;
+            // The steps up to the last cached `RUN` are done; their defaults are in its record.
+            let done = if cached == 1 { 0 } else { plan.runs[cached - 2] + 1 };
+            event(
+                events,
+                TemplateBuildEvent::Step {
+                    index: 0,
+                    of,
+                    instruction: format!("FROM {}", plan.recipe.from),
+                    cached: true,
+                },
+            );
+            for (i, step) in steps.iter().enumerate().take(done) {
+                event(
+                    events,
+                    TemplateBuildEvent::Step {
+                        index: i + 1,
+                        of,
+                        instruction: step.cache_text(),
+                        cached: true,
+                    },
+                );
+            }
+            (template, chain, built.config, done)
+        };
+        let base_digest = plan.keys[0].clone();
+        while done < steps.len() {
+            let step = &steps[done];
+            event(
+                events,
+                TemplateBuildEvent::Step {
+                    index: done + 1,
+                    of,
+                    instruction: step.cache_text(),
+                    cached: false,
+                },
+            );
+            if let Instruction::Run { command } = &step.instruction {
+                let run = plan.runs.iter().position(|&i| i == done).unwrap_or_default();
+                let key = plan.keys[run + 1].clone();
+                let next = TemplateId::from_random(rand::random());
+                made.push(next.clone());
+                chain.push(key);
+                self.run_step(p, (&current, &config), (&next, &chain), done, command, network.clone(), events)
+                    .await
+                    .map_err(|mut e| {
+                        e.message = format!("line {}: {}", step.line, e.message);
+                        e
+                    })?;
+                current = next;
+            } else {
+                apply(&mut config, &step.instruction);
+            }
+            done += 1;
+        }
+        // The template itself: the last tree, recorded under the build's id.
+        let (t, c) = (id.clone(), chain.clone());
+        self.on_backend("make a template from the cache", move |b| b.template_from_cache(&t, &c))
+            .await?
+            .map_err(|e| runtime_error("make a template from the cache", e))?
+            .ok_or_else(|| ServiceError::internal("make a template from the cache", &"the last step vanished"))?;
+        let _ = current;
+        Ok(TemplateBuilt {
+            digest: format!("recipe:{}", chain.last().unwrap_or(&base_digest)),
+            config,
+            layers: Vec::new(),
+            added_default_user: false,
+        })
+    }
+
+    /// Runs one `RUN` in a sandbox of `from` (a template and its defaults) and makes template
+    /// `to.0` of its files, cached as `to.1`'s last key.
+    #[expect(clippy::too_many_arguments)]
+    async fn run_step(
+        &self,
+        p: &Principal,
+        from: (&TemplateId, &ImageConfig),
+        to: (&TemplateId, &[String]),
+        index: usize,
+        command: &Command,
+        network: Option<paddock_types::NetworkPolicy>,
+        events: &mpsc::Sender<TemplateBuildEvent>,
+    ) -> Result<(), ServiceError> {
+        let (template, config) = from;
+        let image = ResolvedTemplate {
+            id: template.clone(),
+            detail: TemplateDetail {
+                built: TemplateBuilt {
+                    digest: String::new(),
+                    config: config.clone(),
+                    layers: Vec::new(),
+                    added_default_user: false,
+                },
+                start: None,
+            },
+        };
+        let request = CreateSandboxRequest {
+            template: Some(".recipe-step".into()),
+            network,
+            timeout_secs: Some(STEP_SANDBOX_TIMEOUT_SECS),
+            labels: BTreeMap::from([("paddock.template-build".to_owned(), to.0.to_string())]),
+            ..CreateSandboxRequest::default()
+        };
+        let plan = self.plan_request_with(p, request, Some(image)).await?;
+        let (sandbox, entry) = self
+            .boot_recorded(p, plan, paddock_types::VolumeSource::Template, 0)
+            .await?;
+        self.commit_created(p, sandbox.as_str(), entry).await?;
+        let result = self.step_in(p, &sandbox, config, to, index, command, events).await;
+        if let Err(e) = self.kill_sandbox(p, &sandbox).await {
+            tracing::warn!(sandbox_id = %sandbox, error = %e, "a recipe step's sandbox not removed; it expires");
+        }
+        result
+    }
+
+    #[expect(clippy::too_many_arguments)]
+    async fn step_in(
+        &self,
+        p: &Principal,
+        sandbox: &SandboxId,
+        config: &ImageConfig,
+        to: (&TemplateId, &[String]),
+        index: usize,
+        command: &Command,
+        events: &mpsc::Sender<TemplateBuildEvent>,
+    ) -> Result<(), ServiceError> {
+        let env: BTreeMap<String, String> = config
+            .env
+            .iter()
+            .filter_map(|e| e.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+            .collect();
+        let user = config
+            .user
+            .as_deref()
+            .map(|u| u.split(':').next().unwrap_or(u).to_owned())
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| "root".into());
+        let mut logged = 0usize;
+        let mut on_output = |stream: paddock_protocol::Stream, data: &[u8]| {
+            if logged >= MAX_STEP_LOG {
+                return;
+            }
+            let take = data.len().min(MAX_STEP_LOG - logged);
+            logged += take;
+            let mut text = String::from_utf8_lossy(&data[..take]).into_owned();
+            if logged == MAX_STEP_LOG {
+                text.push_str("\n[paddock: the rest of this step's output is not shown]\n");
+            }
+            let stream = match stream {
+                paddock_protocol::Stream::Stderr => "stderr",
+                _ => "stdout",
+            };
+            event(
+                events,
+                TemplateBuildEvent::Log {
+                    step: index + 1,
+                    stream: stream.to_owned(),
+                    text,
+                },
+            );
+        };
+        let command = BuildCommand {
+            argv: argv(command),
+            env,
+            cwd: config.working_dir.clone().unwrap_or_else(|| "/".into()),
+            user,
+            timeout_ms: STEP_TIMEOUT_MS,
+            tag: "recipe-step",
+        };
+        let exit = self.run_build_command(p, sandbox, command, &mut on_output).await?;
+        if exit.timed_out || exit.code != Some(0) {
+            return Err(ServiceError::new(
+                ErrorCode::BuildFailed,
+                if exit.timed_out {
+                    format!("RUN timed out after {} s", STEP_TIMEOUT_MS / 1000)
+                } else if let Some(signal) = exit.signal {
+                    format!("RUN was killed by signal {signal}")
+                } else {
+                    format!("RUN exited with code {}", exit.code.unwrap_or(-1))
+                },
+            ));
+        }
+        // A snapshot of the step's files, kept only until the template is made of it (a crash
+        // in between leaves storage without a record, which startup gc removes).
+        let snapshot = paddock_types::SnapshotId::from_random(rand::random());
+        let sb = self
+            .live_sandbox(sandbox.as_str())
+            .ok_or_else(|| ServiceError::sandbox_ending(sandbox))?;
+        let s = snapshot.clone();
+        self.on_live_handle(&sb, "snapshot a recipe step", move |b, h| b.snapshot_sandbox(h, &s))
+            .await?;
+        let (t, s, c, cfg) = (to.0.clone(), snapshot.clone(), to.1.to_vec(), config.clone());
+        let made = self
+            .on_backend("make a template of a step", move |b| b.template_from_snapshot(&t, &s, &c, &cfg))
+            .await
+            .and_then(|r| r.map_err(|e| runtime_error("make a template of a step", e)));
+        let s = snapshot.clone();
+        if let Ok(Err(e)) = self.on_backend("delete a snapshot", move |b| b.delete_snapshot(&s)).await {
+            tracing::warn!(snapshot = %snapshot, error = %e, "a recipe step's snapshot not removed; gc will");
+        }
+        made
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_chain_the_runs_and_fold_in_what_came_between() {
+        let plan = |text: &str| {
+            RecipePlan::new(paddock_types::recipe::parse_recipe(text, &BTreeMap::new()).expect("parses"))
+                .expect("plans")
+        };
+        let a = plan("FROM img:1\nRUN echo a\nENV X=1\nRUN echo b\nCMD [\"sh\"]\n");
+        assert_eq!(a.keys.len(), 3);
+        assert_eq!(a.runs, [0, 2]);
+        // Same prefix: same keys; a changed ENV before the second RUN changes only its key.
+        let b = plan("FROM img:1\nRUN echo a\nENV X=2\nRUN echo b\n");
+        assert_eq!(a.keys[..2], b.keys[..2]);
+        assert_ne!(a.keys[2], b.keys[2]);
+        // Another base changes everything.
+        let c = plan("FROM img:2\nRUN echo a\nENV X=1\nRUN echo b\n");
+        assert!(a.keys.iter().zip(&c.keys).all(|(x, y)| x != y));
+        // Keys name subvolumes: 64 hex digits.
+        assert!(a.keys.iter().all(|k| k.len() == 64 && k.bytes().all(|b| b.is_ascii_hexdigit())));
+        let copy = paddock_types::recipe::parse_recipe("FROM img\nCOPY a /a\n", &BTreeMap::new()).expect("parses");
+        assert_eq!(RecipePlan::new(copy).err().map(|e| e.code), Some(ErrorCode::Unsupported));
+    }
+
+    #[test]
+    fn defaults_follow_the_instructions() {
+        let recipe = paddock_types::recipe::parse_recipe(
+            "FROM img\nENV A=1 B=2\nENV A=3\nWORKDIR /srv\nUSER app\nEXPOSE 80\nCMD [\"serve\"]\nENTRYPOINT [\"/bin/app\"]\n",
+            &BTreeMap::new(),
+        )
+        .expect("parses");
+        let mut config = ImageConfig {
+            env: vec!["PATH=/bin".into(), "A=0".into()],
+            cmd: Some(vec!["old".into()]),
+            ..ImageConfig::default()
+        };
+        for step in &recipe.steps {
+            apply(&mut config, &step.instruction);
+        }
+        assert_eq!(config.env, ["PATH=/bin", "B=2", "A=3"]);
+        assert_eq!(config.working_dir.as_deref(), Some("/srv"));
+        assert_eq!(config.user.as_deref(), Some("app"));
+        assert_eq!(config.exposed_ports, ["80/tcp"]);
+        assert_eq!(config.entrypoint, Some(vec!["/bin/app".to_owned()]));
+        assert_eq!(config.cmd, None, "an ENTRYPOINT resets CMD");
+    }
+}
