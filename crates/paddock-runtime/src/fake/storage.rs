@@ -219,7 +219,10 @@ impl StorageBackend for FakeBackend {
 
     fn cached_prefix(&self, chain: &[String]) -> Result<usize, RuntimeError> {
         let state = lock(&self.shared.state);
-        Ok(chain.iter().take_while(|k| state.layer_cache.contains_key(*k)).count())
+        Ok(chain
+            .iter()
+            .take_while(|k| state.layer_cache.contains_key(*k))
+            .count())
     }
 
     fn cache_template(&self, template: &TemplateId, key: &str) -> Result<(), RuntimeError> {

@@ -81,10 +81,18 @@ impl SandboxService {
                     .map_err(|e| ServiceError::invalid("recipe", e.to_string()))?;
                 Source::Recipe(Box::new(RecipePlan::new(recipe)?))
             }
-            _ => return Err(ServiceError::invalid("from", "give exactly one of `from` and `recipe`")),
+            _ => {
+                return Err(ServiceError::invalid(
+                    "from",
+                    "give exactly one of `from` and `recipe`",
+                ))
+            }
         };
         if req.network.is_some() && req.recipe.is_none() {
-            return Err(ServiceError::invalid("network", "a network is for a recipe's steps"));
+            return Err(ServiceError::invalid(
+                "network",
+                "a network is for a recipe's steps",
+            ));
         }
         if let Some(start) = &req.start {
             check_start(start)?;
@@ -111,7 +119,11 @@ impl SandboxService {
             name: name.to_string(),
             source: match &source {
                 Source::Image(_) => req.from.clone().unwrap_or_default(),
-                Source::Recipe(plan) => format!("recipe: FROM {}, {} steps", plan.recipe.from, plan.recipe.steps.len()),
+                Source::Recipe(plan) => format!(
+                    "recipe: FROM {}, {} steps",
+                    plan.recipe.from,
+                    plan.recipe.steps.len()
+                ),
             },
             created_at_ms: now_ms(),
         };
@@ -121,26 +133,29 @@ impl SandboxService {
         let dest = pull_dir.join(id.as_str());
         let built = match &source {
             Source::Image(reference) => self.pull_and_build(&id, reference, &dest, &events).await,
-            Source::Recipe(plan) => self.build_recipe(p, &id, plan, req.network.clone(), &events).await,
+            Source::Recipe(plan) => {
+                self.build_recipe(p, &id, plan, req.network.clone(), &events)
+                    .await
+            }
         };
         let result = built.and_then(|built| {
-                // The image's own command when the request names none (known once it is read).
-                let start = match req.start {
-                    None => None,
-                    Some(mut start) => {
-                        if start.command.is_none() {
-                            start.command = Some(built.config.start_command().ok_or_else(|| {
-                                ServiceError::invalid(
-                                    "start.command",
-                                    "the image has no Entrypoint or Cmd: give start.command",
-                                )
-                            })?);
-                        }
-                        Some(start)
+            // The image's own command when the request names none (known once it is read).
+            let start = match req.start {
+                None => None,
+                Some(mut start) => {
+                    if start.command.is_none() {
+                        start.command = Some(built.config.start_command().ok_or_else(|| {
+                            ServiceError::invalid(
+                                "start.command",
+                                "the image has no Entrypoint or Cmd: give start.command",
+                            )
+                        })?);
                     }
-                };
-                Ok(TemplateDetail { built, start })
-            });
+                    Some(start)
+                }
+            };
+            Ok(TemplateDetail { built, start })
+        });
         if let Err(e) = std::fs::remove_dir_all(&dest) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(path = %dest.display(), error = %e, "pulled image not removed");

@@ -20,8 +20,8 @@ use paddock_types::{ImageConfig, SandboxId, TemplateId};
 use sha2::{Digest as _, Sha256};
 use tokio::sync::mpsc;
 
-use crate::lifecycle::build_step::BuildCommand;
 use crate::core::service::runtime_error;
+use crate::lifecycle::build_step::BuildCommand;
 use crate::plan::template::{ResolvedTemplate, TemplateDetail};
 use crate::{Principal, SandboxService, ServiceError};
 
@@ -32,6 +32,15 @@ const STEP_TIMEOUT_MS: u64 = 3600 * 1000;
 const STEP_SANDBOX_TIMEOUT_SECS: u64 = 3600 + 600;
 /// Most bytes of a step's output sent as build events (the rest is cut, and said so).
 const MAX_STEP_LOG: usize = 64 << 10;
+
+/// One `RUN` to run: its step's index, command, environment (build arguments under the image's
+/// variables) and the network of its sandbox.
+struct StepRun<'a> {
+    index: usize,
+    command: &'a Command,
+    env: BTreeMap<String, String>,
+    network: Option<paddock_types::NetworkPolicy>,
+}
 
 /// A recipe with the cache keys of its trees: the `FROM` image's, then one per `RUN`.
 #[derive(Debug, Clone)]
@@ -141,7 +150,10 @@ impl SandboxService {
         let result = self.run_recipe(p, id, plan, network, events, &mut made).await;
         for template in made {
             let t = template.clone();
-            if let Ok(Err(e)) = self.on_backend("delete a template", move |b| b.delete_template(&t)).await {
+            if let Ok(Err(e)) = self
+                .on_backend("delete a template", move |b| b.delete_template(&t))
+                .await
+            {
                 tracing::warn!(template = %template, error = %e, "a recipe's step template not removed; gc will");
             }
         }
@@ -181,10 +193,17 @@ impl SandboxService {
                 .recipe
                 .from
                 .parse()
-                .map_err(|e: paddock_registry::RegistryError| ServiceError::invalid("recipe", e.to_string()))?;
+                .map_err(|e: paddock_registry::RegistryError| {
+                    ServiceError::invalid("recipe", e.to_string())
+                })?;
             let dest = match &self.inner.config.images.pull_dir {
                 Some(dir) => dir.join(base.as_str()),
-                None => return Err(ServiceError::new(ErrorCode::Unsupported, "this server builds no templates")),
+                None => {
+                    return Err(ServiceError::new(
+                        ErrorCode::Unsupported,
+                        "this server builds no templates",
+                    ))
+                }
             };
             let built = self.pull_and_build(&base, &reference, &dest, events).await;
             if let Err(e) = std::fs::remove_dir_all(&dest) {
@@ -204,10 +223,14 @@ impl SandboxService {
             let chain = plan.keys[..cached].to_vec();
             let (t, c) = (template.clone(), chain.clone());
             let built = self
-                .on_backend("make a template from the cache", move |b| b.template_from_cache(&t, &c))
+                .on_backend("make a template from the cache", move |b| {
+                    b.template_from_cache(&t, &c)
+                })
                 .await?
                 .map_err(|e| runtime_error("make a template from the cache", e))?
-                .ok_or_else(|| ServiceError::internal("make a template from the cache", &"a cached step vanished"))?;
+                .ok_or_else(|| {
+                    ServiceError::internal("make a template from the cache", &"a cached step vanished")
+                })?;
             // The steps up to the last cached `RUN` are done; their defaults are in its record.
             let done = if cached == 1 { 0 } else { plan.runs[cached - 2] + 1 };
             event(
@@ -233,27 +256,49 @@ impl SandboxService {
             (template, chain, built.config, done)
         };
         let base_digest = plan.keys[0].clone();
+        // Until a `RUN` runs, the defaults-only steps are what the cache had too.
+        let mut ran = cached == 0;
         while done < steps.len() {
             let step = &steps[done];
+            let is_run = matches!(step.instruction, Instruction::Run { .. });
+            ran |= is_run;
             event(
                 events,
                 TemplateBuildEvent::Step {
                     index: done + 1,
                     of,
                     instruction: step.cache_text(),
-                    cached: false,
+                    cached: !ran,
                 },
             );
-            if let Instruction::Run { command } = &step.instruction {
+            if let Instruction::Run { command, arg_env } = &step.instruction {
                 let run = plan.runs.iter().position(|&i| i == done).unwrap_or_default();
                 let key = plan.keys[run + 1].clone();
                 let next = TemplateId::from_random(rand::random());
                 made.push(next.clone());
                 chain.push(key);
-                self.run_step(p, (&current, &config), (&next, &chain), done, command, network.clone(), events)
+                // The step's build arguments are in its environment, under the image's own.
+                let run_env: BTreeMap<String, String> = arg_env
+                    .iter()
+                    .cloned()
+                    .chain(
+                        config
+                            .env
+                            .iter()
+                            .filter_map(|e| e.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned()))),
+                    )
+                    .collect();
+                let line = step.line;
+                let run = StepRun {
+                    index: done,
+                    command,
+                    env: run_env,
+                    network: network.clone(),
+                };
+                self.run_step(p, (&current, &config), (&next, &chain), run, events)
                     .await
                     .map_err(|mut e| {
-                        e.message = format!("line {}: {}", step.line, e.message);
+                        e.message = format!("line {line}: {}", e.message);
                         e
                     })?;
                 current = next;
@@ -264,10 +309,12 @@ impl SandboxService {
         }
         // The template itself: the last tree, recorded under the build's id.
         let (t, c) = (id.clone(), chain.clone());
-        self.on_backend("make a template from the cache", move |b| b.template_from_cache(&t, &c))
-            .await?
-            .map_err(|e| runtime_error("make a template from the cache", e))?
-            .ok_or_else(|| ServiceError::internal("make a template from the cache", &"the last step vanished"))?;
+        self.on_backend("make a template from the cache", move |b| {
+            b.template_from_cache(&t, &c)
+        })
+        .await?
+        .map_err(|e| runtime_error("make a template from the cache", e))?
+        .ok_or_else(|| ServiceError::internal("make a template from the cache", &"the last step vanished"))?;
         let _ = current;
         Ok(TemplateBuilt {
             digest: format!("recipe:{}", chain.last().unwrap_or(&base_digest)),
@@ -279,15 +326,12 @@ impl SandboxService {
 
     /// Runs one `RUN` in a sandbox of `from` (a template and its defaults) and makes template
     /// `to.0` of its files, cached as `to.1`'s last key.
-    #[expect(clippy::too_many_arguments)]
     async fn run_step(
         &self,
         p: &Principal,
         from: (&TemplateId, &ImageConfig),
         to: (&TemplateId, &[String]),
-        index: usize,
-        command: &Command,
-        network: Option<paddock_types::NetworkPolicy>,
+        step: StepRun<'_>,
         events: &mpsc::Sender<TemplateBuildEvent>,
     ) -> Result<(), ServiceError> {
         let (template, config) = from;
@@ -305,7 +349,7 @@ impl SandboxService {
         };
         let request = CreateSandboxRequest {
             template: Some(".recipe-step".into()),
-            network,
+            network: step.network.clone(),
             timeout_secs: Some(STEP_SANDBOX_TIMEOUT_SECS),
             labels: BTreeMap::from([("paddock.template-build".to_owned(), to.0.to_string())]),
             ..CreateSandboxRequest::default()
@@ -315,29 +359,23 @@ impl SandboxService {
             .boot_recorded(p, plan, paddock_types::VolumeSource::Template, 0)
             .await?;
         self.commit_created(p, sandbox.as_str(), entry).await?;
-        let result = self.step_in(p, &sandbox, config, to, index, command, events).await;
+        let result = self.step_in(p, &sandbox, config, to, &step, events).await;
         if let Err(e) = self.kill_sandbox(p, &sandbox).await {
             tracing::warn!(sandbox_id = %sandbox, error = %e, "a recipe step's sandbox not removed; it expires");
         }
         result
     }
 
-    #[expect(clippy::too_many_arguments)]
     async fn step_in(
         &self,
         p: &Principal,
         sandbox: &SandboxId,
         config: &ImageConfig,
         to: (&TemplateId, &[String]),
-        index: usize,
-        command: &Command,
+        step: &StepRun<'_>,
         events: &mpsc::Sender<TemplateBuildEvent>,
     ) -> Result<(), ServiceError> {
-        let env: BTreeMap<String, String> = config
-            .env
-            .iter()
-            .filter_map(|e| e.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
-            .collect();
+        let index = step.index;
         let user = config
             .user
             .as_deref()
@@ -369,14 +407,16 @@ impl SandboxService {
             );
         };
         let command = BuildCommand {
-            argv: argv(command),
-            env,
+            argv: argv(step.command),
+            env: step.env.clone(),
             cwd: config.working_dir.clone().unwrap_or_else(|| "/".into()),
             user,
             timeout_ms: STEP_TIMEOUT_MS,
             tag: "recipe-step",
         };
-        let exit = self.run_build_command(p, sandbox, command, &mut on_output).await?;
+        let exit = self
+            .run_build_command(p, sandbox, command, &mut on_output)
+            .await?;
         if exit.timed_out || exit.code != Some(0) {
             return Err(ServiceError::new(
                 ErrorCode::BuildFailed,
@@ -396,15 +436,22 @@ impl SandboxService {
             .live_sandbox(sandbox.as_str())
             .ok_or_else(|| ServiceError::sandbox_ending(sandbox))?;
         let s = snapshot.clone();
-        self.on_live_handle(&sb, "snapshot a recipe step", move |b, h| b.snapshot_sandbox(h, &s))
-            .await?;
+        self.on_live_handle(&sb, "snapshot a recipe step", move |b, h| {
+            b.snapshot_sandbox(h, &s)
+        })
+        .await?;
         let (t, s, c, cfg) = (to.0.clone(), snapshot.clone(), to.1.to_vec(), config.clone());
         let made = self
-            .on_backend("make a template of a step", move |b| b.template_from_snapshot(&t, &s, &c, &cfg))
+            .on_backend("make a template of a step", move |b| {
+                b.template_from_snapshot(&t, &s, &c, &cfg)
+            })
             .await
             .and_then(|r| r.map_err(|e| runtime_error("make a template of a step", e)));
         let s = snapshot.clone();
-        if let Ok(Err(e)) = self.on_backend("delete a snapshot", move |b| b.delete_snapshot(&s)).await {
+        if let Ok(Err(e)) = self
+            .on_backend("delete a snapshot", move |b| b.delete_snapshot(&s))
+            .await
+        {
             tracing::warn!(snapshot = %snapshot, error = %e, "a recipe step's snapshot not removed; gc will");
         }
         made
@@ -432,9 +479,16 @@ mod tests {
         let c = plan("FROM img:2\nRUN echo a\nENV X=1\nRUN echo b\n");
         assert!(a.keys.iter().zip(&c.keys).all(|(x, y)| x != y));
         // Keys name subvolumes: 64 hex digits.
-        assert!(a.keys.iter().all(|k| k.len() == 64 && k.bytes().all(|b| b.is_ascii_hexdigit())));
-        let copy = paddock_types::recipe::parse_recipe("FROM img\nCOPY a /a\n", &BTreeMap::new()).expect("parses");
-        assert_eq!(RecipePlan::new(copy).err().map(|e| e.code), Some(ErrorCode::Unsupported));
+        assert!(a
+            .keys
+            .iter()
+            .all(|k| k.len() == 64 && k.bytes().all(|b| b.is_ascii_hexdigit())));
+        let copy =
+            paddock_types::recipe::parse_recipe("FROM img\nCOPY a /a\n", &BTreeMap::new()).expect("parses");
+        assert_eq!(
+            RecipePlan::new(copy).err().map(|e| e.code),
+            Some(ErrorCode::Unsupported)
+        );
     }
 
     #[test]

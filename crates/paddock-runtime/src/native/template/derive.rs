@@ -55,7 +55,11 @@ impl NativeBackend {
     }
 
     /// [`crate::StorageBackend::cache_template`].
-    pub(in crate::native) fn cache_template(&self, template: &TemplateId, key: &str) -> Result<(), RuntimeError> {
+    pub(in crate::native) fn cache_template(
+        &self,
+        template: &TemplateId,
+        key: &str,
+    ) -> Result<(), RuntimeError> {
         check_chain(&[key.to_owned()])?;
         let path = self.pool.existing_image(template)?;
         cache::insert(self.pool.root(), key, &path)
