@@ -1,5 +1,5 @@
 //! Domain data of paddock: sandbox, snapshot and volume ids, sizes, limits, mounts, the network
-//! policy and the sandbox spec.
+//! policy, the sandbox spec, and recipes (the Dockerfile subset templates are built from).
 //!
 //! Everything here is plain data, parsed once at the edge (`FromStr`, and serde goes through the same
 //! parsers) so the rest of the code never handles an unvalidated id, size or path. No I/O, no tokio.
@@ -36,3 +36,4 @@ pub use volumes::{
 
 pub mod api;
 pub mod diff;
+pub mod recipe;
