@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use paddock_protocol::{CommandSpec, ExitStatus, SpawnRequest, Stream};
-use paddock_runtime::agent_client::ProcessEvent;
+use paddock_runtime::agent_client::{AgentClientError, MkdirOptions, ProcessEvent};
 use paddock_types::api::ErrorCode;
 use paddock_types::SandboxId;
 
@@ -49,6 +49,19 @@ impl SandboxService {
         };
         self.audit(AuditEntry::ok(p, AuditAction::ProcessStart, Some(id.as_str())).detail(detail))
             .await?;
+        // The working directory is made if missing, owned by the command's user (as docker's
+        // builder makes a `WORKDIR`).
+        let mkdir = MkdirOptions {
+            parents: true,
+            mode: None,
+            user: Some(command.user.clone()),
+        };
+        sb.client.mkdir(&command.cwd, &mkdir).await.map_err(|e| {
+            ServiceError::new(
+                ErrorCode::BuildFailed,
+                format!("working directory {}: {}", command.cwd, agent_reason(&e)),
+            )
+        })?;
         let request = SpawnRequest {
             command: spec,
             env: command.env,
@@ -64,7 +77,7 @@ impl SandboxService {
             .client
             .spawn(request)
             .await
-            .map_err(|e| ServiceError::new(ErrorCode::BuildFailed, e.to_string()))?;
+            .map_err(|e| ServiceError::new(ErrorCode::BuildFailed, agent_reason(&e)))?;
         while let Some(event) = events.recv().await {
             match event {
                 ProcessEvent::Output { stream, data, .. } => on_output(stream, &data),
@@ -72,5 +85,13 @@ impl SandboxService {
             }
         }
         Err(ServiceError::sandbox_ending(id))
+    }
+}
+
+/// What the agent said, or what went wrong talking to it.
+fn agent_reason(e: &AgentClientError) -> String {
+    match e {
+        AgentClientError::Agent(error) => error.message.clone(),
+        other => other.to_string(),
     }
 }

@@ -102,14 +102,18 @@ fn argv(command: &Command) -> Vec<String> {
     }
 }
 
-/// `config` after `instruction` (nothing for `RUN`, `LABEL`).
-fn apply(config: &mut ImageConfig, instruction: &Instruction) {
+/// `config` after `instruction` (nothing for `RUN`, `LABEL`). `recipe_cmd` says whether the recipe
+/// set `CMD` already: an `ENTRYPOINT` clears only the base image's, as docker does.
+fn apply(config: &mut ImageConfig, instruction: &Instruction, recipe_cmd: &mut bool) {
     match instruction {
         Instruction::Env { vars } => {
             for (key, value) in vars {
                 let prefix = format!("{key}=");
-                config.env.retain(|e| !e.starts_with(&prefix));
-                config.env.push(format!("{key}={value}"));
+                let entry = format!("{key}={value}");
+                match config.env.iter_mut().find(|e| e.starts_with(&prefix)) {
+                    Some(existing) => *existing = entry,
+                    None => config.env.push(entry),
+                }
             }
         }
         Instruction::Workdir { path } => config.working_dir = Some(path.clone()),
@@ -121,10 +125,15 @@ fn apply(config: &mut ImageConfig, instruction: &Instruction) {
                 }
             }
         }
-        Instruction::Cmd { command } => config.cmd = Some(argv(command)),
+        Instruction::Cmd { command } => {
+            config.cmd = Some(argv(command));
+            *recipe_cmd = true;
+        }
         Instruction::Entrypoint { command } => {
             config.entrypoint = Some(argv(command));
-            config.cmd = None;
+            if !*recipe_cmd {
+                config.cmd = None;
+            }
         }
         _ => {}
     }
@@ -258,6 +267,9 @@ impl SandboxService {
         let base_digest = plan.keys[0].clone();
         // Until a `RUN` runs, the defaults-only steps are what the cache had too.
         let mut ran = cached == 0;
+        let mut recipe_cmd = steps[..done]
+            .iter()
+            .any(|s| matches!(s.instruction, Instruction::Cmd { .. }));
         while done < steps.len() {
             let step = &steps[done];
             let is_run = matches!(step.instruction, Instruction::Run { .. });
@@ -303,7 +315,7 @@ impl SandboxService {
                     })?;
                 current = next;
             } else {
-                apply(&mut config, &step.instruction);
+                apply(&mut config, &step.instruction, &mut recipe_cmd);
             }
             done += 1;
         }
@@ -503,14 +515,28 @@ mod tests {
             cmd: Some(vec!["old".into()]),
             ..ImageConfig::default()
         };
+        let mut recipe_cmd = false;
         for step in &recipe.steps {
-            apply(&mut config, &step.instruction);
+            apply(&mut config, &step.instruction, &mut recipe_cmd);
         }
-        assert_eq!(config.env, ["PATH=/bin", "B=2", "A=3"]);
+        assert_eq!(config.env, ["PATH=/bin", "A=3", "B=2"], "replaced in place");
         assert_eq!(config.working_dir.as_deref(), Some("/srv"));
         assert_eq!(config.user.as_deref(), Some("app"));
         assert_eq!(config.exposed_ports, ["80/tcp"]);
         assert_eq!(config.entrypoint, Some(vec!["/bin/app".to_owned()]));
-        assert_eq!(config.cmd, None, "an ENTRYPOINT resets CMD");
+        assert_eq!(
+            config.cmd,
+            Some(vec!["serve".to_owned()]),
+            "an ENTRYPOINT keeps the recipe's own CMD"
+        );
+        assert_eq!(
+            config,
+            recipe.image_config(&ImageConfig {
+                env: vec!["PATH=/bin".into(), "A=0".into()],
+                cmd: Some(vec!["old".into()]),
+                ..ImageConfig::default()
+            }),
+            "as the parser's own reading of the recipe"
+        );
     }
 }

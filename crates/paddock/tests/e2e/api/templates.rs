@@ -661,7 +661,8 @@ fn a_recipe_runs_its_steps_in_sandboxes_and_a_rebuild_reuses_the_unchanged_ones(
             format!(
                 "ARG BASE={from}\n\
                  FROM $BASE\n\
-                 # a comment\n\
+                 # a comment (the image's USER is app: RUN steps run as it until this)\n\
+                 USER root\n\
                  RUN echo made > /srv/made && id -u > /srv/made-by && echo to-the-log\n\
                  ENV STAGE=one\n\
                  RUN echo \"$STAGE\" >> /srv/made\n\
@@ -671,7 +672,7 @@ fn a_recipe_runs_its_steps_in_sandboxes_and_a_rebuild_reuses_the_unchanged_ones(
                  CMD [\"httpd\", \"-f\", \"-p\", \"8000\"]\n"
             )
         };
-        let first = recipe("id -un > /home/app/who");
+        let first = recipe("id -un > who");
         let run_rows = |rows: Vec<Value>| {
             rows.iter()
                 .filter(|r| r["detail"]["tag"] == "recipe-step")
@@ -704,7 +705,7 @@ fn a_recipe_runs_its_steps_in_sandboxes_and_a_rebuild_reuses_the_unchanged_ones(
         let (code, out, err) = run_in(
             &a,
             &sb,
-            json!({"shell": "cat /srv/made /srv/made-by /home/app/who; echo $STAGE; pwd; id -un"}),
+            json!({"shell": "cat /srv/made /srv/made-by /srv/work/who; echo $STAGE; pwd; id -un"}),
         )
         .await;
         assert_eq!(
@@ -747,7 +748,7 @@ fn a_recipe_runs_its_steps_in_sandboxes_and_a_rebuild_reuses_the_unchanged_ones(
         let (_, out, _) = run_in(
             &a,
             &sb,
-            json!({"shell": "cat /srv/work/changed; test -e /home/app/who || echo no-who"}),
+            json!({"shell": "cat /srv/work/changed; test -e /srv/work/who || echo no-who"}),
         )
         .await;
         assert_eq!(out, "changed\nno-who\n");
