@@ -249,30 +249,7 @@ pub enum VolumeCommand {
 pub enum TemplateCommand {
     /// Build a template from a registry image or a recipe (a Dockerfile subset); prints its name.
     /// Sandboxes start from it with `paddock sandbox create --template NAME`.
-    #[command(group(ArgGroup::new("source").required(true).args(["from", "file"])))]
-    Build {
-        /// Its name (unique among your templates).
-        name: String,
-        /// The image, as docker reads references (`python:3.12-slim`,
-        /// `registry.example:5000/team/img@sha256:...`).
-        #[arg(long)]
-        from: Option<String>,
-        /// A recipe file (`FROM`, `RUN`, `ENV`, `WORKDIR`, `USER`, `ARG`, `LABEL`, `EXPOSE`, `CMD`,
-        /// `ENTRYPOINT`; `-` reads stdin). Its `RUN` steps run in sandboxes, with the network the
-        /// `--allow-*` flags give them; unchanged steps are reused from earlier builds.
-        #[arg(long, short = 'f', value_name = "FILE")]
-        file: Option<std::path::PathBuf>,
-        /// A value for the recipe's `ARG NAME` (repeatable).
-        #[arg(long = "build-arg", value_name = "NAME=VALUE", value_parser = parse_label)]
-        build_args: Vec<(String, String)>,
-        #[command(flatten)]
-        net: super::NetworkArgs,
-        #[command(flatten)]
-        start: StartArgs,
-        /// Print the template's JSON instead of its name.
-        #[arg(long)]
-        json: bool,
-    },
+    Build(Box<TemplateBuildArgs>),
     /// List templates: the server's and yours.
     #[command(alias = "list")]
     Ls {
@@ -294,6 +271,33 @@ pub enum TemplateCommand {
         #[arg(required = true)]
         templates: Vec<String>,
     },
+}
+
+/// `paddock template build`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["from", "file"])))]
+pub struct TemplateBuildArgs {
+    /// Its name (unique among your templates).
+    pub name: String,
+    /// The image, as docker reads references (`python:3.12-slim`,
+    /// `registry.example:5000/team/img@sha256:...`).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// A recipe file (`FROM`, `RUN`, `ENV`, `WORKDIR`, `USER`, `ARG`, `LABEL`, `EXPOSE`, `CMD`,
+    /// `ENTRYPOINT`; `-` reads stdin). Its `RUN` steps run in sandboxes, with the network the
+    /// `--allow-*` flags give them; unchanged steps are reused from earlier builds.
+    #[arg(long, short = 'f', value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
+    /// A value for the recipe's `ARG NAME` (repeatable).
+    #[arg(long = "build-arg", value_name = "NAME=VALUE", value_parser = parse_label)]
+    pub build_args: Vec<(String, String)>,
+    #[command(flatten)]
+    pub net: super::NetworkArgs,
+    #[command(flatten)]
+    pub start: StartArgs,
+    /// Print the template's JSON instead of its name.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The start command of `paddock template build`.

@@ -308,22 +308,15 @@ pub fn template(state_dir: &Path, command: TemplateCommand) -> anyhow::Result<Ex
     let client = ApiClient::from_environment(state_dir)?;
     block_on(async move {
         match command {
-            TemplateCommand::Build {
-                name,
-                from,
-                file,
-                build_args,
-                net,
-                start,
-                json,
-            } => {
+            TemplateCommand::Build(args) => {
+                let args = *args;
                 let source = templates::BuildSource {
-                    from,
-                    recipe: file.map(|f| templates::read_recipe(&f)).transpose()?,
-                    build_args: build_args.into_iter().collect(),
-                    network: net.policy()?,
+                    from: args.from,
+                    recipe: args.file.map(|f| templates::read_recipe(&f)).transpose()?,
+                    build_args: args.build_args.into_iter().collect(),
+                    network: args.net.policy()?,
                 };
-                templates::build(&client, name, source, start, json).await
+                templates::build(&client, args.name, source, args.start, args.json).await
             }
             TemplateCommand::Ls { json } => templates::list(&client, json).await,
             TemplateCommand::Get { template, json } => templates::get(&client, &template, json).await,

@@ -793,3 +793,102 @@ fn a_recipe_runs_its_steps_in_sandboxes_and_a_rebuild_reuses_the_unchanged_ones(
         .err(400, "invalid_request");
     });
 }
+
+#[test]
+fn the_cli_builds_lists_shows_and_removes_templates_and_says_why_a_build_failed() {
+    let registry = TestRegistry::start();
+    let image = app_image();
+    registry.push(&image.path(), "v1", "paddock/app", "v1");
+    let from = format!("{}/paddock/app:v1", registry.host());
+    let h = Harness::with(options(&registry, good_credentials()));
+    let a = h.block_on(h.admin.new_tenant("tpl-cli"));
+    let cli = |args: &[&str], stdin: Option<&str>| {
+        use std::io::Write as _;
+        let mut child = Command::new(crate::support::paddock_bin())
+            .args(args)
+            .env("PADDOCK_URL", &a.base)
+            .env("PADDOCK_API_KEY", a.key.as_deref().expect("key"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run the CLI");
+        let mut input = child.stdin.take().expect("stdin");
+        input
+            .write_all(stdin.unwrap_or_default().as_bytes())
+            .expect("write stdin");
+        drop(input);
+        child.wait_with_output().expect("CLI output")
+    };
+    // Not a terminal: plain progress lines on stderr, the name on stdout.
+    let o = cli(&["template", "build", "app", "--from", &from], None);
+    crate::support::assert_code(&o, 0);
+    assert_eq!(crate::support::stdout(&o), "app\n");
+    let progress = crate::support::stderr(&o);
+    assert!(
+        progress.contains("pulling") && progress.contains("layer 2/2"),
+        "{progress}"
+    );
+    // A recipe from stdin, with a build argument and its step's output shown.
+    let recipe = format!("FROM {from}\nARG WHO=nobody\nUSER root\nRUN echo built-for-$WHO\n");
+    let o = cli(
+        &[
+            "template",
+            "build",
+            "app-recipe",
+            "-f",
+            "-",
+            "--build-arg",
+            "WHO=cli",
+        ],
+        Some(&recipe),
+    );
+    crate::support::assert_code(&o, 0);
+    assert!(
+        crate::support::stderr(&o).contains("built-for-cli"),
+        "{}",
+        crate::support::stderr(&o)
+    );
+    let o = cli(&["template", "ls"], None);
+    crate::support::assert_code(&o, 0);
+    let listing = crate::support::stdout(&o);
+    assert!(
+        listing.contains("default") && listing.contains("app-recipe") && listing.contains(&from),
+        "{listing}"
+    );
+    let o = cli(&["template", "get", "app"], None);
+    crate::support::assert_code(&o, 0);
+    let shown = crate::support::stdout(&o);
+    assert!(
+        shown.contains("workdir:   /srv") && shown.contains("user:      app"),
+        "{shown}"
+    );
+    // Failures: one readable line and a non-zero exit; nothing is left.
+    for (args, code) in [
+        (
+            vec!["template", "build", "x", "--from", "127.0.0.1:1/paddock/app:v1"],
+            "registry_unreachable",
+        ),
+        (
+            vec!["template", "build", "app", "--from", from.as_str()],
+            "template_exists",
+        ),
+        (vec!["template", "get", "nope"], "template_not_found"),
+    ] {
+        let o = cli(&args, None);
+        assert_ne!(o.status.code(), Some(0), "{args:?}");
+        // (Progress lines may come first: the error is the one `paddock:` line, last.)
+        let err = crate::support::stderr(&o);
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("paddock:")).collect();
+        assert_eq!(errors.len(), 1, "{args:?}: {err}");
+        assert!(
+            errors[0].contains(code) && err.trim_end().ends_with(errors[0]),
+            "{args:?}: {err}"
+        );
+    }
+    let o = cli(&["template", "rm", "app", "app-recipe"], None);
+    crate::support::assert_code(&o, 0);
+    let o = cli(&["template", "ls", "--json"], None);
+    let list: Value = serde_json::from_str(&crate::support::stdout(&o)).expect("json");
+    assert_eq!(list["templates"].as_array().map(Vec::len), Some(1), "{list}");
+}
