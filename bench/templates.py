@@ -20,6 +20,8 @@ with skopeo to a `docker-registry` it starts on 127.0.0.1 (plain HTTP, no auth; 
   2. create -> first output: POST /v1/sandboxes then exec `echo ready` (NDJSON), timed to the first
      stdout line, for the `default` template (host root) and a template built from `big`, interleaved,
      `--burst` each, cold (no warm pool: image templates have none yet), p50 / p99 and the ratio.
+  3. a recipe of 5 `RUN` steps on `multi`: one cold build, then `--runs` rebuilds under new names
+     with every step cached (checked: no pull, no step run), median.
 Prints a JSON summary. Everything it made is removed at the end (sandboxes, templates, server and
 state dir, registry process and storage, image layouts, peer directories).
 """
@@ -334,6 +336,33 @@ def pull_unpack(server, ref, runs):
     }
 
 
+def recipe_rebuild(server, ref, runs, steps):
+    """A recipe of `steps` RUN steps on `ref`: one cold build, then `runs` rebuilds under new names
+    with every step cached (nothing pulled or run: checked on the NDJSON events of one)."""
+    lines = ["FROM %s" % ref, "USER root"]
+    lines += ["RUN echo step-%d > /tmp/step-%d" % (i, i) for i in range(steps)]
+    recipe = "\n".join(lines) + "\n"
+    t = time.perf_counter()
+    server.json("POST", "/v1/templates", {"name": "recipe-cold", "recipe": recipe})
+    cold_ms = (time.perf_counter() - t) * 1000
+    times = []
+    for i in range(runs):
+        name = "recipe-again-%d" % i
+        t = time.perf_counter()
+        server.json("POST", "/v1/templates", {"name": name, "recipe": recipe})
+        times.append((time.perf_counter() - t) * 1000)
+        server.delete_template(name)
+    r = server.request("POST", "/v1/templates", {"name": "recipe-check", "recipe": recipe}, accept="application/x-ndjson")
+    events = [json.loads(line) for line in r.read().decode().splitlines() if line.strip()]
+    kinds = [e["event"] for e in events]
+    if "pulling" in kinds or any(e["event"] == "step" and not e["cached"] for e in events) or kinds[-1] != "done":
+        raise RuntimeError("a cached rebuild pulled or ran something: %r" % kinds)
+    server.delete_template("recipe-check")
+    server.delete_template("recipe-cold")
+    return {"steps": steps, "cold_ms": round(cold_ms, 1),
+            "cached_rebuild_ms": {"median": median_ms(times), "runs": [round(x, 1) for x in times]}}
+
+
 def create_first_output(server, template):
     t = time.perf_counter()
     sb = server.json("POST", "/v1/sandboxes", {"template": template, "timeout_secs": 600})
@@ -433,6 +462,7 @@ def main():
         server = TemplateServer(registry.host)
         results["pull_unpack_multi"] = pull_unpack(server, multi_ref, args.runs)
         results["create_to_first_output"] = creation(server, big_ref, args.burst, args.big_mb)
+        results["recipe_rebuild"] = recipe_rebuild(server, multi_ref, args.runs, 5)
         results["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
         results["load_1m_during"] = {"min": min(loads, default=None), "max": max(loads, default=None),
                                      "median": statistics.median(loads) if loads else None}
