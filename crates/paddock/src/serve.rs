@@ -52,11 +52,13 @@ async fn serve_async(config: &ServeConfig, backend: AnyBackend, store: Store) ->
     // Installed before anything slow, so that a signal during startup still shuts down cleanly.
     let mut term = signal(SignalKind::terminate()).context("failed to install a signal handler")?;
     let mut int = signal(SignalKind::interrupt()).context("failed to install a signal handler")?;
-    let mut service_config = config.service_config();
+    let mut service_config = config.service_config()?;
     service_config.network = config.network_config()?;
     let service = SandboxService::start(service_config, backend, store)
         .await
         .context("failed to start the sandbox service")?;
+    // Templates the configuration has the server build, in the background while the API serves.
+    service.ensure_configured_templates();
     match serve_http(config, &service, &mut term, &mut int).await {
         Ok(()) => {
             service.shutdown().await;

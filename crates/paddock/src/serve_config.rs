@@ -119,6 +119,26 @@ pub use ports::PortsSettings;
 pub use registry::RegistrySettings;
 pub(crate) use values::{human_duration, Human, Rootfs, Size};
 
+/// Reads a recipe file named by the configuration (at most 1 MiB, a regular file).
+fn read_recipe_file(path: &Path) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut text = String::new();
+    file.take(paddock_types::recipe::MAX_RECIPE_BYTES as u64 + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if text.len() > paddock_types::recipe::MAX_RECIPE_BYTES {
+        anyhow::bail!(
+            "{} is larger than {} bytes",
+            path.display(),
+            paddock_types::recipe::MAX_RECIPE_BYTES
+        );
+    }
+    paddock_types::recipe::parse_recipe(&text, &BTreeMap::new())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(text)
+}
+
 /// The largest snapshot archive an import accepts when the configuration names none.
 const DEFAULT_MAX_IMPORT: ByteSize = ByteSize::bytes(10 << 30);
 /// Every tenant's quota when `[quotas]` says nothing: counts of stored things are bounded (each is a
@@ -273,6 +293,10 @@ pub struct Template {
     pub rootfs: RootfsSpec,
     /// Sandboxes kept pre-started.
     pub warm_pool: u32,
+    /// A registry image the server builds it from (for every tenant).
+    pub image: Option<String>,
+    /// A recipe file the server builds it from (read at startup).
+    pub recipe: Option<PathBuf>,
 }
 
 impl ServeConfig {
@@ -293,9 +317,16 @@ impl ServeConfig {
         layers::to_toml(self)
     }
 
-    /// What the sandbox service is configured with.
-    pub fn service_config(&self) -> ServiceConfig {
-        ServiceConfig {
+    /// What the sandbox service is configured with (recipe files are read here).
+    pub fn service_config(&self) -> anyhow::Result<ServiceConfig> {
+        let mut recipes = BTreeMap::new();
+        for (name, t) in &self.templates {
+            if let Some(path) = &t.recipe {
+                let text = read_recipe_file(path).with_context(|| format!("templates.{name}.recipe"))?;
+                recipes.insert(name.clone(), text);
+            }
+        }
+        Ok(ServiceConfig {
             default_limits: self.default_limits.clone(),
             max_limits: self.max_limits.clone(),
             quotas: self.quotas,
@@ -308,6 +339,8 @@ impl ServeConfig {
                     let config = TemplateConfig {
                         rootfs: t.rootfs.clone(),
                         warm_pool_size: t.warm_pool,
+                        image: t.image.clone(),
+                        recipe: recipes.get(name).cloned(),
                     };
                     (name.clone(), config)
                 })
@@ -324,7 +357,7 @@ impl ServeConfig {
                 pull: self.registry.pull_options(),
                 limits: paddock_runtime::TemplateLimits::default(),
             },
-        }
+        })
     }
 
     /// Bounds what a sandbox may ask for by the host: every maximum the configuration leaves unset is

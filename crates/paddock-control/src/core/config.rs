@@ -140,10 +140,21 @@ impl Default for NetworkAuditConfig {
 /// A template: a root file system and how many sandboxes of it to keep warm.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TemplateConfig {
-    /// Its root file system.
+    /// Its root file system (ignored when `image` or `recipe` is given).
     pub rootfs: RootfsSpec,
     /// Sandboxes kept pre-started, so creation is a claim.
     pub warm_pool_size: u32,
+    /// Built from this registry image (a reference), owned by the operator, for every tenant.
+    pub image: Option<String>,
+    /// Built from this recipe (its text), owned by the operator, for every tenant.
+    pub recipe: Option<String>,
+}
+
+impl TemplateConfig {
+    /// Whether the server builds it (from an image or a recipe) rather than using `rootfs`.
+    pub fn is_built(&self) -> bool {
+        self.image.is_some() || self.recipe.is_some()
+    }
 }
 
 impl Default for ServiceConfig {
@@ -154,6 +165,8 @@ impl Default for ServiceConfig {
             TemplateConfig {
                 rootfs: RootfsSpec::Host,
                 warm_pool_size: 0,
+                image: None,
+                recipe: None,
             },
         );
         Self {

@@ -10,3 +10,7 @@ pub struct Principal {
     /// Admin keys manage keys and tenants, read every tenant's audit rows and the metrics.
     pub admin: bool,
 }
+
+/// The tenant of the bootstrap admin key, which also owns the templates the server's
+/// configuration has it build.
+pub const ADMIN_TENANT: &str = "admin";

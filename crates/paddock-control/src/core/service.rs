@@ -50,6 +50,9 @@ pub(crate) struct Inner {
     pub(crate) port_gate: Arc<crate::core::ports::PortGate>,
     /// Which port connections get audit rows (`lifecycle/port_audit.rs`).
     pub(crate) port_audit: Mutex<crate::core::audit::ports::PortAudit>,
+    /// The configured templates the server built (from an image or a recipe): name to template
+    /// id, once ready. Sandboxes of one absent here cannot be made yet.
+    pub(crate) built_templates: Mutex<HashMap<String, paddock_types::TemplateId>>,
 }
 
 impl SandboxService {

@@ -66,6 +66,7 @@ impl SandboxService {
                 recovered: CancellationToken::new(),
                 port_gate: Arc::default(),
                 port_audit: Mutex::new(port_audit),
+                built_templates: Mutex::new(HashMap::new()),
             }),
         };
         let mut tasks = Vec::new();

@@ -24,7 +24,10 @@ impl SandboxService {
             }
             let have = self.warm_count(&template);
             self.inner.metrics.set_pool_size(&template, have as i64);
-            if have < target {
+            // A template the server builds fills once built (its builder wakes the fillers).
+            let built = !self.inner.config.templates[&template].is_built()
+                || lock(&self.inner.built_templates).contains_key(&template);
+            if have < target && built {
                 if let Err(e) = self.create_warm(&template).await {
                     tracing::warn!(template = %template, error = %e, "warm pool refill failed");
                     tokio::select! {
@@ -51,14 +54,26 @@ impl SandboxService {
 
     async fn create_warm(&self, template: &str) -> Result<(), ServiceError> {
         let id = new_sandbox_id();
+        // A built template's defaults, as a create with no env, workdir or user would get them.
+        let built = if self.inner.config.templates[template].is_built() {
+            Some(self.configured_template(template).await?)
+        } else {
+            None
+        };
+        let mut request = paddock_types::api::CreateSandboxRequest::default();
+        if let Some(image) = &built {
+            crate::plan::create::apply_image_defaults(&mut request, &image.detail.built.config);
+        }
         let spec = StoredSpec {
-            template_id: None,
-            start: None,
+            template_id: built.as_ref().map(|b| b.id.to_string()),
+            start: built.and_then(|b| b.detail.start),
             template: template.to_owned(),
             limits: self.inner.config.default_limits.clone(),
-            env: Default::default(),
-            workdir: None,
-            user: UserSpec::default_user().to_string(),
+            env: request.env,
+            workdir: request.workdir,
+            user: request
+                .user
+                .unwrap_or_else(|| UserSpec::default_user().to_string()),
             on_timeout: Default::default(),
             audit_exec_diff: false,
             timeout_ms: None,

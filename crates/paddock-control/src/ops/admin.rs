@@ -15,7 +15,7 @@ use crate::core::time::{now_ms, parse_rfc3339, rfc3339};
 use crate::{Principal, SandboxService, ServiceError};
 
 /// The tenant the first admin key belongs to.
-pub const ADMIN_TENANT: &str = "admin";
+pub use crate::core::principal::ADMIN_TENANT;
 const MAX_TENANT_LEN: usize = 64;
 /// Detail text one page of `GET /v1/audit` holds at most (beyond its first row): a page of a
 /// thousand rows with large details (a 1 MiB command line each) would otherwise be a gigabyte.

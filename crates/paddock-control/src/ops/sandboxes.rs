@@ -81,13 +81,12 @@ impl SandboxService {
         }
         let plan = self.plan_request(p, req).await?;
         // A warm sandbox was booted without volumes or a network: one that has either boots cold.
-        let warm = plan.spec.template_id.is_none()
-            && self
-                .inner
-                .config
-                .templates
-                .get(&plan.spec.template)
-                .is_some_and(|t| t.warm_pool_size > 0)
+        let warm = self
+            .inner
+            .config
+            .templates
+            .get(&plan.spec.template)
+            .is_some_and(|t| t.warm_pool_size > 0)
             && plan.spec.volumes.is_empty()
             && plan.network.is_none();
         if warm {

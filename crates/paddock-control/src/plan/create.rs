@@ -32,14 +32,14 @@ impl SandboxService {
         p: &Principal,
         req: CreateSandboxRequest,
     ) -> Result<CreatePlan, ServiceError> {
-        let image = match &req.template {
-            Some(name) if !self.inner.config.templates.contains_key(name) => {
-                match self.resolve_template(&p.tenant, name).await? {
-                    Some(t) => Some(t),
-                    None => return Err(self.no_template(name)),
-                }
-            }
-            _ => None,
+        let name = req.template.as_deref().unwrap_or(DEFAULT_TEMPLATE);
+        let image = match self.inner.config.templates.get(name) {
+            Some(t) if t.is_built() => Some(self.configured_template(name).await?),
+            Some(_) => None,
+            None => match self.resolve_template(&p.tenant, name).await? {
+                Some(t) => Some(t),
+                None => return Err(self.no_template(name)),
+            },
         };
         self.plan_request_with(p, req, image).await
     }
@@ -216,7 +216,7 @@ pub(crate) fn encode_spec(spec: &StoredSpec) -> Result<String, ServiceError> {
 /// variables win), working directory and user. Values paddock cannot use are left out (a numeric
 /// `User` has no name to run as; the sandbox's default user applies), never refused: the image is
 /// what it is.
-fn apply_image_defaults(req: &mut CreateSandboxRequest, image: &paddock_types::ImageConfig) {
+pub(crate) fn apply_image_defaults(req: &mut CreateSandboxRequest, image: &paddock_types::ImageConfig) {
     for entry in &image.env {
         if let Some((key, value)) = entry.split_once('=') {
             if check_env(

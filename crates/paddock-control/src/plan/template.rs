@@ -27,6 +27,24 @@ pub(crate) struct ResolvedTemplate {
 }
 
 impl SandboxService {
+    /// The configured template `name` the server built (from an image or a recipe); `unavailable`
+    /// while its build has not finished.
+    pub(crate) async fn configured_template(&self, name: &str) -> Result<ResolvedTemplate, ServiceError> {
+        let id = crate::core::live::lock(&self.inner.built_templates)
+            .get(name)
+            .cloned();
+        let unavailable = || {
+            ServiceError::new(
+                paddock_types::api::ErrorCode::Unavailable,
+                format!("template {name} is being built by the server; try again shortly"),
+            )
+        };
+        let id = id.ok_or_else(unavailable)?;
+        self.resolve_template(crate::core::principal::ADMIN_TENANT, id.as_str())
+            .await?
+            .ok_or_else(unavailable)
+    }
+
     /// The tenant's ready template named (or with id) `id_or_name`, if there is one.
     pub(crate) async fn resolve_template(
         &self,

@@ -54,8 +54,10 @@ pub(super) fn to_toml(cfg: &ServeConfig) -> anyhow::Result<String> {
             .iter()
             .map(|(name, t)| {
                 let layer = TemplateLayer {
-                    rootfs: Some(Rootfs(t.rootfs.clone())),
+                    rootfs: (t.image.is_none() && t.recipe.is_none()).then(|| Rootfs(t.rootfs.clone())),
                     warm_pool: Some(t.warm_pool),
+                    image: t.image.clone(),
+                    recipe: t.recipe.clone(),
                 };
                 (name.clone(), layer)
             })
@@ -226,6 +228,12 @@ struct TemplateLayer {
     rootfs: Option<Rootfs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     warm_pool: Option<u32>,
+    /// A registry image the server builds the template from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    image: Option<String>,
+    /// A recipe file the server builds the template from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    recipe: Option<PathBuf>,
 }
 
 impl LimitsLayer {
@@ -268,6 +276,8 @@ impl Layer {
             let merged = TemplateLayer {
                 rootfs: t.rootfs.or(below.rootfs),
                 warm_pool: t.warm_pool.or(below.warm_pool),
+                image: t.image.or(below.image),
+                recipe: t.recipe.or(below.recipe),
             };
             templates.insert(name, merged);
         }
@@ -342,9 +352,28 @@ impl Layer {
                     "templates.{name}: invalid template name (use 1-64 letters, digits, '.', '_' or '-')"
                 );
             }
+            let sources = [t.rootfs.is_some(), t.image.is_some(), t.recipe.is_some()];
+            if sources.iter().filter(|s| **s).count() > 1 {
+                anyhow::bail!("templates.{name}: give one of `rootfs`, `image` and `recipe`");
+            }
+            if let Some(image) = &t.image {
+                image
+                    .parse::<paddock_registry::ImageReference>()
+                    .map_err(|e| anyhow::anyhow!("templates.{name}.image: {e}"))?;
+            }
+            if let Some(recipe) = &t.recipe {
+                if !recipe.is_absolute() {
+                    anyhow::bail!(
+                        "templates.{name}.recipe: {} is not an absolute path",
+                        recipe.display()
+                    );
+                }
+            }
             let template = Template {
                 rootfs: t.rootfs.map_or(RootfsSpec::Host, |r| r.0),
                 warm_pool: t.warm_pool.unwrap_or(0),
+                image: t.image,
+                recipe: t.recipe,
             };
             templates.insert(name, template);
         }
@@ -363,6 +392,8 @@ impl Layer {
         templates.entry(DEFAULT_TEMPLATE.to_owned()).or_insert(Template {
             rootfs: RootfsSpec::Host,
             warm_pool: 0,
+            image: None,
+            recipe: None,
         });
         Ok(ServeConfig {
             listen,
@@ -496,8 +527,8 @@ fn env_layer(env: &BTreeMap<String, String>) -> anyhow::Result<Layer> {
         templates.insert(
             DEFAULT_TEMPLATE.to_owned(),
             TemplateLayer {
-                rootfs: None,
                 warm_pool: Some(n),
+                ..TemplateLayer::default()
             },
         );
     }
@@ -524,8 +555,8 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         templates.insert(
             DEFAULT_TEMPLATE.to_owned(),
             TemplateLayer {
-                rootfs: None,
                 warm_pool: Some(n),
+                ..TemplateLayer::default()
             },
         );
     }

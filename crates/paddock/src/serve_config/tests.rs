@@ -45,7 +45,9 @@ fn defaults() {
         c.templates.get("default"),
         Some(&Template {
             rootfs: RootfsSpec::Host,
-            warm_pool: 0
+            warm_pool: 0,
+            image: None,
+            recipe: None,
         })
     );
 }
@@ -214,7 +216,7 @@ fn templates_and_warm_pool() {
     let c = load(Some(f.path()), &[("PADDOCK_WARM_POOL", "5")], &args).expect("loads");
     assert_eq!(c.templates["default"].warm_pool, 7);
     assert_eq!(c.templates["default"].rootfs, RootfsSpec::Host);
-    let service = c.service_config();
+    let service = c.service_config().expect("service config");
     assert_eq!(service.templates["debian"].warm_pool_size, 0);
 }
 
@@ -247,7 +249,10 @@ fn shown_toml_loads_back_to_the_same_configuration() {
     assert!(shown.contains("max_storage = \"unlimited\""), "{shown}");
     assert!(shown.contains("max_timeout = \"1day\""), "{shown}");
     assert!(shown.contains("max_import = \"3G\""), "{shown}");
-    assert_eq!(c.service_config().max_import_bytes, 3 << 30);
+    assert_eq!(
+        c.service_config().expect("service config").max_import_bytes,
+        3 << 30
+    );
     let again = file(&shown);
     let mut c2 = load(Some(again.path()), &[], &ServeArgs::default()).expect("reloads");
     c2.bound_limits(&host()).expect("fits the host");
@@ -309,7 +314,10 @@ fn unset_maxima_are_derived_from_the_host() {
     );
     // No CPU limit by default: within a maximum of all the host's CPUs.
     assert_eq!(c.default_limits.cpus, None);
-    assert_eq!(c.service_config().max_limits, c.max_limits);
+    assert_eq!(
+        c.service_config().expect("service config").max_limits,
+        c.max_limits
+    );
 }
 
 #[test]
@@ -374,7 +382,7 @@ fn a_configured_default_above_the_hosts_maximum_is_refused() {
 fn quotas_have_defaults_and_can_be_set_or_lifted() {
     let c = load(None, &[], &ServeArgs::default()).expect("loads");
     assert_eq!(c.quotas, DEFAULT_QUOTAS);
-    assert_eq!(c.service_config().quotas, DEFAULT_QUOTAS);
+    assert_eq!(c.service_config().expect("service config").quotas, DEFAULT_QUOTAS);
     let f = file(
         r#"
         [quotas]
@@ -472,7 +480,7 @@ fn e2b_and_ports_sections_load_validate_and_round_trip() {
     let c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
     assert!(c.e2b.enabled);
     assert_eq!(c.e2b.domain.as_deref(), Some("sandbox.example.com"));
-    let ports = c.service_config().ports;
+    let ports = c.service_config().expect("service config").ports;
     assert_eq!((ports.per_sandbox, ports.per_tenant), (8, 1024));
     assert_eq!(ports.connect_timeout, Duration::from_secs(2));
     let shown = file(&c.to_toml().expect("toml"));

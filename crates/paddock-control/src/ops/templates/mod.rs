@@ -29,6 +29,32 @@ use crate::{Principal, SandboxService, ServiceError};
 
 use recipe::RecipePlan;
 
+/// The first 16 hex digits of a recipe's SHA-256: which text a recipe template was built from.
+fn recipe_digest(text: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))[..16].to_owned()
+}
+
+/// The source string a configured template is recorded with (what a restart compares).
+fn configured_source(t: &crate::TemplateConfig) -> String {
+    match (&t.image, &t.recipe) {
+        (Some(image), _) => image.clone(),
+        (None, Some(recipe)) => {
+            let from = paddock_types::recipe::parse_recipe(recipe, &Default::default())
+                .map(|r| r.from)
+                .unwrap_or_default();
+            let steps = paddock_types::recipe::parse_recipe(recipe, &Default::default())
+                .map(|r| r.steps.len())
+                .unwrap_or_default();
+            format!(
+                "recipe sha256:{}: FROM {from}, {steps} steps",
+                recipe_digest(recipe)
+            )
+        }
+        (None, None) => String::new(),
+    }
+}
+
 /// What a template is built from.
 enum Source {
     Image(ImageReference),
@@ -51,6 +77,18 @@ impl SandboxService {
         req: BuildTemplateRequest,
         events: mpsc::Sender<TemplateBuildEvent>,
     ) -> Result<TemplateInfo, ServiceError> {
+        self.build_named(p, req, events, false).await
+    }
+
+    /// [`Self::build_template`]; `configured`: the server builds one of its configured templates
+    /// (for the operator's tenant, under the configured name).
+    async fn build_named(
+        &self,
+        p: &Principal,
+        req: BuildTemplateRequest,
+        events: mpsc::Sender<TemplateBuildEvent>,
+        configured: bool,
+    ) -> Result<TemplateInfo, ServiceError> {
         let name: VolumeName = req.name.parse().map_err(|e: paddock_types::VolumeNameError| {
             ServiceError::invalid(
                 "name",
@@ -65,7 +103,7 @@ impl SandboxService {
                 "template names do not start with 'tp-' (ids do)",
             ));
         }
-        if self.inner.config.templates.contains_key(name.as_str()) {
+        if !configured && self.inner.config.templates.contains_key(name.as_str()) {
             return Err(ServiceError::new(
                 ErrorCode::TemplateExists,
                 format!("{name} is one of this server's templates"),
@@ -120,7 +158,8 @@ impl SandboxService {
             source: match &source {
                 Source::Image(_) => req.from.clone().unwrap_or_default(),
                 Source::Recipe(plan) => format!(
-                    "recipe: FROM {}, {} steps",
+                    "recipe sha256:{}: FROM {}, {} steps",
+                    recipe_digest(req.recipe.as_deref().unwrap_or_default()),
                     plan.recipe.from,
                     plan.recipe.steps.len()
                 ),
@@ -232,6 +271,89 @@ impl SandboxService {
         }
     }
 
+    /// Builds, in the background, every configured template made from an image or a recipe, for
+    /// the operator's tenant under its configured name; one already built from the same source is
+    /// used as it is (a recipe whose steps are cached rebuilds in moments anyway). Once one is ready,
+    /// sandboxes can be made from it and its warm pool fills. A failed build is logged and retried
+    /// a minute later.
+    pub fn ensure_configured_templates(&self) {
+        let mut tasks = Vec::new();
+        for (name, t) in &self.inner.config.templates {
+            if !t.is_built() {
+                continue;
+            }
+            let (service, name, t) = (self.clone(), name.clone(), t.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    match service.ensure_configured(&name, &t).await {
+                        Ok(id) => {
+                            tracing::info!(template = %name, id = %id, "configured template ready");
+                            crate::core::live::lock(&service.inner.built_templates).insert(name.clone(), id);
+                            service.inner.pool_wakeup.notify_waiters();
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::error!(template = %name, error = %e.message, code = e.code.as_str(), "configured template not built; retrying in a minute");
+                        }
+                    }
+                    tokio::select! {
+                        () = service.inner.stop.cancelled() => return,
+                        () = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+                    }
+                }
+            }));
+        }
+        crate::core::live::lock(&self.inner.tasks).extend(tasks);
+    }
+
+    async fn ensure_configured(
+        &self,
+        name: &str,
+        t: &crate::TemplateConfig,
+    ) -> Result<TemplateId, ServiceError> {
+        use crate::core::principal::ADMIN_TENANT;
+        let operator = Principal {
+            tenant: ADMIN_TENANT.to_owned(),
+            key_id: "server-config".to_owned(),
+            admin: true,
+        };
+        let source = configured_source(t);
+        // The operator's tenant exists once an admin key does; a fresh store may not have it yet.
+        self.db("record the operator's tenant", move |s| {
+            s.ensure_tenant(ADMIN_TENANT, now_ms())
+        })
+        .await?;
+        let lookup = name.to_owned();
+        let existing = self
+            .db("read a template", move |s| s.find_template(ADMIN_TENANT, &lookup))
+            .await?;
+        if let Some(record) = existing {
+            if record.ready && record.source == source {
+                return record
+                    .id
+                    .parse()
+                    .map_err(|e| ServiceError::internal("parse a template id", &e));
+            }
+            // Built from something else: replaced (refused while a sandbox holds it).
+            self.delete_template(&operator, &record.id).await?;
+        }
+        let request = BuildTemplateRequest {
+            name: name.to_owned(),
+            from: t.image.clone(),
+            recipe: t.recipe.clone(),
+            build_args: Default::default(),
+            network: None,
+            start: None,
+        };
+        // Nobody reads the events: the receiver is dropped at once, so every send fails at once.
+        let (events, _) = mpsc::channel(1);
+        let info = self.build_named(&operator, request, events, true).await?;
+        info.id
+            .ok_or_else(|| ServiceError::internal("build a configured template", &"no id"))?
+            .parse()
+            .map_err(|e| ServiceError::internal("parse a template id", &e))
+    }
+
     /// Fetches the image into `dest` and has the backend build template `id` from it.
     pub(crate) async fn pull_and_build(
         &self,
@@ -310,7 +432,7 @@ impl SandboxService {
     /// One of the caller's templates, by id or name, or one of the server's.
     pub async fn get_template(&self, p: &Principal, id_or_name: &str) -> Result<TemplateInfo, ServiceError> {
         if let Some(t) = self.inner.config.templates.get(id_or_name) {
-            return Ok(configured_info(id_or_name, t.warm_pool_size));
+            return self.server_template_info(id_or_name, t).await;
         }
         let record = self.owned_template(p, id_or_name).await?;
         let detail = parse_detail(&record)?;
@@ -319,21 +441,46 @@ impl SandboxService {
 
     /// The server's templates, then the caller's (ready ones and those being built), by name.
     pub async fn list_templates(&self, p: &Principal) -> Result<TemplateList, ServiceError> {
-        let mut templates: Vec<TemplateInfo> = self
-            .inner
-            .config
-            .templates
-            .iter()
-            .map(|(name, t)| configured_info(name, t.warm_pool_size))
-            .collect();
+        let mut templates = Vec::new();
+        for (name, t) in &self.inner.config.templates {
+            templates.push(self.server_template_info(name, t).await?);
+        }
         let tenant = p.tenant.clone();
         let records = self
             .db("list templates", move |s| s.list_templates(&tenant))
             .await?;
-        for record in &records {
+        // (The operator's tenant also holds the configured templates the server built.)
+        for record in records
+            .iter()
+            .filter(|r| !self.inner.config.templates.contains_key(&r.name))
+        {
             templates.push(template_info(record, parse_detail(record)?.as_ref()));
         }
         Ok(TemplateList { templates })
+    }
+
+    /// One of the server's templates: a built one with what it was built from, once ready.
+    async fn server_template_info(
+        &self,
+        name: &str,
+        t: &crate::TemplateConfig,
+    ) -> Result<TemplateInfo, ServiceError> {
+        if t.is_built() {
+            if let Ok(resolved) = self.configured_template(name).await {
+                let id = resolved.id.to_string();
+                let record = self
+                    .db("read a template", move |s| {
+                        s.find_template(crate::core::principal::ADMIN_TENANT, &id)
+                    })
+                    .await?;
+                if let Some(record) = record {
+                    let mut info = template_info(&record, Some(&resolved.detail));
+                    info.warm_pool_size = t.warm_pool_size;
+                    return Ok(info);
+                }
+            }
+        }
+        Ok(configured_info(name, t.warm_pool_size))
     }
 
     /// Deletes one of the caller's templates and frees its storage; refused (`template_in_use`)

@@ -892,3 +892,102 @@ fn the_cli_builds_lists_shows_and_removes_templates_and_says_why_a_build_failed(
     let list: Value = serde_json::from_str(&crate::support::stdout(&o)).expect("json");
     assert_eq!(list["templates"].as_array().map(Vec::len), Some(1), "{list}");
 }
+
+/// The `paddock_warm_pool_size` gauge of `template`.
+fn warm_gauge(metrics: &str, template: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("paddock_warm_pool_size{") && l.contains(&format!("template=\"{template}\"")))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|v| v as u64)
+}
+
+#[test]
+fn a_configured_image_template_is_built_at_start_for_every_tenant_with_its_warm_pool() {
+    let registry = TestRegistry::start();
+    let image = app_image();
+    registry.push(&image.path(), "v1", "paddock/app", "v1");
+    let from = format!("{}/paddock/app:v1", registry.host());
+    let recipe = format!("FROM {from}\nUSER root\nRUN echo from-the-recipe > /srv/recipe\nUSER app\n");
+    let mut opts = options(&registry, good_credentials());
+    opts.templates = vec![
+        (
+            "app-pool".to_owned(),
+            paddock_control::TemplateConfig {
+                rootfs: paddock_types::RootfsSpec::Host,
+                warm_pool_size: 2,
+                image: Some(from.clone()),
+                recipe: None,
+            },
+        ),
+        (
+            "app-recipe".to_owned(),
+            paddock_control::TemplateConfig {
+                rootfs: paddock_types::RootfsSpec::Host,
+                warm_pool_size: 0,
+                image: None,
+                recipe: Some(recipe),
+            },
+        ),
+    ];
+    let h = Harness::with(opts);
+    h.block_on(async {
+        // Built in the background; its pool fills once it is.
+        crate::support::harness::poll(SOON * 6, "the configured template's warm pool", || async {
+            let metrics = h.admin.get("/metrics").await.text();
+            (warm_gauge(&metrics, "app-pool") == Some(2)).then_some(())
+        })
+        .await;
+        let a = h.admin.new_tenant("tpl-config-a").await;
+        let b = h.admin.new_tenant("tpl-config-b").await;
+        for (client, tenant) in [(&a, "a"), (&b, "b")] {
+            let list = client.get("/v1/templates").await.ok(200);
+            let names: Vec<&str> = list["templates"]
+                .as_array()
+                .expect("templates")
+                .iter()
+                .filter_map(|t| t["name"].as_str())
+                .collect();
+            assert!(
+                names.contains(&"app-pool") && names.contains(&"app-recipe"),
+                "{tenant}: {list}"
+            );
+            // Claimed from the pool, as the image's user with its env and workdir.
+            let sb = client.create_sandbox(json!({"template": "app-pool"})).await;
+            let (code, out, err) = run_in(
+                client,
+                &sb,
+                json!({"shell": "cat /etc/greeting; echo $GREETING; pwd; id -un"}),
+            )
+            .await;
+            assert_eq!(
+                (code, out.as_str()),
+                (0, "hello from the image\nhi\n/srv\napp\n"),
+                "{tenant}: {err}"
+            );
+            client.delete(&format!("/v1/sandboxes/{sb}")).await.ok(204);
+            // A tenant cannot delete the server's template.
+            client
+                .delete("/v1/templates/app-pool")
+                .await
+                .err(403, "forbidden");
+        }
+        let claims = a
+            .audit_rows(&[("action", "sandbox.create")])
+            .await
+            .into_iter()
+            .filter(|r| r["detail"]["source"] == "pool")
+            .count();
+        assert_eq!(claims, 1, "the create was not a claim from the warm pool");
+        // The recipe template (cold) once built.
+        let sb = crate::support::harness::poll(SOON * 6, "the configured recipe template", || async {
+            let r = a.post("/v1/sandboxes", json!({"template": "app-recipe"})).await;
+            (r.status == 201).then(|| r.json()["id"].as_str().expect("id").to_owned())
+        })
+        .await;
+        let (_, out, _) = run_in(&a, &sb, json!({"shell": "cat /srv/recipe; id -un"})).await;
+        assert_eq!(out, "from-the-recipe\napp\n");
+        a.delete(&format!("/v1/sandboxes/{sb}")).await.ok(204);
+    });
+}

@@ -45,6 +45,8 @@ pub struct Options {
     pub network_audit: paddock_control::NetworkAuditConfig,
     /// Template builds from images (the pull directory defaults to `<state>/pulls`).
     pub images: paddock_control::ImagesConfig,
+    /// More configured templates than `default` (built ones are built at start).
+    pub templates: Vec<(String, TemplateConfig)>,
 }
 
 impl Default for Options {
@@ -61,6 +63,7 @@ impl Default for Options {
             reaper_interval: Duration::from_millis(250),
             max_import_bytes: ServiceConfig::default().max_import_bytes,
             images: paddock_control::ImagesConfig::default(),
+            templates: Vec::new(),
             network: None,
             network_audit: paddock_control::NetworkAuditConfig::default(),
         }
@@ -103,7 +106,13 @@ impl Harness {
             service: None,
             stop: None,
             server: None,
-            warm_pool: options.warm_pool,
+            // Every template's pool: warm sandboxes are reclaimed at teardown, not killed through the API.
+            warm_pool: options.warm_pool
+                + options
+                    .templates
+                    .iter()
+                    .map(|(_, t)| t.warm_pool_size)
+                    .sum::<u32>(),
             base: String::new(),
             admin: Client {
                 base: String::new(),
@@ -129,8 +138,11 @@ impl Harness {
             TemplateConfig {
                 rootfs: RootfsSpec::Host,
                 warm_pool_size: options.warm_pool,
+                image: None,
+                recipe: None,
             },
         );
+        templates.extend(options.templates.clone());
         // Bounded by this host as `paddock serve` bounds them: unset maxima derived, the built-in
         // defaults lowered to fit (a 10G default disk in the tests' 8G pool).
         let host = backend.host_facts().expect("read the host's figures");
@@ -169,6 +181,7 @@ impl Harness {
                 .await
                 .expect("the service starts")
         });
+        rt.block_on(async { service.ensure_configured_templates() });
         h.service = Some(service.clone());
         let (admin_key, listener) = rt.block_on(async {
             let key = service
