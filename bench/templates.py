@@ -20,7 +20,9 @@ with skopeo to a `docker-registry` it starts on 127.0.0.1 (plain HTTP, no auth; 
   2. create -> first output: POST /v1/sandboxes then exec `echo ready` (NDJSON), timed to the first
      stdout line, for the `default` template (host root) and a template built from `big`, interleaved,
      `--burst` each, cold (no warm pool: image templates have none yet), p50 / p99 and the ratio.
-  3. a recipe of 5 `RUN` steps on `multi`: one cold build, then `--runs` rebuilds under new names
+  3. the same with warm pools: a second server with `[templates.bigpool] image = <big>` and pools of
+     `--burst`+2 for it and `default`, creates claimed from the pools (checked), interleaved.
+  4. a recipe of 5 `RUN` steps on `multi`: one cold build, then `--runs` rebuilds under new names
      with every step cached (checked: no pull, no step run), median.
 Prints a JSON summary. Everything it made is removed at the end (sandboxes, templates, server and
 state dir, registry process and storage, image layouts, peer directories).
@@ -194,16 +196,32 @@ def build_image(registry, name, layers, total_mb, seed):
 # --- the server ---------------------------------------------------------------------------------
 
 class TemplateServer(Server):
-    """api.py's server, with a `[registry]` section naming the loopback registry as plain HTTP."""
+    """api.py's server, with a `[registry]` section naming the loopback registry as plain HTTP;
+    with `pooled_image`, also a configured template `bigpool` built from it, and warm pools of
+    `warm_pool` for it and `default`."""
 
-    def __init__(self, registry_host):
+    def __init__(self, registry_host, pooled_image=None, warm_pool=0):
         self.registry_host = registry_host
+        self.pooled_image = pooled_image
         self.audit_seq = 0
-        super().__init__(warm_pool=0)
+        super().__init__(warm_pool=warm_pool)
 
     def write_config(self, f):
         super().write_config(f)
         f.write('[registry]\ninsecure = ["%s"]\nmax_image = "16G"\ntimeout = "1h"\n' % self.registry_host)
+        if self.pooled_image:
+            f.write('[templates.bigpool]\nimage = "%s"\nwarm_pool = %d\n' % (self.pooled_image, self.warm_pool))
+
+    def wait_template_pool(self, template, n, timeout=600):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            r = self.request("GET", "/metrics", accept="text/plain")
+            text = r.read().decode()
+            for line in text.splitlines():
+                if line.startswith('paddock_warm_pool_size{template="%s"}' % template) and int(float(line.split()[-1])) >= n:
+                    return
+            time.sleep(0.2)
+        raise RuntimeError("the %s warm pool did not fill to %d" % (template, n))
 
     def build(self, name, ref):
         """POST /v1/templates (JSON answer); returns (ms, template info, layers the cache had)."""
@@ -336,6 +354,33 @@ def pull_unpack(server, ref, runs):
     }
 
 
+def warm_creation(registry_host, big_ref, burst):
+    """Create -> first output claimed from warm pools: `default` and a configured template built
+    from the 1 GB image (`bigpool`), interleaved, `burst` each; pools of burst + 2."""
+    server = TemplateServer(registry_host, pooled_image=big_ref, warm_pool=burst + 2)
+    try:
+        server.wait_template_pool("bigpool", burst + 2)
+        server.wait_template_pool("default", burst + 2)
+        times = {"default": [], "bigpool": []}
+        ids = []
+        for i in range(burst):
+            for template in (("default", "bigpool") if i % 2 == 0 else ("bigpool", "default")):
+                ms, sb = create_first_output(server, template)
+                times[template].append(ms)
+                ids.append(sb)
+        delete_sandboxes(server, ids)
+        claims = [r for r in server.json("GET", "/v1/audit?action=sandbox.create&limit=1000")["records"]
+                  if r["detail"].get("source") == "pool"]
+        if len(claims) != 2 * burst:
+            raise RuntimeError("%d of %d creates were claims from the pools" % (len(claims), 2 * burst))
+        out = {"default": summary(times["default"]), "big_1g_image": summary(times["bigpool"])}
+        out["ratio_big_over_default_p50"] = round(
+            statistics.median(times["bigpool"]) / statistics.median(times["default"]), 3)
+        return out
+    finally:
+        server.stop()
+
+
 def recipe_rebuild(server, ref, runs, steps):
     """A recipe of `steps` RUN steps on `ref`: one cold build, then `runs` rebuilds under new names
     with every step cached (nothing pulled or run: checked on the NDJSON events of one)."""
@@ -463,6 +508,14 @@ def main():
         results["pull_unpack_multi"] = pull_unpack(server, multi_ref, args.runs)
         results["create_to_first_output"] = creation(server, big_ref, args.burst, args.big_mb)
         results["recipe_rebuild"] = recipe_rebuild(server, multi_ref, args.runs, 5)
+        for sb in server.json("GET", "/v1/sandboxes?limit=1000")["sandboxes"]:
+            server.json("DELETE", "/v1/sandboxes/" + sb["id"], ok=(204, 404, 409))
+        for tpl in server.json("GET", "/v1/templates")["templates"]:
+            if tpl.get("id"):
+                server.json("DELETE", "/v1/templates/" + tpl["name"], ok=(204, 404, 409))
+        server.stop()
+        server = None
+        results["create_to_first_output_warm"] = warm_creation(registry.host, big_ref, args.burst)
         results["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
         results["load_1m_during"] = {"min": min(loads, default=None), "max": max(loads, default=None),
                                      "median": statistics.median(loads) if loads else None}

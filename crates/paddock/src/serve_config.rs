@@ -31,6 +31,10 @@
 //! [templates.debian]
 //! rootfs = "/srv/rootfs/debian"
 //!
+//! [templates.python]          # built by the server from an image (or `recipe = "/abs/file"`),
+//! image = "python:3.12-slim"  # for every tenant
+//! warm_pool = 4
+//!
 //! # Sandbox networks (file only). Sandboxes created with a `network` policy reach the outside
 //! # through the egress proxy; the operator's deny list (link-local and metadata, private ranges,
 //! # loopback, the host's own addresses) applies whatever the policy says, except where `allow` lifts it.

@@ -496,3 +496,55 @@ fn e2b_and_ports_sections_load_validate_and_round_trip() {
         assert!(format!("{e:#}").contains(named), "{text}: {e:#}");
     }
 }
+
+#[test]
+fn built_templates_load_validate_and_read_their_recipe() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recipe = dir.path().join("Recipe");
+    std::fs::write(&recipe, "FROM python:3.12-slim\nRUN pip install pandas\n").expect("recipe");
+    let f = file(&format!(
+        "[templates.py]\nimage = \"python:3.12-slim\"\nwarm_pool = 3\n[templates.data]\nrecipe = {:?}\n",
+        recipe.display().to_string()
+    ));
+    let c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    assert_eq!(c.templates["py"].image.as_deref(), Some("python:3.12-slim"));
+    assert_eq!(c.templates["py"].warm_pool, 3);
+    let service = c.service_config().expect("service config");
+    assert!(service.templates["py"].is_built());
+    assert_eq!(
+        service.templates["data"].recipe.as_deref(),
+        Some("FROM python:3.12-slim\nRUN pip install pandas\n"),
+        "the recipe's text is read at startup"
+    );
+    assert!(!service.templates["default"].is_built());
+    // Shown and loaded back: the same.
+    let shown = c.to_toml().expect("toml");
+    let again = file(&shown);
+    let back = load(Some(again.path()), &[], &ServeArgs::default()).expect("loads back");
+    assert_eq!(back.templates, c.templates);
+    for (text, key) in [
+        ("[templates.x]\nimage = \"a\"\nrootfs = \"host\"\n", "templates.x"),
+        ("[templates.x]\nimage = \"Not A Ref\"\n", "templates.x.image"),
+        (
+            "[templates.x]\nrecipe = \"relative/Recipe\"\n",
+            "templates.x.recipe",
+        ),
+    ] {
+        let f = file(text);
+        let e = load(Some(f.path()), &[], &ServeArgs::default()).expect_err(text);
+        assert!(format!("{e:#}").contains(key), "{text}: {e:#}");
+    }
+    // A recipe that is not one is refused at startup, naming the key and the line.
+    std::fs::write(&recipe, "FROM python\nHEALTHCHECK NONE\n").expect("recipe");
+    let f = file(&format!(
+        "[templates.data]\nrecipe = {:?}\n",
+        recipe.display().to_string()
+    ));
+    let c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads (read at startup)");
+    let e = c.service_config().expect_err("a bad recipe");
+    let msg = format!("{e:#}");
+    assert!(
+        msg.contains("templates.data.recipe") && msg.contains("line 2"),
+        "{msg}"
+    );
+}
