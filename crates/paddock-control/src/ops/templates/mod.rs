@@ -8,61 +8,32 @@
 //! the backend leaves nothing of it. Another tenant's template answers exactly like a missing one.
 //! This module does not run recipes (`RUN` steps) or read docker archives.
 
+mod answers;
+mod configured;
 mod recipe;
 
-use paddock_registry::{ErrorKind as RegistryErrorKind, ImageReference, RegistryError};
-use paddock_runtime::native::image::ImageErrorKind;
-use paddock_runtime::{RuntimeError, TemplateBuilt, TemplateProgress, TemplateSource};
+use paddock_registry::{ImageReference, RegistryError};
+use paddock_runtime::{TemplateBuilt, TemplateProgress, TemplateSource};
 use paddock_store::{NewTemplate, StoreError, TemplateDeletion, TemplateRecord};
 use paddock_types::api::{
-    BuildTemplateRequest, ErrorCode, TemplateBuildEvent, TemplateInfo, TemplateLayer, TemplateList,
-    TemplateStart,
+    BuildTemplateRequest, ErrorCode, TemplateBuildEvent, TemplateInfo, TemplateList, TemplateStart,
 };
 use paddock_types::{TemplateId, VolumeName};
 use tokio::sync::mpsc;
 
 use crate::core::audit::{self, AuditAction, AuditEntry};
-use crate::core::service::runtime_error;
-use crate::core::time::{now_ms, rfc3339};
+use crate::core::time::now_ms;
 use crate::plan::template::{parse_detail, TemplateDetail};
 use crate::{Principal, SandboxService, ServiceError};
 
+use answers::{build_error, configured_info, registry_error, template_info, template_not_found};
+use configured::recipe_digest;
 use recipe::RecipePlan;
-
-/// The first 16 hex digits of a recipe's SHA-256: which text a recipe template was built from.
-fn recipe_digest(text: &str) -> String {
-    use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(text.as_bytes()))[..16].to_owned()
-}
-
-/// The source string a configured template is recorded with (what a restart compares).
-fn configured_source(t: &crate::TemplateConfig) -> String {
-    match (&t.image, &t.recipe) {
-        (Some(image), _) => image.clone(),
-        (None, Some(recipe)) => {
-            let from = paddock_types::recipe::parse_recipe(recipe, &Default::default())
-                .map(|r| r.from)
-                .unwrap_or_default();
-            let steps = paddock_types::recipe::parse_recipe(recipe, &Default::default())
-                .map(|r| r.steps.len())
-                .unwrap_or_default();
-            format!(
-                "recipe sha256:{}: FROM {from}, {steps} steps",
-                recipe_digest(recipe)
-            )
-        }
-        (None, None) => String::new(),
-    }
-}
 
 /// What a template is built from.
 enum Source {
     Image(ImageReference),
     Recipe(Box<RecipePlan>),
-}
-
-fn template_not_found(name: &str) -> ServiceError {
-    ServiceError::new(ErrorCode::TemplateNotFound, format!("template {name} not found"))
 }
 
 impl SandboxService {
@@ -82,7 +53,7 @@ impl SandboxService {
 
     /// [`Self::build_template`]; `configured`: the server builds one of its configured templates
     /// (for the operator's tenant, under the configured name).
-    async fn build_named(
+    pub(super) async fn build_named(
         &self,
         p: &Principal,
         req: BuildTemplateRequest,
@@ -269,89 +240,6 @@ impl SandboxService {
                 Err(e)
             }
         }
-    }
-
-    /// Builds, in the background, every configured template made from an image or a recipe, for
-    /// the operator's tenant under its configured name; one already built from the same source is
-    /// used as it is (a recipe whose steps are cached rebuilds in moments anyway). Once one is ready,
-    /// sandboxes can be made from it and its warm pool fills. A failed build is logged and retried
-    /// a minute later.
-    pub fn ensure_configured_templates(&self) {
-        let mut tasks = Vec::new();
-        for (name, t) in &self.inner.config.templates {
-            if !t.is_built() {
-                continue;
-            }
-            let (service, name, t) = (self.clone(), name.clone(), t.clone());
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    match service.ensure_configured(&name, &t).await {
-                        Ok(id) => {
-                            tracing::info!(template = %name, id = %id, "configured template ready");
-                            crate::core::live::lock(&service.inner.built_templates).insert(name.clone(), id);
-                            service.inner.pool_wakeup.notify_waiters();
-                            return;
-                        }
-                        Err(e) => {
-                            tracing::error!(template = %name, error = %e.message, code = e.code.as_str(), "configured template not built; retrying in a minute");
-                        }
-                    }
-                    tokio::select! {
-                        () = service.inner.stop.cancelled() => return,
-                        () = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
-                    }
-                }
-            }));
-        }
-        crate::core::live::lock(&self.inner.tasks).extend(tasks);
-    }
-
-    async fn ensure_configured(
-        &self,
-        name: &str,
-        t: &crate::TemplateConfig,
-    ) -> Result<TemplateId, ServiceError> {
-        use crate::core::principal::ADMIN_TENANT;
-        let operator = Principal {
-            tenant: ADMIN_TENANT.to_owned(),
-            key_id: "server-config".to_owned(),
-            admin: true,
-        };
-        let source = configured_source(t);
-        // The operator's tenant exists once an admin key does; a fresh store may not have it yet.
-        self.db("record the operator's tenant", move |s| {
-            s.ensure_tenant(ADMIN_TENANT, now_ms())
-        })
-        .await?;
-        let lookup = name.to_owned();
-        let existing = self
-            .db("read a template", move |s| s.find_template(ADMIN_TENANT, &lookup))
-            .await?;
-        if let Some(record) = existing {
-            if record.ready && record.source == source {
-                return record
-                    .id
-                    .parse()
-                    .map_err(|e| ServiceError::internal("parse a template id", &e));
-            }
-            // Built from something else: replaced (refused while a sandbox holds it).
-            self.delete_template(&operator, &record.id).await?;
-        }
-        let request = BuildTemplateRequest {
-            name: name.to_owned(),
-            from: t.image.clone(),
-            recipe: t.recipe.clone(),
-            build_args: Default::default(),
-            network: None,
-            start: None,
-        };
-        // Nobody reads the events: the receiver is dropped at once, so every send fails at once.
-        let (events, _) = mpsc::channel(1);
-        let info = self.build_named(&operator, request, events, true).await?;
-        info.id
-            .ok_or_else(|| ServiceError::internal("build a configured template", &"no id"))?
-            .parse()
-            .map_err(|e| ServiceError::internal("parse a template id", &e))
     }
 
     /// Fetches the image into `dest` and has the backend build template `id` from it.
@@ -557,47 +445,6 @@ impl SandboxService {
     }
 }
 
-fn configured_info(name: &str, warm_pool_size: u32) -> TemplateInfo {
-    TemplateInfo {
-        name: name.to_owned(),
-        warm_pool_size,
-        id: None,
-        source: None,
-        digest: None,
-        layers: Vec::new(),
-        size_bytes: None,
-        config: None,
-        created_at: None,
-        start: None,
-    }
-}
-
-fn template_info(record: &TemplateRecord, detail: Option<&TemplateDetail>) -> TemplateInfo {
-    let built = detail.map(|d| &d.built);
-    TemplateInfo {
-        name: record.name.clone(),
-        warm_pool_size: 0,
-        id: Some(record.id.clone()),
-        source: Some(record.source.clone()),
-        digest: built.map(|b| b.digest.clone()),
-        layers: built
-            .map(|b| {
-                b.layers
-                    .iter()
-                    .map(|l| TemplateLayer {
-                        digest: l.digest.clone(),
-                        size: l.size,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        size_bytes: built.map(|b| b.layers.iter().map(|l| l.size).sum()),
-        config: built.map(|b| b.config.clone()),
-        created_at: Some(rfc3339(record.created_at_ms)),
-        start: detail.and_then(|d| d.start.clone()),
-    }
-}
-
 /// The most a readiness check may wait.
 const MAX_READY_SECS: u64 = 600;
 
@@ -643,70 +490,4 @@ fn check_start(start: &TemplateStart) -> Result<(), ServiceError> {
         }
     }
     Ok(())
-}
-
-/// A registry's failure as the API answers it.
-fn registry_error(e: RegistryError) -> ServiceError {
-    let code = match e.kind() {
-        RegistryErrorKind::InvalidReference | RegistryErrorKind::InvalidOptions => ErrorCode::InvalidRequest,
-        RegistryErrorKind::Unreachable | RegistryErrorKind::Tls | RegistryErrorKind::Protocol => {
-            ErrorCode::RegistryUnreachable
-        }
-        RegistryErrorKind::TimedOut => ErrorCode::Timeout,
-        RegistryErrorKind::NotFound => ErrorCode::ImageNotFound,
-        RegistryErrorKind::Unauthorized => ErrorCode::RegistryUnauthorized,
-        RegistryErrorKind::UnsupportedMediaType
-        | RegistryErrorKind::DigestMismatch
-        | RegistryErrorKind::NoMatchingPlatform => ErrorCode::InvalidImage,
-        RegistryErrorKind::TooLarge => ErrorCode::ImageTooLarge,
-        RegistryErrorKind::Io => {
-            if io_no_space(&e) {
-                return ServiceError::pool_full();
-            }
-            return ServiceError::internal("pull an image", &e);
-        }
-    };
-    ServiceError::new(code, one_line(&e))
-}
-
-fn io_no_space(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(e);
-    while let Some(e) = next {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
-                return true;
-            }
-        }
-        next = e.source();
-    }
-    false
-}
-
-/// An error and its causes on one line.
-fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut next = e.source();
-    while let Some(cause) = next {
-        let more = cause.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        next = cause.source();
-    }
-    text
-}
-
-/// A backend's build failure as the API answers it.
-fn build_error(e: RuntimeError) -> ServiceError {
-    match e {
-        RuntimeError::Image(image) => match image.kind() {
-            ImageErrorKind::InvalidImage | ImageErrorKind::Unsupported | ImageErrorKind::NotFound => {
-                ServiceError::new(ErrorCode::InvalidImage, one_line(&image))
-            }
-            ImageErrorKind::TooLarge => ServiceError::new(ErrorCode::ImageTooLarge, one_line(&image)),
-            ImageErrorKind::Io => runtime_error("build a template", RuntimeError::Image(image)),
-        },
-        other => runtime_error("build a template", other),
-    }
 }

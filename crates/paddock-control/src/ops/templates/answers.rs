@@ -1,0 +1,124 @@
+//! How templates and their failures are answered: the API's template info, and the error a
+//! registry's or the backend's failure becomes (stable codes, one line).
+
+use paddock_registry::{ErrorKind as RegistryErrorKind, RegistryError};
+use paddock_runtime::native::image::ImageErrorKind;
+use paddock_runtime::RuntimeError;
+use paddock_store::TemplateRecord;
+use paddock_types::api::{ErrorCode, TemplateInfo, TemplateLayer};
+
+use crate::core::service::runtime_error;
+use crate::core::time::rfc3339;
+use crate::plan::template::TemplateDetail;
+use crate::ServiceError;
+
+pub(super) fn template_not_found(name: &str) -> ServiceError {
+    ServiceError::new(ErrorCode::TemplateNotFound, format!("template {name} not found"))
+}
+
+pub(super) fn configured_info(name: &str, warm_pool_size: u32) -> TemplateInfo {
+    TemplateInfo {
+        name: name.to_owned(),
+        warm_pool_size,
+        id: None,
+        source: None,
+        digest: None,
+        layers: Vec::new(),
+        size_bytes: None,
+        config: None,
+        created_at: None,
+        start: None,
+    }
+}
+
+pub(super) fn template_info(record: &TemplateRecord, detail: Option<&TemplateDetail>) -> TemplateInfo {
+    let built = detail.map(|d| &d.built);
+    TemplateInfo {
+        name: record.name.clone(),
+        warm_pool_size: 0,
+        id: Some(record.id.clone()),
+        source: Some(record.source.clone()),
+        digest: built.map(|b| b.digest.clone()),
+        layers: built
+            .map(|b| {
+                b.layers
+                    .iter()
+                    .map(|l| TemplateLayer {
+                        digest: l.digest.clone(),
+                        size: l.size,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        size_bytes: built.map(|b| b.layers.iter().map(|l| l.size).sum()),
+        config: built.map(|b| b.config.clone()),
+        created_at: Some(rfc3339(record.created_at_ms)),
+        start: detail.and_then(|d| d.start.clone()),
+    }
+}
+
+/// A registry's failure as the API answers it.
+pub(super) fn registry_error(e: RegistryError) -> ServiceError {
+    let code = match e.kind() {
+        RegistryErrorKind::InvalidReference | RegistryErrorKind::InvalidOptions => ErrorCode::InvalidRequest,
+        RegistryErrorKind::Unreachable | RegistryErrorKind::Tls | RegistryErrorKind::Protocol => {
+            ErrorCode::RegistryUnreachable
+        }
+        RegistryErrorKind::TimedOut => ErrorCode::Timeout,
+        RegistryErrorKind::NotFound => ErrorCode::ImageNotFound,
+        RegistryErrorKind::Unauthorized => ErrorCode::RegistryUnauthorized,
+        RegistryErrorKind::UnsupportedMediaType
+        | RegistryErrorKind::DigestMismatch
+        | RegistryErrorKind::NoMatchingPlatform => ErrorCode::InvalidImage,
+        RegistryErrorKind::TooLarge => ErrorCode::ImageTooLarge,
+        RegistryErrorKind::Io => {
+            if io_no_space(&e) {
+                return ServiceError::pool_full();
+            }
+            return ServiceError::internal("pull an image", &e);
+        }
+    };
+    ServiceError::new(code, one_line(&e))
+}
+
+fn io_no_space(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
+                return true;
+            }
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// An error and its causes on one line.
+fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// A backend's build failure as the API answers it.
+pub(super) fn build_error(e: RuntimeError) -> ServiceError {
+    match e {
+        RuntimeError::Image(image) => match image.kind() {
+            ImageErrorKind::InvalidImage | ImageErrorKind::Unsupported | ImageErrorKind::NotFound => {
+                ServiceError::new(ErrorCode::InvalidImage, one_line(&image))
+            }
+            ImageErrorKind::TooLarge => ServiceError::new(ErrorCode::ImageTooLarge, one_line(&image)),
+            ImageErrorKind::Io => runtime_error("build a template", RuntimeError::Image(image)),
+        },
+        other => runtime_error("build a template", other),
+    }
+}

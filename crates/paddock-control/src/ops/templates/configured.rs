@@ -1,0 +1,121 @@
+//! Templates the server's configuration has it build (`[templates.NAME] image` or `recipe`): built
+//! in the background at start for the operator's tenant, reused while their source is unchanged,
+//! and registered so that creates and warm pools of that name resolve to them.
+
+use paddock_types::api::BuildTemplateRequest;
+use paddock_types::TemplateId;
+use tokio::sync::mpsc;
+
+use crate::core::time::now_ms;
+use crate::{Principal, SandboxService, ServiceError};
+
+/// The first 16 hex digits of a recipe's SHA-256: which text a recipe template was built from.
+pub(super) fn recipe_digest(text: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))[..16].to_owned()
+}
+
+/// The source string a configured template is recorded with (what a restart compares).
+fn configured_source(t: &crate::TemplateConfig) -> String {
+    match (&t.image, &t.recipe) {
+        (Some(image), _) => image.clone(),
+        (None, Some(recipe)) => {
+            let from = paddock_types::recipe::parse_recipe(recipe, &Default::default())
+                .map(|r| r.from)
+                .unwrap_or_default();
+            let steps = paddock_types::recipe::parse_recipe(recipe, &Default::default())
+                .map(|r| r.steps.len())
+                .unwrap_or_default();
+            format!(
+                "recipe sha256:{}: FROM {from}, {steps} steps",
+                recipe_digest(recipe)
+            )
+        }
+        (None, None) => String::new(),
+    }
+}
+
+impl SandboxService {
+    /// Builds, in the background, every configured template made from an image or a recipe, for
+    /// the operator's tenant under its configured name; one already built from the same source is
+    /// used as it is (a recipe whose steps are cached rebuilds in moments anyway). Once one is ready,
+    /// sandboxes can be made from it and its warm pool fills. A failed build is logged and retried
+    /// a minute later.
+    pub fn ensure_configured_templates(&self) {
+        let mut tasks = Vec::new();
+        for (name, t) in &self.inner.config.templates {
+            if !t.is_built() {
+                continue;
+            }
+            let (service, name, t) = (self.clone(), name.clone(), t.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    match service.ensure_configured(&name, &t).await {
+                        Ok(id) => {
+                            tracing::info!(template = %name, id = %id, "configured template ready");
+                            crate::core::live::lock(&service.inner.built_templates).insert(name.clone(), id);
+                            service.inner.pool_wakeup.notify_waiters();
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::error!(template = %name, error = %e.message, code = e.code.as_str(), "configured template not built; retrying in a minute");
+                        }
+                    }
+                    tokio::select! {
+                        () = service.inner.stop.cancelled() => return,
+                        () = tokio::time::sleep(std::time::Duration::from_secs(60)) => {}
+                    }
+                }
+            }));
+        }
+        crate::core::live::lock(&self.inner.tasks).extend(tasks);
+    }
+
+    async fn ensure_configured(
+        &self,
+        name: &str,
+        t: &crate::TemplateConfig,
+    ) -> Result<TemplateId, ServiceError> {
+        use crate::core::principal::ADMIN_TENANT;
+        let operator = Principal {
+            tenant: ADMIN_TENANT.to_owned(),
+            key_id: "server-config".to_owned(),
+            admin: true,
+        };
+        let source = configured_source(t);
+        // The operator's tenant exists once an admin key does; a fresh store may not have it yet.
+        self.db("record the operator's tenant", move |s| {
+            s.ensure_tenant(ADMIN_TENANT, now_ms())
+        })
+        .await?;
+        let lookup = name.to_owned();
+        let existing = self
+            .db("read a template", move |s| s.find_template(ADMIN_TENANT, &lookup))
+            .await?;
+        if let Some(record) = existing {
+            if record.ready && record.source == source {
+                return record
+                    .id
+                    .parse()
+                    .map_err(|e| ServiceError::internal("parse a template id", &e));
+            }
+            // Built from something else: replaced (refused while a sandbox holds it).
+            self.delete_template(&operator, &record.id).await?;
+        }
+        let request = BuildTemplateRequest {
+            name: name.to_owned(),
+            from: t.image.clone(),
+            recipe: t.recipe.clone(),
+            build_args: Default::default(),
+            network: None,
+            start: None,
+        };
+        // Nobody reads the events: the receiver is dropped at once, so every send fails at once.
+        let (events, _) = mpsc::channel(1);
+        let info = self.build_named(&operator, request, events, true).await?;
+        info.id
+            .ok_or_else(|| ServiceError::internal("build a configured template", &"no id"))?
+            .parse()
+            .map_err(|e| ServiceError::internal("parse a template id", &e))
+    }
+}

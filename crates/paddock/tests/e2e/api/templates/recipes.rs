@@ -1,0 +1,151 @@
+//! Templates from recipes: `RUN` steps in sandboxes, cached steps on a rebuild, failures.
+
+use serde_json::{json, Value};
+
+use super::*;
+
+#[test]
+fn a_recipe_runs_its_steps_in_sandboxes_and_a_rebuild_reuses_the_unchanged_ones() {
+    let registry = TestRegistry::start();
+    let image = app_image();
+    registry.push(&image.path(), "v1", "paddock/app", "v1");
+    let from = format!("{}/paddock/app:v1", registry.host());
+    let h = Harness::with(options(&registry, good_credentials()));
+    h.block_on(async {
+        let a = h.admin.new_tenant("tpl-recipe").await;
+        let recipe = |last: &str| {
+            format!(
+                "ARG BASE={from}\n\
+                 FROM $BASE\n\
+                 # a comment (the image's USER is app: RUN steps run as it until this)\n\
+                 USER root\n\
+                 RUN echo made > /srv/made && id -u > /srv/made-by && echo to-the-log\n\
+                 ENV STAGE=one\n\
+                 RUN echo \"$STAGE\" >> /srv/made\n\
+                 USER app\n\
+                 WORKDIR /srv/work\n\
+                 RUN {last}\n\
+                 CMD [\"httpd\", \"-f\", \"-p\", \"8000\"]\n"
+            )
+        };
+        let first = recipe("id -un > who");
+        let run_rows = |rows: Vec<Value>| {
+            rows.iter()
+                .filter(|r| r["detail"]["tag"] == "recipe-step")
+                .count()
+        };
+
+        // Built: every step runs (the FROM is pulled), its output streams as it comes.
+        let events = build_streamed(&a, json!({"name": "r1", "recipe": first})).await;
+        assert_eq!(
+            events.last().map(|e| e["event"].clone()),
+            Some(json!("done")),
+            "{events:#?}"
+        );
+        assert!(kinds(&events).contains(&"pulling"), "{events:#?}");
+        assert!(steps(&events).iter().all(|(_, cached)| !cached), "{events:#?}");
+        assert!(
+            events
+                .iter()
+                .any(|e| e["event"] == "log" && e["text"].as_str().is_some_and(|t| t.contains("to-the-log"))),
+            "{events:#?}"
+        );
+        let info = &events.last().expect("done")["template"];
+        assert_eq!(info["config"]["user"], "app");
+        assert_eq!(info["config"]["working_dir"], "/srv/work");
+        assert_eq!(info["config"]["cmd"], json!(["httpd", "-f", "-p", "8000"]));
+        assert_eq!(run_rows(a.audit_rows(&[("action", "process.start")]).await), 3);
+
+        // A sandbox from it has what the steps made, as their users, and the recipe's defaults.
+        let sb = a.create_sandbox(json!({"template": "r1"})).await;
+        let (code, out, err) = run_in(
+            &a,
+            &sb,
+            json!({"shell": "cat /srv/made /srv/made-by /srv/work/who; echo $STAGE; pwd; id -un"}),
+        )
+        .await;
+        assert_eq!(
+            (code, out.as_str()),
+            (0, "made\none\n0\napp\none\n/srv/work\napp\n"),
+            "{err}"
+        );
+        a.delete(&format!("/v1/sandboxes/{sb}")).await.ok(204);
+
+        // The same recipe again: nothing runs, nothing is pulled.
+        let events = build_streamed(&a, json!({"name": "r2", "recipe": first})).await;
+        assert_eq!(
+            events.last().map(|e| e["event"].clone()),
+            Some(json!("done")),
+            "{events:#?}"
+        );
+        assert!(!kinds(&events).contains(&"pulling"), "{events:#?}");
+        assert!(steps(&events).iter().all(|(_, cached)| *cached), "{events:#?}");
+        assert_eq!(run_rows(a.audit_rows(&[("action", "process.start")]).await), 3);
+
+        // The last step changed: only it runs.
+        let events = build_streamed(
+            &a,
+            json!({"name": "r3", "recipe": recipe("echo changed > /srv/work/changed")}),
+        )
+        .await;
+        assert_eq!(
+            events.last().map(|e| e["event"].clone()),
+            Some(json!("done")),
+            "{events:#?}"
+        );
+        let runs: Vec<bool> = steps(&events)
+            .iter()
+            .filter(|(instruction, _)| instruction.starts_with("RUN"))
+            .map(|(_, cached)| *cached)
+            .collect();
+        assert_eq!(runs, [true, true, false], "{events:#?}");
+        assert_eq!(run_rows(a.audit_rows(&[("action", "process.start")]).await), 4);
+        let sb = a.create_sandbox(json!({"template": "r3"})).await;
+        let (_, out, _) = run_in(
+            &a,
+            &sb,
+            json!({"shell": "cat /srv/work/changed; test -e /srv/work/who || echo no-who"}),
+        )
+        .await;
+        assert_eq!(out, "changed\nno-who\n");
+        a.delete(&format!("/v1/sandboxes/{sb}")).await.ok(204);
+
+        // A failing step fails the build (with its line), keeps nothing of it and no sandbox.
+        let failed = build_with(
+            &a,
+            json!({"name": "broken", "recipe": format!("FROM {from}\nRUN echo fine\nRUN exit 7\n")}),
+        )
+        .await
+        .err(422, "build_failed");
+        let message = failed["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("line 3") && message.contains("code 7"),
+            "{failed}"
+        );
+        a.get("/v1/templates/broken").await.err(404, "template_not_found");
+        let list = a.get("/v1/sandboxes").await.ok(200);
+        assert_eq!(list["sandboxes"].as_array().map(Vec::len), Some(0), "{list:#}");
+        let images = names_in(&h.env().state().join("pool/images"));
+        assert_eq!(images.len(), 3, "{images:?}");
+        // What this server does not build, and what is no recipe.
+        build_with(
+            &a,
+            json!({"name": "x", "recipe": format!("FROM {from}\nCOPY a /a\n")}),
+        )
+        .await
+        .err(501, "unsupported");
+        let bad = build_with(
+            &a,
+            json!({"name": "x", "recipe": format!("FROM {from}\nHEALTHCHECK NONE\n")}),
+        )
+        .await
+        .err(400, "invalid_request");
+        assert_eq!(bad["field"], "recipe", "{bad}");
+        build_with(
+            &a,
+            json!({"name": "x", "from": from, "recipe": format!("FROM {from}\n")}),
+        )
+        .await
+        .err(400, "invalid_request");
+    });
+}
