@@ -182,56 +182,94 @@ impl Recipe {
     /// listed; shell-form commands become `/bin/sh -c TEXT`; `ENTRYPOINT` clears the base image's
     /// `CMD` (but not one this recipe set before it), and a later `CMD` keeps the entrypoint.
     pub fn image_config(&self, base: &ImageConfig) -> ImageConfig {
-        let mut config = base.clone();
-        let mut cmd_set = false;
-        // Indexes, so that a recipe with many variables or ports costs no quadratic time.
+        let mut config = ConfigApplier::new(base.clone(), false);
+        for step in &self.steps {
+            config.apply(&step.instruction);
+        }
+        config.into_config()
+    }
+}
+
+/// Applies a recipe's instructions to an image config one at a time, as [`Recipe::image_config`]
+/// does for all of them (for a caller that needs the config between steps, such as the defaults a
+/// `RUN` runs with). Indexed, so that a recipe with many variables or ports costs no quadratic time.
+#[derive(Debug, Clone)]
+pub struct ConfigApplier {
+    config: ImageConfig,
+    /// Whether the recipe set `CMD` already: an `ENTRYPOINT` clears only the base image's.
+    cmd_set: bool,
+    env_index: BTreeMap<String, usize>,
+    exposed: BTreeSet<String>,
+}
+
+impl ConfigApplier {
+    /// Starts from `config`; `cmd_set`: the recipe's steps before this point set `CMD`.
+    pub fn new(config: ImageConfig, cmd_set: bool) -> Self {
         let mut env_index: BTreeMap<String, usize> = BTreeMap::new();
         for (i, entry) in config.env.iter().enumerate() {
             if let Some((name, _)) = entry.split_once('=') {
                 env_index.entry(name.to_owned()).or_insert(i);
             }
         }
-        let mut exposed: BTreeSet<String> = config.exposed_ports.iter().cloned().collect();
-        for step in &self.steps {
-            match &step.instruction {
-                Instruction::Env { vars } => {
-                    for (name, value) in vars {
-                        let entry = format!("{name}={value}");
-                        match env_index.get(name) {
-                            Some(&i) => config.env[i] = entry,
-                            None => {
-                                env_index.insert(name.clone(), config.env.len());
-                                config.env.push(entry);
-                            }
-                        }
-                    }
-                }
-                Instruction::Workdir { path } => config.working_dir = Some(path.clone()),
-                Instruction::User { user } => config.user = Some(user.clone()),
-                Instruction::Expose { ports } => {
-                    for port in ports {
-                        if exposed.insert(port.clone()) {
-                            config.exposed_ports.push(port.clone());
-                        }
-                    }
-                }
-                Instruction::Cmd { command } => {
-                    config.cmd = Some(command.argv());
-                    cmd_set = true;
-                }
-                Instruction::Entrypoint { command } => {
-                    config.entrypoint = Some(command.argv());
-                    if !cmd_set {
-                        config.cmd = None;
-                    }
-                }
-                Instruction::Run { .. }
-                | Instruction::Label { .. }
-                | Instruction::Copy { .. }
-                | Instruction::Add { .. } => {}
-            }
+        let exposed = config.exposed_ports.iter().cloned().collect();
+        Self {
+            config,
+            cmd_set,
+            env_index,
+            exposed,
         }
-        config
+    }
+
+    /// Applies one instruction (`RUN`, `LABEL`, `COPY` and `ADD` change nothing).
+    pub fn apply(&mut self, instruction: &Instruction) {
+        let config = &mut self.config;
+        match instruction {
+            Instruction::Env { vars } => {
+                for (name, value) in vars {
+                    let entry = format!("{name}={value}");
+                    match self.env_index.get(name) {
+                        Some(&i) => config.env[i] = entry,
+                        None => {
+                            self.env_index.insert(name.clone(), config.env.len());
+                            config.env.push(entry);
+                        }
+                    }
+                }
+            }
+            Instruction::Workdir { path } => config.working_dir = Some(path.clone()),
+            Instruction::User { user } => config.user = Some(user.clone()),
+            Instruction::Expose { ports } => {
+                for port in ports {
+                    if self.exposed.insert(port.clone()) {
+                        config.exposed_ports.push(port.clone());
+                    }
+                }
+            }
+            Instruction::Cmd { command } => {
+                config.cmd = Some(command.argv());
+                self.cmd_set = true;
+            }
+            Instruction::Entrypoint { command } => {
+                config.entrypoint = Some(command.argv());
+                if !self.cmd_set {
+                    config.cmd = None;
+                }
+            }
+            Instruction::Run { .. }
+            | Instruction::Label { .. }
+            | Instruction::Copy { .. }
+            | Instruction::Add { .. } => {}
+        }
+    }
+
+    /// The config so far.
+    pub fn config(&self) -> &ImageConfig {
+        &self.config
+    }
+
+    /// The config.
+    pub fn into_config(self) -> ImageConfig {
+        self.config
     }
 }
 

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use paddock_runtime::TemplateBuilt;
 use paddock_types::api::{CreateSandboxRequest, ErrorCode, TemplateBuildEvent};
-use paddock_types::recipe::{Command, Instruction, Recipe};
+use paddock_types::recipe::{Command, ConfigApplier, Instruction, Recipe};
 use paddock_types::{ImageConfig, SandboxId, TemplateId};
 use sha2::{Digest as _, Sha256};
 use tokio::sync::mpsc;
@@ -94,51 +94,6 @@ impl RecipePlan {
     }
 }
 
-/// The argv of a recipe command (the shell form runs with `/bin/sh -c`, as docker does).
-fn argv(command: &Command) -> Vec<String> {
-    match command {
-        Command::Shell(script) => vec!["/bin/sh".into(), "-c".into(), script.clone()],
-        Command::Exec(argv) => argv.clone(),
-    }
-}
-
-/// `config` after `instruction` (nothing for `RUN`, `LABEL`). `recipe_cmd` says whether the recipe
-/// set `CMD` already: an `ENTRYPOINT` clears only the base image's, as docker does.
-fn apply(config: &mut ImageConfig, instruction: &Instruction, recipe_cmd: &mut bool) {
-    match instruction {
-        Instruction::Env { vars } => {
-            for (key, value) in vars {
-                let prefix = format!("{key}=");
-                let entry = format!("{key}={value}");
-                match config.env.iter_mut().find(|e| e.starts_with(&prefix)) {
-                    Some(existing) => *existing = entry,
-                    None => config.env.push(entry),
-                }
-            }
-        }
-        Instruction::Workdir { path } => config.working_dir = Some(path.clone()),
-        Instruction::User { user } => config.user = Some(user.clone()),
-        Instruction::Expose { ports } => {
-            for port in ports {
-                if !config.exposed_ports.contains(port) {
-                    config.exposed_ports.push(port.clone());
-                }
-            }
-        }
-        Instruction::Cmd { command } => {
-            config.cmd = Some(argv(command));
-            *recipe_cmd = true;
-        }
-        Instruction::Entrypoint { command } => {
-            config.entrypoint = Some(argv(command));
-            if !*recipe_cmd {
-                config.cmd = None;
-            }
-        }
-        _ => {}
-    }
-}
-
 fn event(events: &mpsc::Sender<TemplateBuildEvent>, e: TemplateBuildEvent) {
     // Progress never stalls a build (see `build_template`).
     let _ = events.try_send(e);
@@ -186,7 +141,7 @@ impl SandboxService {
             .await?
             .map_err(|e| runtime_error("read the layer cache", e))?;
         // The template so far, its chain, its process defaults, and the steps it covers.
-        let (mut current, mut chain, mut config, mut done) = if cached == 0 {
+        let (mut current, mut chain, config, mut done) = if cached == 0 {
             event(
                 events,
                 TemplateBuildEvent::Step {
@@ -267,9 +222,11 @@ impl SandboxService {
         let base_digest = plan.keys[0].clone();
         // Until a `RUN` runs, the defaults-only steps are what the cache had too.
         let mut ran = cached == 0;
-        let mut recipe_cmd = steps[..done]
+        // What the defaults were at the last step done, applied onward as the parser applies them.
+        let recipe_cmd = steps[..done]
             .iter()
             .any(|s| matches!(s.instruction, Instruction::Cmd { .. }));
+        let mut config = ConfigApplier::new(config, recipe_cmd);
         while done < steps.len() {
             let step = &steps[done];
             let is_run = matches!(step.instruction, Instruction::Run { .. });
@@ -295,6 +252,7 @@ impl SandboxService {
                     .cloned()
                     .chain(
                         config
+                            .config()
                             .env
                             .iter()
                             .filter_map(|e| e.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned()))),
@@ -307,7 +265,7 @@ impl SandboxService {
                     env: run_env,
                     network: network.clone(),
                 };
-                self.run_step(p, (&current, &config), (&next, &chain), run, events)
+                self.run_step(p, (&current, config.config()), (&next, &chain), run, events)
                     .await
                     .map_err(|mut e| {
                         e.message = format!("line {line}: {}", e.message);
@@ -315,7 +273,7 @@ impl SandboxService {
                     })?;
                 current = next;
             } else {
-                apply(&mut config, &step.instruction, &mut recipe_cmd);
+                config.apply(&step.instruction);
             }
             done += 1;
         }
@@ -330,7 +288,7 @@ impl SandboxService {
         let _ = current;
         Ok(TemplateBuilt {
             digest: format!("recipe:{}", chain.last().unwrap_or(&base_digest)),
-            config,
+            config: config.into_config(),
             layers: Vec::new(),
             added_default_user: false,
         })
@@ -419,7 +377,7 @@ impl SandboxService {
             );
         };
         let command = BuildCommand {
-            argv: argv(step.command),
+            argv: step.command.argv(),
             env: step.env.clone(),
             cwd: config.working_dir.clone().unwrap_or_else(|| "/".into()),
             user,
@@ -510,15 +468,18 @@ mod tests {
             &BTreeMap::new(),
         )
         .expect("parses");
-        let mut config = ImageConfig {
-            env: vec!["PATH=/bin".into(), "A=0".into()],
-            cmd: Some(vec!["old".into()]),
-            ..ImageConfig::default()
-        };
-        let mut recipe_cmd = false;
+        let mut applier = ConfigApplier::new(
+            ImageConfig {
+                env: vec!["PATH=/bin".into(), "A=0".into()],
+                cmd: Some(vec!["old".into()]),
+                ..ImageConfig::default()
+            },
+            false,
+        );
         for step in &recipe.steps {
-            apply(&mut config, &step.instruction, &mut recipe_cmd);
+            applier.apply(&step.instruction);
         }
+        let config = applier.into_config();
         assert_eq!(config.env, ["PATH=/bin", "A=3", "B=2"], "replaced in place");
         assert_eq!(config.working_dir.as_deref(), Some("/srv"));
         assert_eq!(config.user.as_deref(), Some("app"));
