@@ -125,19 +125,7 @@ pub(crate) use values::{human_duration, Human, Rootfs, Size};
 
 /// Reads a recipe file named by the configuration (at most 1 MiB, a regular file).
 fn read_recipe_file(path: &Path) -> anyhow::Result<String> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut text = String::new();
-    file.take(paddock_types::recipe::MAX_RECIPE_BYTES as u64 + 1)
-        .read_to_string(&mut text)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    if text.len() > paddock_types::recipe::MAX_RECIPE_BYTES {
-        anyhow::bail!(
-            "{} is larger than {} bytes",
-            path.display(),
-            paddock_types::recipe::MAX_RECIPE_BYTES
-        );
-    }
+    let text = crate::client::read_recipe(path)?;
     paddock_types::recipe::parse_recipe(&text, &BTreeMap::new())
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(text)

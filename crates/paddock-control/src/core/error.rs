@@ -117,7 +117,7 @@ fn runtime_no_space(e: &RuntimeError) -> bool {
     }
 }
 
-fn chain_has_no_space(e: &(dyn std::error::Error + 'static)) -> bool {
+pub(crate) fn chain_has_no_space(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut next = Some(e);
     while let Some(e) = next {
         if let Some(io) = e.downcast_ref::<io::Error>() {

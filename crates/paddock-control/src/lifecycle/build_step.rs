@@ -40,7 +40,7 @@ impl SandboxService {
         let spec = CommandSpec::Argv { argv: command.argv };
         let detail = audit::ProcessStarted {
             command: crate::lifecycle::processes::command_audit(&spec),
-            exec_id: format!("{:016x}", rand::random::<u64>()),
+            exec_id: crate::lifecycle::processes::new_exec_id(),
             cwd: Some(command.cwd.clone()),
             user: command.user.clone(),
             background: false,

@@ -17,6 +17,11 @@ use crate::core::output::events::{exit_info, ExecOutput};
 use crate::core::principal::Principal;
 use crate::core::service::SandboxService;
 
+/// A fresh exec id: ties a `process.start` row (written before the pid exists) to its exit row.
+pub(crate) fn new_exec_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
 pub(crate) fn command_audit(c: &CommandSpec) -> CommandDetail {
     match c {
         CommandSpec::Argv { argv } => CommandDetail::Argv(argv.clone()),

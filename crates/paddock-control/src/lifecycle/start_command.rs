@@ -63,7 +63,7 @@ impl SandboxService {
         let command = CommandSpec::Argv { argv };
         let detail = audit::ProcessStarted {
             command: crate::lifecycle::processes::command_audit(&command),
-            exec_id: format!("{:016x}", rand::random::<u64>()),
+            exec_id: crate::lifecycle::processes::new_exec_id(),
             cwd: spec.workdir.clone(),
             user: spec.user.clone(),
             background: true,

@@ -52,14 +52,7 @@ pub(super) async fn create(
     JsonBody(req): JsonBody<NewSandbox>,
 ) -> Result<Response, E2bError> {
     // The server's templates and the caller's built ones: an E2B template id can name either.
-    let known: Vec<String> = state
-        .service
-        .list_templates(&p)
-        .await?
-        .templates
-        .into_iter()
-        .map(|t| t.name)
-        .collect();
+    let known = state.service.template_names(&p).await?;
     let template = translate::template_ref(&req.template_id, &known)?;
     let create = translate::create_request(&req, template, state.config.internet_access)?;
     let info = state.service.create_sandbox(&p, create).await.map_err(|e| {

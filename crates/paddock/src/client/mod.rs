@@ -13,6 +13,8 @@ mod snapshot_transfer;
 mod snapshots;
 mod table;
 mod templates;
+
+pub(crate) use templates::read_recipe;
 mod volumes;
 
 use std::fmt;

@@ -30,10 +30,10 @@ pub struct BuildSource {
     pub network: Option<paddock_types::NetworkPolicy>,
 }
 
-/// The most bytes of a recipe file read.
-const MAX_RECIPE: u64 = 1 << 20;
+/// The most bytes of a recipe file read: what the server accepts.
+const MAX_RECIPE: u64 = paddock_types::recipe::MAX_RECIPE_BYTES as u64;
 
-/// Reads a recipe file (`-`: stdin), bounded.
+/// Reads a recipe file (`-`: stdin), bounded (also the server's reader of configured recipes).
 pub fn read_recipe(path: &std::path::Path) -> anyhow::Result<String> {
     use std::io::Read as _;
     let mut text = String::new();

@@ -95,11 +95,6 @@ fn command_body(c: &CommandSpec) -> ProcessCommand {
     }
 }
 
-/// A fresh exec id: ties a `process.start` row (written before the pid exists) to its exit row.
-fn new_exec_id() -> String {
-    format!("{:016x}", rand::random::<u64>())
-}
-
 impl SandboxService {
     /// Starts a process. Foreground: the stream carries its output and exit. Background: it keeps
     /// running on its own; read it later with [`SandboxService::attach_process`].
@@ -147,7 +142,7 @@ impl SandboxService {
         // The start row is written before the process runs, so a crash right after the spawn
         // cannot leave a process that ran with no record of what it was. The exec id ties it to
         // the exit row, which carries the pid (unknown until the agent has spawned it).
-        let exec_id = new_exec_id();
+        let exec_id = crate::lifecycle::processes::new_exec_id();
         let detail = audit::ProcessStarted {
             command: command_audit(&command),
             exec_id: exec_id.clone(),

@@ -72,26 +72,13 @@ pub(super) fn registry_error(e: RegistryError) -> ServiceError {
         | RegistryErrorKind::NoMatchingPlatform => ErrorCode::InvalidImage,
         RegistryErrorKind::TooLarge => ErrorCode::ImageTooLarge,
         RegistryErrorKind::Io => {
-            if io_no_space(&e) {
+            if crate::core::error::chain_has_no_space(&e) {
                 return ServiceError::pool_full();
             }
             return ServiceError::internal("pull an image", &e);
         }
     };
     ServiceError::new(code, one_line(&e))
-}
-
-fn io_no_space(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(e);
-    while let Some(e) = next {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
-                return true;
-            }
-        }
-        next = e.source();
-    }
-    false
 }
 
 /// An error and its causes on one line.

@@ -9,28 +9,26 @@ use tokio::sync::mpsc;
 use crate::core::time::now_ms;
 use crate::{Principal, SandboxService, ServiceError};
 
-/// The first 16 hex digits of a recipe's SHA-256: which text a recipe template was built from.
-pub(super) fn recipe_digest(text: &str) -> String {
+/// The source a recipe template is recorded with: the first 16 hex digits of the text's SHA-256
+/// (which text it was built from, what a restart compares), its base and its length.
+pub(super) fn recipe_source(text: &str, recipe: &paddock_types::recipe::Recipe) -> String {
     use sha2::Digest as _;
-    hex::encode(sha2::Sha256::digest(text.as_bytes()))[..16].to_owned()
+    let digest = &hex::encode(sha2::Sha256::digest(text.as_bytes()))[..16];
+    format!(
+        "recipe sha256:{digest}: FROM {}, {} steps",
+        recipe.from,
+        recipe.steps.len()
+    )
 }
 
 /// The source string a configured template is recorded with (what a restart compares).
 fn configured_source(t: &crate::TemplateConfig) -> String {
     match (&t.image, &t.recipe) {
         (Some(image), _) => image.clone(),
-        (None, Some(recipe)) => {
-            let from = paddock_types::recipe::parse_recipe(recipe, &Default::default())
-                .map(|r| r.from)
-                .unwrap_or_default();
-            let steps = paddock_types::recipe::parse_recipe(recipe, &Default::default())
-                .map(|r| r.steps.len())
-                .unwrap_or_default();
-            format!(
-                "recipe sha256:{}: FROM {from}, {steps} steps",
-                recipe_digest(recipe)
-            )
-        }
+        // (The configuration refused a recipe that does not parse.)
+        (None, Some(text)) => paddock_types::recipe::parse_recipe(text, &Default::default())
+            .map(|recipe| recipe_source(text, &recipe))
+            .unwrap_or_default(),
         (None, None) => String::new(),
     }
 }

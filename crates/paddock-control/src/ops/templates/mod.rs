@@ -27,7 +27,7 @@ use crate::plan::template::{parse_detail, TemplateDetail};
 use crate::{Principal, SandboxService, ServiceError};
 
 use answers::{build_error, configured_info, registry_error, template_info, template_not_found};
-use configured::recipe_digest;
+use configured::recipe_source;
 use recipe::RecipePlan;
 
 /// What a template is built from.
@@ -128,12 +128,9 @@ impl SandboxService {
             name: name.to_string(),
             source: match &source {
                 Source::Image(_) => req.from.clone().unwrap_or_default(),
-                Source::Recipe(plan) => format!(
-                    "recipe sha256:{}: FROM {}, {} steps",
-                    recipe_digest(req.recipe.as_deref().unwrap_or_default()),
-                    plan.recipe.from,
-                    plan.recipe.steps.len()
-                ),
+                Source::Recipe(plan) => {
+                    recipe_source(req.recipe.as_deref().unwrap_or_default(), &plan.recipe)
+                }
             },
             created_at_ms: now_ms(),
         };
@@ -347,25 +344,43 @@ impl SandboxService {
         Ok(TemplateList { templates })
     }
 
+    /// The names [`Self::list_templates`] lists, without reading what each was built from (one
+    /// query: for front-ends that map a name on every create).
+    pub async fn template_names(&self, p: &Principal) -> Result<Vec<String>, ServiceError> {
+        let mut names: Vec<String> = self.inner.config.templates.keys().cloned().collect();
+        let tenant = p.tenant.clone();
+        let records = self
+            .db("list templates", move |s| s.list_templates(&tenant))
+            .await?;
+        names.extend(
+            records
+                .into_iter()
+                .map(|r| r.name)
+                .filter(|n| !self.inner.config.templates.contains_key(n)),
+        );
+        Ok(names)
+    }
+
     /// One of the server's templates: a built one with what it was built from, once ready.
     async fn server_template_info(
         &self,
         name: &str,
         t: &crate::TemplateConfig,
     ) -> Result<TemplateInfo, ServiceError> {
-        if t.is_built() {
-            if let Ok(resolved) = self.configured_template(name).await {
-                let id = resolved.id.to_string();
-                let record = self
-                    .db("read a template", move |s| {
-                        s.find_template(crate::core::principal::ADMIN_TENANT, &id)
-                    })
-                    .await?;
-                if let Some(record) = record {
-                    let mut info = template_info(&record, Some(&resolved.detail));
-                    info.warm_pool_size = t.warm_pool_size;
-                    return Ok(info);
-                }
+        let built = crate::core::live::lock(&self.inner.built_templates)
+            .get(name)
+            .cloned();
+        if let Some(id) = built {
+            let id = id.to_string();
+            let record = self
+                .db("read a template", move |s| {
+                    s.find_template(crate::core::principal::ADMIN_TENANT, &id)
+                })
+                .await?;
+            if let Some(record) = record {
+                let mut info = template_info(&record, parse_detail(&record)?.as_ref());
+                info.warm_pool_size = t.warm_pool_size;
+                return Ok(info);
             }
         }
         Ok(configured_info(name, t.warm_pool_size))

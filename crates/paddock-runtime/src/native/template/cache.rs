@@ -31,14 +31,10 @@ pub(super) fn chain_keys(layers: impl Iterator<Item = Digest>) -> Vec<String> {
             h.update(previous.as_bytes());
             h.update(b" ");
             h.update(digest.to_string().as_bytes());
-            previous = hex(&h.finalize());
+            previous = hex::encode(h.finalize());
             previous.clone()
         })
         .collect()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn layers_dir(pool_root: &Path) -> PathBuf {
