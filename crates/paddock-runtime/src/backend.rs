@@ -315,8 +315,8 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     /// cached prefix's length; 0 when not even the first).
     fn cached_prefix(&self, chain: &[String]) -> Result<usize, RuntimeError>;
     /// Keeps template `template`'s tree in the layer cache as `key` (64 hex digits), unless the
-    /// cache has that key already.
-    fn cache_template(&self, template: &TemplateId, key: &str) -> Result<(), RuntimeError>;
+    /// cache has that key already; `bytes` is what the tree holds ([`TemplateBuilt::bytes`]).
+    fn cache_template(&self, template: &TemplateId, key: &str, bytes: u64) -> Result<(), RuntimeError>;
     /// Makes template `template` from the cached tree of `chain`'s last key (its record naming the
     /// whole chain, which the cache keeps while the template exists); `None` when the cache does
     /// not have it. The digest and process defaults are those recorded with the cached tree.
@@ -326,14 +326,17 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         chain: &[String],
     ) -> Result<Option<TemplateBuilt>, RuntimeError>;
     /// Makes template `template` from `snapshot` (a sandbox's files: a recipe step's result) with
-    /// the process defaults `config`, and caches its tree as `chain`'s last key.
+    /// the process defaults `config`, and caches its tree as `chain`'s last key. `snapshot_bytes`
+    /// is what the snapshot holds (what its sandbox started from plus what it wrote); returns what
+    /// the template holds ([`TemplateBuilt::bytes`]).
     fn template_from_snapshot(
         &self,
         template: &TemplateId,
         snapshot: &SnapshotId,
         chain: &[String],
         config: &paddock_types::ImageConfig,
-    ) -> Result<(), RuntimeError>;
+        snapshot_bytes: u64,
+    ) -> Result<u64, RuntimeError>;
 }
 
 /// A whole backend: lifecycles and storage.

@@ -88,4 +88,9 @@ pub struct TemplateBuilt {
     pub layers: Vec<BuiltLayer>,
     /// Whether paddock added the user `user` (the image had none of that name).
     pub added_default_user: bool,
+    /// Bytes of the pool its tree can hold: what the cached tree it started from holds plus what
+    /// its build wrote (an upper bound: what a later layer removed still counts). What its owner is
+    /// charged against a storage quota; 0 in records made before it was measured.
+    #[serde(default)]
+    pub bytes: u64,
 }

@@ -92,7 +92,7 @@ pub enum StoreError {
     QuotaExceeded {
         tenant: String,
         /// The quota's field: `max_sandboxes`, `max_memory` (bytes), `max_cpus` (millicpus),
-        /// `max_snapshots`, `max_volumes` or `max_storage` (bytes).
+        /// `max_snapshots`, `max_volumes`, `max_templates` or `max_storage` (bytes).
         what: &'static str,
         limit: u64,
         requested_total: u64,

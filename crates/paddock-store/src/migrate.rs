@@ -63,10 +63,14 @@ const MIGRATIONS: &[Migration] = &[
         version: 11,
         sql: include_str!("../migrations/0011_templates.sql"),
     },
+    Migration {
+        version: 12,
+        sql: include_str!("../migrations/0012_template_quotas.sql"),
+    },
 ];
 
 /// The schema version this binary writes and understands.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

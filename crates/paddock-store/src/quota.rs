@@ -8,10 +8,12 @@
 //!   resume is checked for them);
 //! - snapshots: every snapshot that exists, named, checkpoint or imported;
 //! - volumes: every volume that exists;
+//! - templates: every template that exists, built or being built;
 //! - storage bytes: a sandbox's disk limit plus its base (the charge of the snapshot it was made
 //!   from), a snapshot's own charge (its sandbox's base plus what the sandbox had written when it was
-//!   taken; an import: the archive's size), a volume's size. These are upper bounds of what each can
-//!   hold in the pool, known without walking any files.
+//!   taken; an import: the archive's size), a volume's size, a template's charge (while
+//!   it is built, the most its build may write; once built, what its tree holds). These are upper
+//!   bounds of what each can hold in the pool, known without walking any files.
 //!
 //! What it does not do: measure anything (the control plane supplies every size), or take back what
 //! was admitted when a quota is lowered later (the tenant just cannot add more until it is under).
@@ -46,6 +48,7 @@ pub struct QuotaRequest {
     pub cpu_millis: u64,
     pub snapshots: u64,
     pub volumes: u64,
+    pub templates: u64,
     pub storage_bytes: u64,
 }
 
@@ -69,6 +72,7 @@ impl QuotaRequest {
             cpu_millis: self.cpu_millis.saturating_mul(n),
             snapshots: self.snapshots.saturating_mul(n),
             volumes: self.volumes.saturating_mul(n),
+            templates: self.templates.saturating_mul(n),
             storage_bytes: self.storage_bytes.saturating_mul(n),
         }
     }
@@ -81,6 +85,7 @@ impl QuotaRequest {
             cpu_millis: self.cpu_millis.saturating_add(other.cpu_millis),
             snapshots: self.snapshots.saturating_add(other.snapshots),
             volumes: self.volumes.saturating_add(other.volumes),
+            templates: self.templates.saturating_add(other.templates),
             storage_bytes: self.storage_bytes.saturating_add(other.storage_bytes),
         }
     }
@@ -355,6 +360,12 @@ pub fn first_exceeded(
             request.volumes,
         ),
         (
+            "max_templates",
+            quota.max_templates.map(u64::from),
+            usage.templates,
+            request.templates,
+        ),
+        (
             "max_storage",
             quota.max_storage_bytes,
             usage.storage_bytes,
@@ -376,7 +387,7 @@ pub(crate) fn tenant_usage(
     defaults: &QuotaDefaults,
 ) -> Result<TenantUsage, StoreError> {
     let unsized_volume = to_i64("unsized_volume_bytes", defaults.unsized_volume_bytes)?;
-    let row: [i64; 6] = conn
+    let row: [i64; 7] = conn
         .query_row(
             "SELECT
                  (SELECT COUNT(*) FROM sandboxes
@@ -387,11 +398,14 @@ pub(crate) fn tenant_usage(
                   WHERE tenant = ?1 AND state IN ('creating', 'running')),
                  (SELECT COUNT(*) FROM snapshots WHERE tenant = ?1 AND deleted_at_ms IS NULL),
                  (SELECT COUNT(*) FROM volumes WHERE tenant = ?1 AND deleted_at_ms IS NULL),
+                 (SELECT COUNT(*) FROM templates WHERE tenant = ?1 AND deleted_at_ms IS NULL),
                  (SELECT COALESCE(SUM(disk_bytes + base_bytes), 0) FROM sandboxes
                   WHERE tenant = ?1 AND state IN ('creating', 'running', 'stopped'))
                  + (SELECT COALESCE(SUM(storage_bytes), 0) FROM snapshots
                     WHERE tenant = ?1 AND deleted_at_ms IS NULL)
                  + (SELECT COALESCE(SUM(COALESCE(size_bytes, ?2)), 0) FROM volumes
+                    WHERE tenant = ?1 AND deleted_at_ms IS NULL)
+                 + (SELECT COALESCE(SUM(storage_bytes), 0) FROM templates
                     WHERE tenant = ?1 AND deleted_at_ms IS NULL)",
             (tenant, unsized_volume),
             |row| {
@@ -402,17 +416,19 @@ pub(crate) fn tenant_usage(
                     row.get(3)?,
                     row.get(4)?,
                     row.get(5)?,
+                    row.get(6)?,
                 ])
             },
         )
         .map_err(StoreError::read("tenant usage"))?;
-    let [sandboxes, memory_bytes, cpu_millis, snapshots, volumes, storage_bytes] = row;
+    let [sandboxes, memory_bytes, cpu_millis, snapshots, volumes, templates, storage_bytes] = row;
     Ok(TenantUsage {
         sandboxes: from_i64("tenant usage", sandboxes)?,
         memory_bytes: from_i64("tenant usage", memory_bytes)?,
         cpu_millis: from_i64("tenant usage", cpu_millis)?,
         snapshots: from_i64("tenant usage", snapshots)?,
         volumes: from_i64("tenant usage", volumes)?,
+        templates: from_i64("tenant usage", templates)?,
         storage_bytes: from_i64("tenant usage", storage_bytes)?,
     })
 }

@@ -3,8 +3,9 @@
 
 use rusqlite::{Connection, OptionalExtension, Row};
 
-use crate::error::{violation, Violation};
-use crate::{Store, StoreError, StoreTx};
+use crate::error::{to_i64, violation, Violation};
+use crate::quota::{check_quota, QuotaRequest};
+use crate::{QuotaDefaults, Store, StoreError, StoreTx};
 
 /// A template to record, `building`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +15,9 @@ pub struct NewTemplate {
     pub name: String,
     pub source: String,
     pub created_at_ms: i64,
+    /// What it is charged against the storage quota while it is built: the most its build may
+    /// write.
+    pub storage_bytes: u64,
 }
 
 /// A stored template.
@@ -28,6 +32,8 @@ pub struct TemplateRecord {
     /// The build's result (JSON), `{}` while building.
     pub detail_json: String,
     pub created_at_ms: i64,
+    /// What it is charged against the storage quota (see `0012_template_quotas.sql`).
+    pub storage_bytes: u64,
 }
 
 /// What [`Store::delete_template_unless_used`] did.
@@ -41,7 +47,7 @@ pub enum TemplateDeletion {
     InUse(Vec<String>),
 }
 
-const COLUMNS: &str = "id, tenant, name, source, state, detail_json, created_at_ms";
+const COLUMNS: &str = "id, tenant, name, source, state, detail_json, created_at_ms, storage_bytes";
 
 /// States of a sandbox that holds its template's files: as for volumes, live and stopped ones.
 const HOLDING: &str = "('warm', 'creating', 'running', 'stopped')";
@@ -51,6 +57,24 @@ impl Store {
     /// [`StoreError::Conflict`] (`what` = `"template name"`).
     pub fn insert_template(&self, t: &NewTemplate) -> Result<(), StoreError> {
         self.write("insert template", |conn| insert_template(conn, t))
+    }
+
+    /// [`Self::insert_template`] if the tenant's quota allows one more template and its
+    /// reservation (`t.storage_bytes`); else [`StoreError::QuotaExceeded`].
+    pub fn insert_template_checked(
+        &self,
+        t: &NewTemplate,
+        defaults: &QuotaDefaults,
+    ) -> Result<(), StoreError> {
+        self.write("insert template", |conn| {
+            let request = QuotaRequest {
+                templates: 1,
+                storage_bytes: t.storage_bytes,
+                ..QuotaRequest::default()
+            };
+            check_quota(conn, &t.tenant, &request, defaults)?;
+            insert_template(conn, t)
+        })
     }
 
     /// Removes the row of a template whose build failed (nothing references it).
@@ -149,12 +173,42 @@ impl Store {
 
 impl StoreTx<'_> {
     /// Marks a template built, with its build's result, inside this transaction (with its audit
-    /// row).
-    pub fn finish_template(&self, id: &str, detail_json: &str) -> Result<(), StoreError> {
+    /// row), now charged `storage_bytes` (what it holds, in place of its reservation). With
+    /// `defaults`, refused ([`StoreError::QuotaExceeded`], nothing changed) if that takes its tenant
+    /// over its storage quota; `None`: not checked (the operator's own templates).
+    pub fn finish_template(
+        &self,
+        id: &str,
+        detail_json: &str,
+        storage_bytes: u64,
+        defaults: Option<&QuotaDefaults>,
+    ) -> Result<(), StoreError> {
+        let bytes = to_i64("storage_bytes", storage_bytes)?;
+        let tenant: String = self
+            .tx
+            .query_row(
+                "UPDATE templates SET storage_bytes = 0 WHERE id = ?1 AND state = 'building' RETURNING tenant",
+                [id],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(StoreError::write("template"))?
+            .ok_or_else(|| StoreError::Corrupt {
+                what: "template",
+                detail: format!("{id} is not being built"),
+            })?;
+        if let Some(defaults) = defaults {
+            // Its reservation is out of the usage now: this checks what it really holds.
+            let request = QuotaRequest {
+                storage_bytes,
+                ..QuotaRequest::default()
+            };
+            check_quota(&self.tx, &tenant, &request, defaults)?;
+        }
         self.tx
             .execute(
-                "UPDATE templates SET state = 'ready', detail_json = ?2 WHERE id = ?1",
-                (id, detail_json),
+                "UPDATE templates SET state = 'ready', detail_json = ?2, storage_bytes = ?3 WHERE id = ?1",
+                (id, detail_json, bytes),
             )
             .map_err(StoreError::write("template"))?;
         Ok(())
@@ -175,10 +229,11 @@ fn insert_template(conn: &Connection, t: &NewTemplate) -> Result<(), StoreError>
         what: "template name",
         id: t.name.clone(),
     };
+    let bytes = to_i64("storage_bytes", t.storage_bytes)?;
     let inserted = conn.execute(
-        "INSERT INTO templates (id, tenant, name, source, state, created_at_ms)
-         VALUES (?1, ?2, ?3, ?4, 'building', ?5)",
-        (&t.id, &t.tenant, &t.name, &t.source, t.created_at_ms),
+        "INSERT INTO templates (id, tenant, name, source, state, created_at_ms, storage_bytes)
+         VALUES (?1, ?2, ?3, ?4, 'building', ?5, ?6)",
+        (&t.id, &t.tenant, &t.name, &t.source, t.created_at_ms, bytes),
     );
     match inserted {
         Ok(_) => Ok(()),
@@ -210,5 +265,7 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<TemplateRecord> {
         ready: row.get::<_, String>(4)? == "ready",
         detail_json: row.get(5)?,
         created_at_ms: row.get(6)?,
+        // (Never negative: the column's CHECK.)
+        storage_bytes: row.get::<_, i64>(7)?.max(0).unsigned_abs(),
     })
 }

@@ -29,10 +29,13 @@ pub struct TenantQuota {
     /// Volumes that exist.
     #[serde(default)]
     pub max_volumes: Option<u32>,
-    /// Bytes of the pool its sandboxes, snapshots and volumes may hold (see `quota.rs` for what each
-    /// is charged).
+    /// Bytes of the pool its sandboxes, snapshots, volumes and templates may hold (see `quota.rs`
+    /// for what each is charged).
     #[serde(default)]
     pub max_storage_bytes: Option<u64>,
+    /// Templates that exist: built ones and those being built.
+    #[serde(default)]
+    pub max_templates: Option<u32>,
 }
 
 impl TenantQuota {
@@ -45,6 +48,7 @@ impl TenantQuota {
             max_snapshots: self.max_snapshots.or(defaults.max_snapshots),
             max_volumes: self.max_volumes.or(defaults.max_volumes),
             max_storage_bytes: self.max_storage_bytes.or(defaults.max_storage_bytes),
+            max_templates: self.max_templates.or(defaults.max_templates),
         }
     }
 }
@@ -81,12 +85,15 @@ pub struct TenantUsage {
     pub snapshots: u64,
     /// Volumes that exist.
     pub volumes: u64,
+    /// Templates that exist (built or being built).
+    #[serde(default)]
+    pub templates: u64,
     /// Bytes charged against the storage quota.
     pub storage_bytes: u64,
 }
 
 const TENANT_COLUMNS: &str = "name, max_sandboxes, max_memory_bytes, max_cpu_millis, max_snapshots, \
-     max_volumes, max_storage_bytes, created_at_ms";
+     max_volumes, max_storage_bytes, created_at_ms, max_templates";
 
 impl Store {
     /// The tenant `name`, created with no limits at `now_ms` if it does not exist yet.
@@ -130,15 +137,16 @@ impl Store {
         conn.query_row(
             &format!(
                 "INSERT INTO tenants (name, max_sandboxes, max_memory_bytes, max_cpu_millis, max_snapshots,
-                                      max_volumes, max_storage_bytes, created_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                                      max_volumes, max_storage_bytes, created_at_ms, max_templates)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
                  ON CONFLICT (name) DO UPDATE SET
                      max_sandboxes = excluded.max_sandboxes,
                      max_memory_bytes = excluded.max_memory_bytes,
                      max_cpu_millis = excluded.max_cpu_millis,
                      max_snapshots = excluded.max_snapshots,
                      max_volumes = excluded.max_volumes,
-                     max_storage_bytes = excluded.max_storage_bytes
+                     max_storage_bytes = excluded.max_storage_bytes,
+                     max_templates = excluded.max_templates
                  RETURNING {TENANT_COLUMNS}"
             ),
             (
@@ -150,6 +158,7 @@ impl Store {
                 quota.max_volumes,
                 max_storage_bytes,
                 now_ms,
+                quota.max_templates,
             ),
             read_tenant_row,
         )
@@ -195,6 +204,7 @@ fn read_tenant_row(row: &Row<'_>) -> rusqlite::Result<Result<TenantRecord, Store
     let max_volumes: Option<i64> = row.get(5)?;
     let max_storage_bytes: Option<i64> = row.get(6)?;
     let created_at_ms: i64 = row.get(7)?;
+    let max_templates: Option<i64> = row.get(8)?;
     Ok((|| {
         Ok(TenantRecord {
             name,
@@ -205,6 +215,7 @@ fn read_tenant_row(row: &Row<'_>) -> rusqlite::Result<Result<TenantRecord, Store
                 max_snapshots: quota_field(max_snapshots)?,
                 max_volumes: quota_field(max_volumes)?,
                 max_storage_bytes: quota_field(max_storage_bytes)?,
+                max_templates: quota_field(max_templates)?,
             },
             created_at_ms,
         })

@@ -7,7 +7,7 @@ use std::sync::Barrier;
 
 use paddock_store::{
     first_exceeded, Claim, NewSandbox, NewSnapshot, NewVolume, QuotaDefaults, QuotaRequest, SandboxState,
-    SnapshotKind, Store, StoreError, TenantQuota, TenantUsage,
+    NewTemplate, SnapshotKind, Store, StoreError, TemplateDeletion, TenantQuota, TenantUsage,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -24,6 +24,7 @@ const NO_DEFAULTS: QuotaDefaults = QuotaDefaults {
         max_snapshots: None,
         max_volumes: None,
         max_storage_bytes: None,
+        max_templates: None,
     },
     unsized_volume_bytes: 0,
 };
@@ -804,6 +805,11 @@ enum Step {
     DeleteSnapshot(usize),
     Volume { size: Option<u64> },
     DeleteVolume(usize),
+    /// A template build starts, reserving `reserve` bytes.
+    Template { reserve: u64 },
+    /// The `i`th building template's build ends, holding `bytes`.
+    FinishTemplate { i: usize, bytes: u64 },
+    DeleteTemplate(usize),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -820,6 +826,9 @@ fn step() -> impl Strategy<Value = Step> {
         (0..8usize).prop_map(Step::DeleteSnapshot),
         proptest::option::of(1..3_000u64).prop_map(|size| Step::Volume { size }),
         (0..8usize).prop_map(Step::DeleteVolume),
+        (0..3_000u64).prop_map(|reserve| Step::Template { reserve }),
+        (0..8usize, 0..6_000u64).prop_map(|(i, bytes)| Step::FinishTemplate { i, bytes }),
+        (0..8usize).prop_map(Step::DeleteTemplate),
     ]
 }
 
@@ -842,6 +851,7 @@ proptest! {
         max_memory in 0..1_500u64,
         max_snapshots in 0..6u32,
         max_volumes in 0..4u32,
+        max_templates in 0..4u32,
         max_storage in 0..20_000u64,
         steps in proptest::collection::vec(step(), 1..40),
     ) {
@@ -853,6 +863,7 @@ proptest! {
             max_snapshots: Some(max_snapshots),
             max_volumes: Some(max_volumes),
             max_storage_bytes: Some(max_storage),
+            max_templates: Some(max_templates),
         };
         let defaults = QuotaDefaults { unsized_volume_bytes: UNSIZED, ..NO_DEFAULTS };
         let store = Store::open_in_memory().expect("open");
@@ -860,7 +871,9 @@ proptest! {
         let mut sandboxes: Vec<ModelSandbox> = Vec::new();
         let mut snapshots: Vec<Option<u64>> = Vec::new();
         let mut volumes: Vec<Option<u64>> = Vec::new();
-        let usage = |sandboxes: &[ModelSandbox], snapshots: &[Option<u64>], volumes: &[Option<u64>]| {
+        // Per attempt: (its id, what it is charged, whether it is built) while it exists.
+        let mut templates: Vec<Option<(String, u64, bool)>> = Vec::new();
+        let usage = |sandboxes: &[ModelSandbox], snapshots: &[Option<u64>], volumes: &[Option<u64>], templates: &[Option<(String, u64, bool)>]| {
             let existing = sandboxes.iter().filter(|s| !s.state.is_ended());
             let running = sandboxes.iter().filter(|s| s.state.is_live());
             TenantUsage {
@@ -869,13 +882,15 @@ proptest! {
                 cpu_millis: running.count() as u64 * 500,
                 snapshots: snapshots.iter().flatten().count() as u64,
                 volumes: volumes.iter().flatten().count() as u64,
+                templates: templates.iter().flatten().count() as u64,
                 storage_bytes: existing.map(|s| s.storage).sum::<u64>()
                     + snapshots.iter().flatten().sum::<u64>()
-                    + volumes.iter().flatten().sum::<u64>(),
+                    + volumes.iter().flatten().sum::<u64>()
+                    + templates.iter().flatten().map(|t| t.1).sum::<u64>(),
             }
         };
         for (n, step) in steps.iter().enumerate() {
-            let before = usage(&sandboxes, &snapshots, &volumes);
+            let before = usage(&sandboxes, &snapshots, &volumes, &templates);
             match step.clone() {
                 Step::Create { disk, base, memory } => {
                     let new = NewSandbox {
@@ -946,8 +961,53 @@ proptest! {
                         volumes[k] = None;
                     }
                 }
+                Step::Template { reserve } => {
+                    let id = format!("tp-{n}");
+                    let new = NewTemplate {
+                        id: id.clone(),
+                        tenant: "acme".into(),
+                        name: format!("t{n}"),
+                        source: "registry.test/img".into(),
+                        created_at_ms: 0,
+                        storage_bytes: reserve,
+                    };
+                    let request = QuotaRequest { templates: 1, storage_bytes: reserve, ..QuotaRequest::default() };
+                    let got = store.insert_template_checked(&new, &defaults);
+                    check(&got, first_exceeded(&quota, &before, &request))?;
+                    templates.push(got.is_ok().then_some((id, reserve, false)));
+                }
+                Step::FinishTemplate { i, bytes } => {
+                    let building: Vec<usize> = (0..templates.len())
+                        .filter(|&k| matches!(templates[k], Some((_, _, false))))
+                        .collect();
+                    if let Some(&k) = building.get(i % building.len().max(1)) {
+                        let (id, reserve, _) = templates[k].clone().expect("building");
+                        // Its reservation is replaced by what it holds: checked without it.
+                        let mut without = before;
+                        without.storage_bytes -= reserve;
+                        let request = QuotaRequest { storage_bytes: bytes, ..QuotaRequest::default() };
+                        let got = store.transaction(|tx| tx.finish_template(&id, "{}", bytes, Some(&defaults)));
+                        check(&got, first_exceeded(&quota, &without, &request))?;
+                        if got.is_ok() {
+                            templates[k] = Some((id, bytes, true));
+                        }
+                    }
+                }
+                Step::DeleteTemplate(i) => {
+                    let live: Vec<usize> = (0..templates.len()).filter(|&k| templates[k].is_some()).collect();
+                    if let Some(&k) = live.get(i % live.len().max(1)) {
+                        let (id, _, _) = templates[k].clone().expect("live");
+                        // A build that fails removes its row; a built one is marked deleted.
+                        let gone = match templates[k] {
+                            Some((_, _, false)) => store.forget_template(&id).is_ok(),
+                            _ => store.delete_template_unless_used(&id, 1).expect("delete") == TemplateDeletion::Deleted,
+                        };
+                        prop_assert!(gone);
+                        templates[k] = None;
+                    }
+                }
             }
-            let model = usage(&sandboxes, &snapshots, &volumes);
+            let model = usage(&sandboxes, &snapshots, &volumes, &templates);
             prop_assert_eq!(store.tenant_usage("acme", &defaults).expect("usage"), model);
         }
     }

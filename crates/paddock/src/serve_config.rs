@@ -21,8 +21,10 @@
 //! max_sandboxes = 100         # sets none; running, paused and stopped sandboxes count
 //! max_snapshots = 1000        # checkpoints and imports count
 //! max_volumes = 100
+//! max_templates = 50          # built and being built
 //! max_memory = "64G"          # unset: unlimited (as max_cpus and max_storage)
-//! max_storage = "500G"        # sandbox disks (+ what they started from), snapshots, volume sizes
+//! max_storage = "500G"        # sandbox disks (+ what they started from), snapshots, volume sizes,
+//!                             # templates (what each holds; while built, the most it may write)
 //!
 //! [templates.default]
 //! rootfs = "host"
@@ -144,6 +146,7 @@ const DEFAULT_QUOTAS: TenantQuota = TenantQuota {
     max_snapshots: Some(1000),
     max_volumes: Some(100),
     max_storage_bytes: None,
+    max_templates: Some(50),
 };
 
 /// The name of the template that always exists.

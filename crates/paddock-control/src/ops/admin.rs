@@ -82,6 +82,7 @@ fn quota_body(q: &TenantQuota) -> TenantQuotaBody {
         max_snapshots: q.max_snapshots,
         max_volumes: q.max_volumes,
         max_storage: q.max_storage_bytes.map(ByteSize::bytes),
+        max_templates: q.max_templates,
     }
 }
 
@@ -248,6 +249,7 @@ impl SandboxService {
                 cpus: usage.cpu_millis as f64 / 1000.0,
                 snapshots: usage.snapshots,
                 volumes: usage.volumes,
+                templates: usage.templates,
                 storage_bytes: usage.storage_bytes,
             },
         })
@@ -291,6 +293,7 @@ impl SandboxService {
             max_snapshots: quota.max_snapshots,
             max_volumes: quota.max_volumes,
             max_storage_bytes: quota.max_storage.map(u64::from),
+            max_templates: quota.max_templates,
         };
         let n = name.to_owned();
         let record = self
@@ -307,6 +310,7 @@ impl SandboxService {
                 max_snapshots: q.max_snapshots,
                 max_volumes: q.max_volumes,
                 max_storage_bytes: q.max_storage_bytes,
+                max_templates: q.max_templates,
             }),
         )
         .await?;

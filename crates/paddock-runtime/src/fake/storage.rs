@@ -196,11 +196,14 @@ impl StorageBackend for FakeBackend {
                 cached: false,
             });
         }
+        // Nothing is unpacked: the fake's tree holds its blobs' bytes.
+        let bytes = layers.iter().map(|l| l.size).sum();
         let built = TemplateBuilt {
             digest: manifest.digest.to_string(),
             config: manifest.config,
             layers,
             added_default_user: false,
+            bytes,
         };
         lock(&self.shared.state)
             .templates
@@ -225,7 +228,7 @@ impl StorageBackend for FakeBackend {
             .count())
     }
 
-    fn cache_template(&self, template: &TemplateId, key: &str) -> Result<(), RuntimeError> {
+    fn cache_template(&self, template: &TemplateId, key: &str, bytes: u64) -> Result<(), RuntimeError> {
         self.shared.faults.take("cache_template")?;
         let mut state = lock(&self.shared.state);
         let built = state
@@ -233,7 +236,10 @@ impl StorageBackend for FakeBackend {
             .get(template)
             .cloned()
             .ok_or_else(|| RuntimeError::InvalidSpec(format!("template {template} does not exist")))?;
-        state.layer_cache.entry(key.to_owned()).or_insert(built);
+        state
+            .layer_cache
+            .entry(key.to_owned())
+            .or_insert(TemplateBuilt { bytes, ..built });
         Ok(())
     }
 
@@ -266,7 +272,8 @@ impl StorageBackend for FakeBackend {
         snapshot: &SnapshotId,
         chain: &[String],
         config: &paddock_types::ImageConfig,
-    ) -> Result<(), RuntimeError> {
+        snapshot_bytes: u64,
+    ) -> Result<u64, RuntimeError> {
         self.shared.faults.take("template_from_snapshot")?;
         let mut state = lock(&self.shared.state);
         if !state.snapshots.contains_key(snapshot) {
@@ -280,9 +287,10 @@ impl StorageBackend for FakeBackend {
             config: config.clone(),
             layers: Vec::new(),
             added_default_user: false,
+            bytes: snapshot_bytes,
         };
         state.layer_cache.insert(last.clone(), built.clone());
         state.templates.insert(template.clone(), built);
-        Ok(())
+        Ok(snapshot_bytes)
     }
 }

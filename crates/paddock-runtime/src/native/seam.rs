@@ -182,8 +182,8 @@ impl StorageBackend for NativeBackend {
         NativeBackend::cached_prefix(self, chain)
     }
 
-    fn cache_template(&self, template: &TemplateId, key: &str) -> Result<(), RuntimeError> {
-        NativeBackend::cache_template(self, template, key)
+    fn cache_template(&self, template: &TemplateId, key: &str, bytes: u64) -> Result<(), RuntimeError> {
+        NativeBackend::cache_template(self, template, key, bytes)
     }
 
     fn template_from_cache(
@@ -200,7 +200,8 @@ impl StorageBackend for NativeBackend {
         snapshot: &SnapshotId,
         chain: &[String],
         config: &paddock_types::ImageConfig,
-    ) -> Result<(), RuntimeError> {
-        NativeBackend::template_from_snapshot(self, template, snapshot, chain, config)
+        snapshot_bytes: u64,
+    ) -> Result<u64, RuntimeError> {
+        NativeBackend::template_from_snapshot(self, template, snapshot, chain, config, snapshot_bytes)
     }
 }

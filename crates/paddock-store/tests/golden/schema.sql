@@ -177,7 +177,7 @@ CREATE TABLE templates (
     detail_json   TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(detail_json)),
     created_at_ms INTEGER NOT NULL,
     deleted_at_ms INTEGER
-) STRICT;
+, storage_bytes INTEGER NOT NULL DEFAULT 0 CHECK (storage_bytes >= 0)) STRICT;
 
 -- table tenants
 CREATE TABLE tenants (
@@ -187,7 +187,7 @@ CREATE TABLE tenants (
     max_memory_bytes INTEGER CHECK (max_memory_bytes IS NULL OR max_memory_bytes >= 0),
     max_cpu_millis   INTEGER CHECK (max_cpu_millis IS NULL OR max_cpu_millis >= 0),
     created_at_ms    INTEGER NOT NULL
-, max_snapshots INTEGER CHECK (max_snapshots IS NULL OR max_snapshots >= 0), max_volumes INTEGER CHECK (max_volumes IS NULL OR max_volumes >= 0), max_storage_bytes INTEGER CHECK (max_storage_bytes IS NULL OR max_storage_bytes >= 0)) STRICT;
+, max_snapshots INTEGER CHECK (max_snapshots IS NULL OR max_snapshots >= 0), max_volumes INTEGER CHECK (max_volumes IS NULL OR max_volumes >= 0), max_storage_bytes INTEGER CHECK (max_storage_bytes IS NULL OR max_storage_bytes >= 0), max_templates INTEGER CHECK (max_templates IS NULL OR max_templates >= 0)) STRICT;
 
 -- table volume_mounts
 CREATE TABLE volume_mounts (

@@ -82,10 +82,14 @@ pub struct TenantQuotaBody {
     #[serde(default)]
     pub max_volumes: Option<u32>,
     /// Bytes of storage (bytes or `100G`): the disk limits of its sandboxes (stopped ones too) plus
-    /// what each started from, what its snapshots hold, and its volumes' sizes.
+    /// what each started from, what its snapshots hold, its volumes' sizes, and what its templates
+    /// hold (while one is built: the most its build may write).
     #[serde(default)]
     #[schema(value_type = Option<String>, example = "100G")]
     pub max_storage: Option<crate::ByteSize>,
+    /// Templates that exist at once: built ones and those being built.
+    #[serde(default)]
+    pub max_templates: Option<u32>,
 }
 
 /// What a tenant uses now, in the units of its quota.
@@ -101,6 +105,8 @@ pub struct TenantUsageBody {
     pub snapshots: u64,
     /// Volumes that exist.
     pub volumes: u64,
+    /// Templates that exist (built and being built).
+    pub templates: u64,
     /// Bytes charged against `max_storage`.
     pub storage_bytes: u64,
 }

@@ -36,6 +36,10 @@ pub struct TemplateInfo {
     /// Bytes of its layers as stored in the registry (compressed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_bytes: Option<u64>,
+    /// What it is charged against its tenant's storage quota: the bytes of the pool its files
+    /// hold (while it is built: the most its build may write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_bytes: Option<u64>,
     /// The image's process defaults, which sandboxes made from it start with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]

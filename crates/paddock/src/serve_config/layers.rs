@@ -132,6 +132,8 @@ struct QuotasLayer {
     max_volumes: Option<Bound<u32>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_storage: Option<Bound<Size>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_templates: Option<Bound<u32>>,
 }
 
 /// A quota in the file: a number (or size), or `"unlimited"`.
@@ -171,6 +173,7 @@ impl QuotasLayer {
             max_snapshots: top.max_snapshots.or(self.max_snapshots),
             max_volumes: top.max_volumes.or(self.max_volumes),
             max_storage: top.max_storage.or(self.max_storage),
+            max_templates: top.max_templates.or(self.max_templates),
         }
     }
 
@@ -188,6 +191,7 @@ impl QuotasLayer {
             max_snapshots: pick(self.max_snapshots, base.max_snapshots, |v| v),
             max_volumes: pick(self.max_volumes, base.max_volumes, |v| v),
             max_storage_bytes: pick(self.max_storage, base.max_storage_bytes, |s| s.0.as_u64()),
+            max_templates: pick(self.max_templates, base.max_templates, |v| v),
         }
     }
 }
@@ -204,6 +208,7 @@ impl From<&TenantQuota> for QuotasLayer {
             max_snapshots: Some(Bound::of(q.max_snapshots)),
             max_volumes: Some(Bound::of(q.max_volumes)),
             max_storage: Some(Bound::of(q.max_storage_bytes.map(|b| Size(ByteSize::bytes(b))))),
+            max_templates: Some(Bound::of(q.max_templates)),
         }
     }
 }

@@ -56,7 +56,7 @@ details! {
     /// A request refused (a quota, an invalid field): the error's field and message.
     Refusal for [
         SandboxCheckpoint, SandboxCreate, SandboxFork, SandboxResume, SnapshotCreate,
-        SnapshotImport, VolumeCreate,
+        SnapshotImport, TemplateBuild, VolumeCreate,
     ] {
         field: Option<String>,
         message: String,
@@ -253,6 +253,7 @@ details! {
         max_snapshots: Option<u32>,
         max_volumes: Option<u32>,
         max_storage_bytes: Option<u64>,
+        max_templates: Option<u32>,
     }
 
     /// A secret created (never its value).

@@ -25,6 +25,7 @@ pub(super) fn configured_info(name: &str, warm_pool_size: u32) -> TemplateInfo {
         digest: None,
         layers: Vec::new(),
         size_bytes: None,
+        storage_bytes: None,
         config: None,
         created_at: None,
         start: None,
@@ -51,6 +52,7 @@ pub(super) fn template_info(record: &TemplateRecord, detail: Option<&TemplateDet
             })
             .unwrap_or_default(),
         size_bytes: built.map(|b| b.layers.iter().map(|l| l.size).sum()),
+        storage_bytes: Some(record.storage_bytes),
         config: built.map(|b| b.config.clone()),
         created_at: Some(rfc3339(record.created_at_ms)),
         start: detail.and_then(|d| d.start.clone()),
@@ -96,8 +98,54 @@ fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
     text
 }
 
-/// A backend's build failure as the API answers it.
-pub(super) fn build_error(e: RuntimeError) -> ServiceError {
+/// How much a build may write to the pool, and whether that is what is left of its tenant's
+/// storage quota (else it is the server's bound of one build).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BuildRoom {
+    pub(crate) bytes: u64,
+    pub(crate) by_quota: bool,
+}
+
+/// Whether `e` is a write refused by a disk limit (a quota group's, not a full pool).
+fn over_disk_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::EDQUOT))
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// A backend's build failure as the API answers it: a build that wrote past `room` is
+/// `quota_exceeded` when the room was its tenant's, `image_too_large` when it was the server's
+/// bound.
+pub(super) fn build_error(e: RuntimeError, room: BuildRoom) -> ServiceError {
+    if over_disk_limit(&e) {
+        return if room.by_quota {
+            ServiceError {
+                field: Some("max_storage".to_owned()),
+                ..ServiceError::new(
+                    ErrorCode::QuotaExceeded,
+                    format!(
+                        "tenant quota exceeded: the build writes more than the {} bytes left of max_storage",
+                        room.bytes
+                    ),
+                )
+            }
+        } else {
+            ServiceError::new(
+                ErrorCode::ImageTooLarge,
+                format!(
+                    "the template's files exceed this server's bound of {} bytes per build",
+                    room.bytes
+                ),
+            )
+        };
+    }
     match e {
         RuntimeError::Image(image) => match image.kind() {
             ImageErrorKind::InvalidImage | ImageErrorKind::Unsupported | ImageErrorKind::NotFound => {

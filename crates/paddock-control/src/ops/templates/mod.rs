@@ -27,6 +27,7 @@ use crate::plan::template::{parse_detail, TemplateDetail};
 use crate::{Principal, SandboxService, ServiceError};
 
 use answers::{build_error, configured_info, registry_error, template_info, template_not_found};
+pub(crate) use answers::BuildRoom;
 use configured::recipe_source;
 use recipe::RecipePlan;
 
@@ -121,6 +122,7 @@ impl SandboxService {
                 .create(&pull_dir)
                 .map_err(|e| ServiceError::internal("create the pull directory", &e))?;
         }
+        let room = self.build_room(p, configured).await?;
         let id = TemplateId::from_random(rand::random());
         let new = NewTemplate {
             id: id.to_string(),
@@ -133,15 +135,28 @@ impl SandboxService {
                 }
             },
             created_at_ms: now_ms(),
+            storage_bytes: room.bytes,
         };
-        let record = new.clone();
-        self.db("record a template", move |s| s.insert_template(&record))
+        let (record, defaults) = (new.clone(), self.quota_defaults());
+        let inserted = self
+            .db("record a template", move |s| {
+                if configured {
+                    s.insert_template(&record)
+                } else {
+                    s.insert_template_checked(&record, &defaults)
+                }
+            })
+            .await;
+        self.audit_refusal(p, AuditAction::TemplateBuild, None, inserted)
             .await?;
         let dest = pull_dir.join(id.as_str());
         let built = match &source {
-            Source::Image(reference) => self.pull_and_build(&id, reference, &dest, &events).await,
+            Source::Image(reference) => {
+                self.pull_and_build(&id, reference, &dest, room, &events)
+                    .await
+            }
             Source::Recipe(plan) => {
-                self.build_recipe(p, &id, plan, req.network.clone(), &events)
+                self.build_recipe(p, &id, plan, req.network.clone(), room, &events)
                     .await
             }
         };
@@ -183,11 +198,12 @@ impl SandboxService {
                         cached_layers: built.layers.iter().filter(|l| l.cached).count(),
                     })
                     .into_row();
-                let tid = id.to_string();
+                let (tid, bytes) = (id.to_string(), built.bytes);
+                let defaults = (!configured).then(|| self.quota_defaults());
                 let stored = self
                     .db("record a built template", move |s| {
                         s.transaction(|tx| {
-                            tx.finish_template(&tid, &encoded)?;
+                            tx.finish_template(&tid, &encoded, bytes, defaults.as_ref())?;
                             audit::append(tx, &row)?;
                             Ok::<_, StoreError>(())
                         })
@@ -195,6 +211,16 @@ impl SandboxService {
                     .await;
                 if let Err(e) = stored {
                     self.discard_build(&id).await;
+                    let e = self
+                        .audit_refusal(p, AuditAction::TemplateBuild, None, Err::<(), _>(e))
+                        .await
+                        .unwrap_err();
+                    let _ = events
+                        .send(TemplateBuildEvent::Error {
+                            code: e.code,
+                            message: e.message.clone(),
+                        })
+                        .await;
                     return Err(e);
                 }
                 let info = template_info(
@@ -206,6 +232,7 @@ impl SandboxService {
                         ready: true,
                         detail_json: String::new(),
                         created_at_ms: new.created_at_ms,
+                        storage_bytes: built.bytes,
                     },
                     Some(&detail),
                 );
@@ -239,12 +266,50 @@ impl SandboxService {
         }
     }
 
-    /// Fetches the image into `dest` and has the backend build template `id` from it.
+    /// How much a build for `p` may write: the server's bound of one build, or what is left of
+    /// the tenant's storage quota when that is less (`quota_exceeded` when nothing is left). The
+    /// operator's own templates (`configured`) get the server's bound.
+    async fn build_room(&self, p: &Principal, configured: bool) -> Result<BuildRoom, ServiceError> {
+        let bound = self.inner.config.images.limits.max_bytes;
+        let left = if configured {
+            None
+        } else {
+            self.storage_room(p).await?
+        };
+        match left {
+            Some(0) => {
+                let request = paddock_store::QuotaRequest {
+                    templates: 1,
+                    storage_bytes: 1,
+                    ..paddock_store::QuotaRequest::default()
+                };
+                self.precheck_quota(p, AuditAction::TemplateBuild, None, request)
+                    .await?;
+                // (Room freed meanwhile: build within the bound.)
+                Ok(BuildRoom {
+                    bytes: bound,
+                    by_quota: false,
+                })
+            }
+            Some(left) if left < bound => Ok(BuildRoom {
+                bytes: left,
+                by_quota: true,
+            }),
+            _ => Ok(BuildRoom {
+                bytes: bound,
+                by_quota: false,
+            }),
+        }
+    }
+
+    /// Fetches the image into `dest` and has the backend build template `id` from it, writing at
+    /// most `room`.
     pub(crate) async fn pull_and_build(
         &self,
         id: &TemplateId,
         reference: &ImageReference,
         dest: &std::path::Path,
+        room: BuildRoom,
         events: &mpsc::Sender<TemplateBuildEvent>,
     ) -> Result<TemplateBuilt, ServiceError> {
         let _ = events
@@ -268,7 +333,10 @@ impl SandboxService {
             path: dest.to_owned(),
             reference: Some(pulled.ref_name.clone()),
         };
-        let limits = self.inner.config.images.limits;
+        let limits = paddock_runtime::TemplateLimits {
+            max_bytes: room.bytes,
+            ..self.inner.config.images.limits
+        };
         let (template, sender) = (id.clone(), events.clone());
         let of = pulled.layers.len();
         self.on_backend("build a template", move |b| {
@@ -293,7 +361,7 @@ impl SandboxService {
             })
         })
         .await?
-        .map_err(build_error)
+        .map_err(|e| build_error(e, room))
     }
 
     /// Removes what a failed build may have left: its files and its record.

@@ -108,10 +108,13 @@ impl SandboxService {
         id: &TemplateId,
         plan: &RecipePlan,
         network: Option<paddock_types::NetworkPolicy>,
+        room: super::BuildRoom,
         events: &mpsc::Sender<TemplateBuildEvent>,
     ) -> Result<TemplateBuilt, ServiceError> {
         let mut made: Vec<TemplateId> = Vec::new();
-        let result = self.run_recipe(p, id, plan, network, events, &mut made).await;
+        let result = self
+            .run_recipe(p, id, plan, network, room, events, &mut made)
+            .await;
         for template in made {
             let t = template.clone();
             if let Ok(Err(e)) = self
@@ -130,6 +133,7 @@ impl SandboxService {
         id: &TemplateId,
         plan: &RecipePlan,
         network: Option<paddock_types::NetworkPolicy>,
+        room: super::BuildRoom,
         events: &mpsc::Sender<TemplateBuildEvent>,
         made: &mut Vec<TemplateId>,
     ) -> Result<TemplateBuilt, ServiceError> {
@@ -140,8 +144,9 @@ impl SandboxService {
             .on_backend("read the layer cache", move |b| b.cached_prefix(&keys))
             .await?
             .map_err(|e| runtime_error("read the layer cache", e))?;
-        // The template so far, its chain, its process defaults, and the steps it covers.
-        let (mut current, mut chain, config, mut done) = if cached == 0 {
+        // The template so far, its chain, its process defaults, the steps it covers, and what it
+        // holds.
+        let (mut current, mut chain, config, mut done, mut bytes) = if cached == 0 {
             event(
                 events,
                 TemplateBuildEvent::Step {
@@ -169,18 +174,20 @@ impl SandboxService {
                     ))
                 }
             };
-            let built = self.pull_and_build(&base, &reference, &dest, events).await;
+            let built = self
+                .pull_and_build(&base, &reference, &dest, room, events)
+                .await;
             if let Err(e) = std::fs::remove_dir_all(&dest) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!(path = %dest.display(), error = %e, "pulled image not removed");
                 }
             }
             let built = built?;
-            let (t, key) = (base.clone(), plan.keys[0].clone());
-            self.on_backend("cache a template", move |b| b.cache_template(&t, &key))
+            let (t, key, bytes) = (base.clone(), plan.keys[0].clone(), built.bytes);
+            self.on_backend("cache a template", move |b| b.cache_template(&t, &key, bytes))
                 .await?
                 .map_err(|e| runtime_error("cache a template", e))?;
-            (base, vec![plan.keys[0].clone()], built.config, 0)
+            (base, vec![plan.keys[0].clone()], built.config, 0, built.bytes)
         } else {
             let template = TemplateId::from_random(rand::random());
             made.push(template.clone());
@@ -217,7 +224,7 @@ impl SandboxService {
                     },
                 );
             }
-            (template, chain, built.config, done)
+            (template, chain, built.config, done, built.bytes)
         };
         let base_digest = plan.keys[0].clone();
         // Until a `RUN` runs, the defaults-only steps are what the cache had too.
@@ -265,7 +272,8 @@ impl SandboxService {
                     env: run_env,
                     network: network.clone(),
                 };
-                self.run_step(p, (&current, config.config()), (&next, &chain), run, events)
+                bytes = self
+                    .run_step(p, (&current, config.config(), bytes), (&next, &chain), run, events)
                     .await
                     .map_err(|mut e| {
                         e.message = format!("line {line}: {}", e.message);
@@ -279,32 +287,34 @@ impl SandboxService {
         }
         // The template itself: the last tree, recorded under the build's id.
         let (t, c) = (id.clone(), chain.clone());
-        self.on_backend("make a template from the cache", move |b| {
-            b.template_from_cache(&t, &c)
-        })
-        .await?
-        .map_err(|e| runtime_error("make a template from the cache", e))?
-        .ok_or_else(|| ServiceError::internal("make a template from the cache", &"the last step vanished"))?;
-        let _ = current;
+        let last = self
+            .on_backend("make a template from the cache", move |b| {
+                b.template_from_cache(&t, &c)
+            })
+            .await?
+            .map_err(|e| runtime_error("make a template from the cache", e))?
+            .ok_or_else(|| ServiceError::internal("make a template from the cache", &"the last step vanished"))?;
+        let _ = (current, bytes);
         Ok(TemplateBuilt {
             digest: format!("recipe:{}", chain.last().unwrap_or(&base_digest)),
             config: config.into_config(),
             layers: Vec::new(),
             added_default_user: false,
+            bytes: last.bytes,
         })
     }
 
-    /// Runs one `RUN` in a sandbox of `from` (a template and its defaults) and makes template
-    /// `to.0` of its files, cached as `to.1`'s last key.
+    /// Runs one `RUN` in a sandbox of `from` (a template, its defaults and what it holds) and makes
+    /// template `to.0` of its files, cached as `to.1`'s last key; returns what that holds.
     async fn run_step(
         &self,
         p: &Principal,
-        from: (&TemplateId, &ImageConfig),
+        from: (&TemplateId, &ImageConfig, u64),
         to: (&TemplateId, &[String]),
         step: StepRun<'_>,
         events: &mpsc::Sender<TemplateBuildEvent>,
-    ) -> Result<(), ServiceError> {
-        let (template, config) = from;
+    ) -> Result<u64, ServiceError> {
+        let (template, config, bytes) = from;
         let image = ResolvedTemplate {
             id: template.clone(),
             detail: TemplateDetail {
@@ -313,6 +323,7 @@ impl SandboxService {
                     config: config.clone(),
                     layers: Vec::new(),
                     added_default_user: false,
+                    bytes,
                 },
                 start: None,
             },
@@ -329,7 +340,9 @@ impl SandboxService {
             .boot_recorded(p, plan, paddock_types::VolumeSource::Template, 0)
             .await?;
         self.commit_created(p, sandbox.as_str(), entry).await?;
-        let result = self.step_in(p, &sandbox, config, to, &step, events).await;
+        let result = self
+            .step_in(p, &sandbox, (config, bytes), to, &step, events)
+            .await;
         if let Err(e) = self.kill_sandbox(p, &sandbox).await {
             tracing::warn!(sandbox_id = %sandbox, error = %e, "a recipe step's sandbox not removed; it expires");
         }
@@ -340,11 +353,12 @@ impl SandboxService {
         &self,
         p: &Principal,
         sandbox: &SandboxId,
-        config: &ImageConfig,
+        from: (&ImageConfig, u64),
         to: (&TemplateId, &[String]),
         step: &StepRun<'_>,
         events: &mpsc::Sender<TemplateBuildEvent>,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<u64, ServiceError> {
+        let (config, from_bytes) = from;
         let index = step.index;
         let user = config
             .user
@@ -406,14 +420,22 @@ impl SandboxService {
             .live_sandbox(sandbox.as_str())
             .ok_or_else(|| ServiceError::sandbox_ending(sandbox))?;
         let s = snapshot.clone();
-        self.on_live_handle(&sb, "snapshot a recipe step", move |b, h| {
-            b.snapshot_sandbox(h, &s)
-        })
-        .await?;
+        // The capture commits the pool's transaction: the sandbox's count then covers every byte
+        // the snapshot holds of its own writes (as a checkpoint's charge is measured).
+        let written = self
+            .on_live_handle(&sb, "snapshot a recipe step", move |b, h| {
+                b.snapshot_sandbox(h, &s)?;
+                b.sandbox_usage(h).map(|u| u.disk_bytes).map_err(|e| {
+                    let _ = b.delete_snapshot(&s);
+                    e
+                })
+            })
+            .await?;
+        let snapshot_bytes = from_bytes.saturating_add(written);
         let (t, s, c, cfg) = (to.0.clone(), snapshot.clone(), to.1.to_vec(), config.clone());
         let made = self
             .on_backend("make a template of a step", move |b| {
-                b.template_from_snapshot(&t, &s, &c, &cfg)
+                b.template_from_snapshot(&t, &s, &c, &cfg, snapshot_bytes)
             })
             .await
             .and_then(|r| r.map_err(|e| runtime_error("make a template of a step", e)));

@@ -6,6 +6,12 @@
 //! names the chains it will use in `<pool>/builds/<tp-id>.chains` (removed when it ends, by it or
 //! by gc once its lock is free), and collection keeps what finished templates and running builds
 //! name.
+//!
+//! What each cached tree holds (bytes of the pool, what a template made from it is charged) is kept
+//! beside it in `<pool>/layers.bytes/<key>`: the pool's simple quotas charge an extent to the
+//! subvolume that wrote it, so a snapshot's own count says nothing of what it keeps alive. The
+//! figure is what the tree it was made from held plus what its build wrote; a tree cached without
+//! one (a crash between the two, a pool from before) is measured once from its extents.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -41,6 +47,13 @@ fn layers_dir(pool_root: &Path) -> PathBuf {
     pool_root.join("layers")
 }
 
+fn bytes_dir(pool_root: &Path) -> PathBuf {
+    pool_root.join("layers.bytes")
+}
+
+/// The longest figure [`bytes`] reads (a decimal `u64`).
+const MAX_BYTES_TEXT: u64 = 20;
+
 /// Where the tree of chain `key` is kept.
 pub(super) fn layer_path(pool_root: &Path, key: &str) -> PathBuf {
     layers_dir(pool_root).join(key)
@@ -60,8 +73,14 @@ pub(super) fn longest_cached(pool_root: &Path, keys: &[String]) -> Option<usize>
 }
 
 /// Keeps the tree at `tree` (a build's staging subvolume, just after the layer `key` ends) as the
-/// cached chain `key`, unless the cache has it already.
-pub(super) fn insert(pool_root: &Path, key: &str, tree: &Path) -> Result<(), RuntimeError> {
+/// cached chain `key`, unless the cache has it already; `bytes` then tells what it holds (called
+/// once the snapshot committed the pool's transaction, so quota counts are current).
+pub(super) fn insert(
+    pool_root: &Path,
+    key: &str,
+    tree: &Path,
+    bytes: impl FnOnce() -> Result<u64, RuntimeError>,
+) -> Result<(), RuntimeError> {
     let dir = layers_dir(pool_root);
     fs::create_dir_all(&dir).map_err(pool_err("create", &dir))?;
     let _lock = lock(pool_root)?;
@@ -70,7 +89,42 @@ pub(super) fn insert(pool_root: &Path, key: &str, tree: &Path) -> Result<(), Run
         return Ok(());
     }
     // A snapshot is made whole or not at all: a crash leaves no partial cache entry.
-    btrfs::snapshot_subvolume(tree, &dir, key, true).map_err(pool_err("cache a layer as", &path))
+    btrfs::snapshot_subvolume(tree, &dir, key, true).map_err(pool_err("cache a layer as", &path))?;
+    record_bytes(pool_root, key, bytes()?)
+}
+
+/// Writes what cached chain `key` holds (replacing it whole: a crash leaves the old figure or none).
+fn record_bytes(pool_root: &Path, key: &str, bytes: u64) -> Result<(), RuntimeError> {
+    let dir = bytes_dir(pool_root);
+    fs::create_dir_all(&dir).map_err(pool_err("create", &dir))?;
+    let path = dir.join(key);
+    let partial = dir.join(format!(".{key}.partial"));
+    fs::write(&partial, bytes.to_string()).map_err(pool_err("write", &partial))?;
+    fs::rename(&partial, &path).map_err(pool_err("write", &path))
+}
+
+/// What cached chain `key` holds (bytes of the pool), measured from its extents and recorded when
+/// no figure was recorded with it. The caller holds the lock.
+pub(super) fn bytes(pool_root: &Path, key: &str) -> Result<u64, RuntimeError> {
+    use std::io::Read as _;
+    let path = bytes_dir(pool_root).join(key);
+    // The server's own directory; still read as bounded text, never followed.
+    let flags = rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::CLOEXEC;
+    let recorded = rustix::fs::open(&path, flags, rustix::fs::Mode::empty())
+        .map_err(io::Error::from)
+        .and_then(|fd| {
+            let mut text = String::new();
+            fs::File::from(fd)
+                .take(MAX_BYTES_TEXT + 1)
+                .read_to_string(&mut text)?;
+            Ok(text)
+        });
+    if let Some(bytes) = recorded.ok().and_then(|t| t.trim().parse::<u64>().ok()) {
+        return Ok(bytes);
+    }
+    let measured = crate::native::snapshot_usage::measure(&layer_path(pool_root, key))?.referenced_bytes;
+    record_bytes(pool_root, key, measured)?;
+    Ok(measured)
 }
 
 /// A running build's claim on the chains it uses (`builds/<tp-id>.chains`), removed on drop.
@@ -148,6 +202,13 @@ pub(crate) fn collect_unused_layers(pool_root: &Path) -> Vec<String> {
             Ok(()) => removed.push(name),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => tracing::warn!(layer = %name, error = %e, "cached layer not removed; gc will retry"),
+        }
+    }
+    // Figures of trees no longer cached (and partial writes of them).
+    for entry in fs::read_dir(bytes_dir(pool_root)).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || fs::symlink_metadata(layer_path(pool_root, &name)).is_err() {
+            let _ = fs::remove_file(entry.path());
         }
     }
     removed

@@ -59,10 +59,11 @@ impl NativeBackend {
         &self,
         template: &TemplateId,
         key: &str,
+        bytes: u64,
     ) -> Result<(), RuntimeError> {
         check_chain(&[key.to_owned()])?;
         let path = self.pool.existing_image(template)?;
-        cache::insert(self.pool.root(), key, &path)
+        cache::insert(self.pool.root(), key, &path, || Ok(bytes))
     }
 
     /// [`crate::StorageBackend::template_from_cache`].
@@ -74,12 +75,13 @@ impl NativeBackend {
         let last = check_chain(chain)?;
         self.refuse_existing(template)?;
         let pool_root = self.pool.root();
-        let (staging, claim) = {
+        let (staging, claim, seed_bytes) = {
             let _lock = cache::lock(pool_root)?;
             let seed = cache::layer_path(pool_root, last);
             if std::fs::symlink_metadata(&seed).is_err() {
                 return Ok(None);
             }
+            let seed_bytes = cache::bytes(pool_root, last)?;
             let staging = Staging::begin(
                 pool_root,
                 Area::Builds,
@@ -88,7 +90,7 @@ impl NativeBackend {
                 DERIVED_MAX_BYTES,
             )?;
             let claim = BuildClaim::write(pool_root, template, chain)?;
-            (staging, claim)
+            (staging, claim, seed_bytes)
         };
         // The cached tree's own record, host-written when it was cached (the root of a tree is
         // never a sandbox's to write).
@@ -97,12 +99,14 @@ impl NativeBackend {
             || (format!("recipe:{last}"), ImageConfig::default()),
             |r| (r.digest, r.config),
         );
-        let added_default_user = self.finish_derived(staging, claim, chain, &digest, &config)?;
+        let (added_default_user, bytes) =
+            self.finish_derived(staging, claim, chain, &digest, &config, seed_bytes)?;
         Ok(Some(TemplateBuilt {
             digest,
             config,
             layers: Vec::new(),
             added_default_user,
+            bytes,
         }))
     }
 
@@ -113,7 +117,8 @@ impl NativeBackend {
         snapshot: &SnapshotId,
         chain: &[String],
         config: &ImageConfig,
-    ) -> Result<(), RuntimeError> {
+        snapshot_bytes: u64,
+    ) -> Result<u64, RuntimeError> {
         let last = check_chain(chain)?;
         self.refuse_existing(template)?;
         let pool_root = self.pool.root();
@@ -131,12 +136,13 @@ impl NativeBackend {
             (staging, claim)
         };
         let digest = format!("recipe:{last}");
-        self.finish_derived(staging, claim, chain, &digest, config)?;
-        Ok(())
+        let (_, bytes) = self.finish_derived(staging, claim, chain, &digest, config, snapshot_bytes)?;
+        Ok(bytes)
     }
 
-    /// Completes, records and caches (as the chain's last key) the tree in `staging`, then moves it
-    /// into place.
+    /// Completes, records and caches (as the chain's last key) the tree in `staging` (seeded from a
+    /// tree holding `seed_bytes`), then moves it into place; returns whether it added the user
+    /// `user`, and what the template holds.
     fn finish_derived(
         &self,
         staging: Staging,
@@ -144,7 +150,8 @@ impl NativeBackend {
         chain: &[String],
         digest: &str,
         config: &ImageConfig,
-    ) -> Result<bool, RuntimeError> {
+        seed_bytes: u64,
+    ) -> Result<(bool, u64), RuntimeError> {
         let added = finish::complete(staging.path(), self.config.ids)?;
         finish::write_record(
             staging.path(),
@@ -157,10 +164,12 @@ impl NativeBackend {
             self.config.ids,
         )?;
         let last = chain.last().map(String::as_str).unwrap_or_default();
-        cache::insert(self.pool.root(), last, Path::new(staging.path()))?;
+        cache::insert(self.pool.root(), last, Path::new(staging.path()), || {
+            Ok(seed_bytes.saturating_add(self.written(staging.path())?))
+        })?;
         crate::fault::point("template.finishing");
-        staging.finish()?;
+        let path = staging.finish()?;
         drop(claim);
-        Ok(added)
+        Ok((added, seed_bytes.saturating_add(self.written(&path)?)))
     }
 }

@@ -58,10 +58,14 @@ impl NativeBackend {
         // Under the cache's lock: the longest cached prefix, the staging subvolume seeded from it
         // (with its lock), and the claim on the chains this build names, so gc (which takes the
         // same lock) sees a running build's claim with its lock held, and keeps those chains.
-        let (cached, staging, claim) = {
+        let (cached, seed_bytes, staging, claim) = {
             let _lock = cache::lock(pool_root)?;
             let cached = cache::longest_cached(pool_root, &keys);
             let seed = cached.map(|n| cache::layer_path(pool_root, &keys[n - 1]));
+            let seed_bytes = match cached {
+                Some(n) => cache::bytes(pool_root, &keys[n - 1])?,
+                None => 0,
+            };
             let staging = Staging::begin(
                 pool_root,
                 Area::Builds,
@@ -70,7 +74,7 @@ impl NativeBackend {
                 limits.max_bytes,
             )?;
             let claim = cache::BuildClaim::write(pool_root, template, &keys)?;
-            (cached.unwrap_or(0), staging, claim)
+            (cached.unwrap_or(0), seed_bytes, staging, claim)
         };
         let layer_limits = LayerLimits {
             max_bytes: limits.max_layer_bytes,
@@ -91,7 +95,9 @@ impl NativeBackend {
                     .map_err(RuntimeError::Image)?;
                 tracing::debug!(template = %template, layer = %layer.digest, bytes = summary.data_bytes, "layer applied");
                 crate::fault::point("template.layer_applied");
-                cache::insert(pool_root, &keys[index], staging.path())?;
+                cache::insert(pool_root, &keys[index], staging.path(), || {
+                    Ok(seed_bytes.saturating_add(self.written(staging.path())?))
+                })?;
                 crate::fault::point("template.layer_cached");
             }
             progress(TemplateProgress::Layer {
@@ -118,7 +124,7 @@ impl NativeBackend {
             self.config.ids,
         )?;
         crate::fault::point("template.finishing");
-        staging.finish()?;
+        let path = staging.finish()?;
         crate::fault::point("template.built");
         drop(claim);
         Ok(TemplateBuilt {
@@ -126,7 +132,14 @@ impl NativeBackend {
             config: manifest.config,
             layers,
             added_default_user,
+            bytes: seed_bytes.saturating_add(self.written(&path)?),
         })
+    }
+
+    /// Bytes the subvolume at `path` wrote itself (its simple-quota group's count: current once a
+    /// transaction committed after the writes).
+    fn written(&self, path: &std::path::Path) -> Result<u64, RuntimeError> {
+        Ok(self.pool.subvolume_usage(path)?.bytes)
     }
 
     /// [`crate::StorageBackend::delete_template`].

@@ -8,6 +8,7 @@
 
 mod boot;
 mod images;
+mod quotas;
 mod recipes;
 
 use std::path::{Path, PathBuf};

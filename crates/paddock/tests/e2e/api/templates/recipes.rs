@@ -55,6 +55,13 @@ fn a_recipe_runs_its_steps_in_sandboxes_and_a_rebuild_reuses_the_unchanged_ones(
         assert_eq!(info["config"]["working_dir"], "/srv/work");
         assert_eq!(info["config"]["cmd"], json!(["httpd", "-f", "-p", "8000"]));
         assert_eq!(run_rows(a.audit_rows(&[("action", "process.start")]).await), 3);
+        // It is charged its whole tree: the image's (two copies of busybox) and what the steps
+        // wrote; its tenant's usage says so.
+        let busybox = std::fs::metadata("/bin/busybox").expect("busybox").len();
+        let charged = info["storage_bytes"].as_u64().expect("storage_bytes");
+        assert!(charged >= 2 * busybox, "{info}");
+        let used = a.get("/v1/tenants/tpl-recipe").await.ok(200)["usage"].clone();
+        assert_eq!(used["storage_bytes"], charged, "{used}");
 
         // A sandbox from it has what the steps made, as their users, and the recipe's defaults.
         let sb = a.create_sandbox(json!({"template": "r1"})).await;
