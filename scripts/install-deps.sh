@@ -12,9 +12,11 @@
 #   docker-registry, skopeo, umoci, apache2-utils  paddock-registry's tests: a local registry (TLS,
 #                 htpasswd basic auth made with htpasswd -B), images built with umoci, pushed with skopeo
 #                 (the tests start their own registry; the package's service on :5000 is not needed)
+#   mmdebstrap, dpkg-dev  Debian base templates ([templates.NAME] debian); the tests make a local
+#                 package repository with dpkg-deb and dpkg-scanpackages
 set -euo pipefail
 need=()
-for pkg in btrfs-progs util-linux iproute2 nftables busybox-static bubblewrap python3 python3-pip python3-venv openssl procps docker-registry skopeo umoci apache2-utils; do
+for pkg in btrfs-progs util-linux iproute2 nftables busybox-static bubblewrap python3 python3-pip python3-venv openssl procps docker-registry skopeo umoci apache2-utils mmdebstrap dpkg-dev; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

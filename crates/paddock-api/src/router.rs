@@ -61,6 +61,7 @@ where
         .routes(routes!(meta::openapi_json))
         .routes(routes!(templates::list_templates, templates::build_template))
         .routes(routes!(templates::get_template, templates::delete_template))
+        .routes(routes!(templates::import_template))
         .routes(routes!(sandboxes::create_sandbox))
         .routes(routes!(sandboxes::list_sandboxes))
         .routes(routes!(sandboxes::get_sandbox))
@@ -217,6 +218,7 @@ mod tests {
         ("GET", "/openapi.json"),
         ("GET", "/v1/templates"),
         ("POST", "/v1/templates"),
+        ("POST", "/v1/templates/import"),
         ("GET", "/v1/templates/{template}"),
         ("DELETE", "/v1/templates/{template}"),
         ("POST", "/v1/sandboxes"),

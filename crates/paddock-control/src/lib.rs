@@ -17,7 +17,7 @@ mod plan;
 pub use paddock_runtime::ExportOptions;
 
 pub use crate::core::config::{
-    ImagesConfig, NetworkAuditConfig, NetworkConfig, PortsConfig, ServiceConfig, TemplateConfig,
+    DebianBase, ImagesConfig, NetworkAuditConfig, NetworkConfig, PortsConfig, ServiceConfig, TemplateConfig,
     DEFAULT_COLLECT_BUDGET,
 };
 pub use crate::core::error::ServiceError;

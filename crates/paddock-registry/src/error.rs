@@ -1,4 +1,4 @@
-//! The one error type of a pull, with a stable kind an API can map to a code.
+//! The one error type of a pull or an archive read, with a stable kind an API can map to a code.
 
 use std::io;
 use std::path::PathBuf;
@@ -30,8 +30,11 @@ pub enum ErrorKind {
     InvalidOptions,
     /// The registry answered something that breaks the distribution spec.
     Protocol,
-    /// Writing the local layout failed.
+    /// Writing the local layout (or reading the archive stream) failed.
     Io,
+    /// An uploaded archive is not a tar, is truncated, is neither an OCI nor a docker image archive,
+    /// holds an unsafe member, misses a file it names, or holds JSON that does not parse.
+    InvalidArchive,
 }
 
 impl ErrorKind {
@@ -51,11 +54,12 @@ impl ErrorKind {
             Self::InvalidOptions => "invalid_registry_options",
             Self::Protocol => "registry_protocol",
             Self::Io => "io",
+            Self::InvalidArchive => "invalid_archive",
         }
     }
 }
 
-/// A pull that failed. `Display` is one readable line.
+/// A pull or an archive read that failed. `Display` is one readable line.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error("invalid image reference {reference:?}: {reason}")]
@@ -105,6 +109,17 @@ pub enum RegistryError {
         #[source]
         source: io::Error,
     },
+    #[error("invalid image archive: {detail}")]
+    InvalidArchive { detail: String },
+    #[error("image {image:?} is not in the archive (it holds {offered})")]
+    NotInArchive { image: String, offered: String },
+    #[error("the archive has more than {limit} members")]
+    TooManyMembers { limit: u64 },
+    #[error("failed to read the archive stream")]
+    ReadArchive {
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl RegistryError {
@@ -123,7 +138,16 @@ impl RegistryError {
             Self::NoMatchingPlatform { .. } => ErrorKind::NoMatchingPlatform,
             Self::InvalidOptions(_) => ErrorKind::InvalidOptions,
             Self::Protocol { .. } => ErrorKind::Protocol,
-            Self::Io { .. } => ErrorKind::Io,
+            Self::Io { .. } | Self::ReadArchive { .. } => ErrorKind::Io,
+            Self::InvalidArchive { .. } => ErrorKind::InvalidArchive,
+            Self::NotInArchive { .. } => ErrorKind::NotFound,
+            Self::TooManyMembers { .. } => ErrorKind::TooLarge,
+        }
+    }
+
+    pub(crate) fn invalid_archive(detail: impl Into<String>) -> Self {
+        Self::InvalidArchive {
+            detail: detail.into(),
         }
     }
 

@@ -172,7 +172,7 @@ impl Drop for Layout {
 pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
 
 /// Writes a file through a temporary sibling, synced, then renamed over it.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RegistryError> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RegistryError> {
     use std::io::Write as _;
     let tmp = path.with_extension("tmp");
     let result = (|| {

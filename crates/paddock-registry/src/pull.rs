@@ -1,7 +1,9 @@
 //! A pull: the manifest (an index's entry for the platform), then the config and layers streamed
 //! into the layout, each verified, then `index.json`.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 
 use futures_util::StreamExt as _;
 use oci_client::manifest::OciDescriptor;
@@ -48,7 +50,16 @@ pub struct PulledImage {
     pub layout: PathBuf,
     /// Bytes fetched from the registry for config and layers (blobs already present are not).
     pub bytes_downloaded: u64,
+    /// How many of the first layers were not fetched (the caller had their trees: see
+    /// [`pull_reusing`]); their blobs are not in the layout.
+    pub skipped_layers: usize,
 }
+
+/// Tells a pull how many of an image's first layers it need not fetch, because the caller holds
+/// what they make already: called once the manifest is known, with the layers' digests
+/// (`sha256:<hex>`), bottom first.
+pub type CachedLayers<'a> =
+    Box<dyn FnOnce(Vec<String>) -> Pin<Box<dyn Future<Output = usize> + Send + 'a>> + Send + 'a>;
 
 /// Pulls `reference` into the OCI image layout at `dest` (created if missing; an existing layout
 /// is added to, its verified blobs reused).
@@ -60,10 +71,22 @@ pub async fn pull(
     dest: &Path,
     options: &PullOptions,
 ) -> Result<PulledImage, RegistryError> {
+    pull_reusing(reference, dest, options, Box::new(|_| Box::pin(async { 0 }))).await
+}
+
+/// [`pull`], fetching none of the first layers `cached` says the caller has. The layout then
+/// names layers whose blobs it lacks: its reader must not need them.
+pub async fn pull_reusing(
+    reference: &ImageReference,
+    dest: &Path,
+    options: &PullOptions,
+    cached: CachedLayers<'_>,
+) -> Result<PulledImage, RegistryError> {
     let credentials = options.credentials.resolve(reference.registry())?;
     let anonymous = credentials == Credentials::Anonymous;
     // Cancelled at the deadline, the pull's layout is dropped and its partial files with it.
-    match tokio::time::timeout(options.timeout, pull_image(reference, dest, options, credentials)).await {
+    let pulled = pull_image(reference, dest, options, credentials, cached);
+    match tokio::time::timeout(options.timeout, pulled).await {
         Ok(Err(RegistryError::Unauthorized { registry, detail, .. })) => Err(RegistryError::Unauthorized {
             registry,
             anonymous,
@@ -82,6 +105,7 @@ async fn pull_image(
     dest: &Path,
     options: &PullOptions,
     credentials: Credentials,
+    cached: CachedLayers<'_>,
 ) -> Result<PulledImage, RegistryError> {
     let client = build_client(options)?;
     let auth = match credentials {
@@ -169,8 +193,19 @@ async fn pull_image(
     let config_blob = fetch
         .blob(&mut layout, &config, "image config", &mut budget)
         .await?;
+    let skipped_layers = cached(layers.iter().map(|l| l.digest.clone()).collect())
+        .await
+        .min(layers.len());
     let mut pulled_layers = Vec::with_capacity(layers.len());
     for (i, layer) in layers.iter().enumerate() {
+        if i < skipped_layers {
+            pulled_layers.push(PulledBlob {
+                digest: layer.digest.clone(),
+                media_type: layer.media_type.clone(),
+                size: layer.size.max(0).unsigned_abs(),
+            });
+            continue;
+        }
         let what = format!("layer {} ({})", i + 1, layer.digest);
         pulled_layers.push(fetch.blob(&mut layout, layer, &what, &mut budget).await?);
     }
@@ -210,6 +245,7 @@ async fn pull_image(
         layers: pulled_layers,
         layout: layout.root().to_owned(),
         bytes_downloaded: budget.downloaded,
+        skipped_layers,
     })
 }
 

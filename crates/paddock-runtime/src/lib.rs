@@ -32,7 +32,9 @@ pub use backend::{
 pub use error::RuntimeError;
 pub use native::transfer::{ExportOptions, ImportLimits, TransferSummary};
 pub use native::{NativeBackend, NativeConfig, NetworkSubnet};
-pub use template::{BuiltLayer, TemplateBuilt, TemplateLimits, TemplateProgress, TemplateSource};
+pub use template::{
+    image_chain_keys, BuiltLayer, TemplateBuilt, TemplateLimits, TemplateProgress, TemplateSource,
+};
 
 #[cfg(all(feature = "fake", not(debug_assertions)))]
 compile_error!("the fake backend is for tests: never build it into a release binary");

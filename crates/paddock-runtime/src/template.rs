@@ -7,6 +7,25 @@ use std::path::PathBuf;
 use paddock_types::ImageConfig;
 use serde::{Deserialize, Serialize};
 
+/// The layer cache's keys of an image's layers (digests `sha256:<hex>`, bottom first): key `i`
+/// names the tree after layer `i`, chaining every digest below it, so equal keys are equal trees.
+/// What [`crate::StorageBackend::cached_prefix`] takes for an image.
+pub fn image_chain_keys<S: AsRef<str>>(layer_digests: &[S]) -> Vec<String> {
+    use sha2::{Digest as _, Sha256};
+    let mut previous = String::new();
+    layer_digests
+        .iter()
+        .map(|digest| {
+            let mut h = Sha256::new();
+            h.update(previous.as_bytes());
+            h.update(b" ");
+            h.update(digest.as_ref().as_bytes());
+            previous = hex::encode(h.finalize());
+            previous.clone()
+        })
+        .collect()
+}
+
 /// Where a template's files come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TemplateSource {

@@ -50,6 +50,9 @@ pub struct NewSnapshot {
     pub created_at_ms: i64,
     /// What it is charged against its tenant's storage quota (see `quota.rs`).
     pub storage_bytes: u64,
+    /// The image template its files were made from (`tp-...`): a sandbox made from it starts on
+    /// that template; `None` for the host's tree or an import.
+    pub template_id: Option<String>,
 }
 
 /// A stored snapshot.
@@ -66,6 +69,8 @@ pub struct SnapshotRecord {
     pub deleted_at_ms: Option<i64>,
     /// What it is charged against its tenant's storage quota.
     pub storage_bytes: u64,
+    /// The image template its files were made from, if any.
+    pub template_id: Option<String>,
 }
 
 /// Which snapshots [`Store::list_snapshots`] returns (existing ones only), in id order.
@@ -80,7 +85,7 @@ pub struct SnapshotFilter {
 }
 
 const COLUMNS: &str =
-    "id, tenant, sandbox_id, kind, name, labels_json, created_at_ms, deleted_at_ms, storage_bytes";
+    "id, tenant, sandbox_id, kind, name, labels_json, created_at_ms, deleted_at_ms, storage_bytes, template_id";
 
 impl Store {
     /// Records a snapshot. A duplicate id is [`StoreError::Conflict`].
@@ -189,8 +194,9 @@ fn insert_snapshot(conn: &Connection, s: &NewSnapshot) -> Result<(), StoreError>
     })?;
     let storage = to_i64("storage_bytes", s.storage_bytes)?;
     let inserted = conn.execute(
-        "INSERT INTO snapshots (id, tenant, sandbox_id, kind, name, labels_json, created_at_ms, storage_bytes)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO snapshots (id, tenant, sandbox_id, kind, name, labels_json, created_at_ms, storage_bytes,
+                                template_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         (
             &s.id,
             &s.tenant,
@@ -200,6 +206,7 @@ fn insert_snapshot(conn: &Connection, s: &NewSnapshot) -> Result<(), StoreError>
             labels,
             s.created_at_ms,
             storage,
+            &s.template_id,
         ),
     );
     match inserted {
@@ -278,6 +285,7 @@ type RawRow = (
     i64,
     Option<i64>,
     i64,
+    Option<String>,
 );
 
 fn read_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
@@ -291,11 +299,13 @@ fn read_row(row: &Row<'_>) -> rusqlite::Result<RawRow> {
         row.get(6)?,
         row.get(7)?,
         row.get(8)?,
+        row.get(9)?,
     ))
 }
 
 fn into_record(r: RawRow) -> Result<SnapshotRecord, StoreError> {
-    let (id, tenant, sandbox_id, kind, name, labels_json, created_at_ms, deleted_at_ms, storage) = r;
+    let (id, tenant, sandbox_id, kind, name, labels_json, created_at_ms, deleted_at_ms, storage, template_id) =
+        r;
     let kind = SnapshotKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
         what: "snapshot kind",
         detail: format!("snapshot {id}: {kind:?}"),
@@ -314,5 +324,6 @@ fn into_record(r: RawRow) -> Result<SnapshotRecord, StoreError> {
         created_at_ms,
         deleted_at_ms,
         storage_bytes: from_i64("snapshot storage_bytes", storage)?,
+        template_id,
     })
 }

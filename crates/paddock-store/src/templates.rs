@@ -43,7 +43,7 @@ pub enum TemplateDeletion {
     Deleted,
     /// It was absent or deleted already.
     Absent,
-    /// Kept: these sandboxes (live or stopped, in id order) were made from it.
+    /// Kept: these sandboxes (live or stopped) and snapshots were made from it, in id order.
     InUse(Vec<String>),
 }
 
@@ -156,7 +156,7 @@ impl Store {
         rows.map(|r| r.map_err(StoreError::read("templates"))).collect()
     }
 
-    /// Ids of the sandboxes (live or stopped) made from template `id`, in id order.
+    /// Ids of the sandboxes (live or stopped) and snapshots made from template `id`, in id order.
     pub fn template_users(&self, id: &str) -> Result<Vec<String>, StoreError> {
         template_users(&self.conn(), id)
     }
@@ -246,7 +246,10 @@ fn template_users(conn: &Connection, id: &str) -> Result<Vec<String>, StoreError
     let mut stmt = conn
         .prepare(&format!(
             "SELECT id FROM sandboxes
-             WHERE state IN {HOLDING} AND json_extract(spec_json, '$.template_id') = ?1 ORDER BY id"
+             WHERE state IN {HOLDING} AND json_extract(spec_json, '$.template_id') = ?1
+             UNION ALL
+             SELECT id FROM snapshots WHERE template_id = ?1 AND deleted_at_ms IS NULL
+             ORDER BY id"
         ))
         .map_err(StoreError::read("template users"))?;
     let rows = stmt

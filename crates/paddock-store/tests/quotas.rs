@@ -6,8 +6,8 @@ mod support;
 use std::sync::Barrier;
 
 use paddock_store::{
-    first_exceeded, Claim, NewSandbox, NewSnapshot, NewVolume, QuotaDefaults, QuotaRequest, SandboxState,
-    NewTemplate, SnapshotKind, Store, StoreError, TemplateDeletion, TenantQuota, TenantUsage,
+    first_exceeded, Claim, NewSandbox, NewSnapshot, NewTemplate, NewVolume, QuotaDefaults, QuotaRequest,
+    SandboxState, SnapshotKind, Store, StoreError, TemplateDeletion, TenantQuota, TenantUsage,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -404,6 +404,7 @@ fn snapshot(id: &str, tenant: &str, kind: SnapshotKind, storage_bytes: u64) -> N
         labels: labels(&[]),
         created_at_ms: 1,
         storage_bytes,
+        template_id: None,
     }
 }
 
@@ -797,18 +798,31 @@ fn a_checked_pre_check_writes_nothing_and_counts_every_copy_of_a_fork() {
 /// One step of a tenant's life, for the model test below.
 #[derive(Debug, Clone)]
 enum Step {
-    Create { disk: u64, base: u64, memory: u64 },
+    Create {
+        disk: u64,
+        base: u64,
+        memory: u64,
+    },
     Stop(usize),
     Resume(usize),
     Kill(usize),
-    Snapshot { bytes: u64 },
+    Snapshot {
+        bytes: u64,
+    },
     DeleteSnapshot(usize),
-    Volume { size: Option<u64> },
+    Volume {
+        size: Option<u64>,
+    },
     DeleteVolume(usize),
     /// A template build starts, reserving `reserve` bytes.
-    Template { reserve: u64 },
+    Template {
+        reserve: u64,
+    },
     /// The `i`th building template's build ends, holding `bytes`.
-    FinishTemplate { i: usize, bytes: u64 },
+    FinishTemplate {
+        i: usize,
+        bytes: u64,
+    },
     DeleteTemplate(usize),
 }
 

@@ -22,6 +22,7 @@ fn snap(id: &str, tenant: &str, sandbox: &str, kind: SnapshotKind, at: i64) -> N
         labels: labels(&[("k", id)]),
         created_at_ms: at,
         storage_bytes: 4096,
+        template_id: None,
     }
 }
 

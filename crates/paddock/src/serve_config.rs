@@ -33,6 +33,9 @@
 //! [templates.debian]
 //! rootfs = "/srv/rootfs/debian"
 //!
+//! [templates.base]            # a Debian base made by mmdebstrap from the host's apt sources
+//! debian = { suite = "bookworm", packages = ["python3"] }   # (or `mirrors = ["http://..."]`)
+//!
 //! [templates.python]          # built by the server from an image (or `recipe = "/abs/file"`),
 //! image = "python:3.12-slim"  # for every tenant
 //! warm_pool = 4
@@ -292,6 +295,8 @@ pub struct Template {
     pub image: Option<String>,
     /// A recipe file the server builds it from (read at startup).
     pub recipe: Option<PathBuf>,
+    /// A Debian base the server makes with `mmdebstrap`.
+    pub debian: Option<paddock_control::DebianBase>,
 }
 
 impl ServeConfig {
@@ -336,6 +341,7 @@ impl ServeConfig {
                         warm_pool_size: t.warm_pool,
                         image: t.image.clone(),
                         recipe: recipes.get(name).cloned(),
+                        debian: t.debian.clone(),
                     };
                     (name.clone(), config)
                 })

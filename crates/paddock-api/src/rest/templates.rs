@@ -1,16 +1,20 @@
 //! Templates: the server's configured ones and those built from images for the caller's tenant.
 
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use paddock_control::SandboxService;
-use paddock_types::api::{BuildTemplateRequest, TemplateBuildEvent, TemplateInfo, TemplateList};
+use paddock_types::api::{
+    BuildTemplateRequest, ImportTemplateQuery, TemplateBuildEvent, TemplateInfo, TemplateList,
+};
 use tokio::sync::mpsc;
 
 use crate::negotiate::{negotiate, StreamFormat};
+use crate::rest::files::body_stream;
 use crate::stream::{event_stream_response, EventSource, StreamEvent};
-use crate::{ApiError, ApiJson, ApiPath, Auth};
+use crate::{ApiError, ApiJson, ApiPath, ApiQuery, Auth};
 
 /// The templates sandboxes can be created from: the server's, then the caller's built ones.
 #[utoipa::path(
@@ -64,8 +68,59 @@ pub(crate) async fn build_template(
         &headers,
         &[StreamFormat::Ndjson, StreamFormat::Sse, StreamFormat::Json],
     );
-    let (tx, mut rx) = mpsc::channel(64);
+    let (tx, rx) = mpsc::channel(64);
     let build = tokio::spawn(async move { service.build_template(&p, req, tx).await });
+    answer_build(format, build, rx).await
+}
+
+/// Builds a template from an archive, the request's body (plain or gzip-compressed tar).
+///
+/// With `format=image` (the default): a `docker save` archive, or an OCI image layout archive (as
+/// `skopeo copy ... oci-archive:FILE` writes); `image` picks one of several by tag. With
+/// `format=rootfs`: a tar of a root file system, built as a one-layer image with no process
+/// defaults. The archive is hostile input: read bounded (the server's `[registry] max_image`),
+/// nothing of it is created under its own names, blobs must match their digests; then its layers
+/// are applied as a pulled image's are. Answered as `POST /v1/templates` (an `received` event
+/// first when streamed). A refused archive leaves nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/templates/import",
+    tag = "templates",
+    params(ImportTemplateQuery),
+    request_body(description = "A tar archive", content(("application/x-tar"))),
+    responses(
+        (status = 200, description = "The build's steps", content(
+            (TemplateBuildEvent = "application/x-ndjson"),
+            (TemplateBuildEvent = "text/event-stream"),
+        )),
+        (status = 201, description = "The template, built", body = TemplateInfo),
+        (status = "4XX", response = ApiError),
+        (status = "5XX", response = ApiError),
+    )
+)]
+pub(crate) async fn import_template(
+    Auth(p): Auth,
+    State(service): State<SandboxService>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<ImportTemplateQuery>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let format = negotiate(
+        &headers,
+        &[StreamFormat::Ndjson, StreamFormat::Sse, StreamFormat::Json],
+    );
+    let (tx, rx) = mpsc::channel(64);
+    let body = body_stream(body);
+    let build = tokio::spawn(async move { service.import_template(&p, q, body, tx).await });
+    answer_build(format, build, rx).await
+}
+
+/// A build's answer: its events as they come, or the template once built (`format` JSON).
+async fn answer_build(
+    format: StreamFormat,
+    build: tokio::task::JoinHandle<Result<TemplateInfo, paddock_control::ServiceError>>,
+    mut rx: mpsc::Receiver<TemplateBuildEvent>,
+) -> Result<Response, ApiError> {
     // Nothing is sent before the request is accepted: a build that ends without an event was
     // refused.
     let first = rx.recv().await;
@@ -150,6 +205,7 @@ impl StreamEvent for TemplateBuildEvent {
     fn sse_name(&self) -> &'static str {
         match self {
             Self::Pulling { .. } => "pulling",
+            Self::Received { .. } => "received",
             Self::Pulled { .. } => "pulled",
             Self::Step { .. } => "step",
             Self::Log { .. } => "log",

@@ -148,12 +148,97 @@ pub struct TemplateConfig {
     pub image: Option<String>,
     /// Built from this recipe (its text), owned by the operator, for every tenant.
     pub recipe: Option<String>,
+    /// Built as a Debian base by `mmdebstrap`, owned by the operator, for every tenant.
+    pub debian: Option<DebianBase>,
 }
 
 impl TemplateConfig {
-    /// Whether the server builds it (from an image or a recipe) rather than using `rootfs`.
+    /// Whether the server builds it (from an image, a recipe or a Debian base) rather than using
+    /// `rootfs`.
     pub fn is_built(&self) -> bool {
-        self.image.is_some() || self.recipe.is_some()
+        self.image.is_some() || self.recipe.is_some() || self.debian.is_some()
+    }
+}
+
+/// A Debian base the server makes with `mmdebstrap` (`[templates.NAME] debian = { suite = ... }`):
+/// from the host's configured apt sources, or from the mirrors named (a local mirror serves an
+/// air-gapped host).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DebianBase {
+    /// The suite (`bookworm`, `stable`).
+    pub suite: String,
+    /// `mmdebstrap`'s variant (default `minbase`: essential packages and apt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// Packages added (`--include`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<String>,
+    /// Mirrors (URLs or `deb ...` lines); none: the host's apt sources.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<String>,
+}
+
+/// `mmdebstrap`'s variants.
+const DEBIAN_VARIANTS: &[&str] = &[
+    "extract",
+    "custom",
+    "essential",
+    "apt",
+    "required",
+    "minbase",
+    "buildd",
+    "important",
+    "debootstrap",
+    "standard",
+];
+
+impl DebianBase {
+    /// Refuses what `mmdebstrap` would misread: names outside Debian's characters, an unknown
+    /// variant, a mirror on several lines.
+    pub fn validate(&self) -> Result<(), String> {
+        let word = |w: &str| {
+            !w.is_empty()
+                && !w.starts_with('-')
+                && w.bytes().all(|b| {
+                    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b'_' | b':' | b'=')
+                })
+        };
+        if !word(&self.suite) {
+            return Err(format!("suite {:?} is not a suite name", self.suite));
+        }
+        if let Some(v) = &self.variant {
+            if !DEBIAN_VARIANTS.contains(&v.as_str()) {
+                return Err(format!("variant {v:?}: one of {}", DEBIAN_VARIANTS.join(", ")));
+            }
+        }
+        if let Some(p) = self.packages.iter().find(|p| !word(p)) {
+            return Err(format!("package {p:?} is not a package name"));
+        }
+        if let Some(m) = self
+            .mirrors
+            .iter()
+            .find(|m| m.is_empty() || m.contains(['\n', '\r', '\0']))
+        {
+            return Err(format!("mirror {m:?}: one URL or `deb` line"));
+        }
+        Ok(())
+    }
+
+    /// What a template made of it records as its source (what a restart compares).
+    pub fn source(&self) -> String {
+        let mut text = format!(
+            "debian: {} ({})",
+            self.suite,
+            self.variant.as_deref().unwrap_or("minbase")
+        );
+        if !self.packages.is_empty() {
+            text.push_str(&format!(" + {}", self.packages.join(",")));
+        }
+        for m in &self.mirrors {
+            text.push_str(&format!(" from {m}"));
+        }
+        text
     }
 }
 
@@ -167,6 +252,7 @@ impl Default for ServiceConfig {
                 warm_pool_size: 0,
                 image: None,
                 recipe: None,
+                debian: None,
             },
         );
         Self {

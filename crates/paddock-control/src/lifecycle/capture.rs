@@ -75,6 +75,7 @@ impl SandboxService {
             labels,
             created_at_ms: now_ms(),
             storage_bytes: base_bytes.saturating_add(written),
+            template_id: sb.spec().template_id,
         };
         let row = AuditEntry::ok(p, action, Some(&sb.id))
             .detail(audit::Captured {
@@ -111,6 +112,7 @@ impl SandboxService {
             created_at_ms: new.created_at_ms,
             deleted_at_ms: None,
             storage_bytes: new.storage_bytes,
+            template_id: new.template_id,
         })
     }
 }

@@ -68,10 +68,14 @@ impl SandboxService {
                 .id
                 .parse()
                 .map_err(|e| ServiceError::internal("parse a snapshot id", &e))?;
+            let image = self
+                .snapshot_template(p, &record, req.template.as_deref())
+                .await?;
+            let plan = self.plan_request_with(p, req, image).await?;
             let info = self
-                .create_from_volume(
+                .create_cold_from(
                     p,
-                    req,
+                    plan,
                     paddock_types::VolumeSource::Snapshot(id),
                     record.storage_bytes,
                 )
@@ -183,17 +187,55 @@ impl SandboxService {
         Ok(Some(info_from_record(&record)))
     }
 
-    /// Boots a new sandbox for `p`'s tenant whose files start as `volume` (a snapshot's, for forks and
-    /// creations from a snapshot), which is charged `base_bytes` against the storage quota.
-    pub(crate) async fn create_from_volume(
+    /// The image template a sandbox made from `snapshot` starts on: the one its files were made
+    /// from (their top level is that template's, which the mount plan binds). A request naming
+    /// another template is refused: the files would not fit it.
+    async fn snapshot_template(
         &self,
         p: &Principal,
-        req: CreateSandboxRequest,
-        volume: paddock_types::VolumeSource,
-        base_bytes: u64,
-    ) -> Result<SandboxInfo, ServiceError> {
-        let plan = self.plan_request(p, req).await?;
-        self.create_cold_from(p, plan, volume, base_bytes).await
+        snapshot: &paddock_store::SnapshotRecord,
+        requested: Option<&str>,
+    ) -> Result<Option<crate::plan::template::ResolvedTemplate>, ServiceError> {
+        let requested_image = match requested {
+            None => None,
+            Some(name) => match self.inner.config.templates.get(name) {
+                Some(t) if t.is_built() => Some(self.configured_template(name).await?.id),
+                Some(_) => None,
+                None => self.resolve_template(&p.tenant, name).await?.map(|t| t.id),
+            },
+        };
+        let Some(id) = &snapshot.template_id else {
+            if requested_image.is_some() {
+                return Err(ServiceError::invalid(
+                    "template",
+                    format!(
+                        "snapshot {} holds a tree of the host's layout, not of an image template: create it without `template`",
+                        snapshot.id
+                    ),
+                ));
+            }
+            return Ok(None);
+        };
+        // The snapshot keeps its template from deletion: the tenant's own, or the server's.
+        let mut found = self.resolve_template(&p.tenant, id).await?;
+        if found.is_none() {
+            found = self
+                .resolve_template(crate::core::principal::ADMIN_TENANT, id)
+                .await?;
+        }
+        let found = found.ok_or_else(|| {
+            ServiceError::internal("read a snapshot's template", &format!("template {id} is gone"))
+        })?;
+        if requested.is_some() && requested_image.as_ref() != Some(&found.id) {
+            return Err(ServiceError::invalid(
+                "template",
+                format!(
+                    "snapshot {} was taken of a sandbox of template {id}: a sandbox made from it uses that template (leave `template` out)",
+                    snapshot.id
+                ),
+            ));
+        }
+        Ok(Some(found))
     }
 
     /// Boots a new sandbox for `p`'s tenant.

@@ -275,6 +275,7 @@ impl SandboxService {
             created_at_ms: now_ms(),
             // What it holds is at most what was unpacked; the archive's size counts headers too.
             storage_bytes: summary.bytes.max(summary.data_bytes),
+            template_id: None,
         };
         let row = AuditEntry::ok(p, AuditAction::SnapshotImport, None)
             .detail(audit::Imported {
@@ -311,6 +312,7 @@ impl SandboxService {
             created_at_ms: new.created_at_ms,
             deleted_at_ms: None,
             storage_bytes: new.storage_bytes,
+            template_id: None,
         }))
     }
 }

@@ -161,7 +161,7 @@ CREATE TABLE "snapshots" (
     name          TEXT,
     labels_json   TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(labels_json)),
     created_at_ms INTEGER NOT NULL,
-    deleted_at_ms INTEGER, storage_bytes INTEGER NOT NULL DEFAULT 0 CHECK (storage_bytes >= 0),
+    deleted_at_ms INTEGER, storage_bytes INTEGER NOT NULL DEFAULT 0 CHECK (storage_bytes >= 0), template_id TEXT,
     CHECK (sandbox_id IS NOT NULL OR kind = 'snapshot')
 ) STRICT;
 

@@ -42,8 +42,8 @@ pub use snapshots::{
     SnapshotKindBody, SnapshotList,
 };
 pub use templates::{
-    BuildTemplateRequest, ReadyCheck, TemplateBuildEvent, TemplateInfo, TemplateLayer, TemplateList,
-    TemplateStart,
+    BuildTemplateRequest, ImportTemplateQuery, ReadyCheck, TemplateBuildEvent, TemplateInfo, TemplateLayer,
+    TemplateList, TemplateStart,
 };
 pub use volumes::{
     CreateVolumeRequest, ListVolumesQuery, VolumeInfo, VolumeList, VolumeMountInfo, VolumeMountRequest,

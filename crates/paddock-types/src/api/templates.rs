@@ -61,6 +61,37 @@ pub struct TemplateLayer {
     pub size: u64,
 }
 
+/// `POST /v1/templates/import`: build a template from an archive uploaded as the request's body.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ImportTemplateQuery {
+    /// Its name (as `BuildTemplateRequest.name`).
+    pub name: String,
+    /// What the body is: `image` (the default: a `docker save` archive, or an OCI image layout
+    /// archive as `skopeo copy ... oci-archive:` writes), `rootfs` (a tar of a root file system,
+    /// built as a one-layer image) or `context` (a recipe's build context: the files its `COPY`
+    /// and `ADD` take, and the recipe itself). Plain or gzip-compressed.
+    #[serde(default)]
+    pub format: Option<String>,
+    /// `context`: the recipe's path inside the context (default `Dockerfile`, else `Recipe`).
+    #[serde(default)]
+    pub recipe: Option<String>,
+    /// `context`: the recipe's build arguments, as a JSON object of strings (URL-encoded).
+    #[serde(default)]
+    pub build_args: Option<String>,
+    /// `context`: the network of the recipe's `RUN` steps, as a JSON `NetworkPolicy`.
+    #[serde(default)]
+    pub network: Option<String>,
+    /// Which image of an archive holding several: a docker tag (`app:v1`) or an OCI
+    /// `org.opencontainers.image.ref.name`.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// A start command, as `BuildTemplateRequest.start`, as JSON (URL-encoded).
+    #[serde(default)]
+    pub start: Option<String>,
+}
+
 /// `POST /v1/templates`: build a template from an image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -138,13 +169,21 @@ pub enum TemplateBuildEvent {
         /// The reference, fully written.
         reference: String,
     },
+    /// An uploaded archive is read: what it held (`image` for docker and OCI archives, or `rootfs`)
+    /// and its bytes.
+    Received {
+        /// `docker`, `oci` or `rootfs`.
+        format: String,
+        /// Bytes of the archive.
+        bytes: u64,
+    },
     /// The image is fetched: its manifest's digest and how many layers it has.
     Pulled {
         /// `sha256:...`
         digest: String,
         /// Layers to apply.
         layers: usize,
-        /// Bytes fetched (config and layers).
+        /// Bytes fetched (config and layers; layers whose trees are cached are not fetched).
         bytes: u64,
     },
     /// A recipe's step begins (`cached`: its result was kept by an earlier build; nothing runs).

@@ -279,15 +279,21 @@ pub enum TemplateCommand {
 pub struct TemplateBuildArgs {
     /// Its name (unique among your templates).
     pub name: String,
-    /// The image, as docker reads references (`python:3.12-slim`,
-    /// `registry.example:5000/team/img@sha256:...`).
+    /// The image: a registry reference, as docker reads them (`python:3.12-slim`,
+    /// `registry.example:5000/team/img@sha256:...`), or a local source, uploaded:
+    /// `docker-archive:FILE[:TAG]` (`docker save`), `oci-archive:FILE[:REF]`, `oci:DIR[:REF]` (an
+    /// OCI image layout) or `rootfs:DIR|FILE` (a root file system, or a tar of one).
     #[arg(long)]
     pub from: Option<String>,
-    /// A recipe file (`FROM`, `RUN`, `ENV`, `WORKDIR`, `USER`, `ARG`, `LABEL`, `EXPOSE`, `CMD`,
-    /// `ENTRYPOINT`; `-` reads stdin). Its `RUN` steps run in sandboxes, with the network the
-    /// `--allow-*` flags give them; unchanged steps are reused from earlier builds.
+    /// A recipe file (`FROM`, `RUN`, `COPY`, `ADD`, `ENV`, `WORKDIR`, `USER`, `ARG`, `LABEL`,
+    /// `EXPOSE`, `CMD`, `ENTRYPOINT`; `-` reads stdin). Its `RUN` steps run in sandboxes, with the
+    /// network the `--allow-*` flags give them; unchanged steps are reused from earlier builds.
     #[arg(long, short = 'f', value_name = "FILE")]
     pub file: Option<std::path::PathBuf>,
+    /// The directory `COPY` and `ADD` take their files from (packed and uploaded with the recipe;
+    /// symlinks are not followed).
+    #[arg(long, value_name = "DIR", requires = "file")]
+    pub context: Option<std::path::PathBuf>,
     /// A value for the recipe's `ARG NAME` (repeatable).
     #[arg(long = "build-arg", value_name = "NAME=VALUE", value_parser = parse_label)]
     pub build_args: Vec<(String, String)>,

@@ -12,6 +12,7 @@ mod sandboxes;
 mod snapshot_transfer;
 mod snapshots;
 mod table;
+mod template_upload;
 mod templates;
 
 pub(crate) use templates::read_recipe;
@@ -317,6 +318,7 @@ pub fn template(state_dir: &Path, command: TemplateCommand) -> anyhow::Result<Ex
                     recipe: args.file.map(|f| templates::read_recipe(&f)).transpose()?,
                     build_args: args.build_args.into_iter().collect(),
                     network: args.net.policy()?,
+                    context: args.context,
                 };
                 templates::build(&client, args.name, source, args.start, args.json).await
             }

@@ -28,6 +28,8 @@ pub struct BuildSource {
     pub recipe: Option<String>,
     pub build_args: std::collections::BTreeMap<String, String>,
     pub network: Option<paddock_types::NetworkPolicy>,
+    /// The build context's directory.
+    pub context: Option<std::path::PathBuf>,
 }
 
 /// The most bytes of a recipe file read: what the server accepts.
@@ -62,22 +64,66 @@ pub async fn build(
     if source.network.is_some() && source.recipe.is_none() {
         anyhow::bail!("network flags are for a recipe's steps (give --file)");
     }
+    let start = start_of(start)?;
+    if let (Some(dir), Some(recipe)) = (&source.context, &source.recipe) {
+        let (query, body, _temporary) = super::template_upload::context_request(
+            dir.clone(),
+            recipe,
+            name,
+            &source.build_args,
+            source.network.as_ref(),
+            start,
+        )
+        .await?;
+        let request = client
+            .request(Method::POST, &["v1", "templates", "import"])
+            .query(&query)
+            .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
+            .header(reqwest::header::ACCEPT, "application/x-ndjson")
+            .body(body);
+        return follow(client, request, json).await;
+    }
+    if let Some(upload) = source
+        .from
+        .as_deref()
+        .map(super::template_upload::local_source)
+        .transpose()?
+        .flatten()
+    {
+        if !source.build_args.is_empty() {
+            anyhow::bail!("build arguments are for a recipe (give --file)");
+        }
+        let (query, body, _temporary) = upload.into_request(name, start).await?;
+        let request = client
+            .request(Method::POST, &["v1", "templates", "import"])
+            .query(&query)
+            .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
+            .header(reqwest::header::ACCEPT, "application/x-ndjson")
+            .body(body);
+        return follow(client, request, json).await;
+    }
     let request = BuildTemplateRequest {
         name,
         from: source.from,
         recipe: source.recipe,
         build_args: source.build_args,
         network: source.network,
-        start: start_of(start)?,
+        start,
     };
-    let response = client
-        .send(
-            client
-                .request(Method::POST, &["v1", "templates"])
-                .header(reqwest::header::ACCEPT, "application/x-ndjson")
-                .json(&request),
-        )
-        .await?;
+    let request = client
+        .request(Method::POST, &["v1", "templates"])
+        .header(reqwest::header::ACCEPT, "application/x-ndjson")
+        .json(&request);
+    follow(client, request, json).await
+}
+
+/// Sends a build and follows its events to the end.
+async fn follow(
+    client: &ApiClient,
+    request: reqwest::RequestBuilder,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let response = client.send(request).await?;
     let mut body = response.bytes_stream();
     let mut pending: Vec<u8> = Vec::new();
     let mut progress = BuildProgress::new();
@@ -154,6 +200,10 @@ impl BuildProgress {
     fn show(&mut self, event: &TemplateBuildEvent) {
         match event {
             TemplateBuildEvent::Pulling { reference } => self.say(format!("pulling {reference}")),
+            TemplateBuildEvent::Received { format, bytes } => self.say(format!(
+                "received a {format} archive of {}",
+                ByteSize::bytes(*bytes)
+            )),
             TemplateBuildEvent::Pulled {
                 digest,
                 layers,

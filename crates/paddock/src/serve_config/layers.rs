@@ -54,10 +54,12 @@ pub(super) fn to_toml(cfg: &ServeConfig) -> anyhow::Result<String> {
             .iter()
             .map(|(name, t)| {
                 let layer = TemplateLayer {
-                    rootfs: (t.image.is_none() && t.recipe.is_none()).then(|| Rootfs(t.rootfs.clone())),
+                    rootfs: (t.image.is_none() && t.recipe.is_none() && t.debian.is_none())
+                        .then(|| Rootfs(t.rootfs.clone())),
                     warm_pool: Some(t.warm_pool),
                     image: t.image.clone(),
                     recipe: t.recipe.clone(),
+                    debian: t.debian.clone(),
                 };
                 (name.clone(), layer)
             })
@@ -239,6 +241,9 @@ struct TemplateLayer {
     /// A recipe file the server builds the template from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     recipe: Option<PathBuf>,
+    /// A Debian base the server makes with `mmdebstrap`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    debian: Option<paddock_control::DebianBase>,
 }
 
 impl LimitsLayer {
@@ -283,6 +288,7 @@ impl Layer {
                 warm_pool: t.warm_pool.or(below.warm_pool),
                 image: t.image.or(below.image),
                 recipe: t.recipe.or(below.recipe),
+                debian: t.debian.or(below.debian),
             };
             templates.insert(name, merged);
         }
@@ -357,9 +363,19 @@ impl Layer {
                     "templates.{name}: invalid template name (use 1-64 letters, digits, '.', '_' or '-')"
                 );
             }
-            let sources = [t.rootfs.is_some(), t.image.is_some(), t.recipe.is_some()];
+            let sources = [
+                t.rootfs.is_some(),
+                t.image.is_some(),
+                t.recipe.is_some(),
+                t.debian.is_some(),
+            ];
             if sources.iter().filter(|s| **s).count() > 1 {
-                anyhow::bail!("templates.{name}: give one of `rootfs`, `image` and `recipe`");
+                anyhow::bail!("templates.{name}: give one of `rootfs`, `image`, `recipe` and `debian`");
+            }
+            if let Some(debian) = &t.debian {
+                debian
+                    .validate()
+                    .map_err(|e| anyhow::anyhow!("templates.{name}.debian: {e}"))?;
             }
             if let Some(image) = &t.image {
                 image
@@ -379,6 +395,7 @@ impl Layer {
                 warm_pool: t.warm_pool.unwrap_or(0),
                 image: t.image,
                 recipe: t.recipe,
+                debian: t.debian,
             };
             templates.insert(name, template);
         }
@@ -399,6 +416,7 @@ impl Layer {
             warm_pool: 0,
             image: None,
             recipe: None,
+            debian: None,
         });
         Ok(ServeConfig {
             listen,

@@ -48,6 +48,7 @@ fn defaults() {
             warm_pool: 0,
             image: None,
             recipe: None,
+            debian: None,
         })
     );
 }
@@ -503,7 +504,8 @@ fn built_templates_load_validate_and_read_their_recipe() {
     let recipe = dir.path().join("Recipe");
     std::fs::write(&recipe, "FROM python:3.12-slim\nRUN pip install pandas\n").expect("recipe");
     let f = file(&format!(
-        "[templates.py]\nimage = \"python:3.12-slim\"\nwarm_pool = 3\n[templates.data]\nrecipe = {:?}\n",
+        "[templates.py]\nimage = \"python:3.12-slim\"\nwarm_pool = 3\n[templates.data]\nrecipe = {:?}\n\
+         [templates.base]\ndebian = {{ suite = \"bookworm\", packages = [\"python3\"] }}\n",
         recipe.display().to_string()
     ));
     let c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
@@ -517,6 +519,9 @@ fn built_templates_load_validate_and_read_their_recipe() {
         "the recipe's text is read at startup"
     );
     assert!(!service.templates["default"].is_built());
+    let base = service.templates["base"].debian.as_ref().expect("a Debian base");
+    assert_eq!(base.source(), "debian: bookworm (minbase) + python3");
+    assert!(service.templates["base"].is_built());
     // Shown and loaded back: the same.
     let shown = c.to_toml().expect("toml");
     let again = file(&shown);
@@ -528,6 +533,22 @@ fn built_templates_load_validate_and_read_their_recipe() {
         (
             "[templates.x]\nrecipe = \"relative/Recipe\"\n",
             "templates.x.recipe",
+        ),
+        (
+            "[templates.x]\ndebian = { suite = \"bookworm\", variant = \"huge\" }\n",
+            "templates.x.debian",
+        ),
+        (
+            "[templates.x]\ndebian = { suite = \"--hook-dir=/x\" }\n",
+            "templates.x.debian",
+        ),
+        (
+            "[templates.x]\ndebian = { suite = \"bookworm\", packages = [\"a b\"] }\n",
+            "templates.x.debian",
+        ),
+        (
+            "[templates.x]\ndebian = { suite = \"bookworm\" }\nimage = \"a\"\n",
+            "templates.x",
         ),
     ] {
         let f = file(text);

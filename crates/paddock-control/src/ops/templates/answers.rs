@@ -71,7 +71,8 @@ pub(super) fn registry_error(e: RegistryError) -> ServiceError {
         RegistryErrorKind::Unauthorized => ErrorCode::RegistryUnauthorized,
         RegistryErrorKind::UnsupportedMediaType
         | RegistryErrorKind::DigestMismatch
-        | RegistryErrorKind::NoMatchingPlatform => ErrorCode::InvalidImage,
+        | RegistryErrorKind::NoMatchingPlatform
+        | RegistryErrorKind::InvalidArchive => ErrorCode::InvalidImage,
         RegistryErrorKind::TooLarge => ErrorCode::ImageTooLarge,
         RegistryErrorKind::Io => {
             if crate::core::error::chain_has_no_space(&e) {

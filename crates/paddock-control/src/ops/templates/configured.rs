@@ -23,6 +23,9 @@ pub(super) fn recipe_source(text: &str, recipe: &paddock_types::recipe::Recipe) 
 
 /// The source string a configured template is recorded with (what a restart compares).
 fn configured_source(t: &crate::TemplateConfig) -> String {
+    if let Some(debian) = &t.debian {
+        return debian.source();
+    }
     match (&t.image, &t.recipe) {
         (Some(image), _) => image.clone(),
         // (The configuration refused a recipe that does not parse.)
@@ -99,6 +102,29 @@ impl SandboxService {
             }
             // Built from something else: replaced (refused while a sandbox holds it).
             self.delete_template(&operator, &record.id).await?;
+        }
+        if let Some(debian) = &t.debian {
+            let (events, _) = mpsc::channel(1);
+            let wanted = super::Wanted {
+                name: super::template_name(name)?,
+                source_text: source,
+                network: None,
+                start: None,
+            };
+            let info = self
+                .build_from(
+                    &operator,
+                    wanted,
+                    super::Source::Debian(debian.clone()),
+                    events,
+                    true,
+                )
+                .await?;
+            return info
+                .id
+                .ok_or_else(|| ServiceError::internal("build a configured template", &"no id"))?
+                .parse()
+                .map_err(|e| ServiceError::internal("parse a template id", &e));
         }
         let request = BuildTemplateRequest {
             name: name.to_owned(),

@@ -6,10 +6,15 @@
 //! is fetched (so the name is taken at once and a concurrent build of it is refused) and becomes
 //! `ready` with its audit row once the files are in place; a failed build removes its record, and
 //! the backend leaves nothing of it. Another tenant's template answers exactly like a missing one.
-//! This module does not run recipes (`RUN` steps) or read docker archives.
+//! This module does not run recipes (`recipe.rs`), read uploaded archives (`archive.rs`) or
+//! build contexts (`context.rs`).
 
 mod answers;
+mod archive;
 mod configured;
+mod context;
+mod copy;
+mod debian;
 mod recipe;
 
 use paddock_registry::{ImageReference, RegistryError};
@@ -26,8 +31,9 @@ use crate::core::time::now_ms;
 use crate::plan::template::{parse_detail, TemplateDetail};
 use crate::{Principal, SandboxService, ServiceError};
 
-use answers::{build_error, configured_info, registry_error, template_info, template_not_found};
 pub(crate) use answers::BuildRoom;
+use answers::{build_error, configured_info, registry_error, template_info, template_not_found};
+use archive::Upload;
 use configured::recipe_source;
 use recipe::RecipePlan;
 
@@ -35,6 +41,36 @@ use recipe::RecipePlan;
 enum Source {
     Image(ImageReference),
     Recipe(Box<RecipePlan>),
+    Archive(Upload),
+    Debian(crate::DebianBase),
+}
+
+/// What a build is asked for besides its source: its name, what it was built from as recorded,
+/// a recipe's network and the start command.
+struct Wanted {
+    name: VolumeName,
+    source_text: String,
+    network: Option<paddock_types::NetworkPolicy>,
+    start: Option<TemplateStart>,
+}
+
+/// A template name as given, checked.
+fn template_name(name: &str) -> Result<VolumeName, ServiceError> {
+    let name: VolumeName = name.parse().map_err(|e: paddock_types::VolumeNameError| {
+        ServiceError::invalid(
+            "name",
+            e.to_string()
+                .replace("volume name", "template name")
+                .replace("'vol-'", "'tp-'"),
+        )
+    })?;
+    if name.as_str().starts_with("tp-") {
+        return Err(ServiceError::invalid(
+            "name",
+            "template names do not start with 'tp-' (ids do)",
+        ));
+    }
+    Ok(name)
 }
 
 impl SandboxService {
@@ -61,26 +97,7 @@ impl SandboxService {
         events: mpsc::Sender<TemplateBuildEvent>,
         configured: bool,
     ) -> Result<TemplateInfo, ServiceError> {
-        let name: VolumeName = req.name.parse().map_err(|e: paddock_types::VolumeNameError| {
-            ServiceError::invalid(
-                "name",
-                e.to_string()
-                    .replace("volume name", "template name")
-                    .replace("'vol-'", "'tp-'"),
-            )
-        })?;
-        if name.as_str().starts_with("tp-") {
-            return Err(ServiceError::invalid(
-                "name",
-                "template names do not start with 'tp-' (ids do)",
-            ));
-        }
-        if !configured && self.inner.config.templates.contains_key(name.as_str()) {
-            return Err(ServiceError::new(
-                ErrorCode::TemplateExists,
-                format!("{name} is one of this server's templates"),
-            ));
-        }
+        let name = template_name(&req.name)?;
         let source = match (&req.from, &req.recipe) {
             (Some(from), None) => Source::Image(
                 from.parse()
@@ -89,7 +106,7 @@ impl SandboxService {
             (None, Some(text)) => {
                 let recipe = paddock_types::recipe::parse_recipe(text, &req.build_args)
                     .map_err(|e| ServiceError::invalid("recipe", e.to_string()))?;
-                Source::Recipe(Box::new(RecipePlan::new(recipe)?))
+                Source::Recipe(Box::new(RecipePlan::new(recipe, None)?))
             }
             _ => {
                 return Err(ServiceError::invalid(
@@ -104,7 +121,42 @@ impl SandboxService {
                 "a network is for a recipe's steps",
             ));
         }
-        if let Some(start) = &req.start {
+        let source_text = match &source {
+            Source::Recipe(plan) => recipe_source(req.recipe.as_deref().unwrap_or_default(), &plan.recipe),
+            _ => req.from.clone().unwrap_or_default(),
+        };
+        let wanted = Wanted {
+            name,
+            source_text,
+            network: req.network,
+            start: req.start,
+        };
+        self.build_from(p, wanted, source, events, configured).await
+    }
+
+    /// Builds `source` as `wanted` says: the steps every build shares (the name's check, the
+    /// quota's room, the record, the audit rows, the last event).
+    async fn build_from(
+        &self,
+        p: &Principal,
+        wanted: Wanted,
+        source: Source,
+        events: mpsc::Sender<TemplateBuildEvent>,
+        configured: bool,
+    ) -> Result<TemplateInfo, ServiceError> {
+        let Wanted {
+            name,
+            source_text,
+            network,
+            start,
+        } = wanted;
+        if !configured && self.inner.config.templates.contains_key(name.as_str()) {
+            return Err(ServiceError::new(
+                ErrorCode::TemplateExists,
+                format!("{name} is one of this server's templates"),
+            ));
+        }
+        if let Some(start) = &start {
             check_start(start)?;
         }
         let Some(pull_dir) = self.inner.config.images.pull_dir.clone() else {
@@ -128,12 +180,7 @@ impl SandboxService {
             id: id.to_string(),
             tenant: p.tenant.clone(),
             name: name.to_string(),
-            source: match &source {
-                Source::Image(_) => req.from.clone().unwrap_or_default(),
-                Source::Recipe(plan) => {
-                    recipe_source(req.recipe.as_deref().unwrap_or_default(), &plan.recipe)
-                }
-            },
+            source: source_text,
             created_at_ms: now_ms(),
             storage_bytes: room.bytes,
         };
@@ -150,19 +197,15 @@ impl SandboxService {
         self.audit_refusal(p, AuditAction::TemplateBuild, None, inserted)
             .await?;
         let dest = pull_dir.join(id.as_str());
-        let built = match &source {
-            Source::Image(reference) => {
-                self.pull_and_build(&id, reference, &dest, room, &events)
-                    .await
-            }
-            Source::Recipe(plan) => {
-                self.build_recipe(p, &id, plan, req.network.clone(), room, &events)
-                    .await
-            }
+        let built = match source {
+            Source::Image(reference) => self.pull_and_build(&id, &reference, &dest, room, &events).await,
+            Source::Recipe(plan) => self.build_recipe(p, &id, &plan, network, room, &events).await,
+            Source::Archive(upload) => self.receive_and_build(&id, upload, &dest, room, &events).await,
+            Source::Debian(base) => self.debian_and_build(&id, &base, &dest, room, &events).await,
         };
         let result = built.and_then(|built| {
             // The image's own command when the request names none (known once it is read).
-            let start = match req.start {
+            let start = match start {
                 None => None,
                 Some(mut start) => {
                     if start.command.is_none() {
@@ -211,10 +254,13 @@ impl SandboxService {
                     .await;
                 if let Err(e) = stored {
                     self.discard_build(&id).await;
-                    let e = self
+                    let refused = self
                         .audit_refusal(p, AuditAction::TemplateBuild, None, Err::<(), _>(e))
-                        .await
-                        .unwrap_err();
+                        .await;
+                    let e = match refused {
+                        Err(e) => e,
+                        Ok(()) => ServiceError::internal("record a built template", &"no error"),
+                    };
                     let _ = events
                         .send(TemplateBuildEvent::Error {
                             code: e.code,
@@ -317,37 +363,88 @@ impl SandboxService {
                 reference: reference.to_string(),
             })
             .await;
-        let pulled = paddock_registry::pull(reference, dest, &self.inner.config.images.pull)
+        // Layers whose trees the layer cache holds are not fetched: their blobs would not be read.
+        let service = self.clone();
+        let cached: paddock_registry::CachedLayers<'static> =
+            Box::new(move |digests| Box::pin(async move { service.cached_layers(&digests).await }));
+        let options = &self.inner.config.images.pull;
+        let pulled = paddock_registry::pull_reusing(reference, dest, options, cached)
             .await
             .map_err(registry_error)?;
         paddock_runtime::fault::point("template.pulled");
-        let bytes = pulled.config.size + pulled.layers.iter().map(|l| l.size).sum::<u64>();
         let _ = events
             .send(TemplateBuildEvent::Pulled {
                 digest: pulled.manifest_digest.clone(),
                 layers: pulled.layers.len(),
-                bytes,
+                bytes: pulled.bytes_downloaded,
             })
             .await;
+        let built = self
+            .build_layout(id, dest, Some(pulled.ref_name.clone()), room, events)
+            .await;
+        if built.is_err() && pulled.skipped_layers > 0 {
+            // The layers not fetched may have left the cache since (their last template was
+            // deleted meanwhile): then fetch them and build again; else the failure stands.
+            let digests: Vec<String> = pulled.layers.iter().map(|l| l.digest.clone()).collect();
+            if self.cached_layers(&digests).await < pulled.skipped_layers {
+                tracing::info!(template = %id, "cached layers vanished during the build; fetching them");
+                paddock_registry::pull(reference, dest, options)
+                    .await
+                    .map_err(registry_error)?;
+                return self
+                    .build_layout(id, dest, Some(pulled.ref_name.clone()), room, events)
+                    .await;
+            }
+        }
+        built
+    }
+
+    /// How many of the first of an image's layers (digests, bottom first) the layer cache holds
+    /// the trees of (0 when it cannot tell).
+    async fn cached_layers(&self, digests: &[String]) -> usize {
+        let keys = paddock_runtime::image_chain_keys(digests);
+        match self
+            .on_backend("read the layer cache", move |b| b.cached_prefix(&keys))
+            .await
+        {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "layer cache unreadable; fetching every layer");
+                0
+            }
+            Err(_) => 0,
+        }
+    }
+
+    /// Has the backend build template `id` from the image `reference` of the OCI image layout
+    /// `dest`, writing at most `room`.
+    pub(crate) async fn build_layout(
+        &self,
+        id: &TemplateId,
+        dest: &std::path::Path,
+        reference: Option<String>,
+        room: BuildRoom,
+        events: &mpsc::Sender<TemplateBuildEvent>,
+    ) -> Result<TemplateBuilt, ServiceError> {
         let source = TemplateSource::ImageLayout {
             path: dest.to_owned(),
-            reference: Some(pulled.ref_name.clone()),
+            reference,
         };
         let limits = paddock_runtime::TemplateLimits {
             max_bytes: room.bytes,
             ..self.inner.config.images.limits
         };
         let (template, sender) = (id.clone(), events.clone());
-        let of = pulled.layers.len();
         self.on_backend("build a template", move |b| {
-            b.build_template(&template, &source, &limits, &mut |progress| {
-                if let TemplateProgress::Layer {
+            let mut of = 0;
+            b.build_template(&template, &source, &limits, &mut |progress| match progress {
+                TemplateProgress::Resolved { layers, .. } => of = layers,
+                TemplateProgress::Layer {
                     index,
                     digest,
                     size,
                     cached,
-                } = progress
-                {
+                } => {
                     // Progress is never worth stalling a build for: a reader that fell 64 events
                     // behind misses some (the last event is always sent).
                     let _ = sender.try_send(TemplateBuildEvent::Layer {
@@ -493,7 +590,7 @@ impl SandboxService {
                 Err(ServiceError::new(
                     ErrorCode::TemplateInUse,
                     format!(
-                        "template {} is used by {}; delete those sandboxes first",
+                        "template {} is used by {}; delete those sandboxes and snapshots first",
                         record.name,
                         users.join(", ")
                     ),

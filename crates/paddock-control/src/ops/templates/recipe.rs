@@ -9,7 +9,9 @@
 //! and runs nothing of it, not even the pull. The templates between steps are never recorded; a
 //! crash leaves them to startup gc, and their sandboxes expire with their timeout.
 //!
-//! This module does not take a build context: `COPY` and `ADD` are refused.
+//! `COPY` and `ADD` run like `RUN` steps, in a sandbox of the template so far, and make the files
+//! of the build context (`context.rs`, uploaded with the recipe) through its agent (`copy.rs`);
+//! their keys cover what they copy. Without a context they are refused.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +27,9 @@ use crate::lifecycle::build_step::BuildCommand;
 use crate::plan::template::{ResolvedTemplate, TemplateDetail};
 use crate::{Principal, SandboxService, ServiceError};
 
+use super::context::{Context, Kind, Placed};
+use std::sync::Arc;
+
 /// How long one `RUN` may take.
 const STEP_TIMEOUT_MS: u64 = 3600 * 1000;
 /// How long a step's sandbox lives at most (its step's timeout and some): one a crash left behind
@@ -32,6 +37,20 @@ const STEP_TIMEOUT_MS: u64 = 3600 * 1000;
 const STEP_SANDBOX_TIMEOUT_SECS: u64 = 3600 + 600;
 /// Most bytes of a step's output sent as build events (the rest is cut, and said so).
 const MAX_STEP_LOG: usize = 64 << 10;
+
+/// What a step that changes files does in its sandbox.
+enum StepAction<'a> {
+    Run(StepRun<'a>),
+    Copy(CopyRun<'a>),
+}
+
+/// One `COPY` (or `ADD`) to make: what goes where, from which context, owned by whom (`root` when
+/// `chown` is `None`).
+pub(super) struct CopyRun<'a> {
+    pub(super) placed: &'a [Placed],
+    pub(super) context: Arc<Context>,
+    pub(super) chown: Option<String>,
+}
 
 /// One `RUN` to run: its step's index, command, environment (build arguments under the image's
 /// variables) and the network of its sandbox.
@@ -42,15 +61,25 @@ struct StepRun<'a> {
     network: Option<paddock_types::NetworkPolicy>,
 }
 
-/// A recipe with the cache keys of its trees: the `FROM` image's, then one per `RUN`.
+/// A recipe with the cache keys of its trees: the `FROM` image's, then one per step that changes
+/// files (`RUN`, `COPY`, `ADD`).
 #[derive(Debug, Clone)]
 pub(crate) struct RecipePlan {
     pub(crate) recipe: Recipe,
-    /// `keys[0]`: the `FROM` image; `keys[i]`: after the i-th `RUN`.
+    /// `keys[0]`: the `FROM` image; `keys[i]`: after the i-th step that changes files.
     keys: Vec<String>,
-    /// For each `RUN` (in order), its step's index in `recipe.steps`.
+    /// For each step that changes files (in order), its index in `recipe.steps`.
     runs: Vec<usize>,
+    /// What each `COPY` and `ADD` (by step index) puts where.
+    copies: BTreeMap<usize, Vec<Placed>>,
+    /// The build context they copy from.
+    context: Option<Arc<Context>>,
 }
+
+/// File names `ADD` would unpack (docker unpacks local archives): refused rather than copied.
+const ARCHIVE_SUFFIXES: &[&str] = &[
+    ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst",
+];
 
 fn sha256_hex(parts: &[&str]) -> String {
     let mut h = Sha256::new();
@@ -62,35 +91,68 @@ fn sha256_hex(parts: &[&str]) -> String {
 }
 
 impl RecipePlan {
-    /// Plans `recipe`; refuses what this server cannot build.
-    pub(crate) fn new(recipe: Recipe) -> Result<Self, ServiceError> {
+    /// Plans `recipe`, whose `COPY` and `ADD` take files from `context`; refuses what this
+    /// server cannot build (`invalid_request`, field `recipe`, for what the context lacks).
+    pub(crate) fn new(recipe: Recipe, context: Option<Arc<Context>>) -> Result<Self, ServiceError> {
         let mut keys = vec![sha256_hex(&["paddock-recipe-v1", "from", &recipe.from])];
         let mut runs = Vec::new();
+        let mut copies = BTreeMap::new();
         let mut since_last = String::new();
         for (i, step) in recipe.steps.iter().enumerate() {
-            match &step.instruction {
-                Instruction::Run { .. } => {
-                    let previous = keys.last().cloned().unwrap_or_default();
-                    keys.push(sha256_hex(&[&previous, &since_last, &step.cache_text()]));
-                    runs.push(i);
-                    since_last.clear();
-                }
-                Instruction::Copy { .. } | Instruction::Add { .. } => {
-                    return Err(ServiceError::new(
-                        ErrorCode::Unsupported,
-                        format!(
-                            "line {}: COPY and ADD need a build context, which this server does not take yet",
-                            step.line
-                        ),
-                    ))
+            let content = match &step.instruction {
+                Instruction::Run { .. } => String::new(),
+                Instruction::Copy { sources, dest, .. } | Instruction::Add { sources, dest, .. } => {
+                    let Some(context) = &context else {
+                        return Err(ServiceError::new(
+                            ErrorCode::Unsupported,
+                            format!(
+                                "line {}: COPY and ADD need a build context: upload it (POST /v1/templates/import?format=context, or `paddock template build -f Recipe --context DIR`)",
+                                step.line
+                            ),
+                        ));
+                    };
+                    let refuse =
+                        |m: String| ServiceError::invalid("recipe", format!("line {}: {m}", step.line));
+                    let placed = context.select(sources, dest).map_err(refuse)?;
+                    if matches!(step.instruction, Instruction::Add { .. }) {
+                        if let Some(p) = placed.iter().find(|p| {
+                            matches!(p.member.kind, Kind::File { .. })
+                                && ARCHIVE_SUFFIXES.iter().any(|s| p.name.ends_with(s))
+                        }) {
+                            return Err(refuse(format!(
+                                "ADD would unpack the archive {}, which is not supported: COPY it and unpack it in a RUN",
+                                p.name
+                            )));
+                        }
+                    }
+                    let digest = Context::digest(&placed);
+                    copies.insert(i, placed);
+                    digest
                 }
                 _ => {
                     since_last.push_str(&step.cache_text());
                     since_last.push('\n');
+                    continue;
                 }
-            }
+            };
+            let previous = keys.last().cloned().unwrap_or_default();
+            // (A `RUN`'s key has no content part: keys cached before `COPY` existed stay valid.)
+            let text = step.cache_text();
+            keys.push(if content.is_empty() {
+                sha256_hex(&[&previous, &since_last, &text])
+            } else {
+                sha256_hex(&[&previous, &since_last, &text, &content])
+            });
+            runs.push(i);
+            since_last.clear();
         }
-        Ok(Self { recipe, keys, runs })
+        Ok(Self {
+            recipe,
+            keys,
+            runs,
+            copies,
+            context,
+        })
     }
 }
 
@@ -113,7 +175,7 @@ impl SandboxService {
     ) -> Result<TemplateBuilt, ServiceError> {
         let mut made: Vec<TemplateId> = Vec::new();
         let result = self
-            .run_recipe(p, id, plan, network, room, events, &mut made)
+            .run_recipe(p, (id, plan), network, room, events, &mut made)
             .await;
         for template in made {
             let t = template.clone();
@@ -127,16 +189,17 @@ impl SandboxService {
         result
     }
 
+    /// [`Self::build_recipe`] of `build` (the template's id and its plan).
     async fn run_recipe(
         &self,
         p: &Principal,
-        id: &TemplateId,
-        plan: &RecipePlan,
+        build: (&TemplateId, &RecipePlan),
         network: Option<paddock_types::NetworkPolicy>,
         room: super::BuildRoom,
         events: &mpsc::Sender<TemplateBuildEvent>,
         made: &mut Vec<TemplateId>,
     ) -> Result<TemplateBuilt, ServiceError> {
+        let (id, plan) = build;
         let steps = &plan.recipe.steps;
         let of = steps.len() + 1;
         let keys = plan.keys.clone();
@@ -174,9 +237,7 @@ impl SandboxService {
                     ))
                 }
             };
-            let built = self
-                .pull_and_build(&base, &reference, &dest, room, events)
-                .await;
+            let built = self.pull_and_build(&base, &reference, &dest, room, events).await;
             if let Err(e) = std::fs::remove_dir_all(&dest) {
                 if e.kind() != std::io::ErrorKind::NotFound {
                     tracing::warn!(path = %dest.display(), error = %e, "pulled image not removed");
@@ -236,8 +297,8 @@ impl SandboxService {
         let mut config = ConfigApplier::new(config, recipe_cmd);
         while done < steps.len() {
             let step = &steps[done];
-            let is_run = matches!(step.instruction, Instruction::Run { .. });
-            ran |= is_run;
+            let changes_files = plan.runs.contains(&done);
+            ran |= changes_files;
             event(
                 events,
                 TemplateBuildEvent::Step {
@@ -247,12 +308,17 @@ impl SandboxService {
                     cached: !ran,
                 },
             );
-            if let Instruction::Run { command, arg_env } = &step.instruction {
-                let run = plan.runs.iter().position(|&i| i == done).unwrap_or_default();
-                let key = plan.keys[run + 1].clone();
-                let next = TemplateId::from_random(rand::random());
-                made.push(next.clone());
-                chain.push(key);
+            if !changes_files {
+                config.apply(&step.instruction);
+                done += 1;
+                continue;
+            }
+            let run = plan.runs.iter().position(|&i| i == done).unwrap_or_default();
+            let next = TemplateId::from_random(rand::random());
+            made.push(next.clone());
+            chain.push(plan.keys[run + 1].clone());
+            let line = step.line;
+            let action = if let Instruction::Run { command, arg_env } = &step.instruction {
                 // The step's build arguments are in its environment, under the image's own.
                 let run_env: BTreeMap<String, String> = arg_env
                     .iter()
@@ -265,24 +331,40 @@ impl SandboxService {
                             .filter_map(|e| e.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned()))),
                     )
                     .collect();
-                let line = step.line;
-                let run = StepRun {
+                StepAction::Run(StepRun {
                     index: done,
                     command,
                     env: run_env,
                     network: network.clone(),
-                };
-                bytes = self
-                    .run_step(p, (&current, config.config(), bytes), (&next, &chain), run, events)
-                    .await
-                    .map_err(|mut e| {
-                        e.message = format!("line {line}: {}", e.message);
-                        e
-                    })?;
-                current = next;
+                })
             } else {
-                config.apply(&step.instruction);
-            }
+                let chown = match &step.instruction {
+                    Instruction::Copy { chown, .. } | Instruction::Add { chown, .. } => chown.clone(),
+                    _ => None,
+                };
+                let (Some(placed), Some(context)) = (plan.copies.get(&done), &plan.context) else {
+                    return Err(ServiceError::internal("copy files", &"a planned copy is missing"));
+                };
+                StepAction::Copy(CopyRun {
+                    placed,
+                    context: context.clone(),
+                    chown,
+                })
+            };
+            bytes = self
+                .run_step(
+                    p,
+                    (&current, config.config(), bytes),
+                    (&next, &chain),
+                    action,
+                    events,
+                )
+                .await
+                .map_err(|mut e| {
+                    e.message = format!("line {line}: {}", e.message);
+                    e
+                })?;
+            current = next;
             done += 1;
         }
         // The template itself: the last tree, recorded under the build's id.
@@ -293,7 +375,9 @@ impl SandboxService {
             })
             .await?
             .map_err(|e| runtime_error("make a template from the cache", e))?
-            .ok_or_else(|| ServiceError::internal("make a template from the cache", &"the last step vanished"))?;
+            .ok_or_else(|| {
+                ServiceError::internal("make a template from the cache", &"the last step vanished")
+            })?;
         let _ = (current, bytes);
         Ok(TemplateBuilt {
             digest: format!("recipe:{}", chain.last().unwrap_or(&base_digest)),
@@ -311,10 +395,15 @@ impl SandboxService {
         p: &Principal,
         from: (&TemplateId, &ImageConfig, u64),
         to: (&TemplateId, &[String]),
-        step: StepRun<'_>,
+        action: StepAction<'_>,
         events: &mpsc::Sender<TemplateBuildEvent>,
     ) -> Result<u64, ServiceError> {
         let (template, config, bytes) = from;
+        let network = match &action {
+            StepAction::Run(run) => run.network.clone(),
+            // A copy needs no network.
+            StepAction::Copy(_) => None,
+        };
         let image = ResolvedTemplate {
             id: template.clone(),
             detail: TemplateDetail {
@@ -330,7 +419,7 @@ impl SandboxService {
         };
         let request = CreateSandboxRequest {
             template: Some(".recipe-step".into()),
-            network: step.network.clone(),
+            network,
             timeout_secs: Some(STEP_SANDBOX_TIMEOUT_SECS),
             labels: BTreeMap::from([("paddock.template-build".to_owned(), to.0.to_string())]),
             ..CreateSandboxRequest::default()
@@ -341,7 +430,7 @@ impl SandboxService {
             .await?;
         self.commit_created(p, sandbox.as_str(), entry).await?;
         let result = self
-            .step_in(p, &sandbox, (config, bytes), to, &step, events)
+            .step_in(p, &sandbox, (config, bytes), to, &action, events)
             .await;
         if let Err(e) = self.kill_sandbox(p, &sandbox).await {
             tracing::warn!(sandbox_id = %sandbox, error = %e, "a recipe step's sandbox not removed; it expires");
@@ -349,16 +438,15 @@ impl SandboxService {
         result
     }
 
-    async fn step_in(
+    /// Runs a `RUN` step's command in `sandbox`; `build_failed` unless it exits 0.
+    async fn run_in(
         &self,
         p: &Principal,
         sandbox: &SandboxId,
-        from: (&ImageConfig, u64),
-        to: (&TemplateId, &[String]),
+        config: &ImageConfig,
         step: &StepRun<'_>,
         events: &mpsc::Sender<TemplateBuildEvent>,
-    ) -> Result<u64, ServiceError> {
-        let (config, from_bytes) = from;
+    ) -> Result<(), ServiceError> {
         let index = step.index;
         let user = config
             .user
@@ -413,6 +501,23 @@ impl SandboxService {
                 },
             ));
         }
+        Ok(())
+    }
+
+    async fn step_in(
+        &self,
+        p: &Principal,
+        sandbox: &SandboxId,
+        from: (&ImageConfig, u64),
+        to: (&TemplateId, &[String]),
+        action: &StepAction<'_>,
+        events: &mpsc::Sender<TemplateBuildEvent>,
+    ) -> Result<u64, ServiceError> {
+        let (config, from_bytes) = from;
+        match action {
+            StepAction::Run(step) => self.run_in(p, sandbox, config, step, events).await?,
+            StepAction::Copy(copy) => self.copy_in(sandbox, copy).await?,
+        }
         // A snapshot of the step's files, kept only until the template is made of it (a crash
         // in between leaves storage without a record, which startup gc removes).
         let snapshot = paddock_types::SnapshotId::from_random(rand::random());
@@ -425,9 +530,8 @@ impl SandboxService {
         let written = self
             .on_live_handle(&sb, "snapshot a recipe step", move |b, h| {
                 b.snapshot_sandbox(h, &s)?;
-                b.sandbox_usage(h).map(|u| u.disk_bytes).map_err(|e| {
+                b.sandbox_usage(h).map(|u| u.disk_bytes).inspect_err(|_| {
                     let _ = b.delete_snapshot(&s);
-                    e
                 })
             })
             .await?;
@@ -457,8 +561,11 @@ mod tests {
     #[test]
     fn keys_chain_the_runs_and_fold_in_what_came_between() {
         let plan = |text: &str| {
-            RecipePlan::new(paddock_types::recipe::parse_recipe(text, &BTreeMap::new()).expect("parses"))
-                .expect("plans")
+            RecipePlan::new(
+                paddock_types::recipe::parse_recipe(text, &BTreeMap::new()).expect("parses"),
+                None,
+            )
+            .expect("plans")
         };
         let a = plan("FROM img:1\nRUN echo a\nENV X=1\nRUN echo b\nCMD [\"sh\"]\n");
         assert_eq!(a.keys.len(), 3);
@@ -478,7 +585,7 @@ mod tests {
         let copy =
             paddock_types::recipe::parse_recipe("FROM img\nCOPY a /a\n", &BTreeMap::new()).expect("parses");
         assert_eq!(
-            RecipePlan::new(copy).err().map(|e| e.code),
+            RecipePlan::new(copy, None).err().map(|e| e.code),
             Some(ErrorCode::Unsupported)
         );
     }

@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 
 use paddock_sys::btrfs;
 use paddock_types::TemplateId;
-use sha2::{Digest as _, Sha256};
 
 use super::finish::read_record;
 use crate::native::image::Digest;
@@ -28,19 +27,10 @@ use crate::native::lock::StateLock;
 use crate::native::pool::pool_err;
 use crate::RuntimeError;
 
-/// The chain keys of `layers`, bottom first.
+/// The chain keys of `layers`, bottom first ([`crate::image_chain_keys`]).
 pub(super) fn chain_keys(layers: impl Iterator<Item = Digest>) -> Vec<String> {
-    let mut previous = String::new();
-    layers
-        .map(|digest| {
-            let mut h = Sha256::new();
-            h.update(previous.as_bytes());
-            h.update(b" ");
-            h.update(digest.to_string().as_bytes());
-            previous = hex::encode(h.finalize());
-            previous.clone()
-        })
-        .collect()
+    let digests: Vec<String> = layers.map(|d| d.to_string()).collect();
+    crate::image_chain_keys(&digests)
 }
 
 fn layers_dir(pool_root: &Path) -> PathBuf {

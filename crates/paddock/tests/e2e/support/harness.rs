@@ -140,6 +140,7 @@ impl Harness {
                 warm_pool_size: options.warm_pool,
                 image: None,
                 recipe: None,
+                debian: None,
             },
         );
         templates.extend(options.templates.clone());

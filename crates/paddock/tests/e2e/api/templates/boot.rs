@@ -91,6 +91,7 @@ fn a_configured_image_template_is_built_at_start_for_every_tenant_with_its_warm_
                 warm_pool_size: 2,
                 image: Some(from.clone()),
                 recipe: None,
+                debian: None,
             },
         ),
         (
@@ -100,6 +101,7 @@ fn a_configured_image_template_is_built_at_start_for_every_tenant_with_its_warm_
                 warm_pool_size: 0,
                 image: None,
                 recipe: Some(recipe),
+                debian: None,
             },
         ),
     ];

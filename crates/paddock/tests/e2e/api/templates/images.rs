@@ -44,6 +44,10 @@ fn an_image_template_runs_the_images_programs_with_its_env_workdir_and_user() {
         let kinds: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
         assert_eq!(kinds, ["pulling", "pulled", "layer", "layer", "done"], "{events:#?}");
         assert!(events[2..4].iter().all(|e| e["cached"] == true), "{events:#?}");
+        // Cached layers are not even fetched: only the config is.
+        let layer_bytes: u64 = events[2..4].iter().filter_map(|e| e["size"].as_u64()).sum();
+        let fetched = events[1]["bytes"].as_u64().expect("bytes");
+        assert!(fetched < 64 << 10 && fetched < layer_bytes, "{events:#?}");
         let again = events[4]["template"]["id"].as_str().expect("id").to_owned();
 
         // Listed with the server's own; another tenant sees neither and cannot use them.
@@ -110,11 +114,32 @@ fn an_image_template_runs_the_images_programs_with_its_env_workdir_and_user() {
         .await;
         assert_eq!(out, "hello from the image\nno-added\nmine\n/tmp\nroot\n", "the request's values win");
 
-        // In use: not deletable; once its sandboxes are gone, deleted with its storage.
+        // A snapshot of it keeps the template: a sandbox made from the snapshot starts on it
+        // (the image's programs, the snapshot's changes), whatever the request names.
+        let snap = a
+            .post(&format!("/v1/sandboxes/{sb}/snapshots"), json!({}))
+            .await
+            .ok(201);
+        let sid = snap["id"].as_str().expect("snapshot id").to_owned();
+        let from_snap = a.create_sandbox(json!({"snapshot": sid})).await;
+        let (code, out, err) = run_in(&a, &from_snap, json!({"shell": "cat /etc/greeting; id -un; pwd"})).await;
+        assert_eq!((code, out.as_str()), (0, "changed\napp\n/srv\n"), "{err}");
+        let body = a
+            .post("/v1/sandboxes", json!({"snapshot": sid, "template": "default"}))
+            .await
+            .err(400, "invalid_request");
+        assert_eq!(body["field"], "template", "{body}");
+        a.delete(&format!("/v1/sandboxes/{from_snap}")).await.ok(204);
+
+        // In use: not deletable; once its sandboxes and snapshots are gone, deleted with its
+        // storage.
         let refused = a.delete("/v1/templates/app").await.err(409, "template_in_use");
         assert!(refused["message"].as_str().is_some_and(|m| m.contains(&sb)), "{refused}");
         a.delete(&format!("/v1/sandboxes/{sb}")).await.ok(204);
         a.delete(&format!("/v1/sandboxes/{sb2}")).await.ok(204);
+        let refused = a.delete("/v1/templates/app").await.err(409, "template_in_use");
+        assert!(refused["message"].as_str().is_some_and(|m| m.contains(&sid)), "{refused}");
+        a.delete(&format!("/v1/snapshots/{sid}")).await.ok(204);
         a.delete("/v1/templates/app").await.ok(204);
         a.get("/v1/templates/app").await.err(404, "template_not_found");
         assert_eq!(names_in(&pool.join("images")), std::slice::from_ref(&again));
@@ -130,7 +155,7 @@ fn an_image_template_runs_the_images_programs_with_its_env_workdir_and_user() {
         let rows = a.audit_rows(&[("action", "template.build")]).await;
         assert_eq!(rows.len(), 3, "{rows:#?}");
         let rows = a.audit_rows(&[("action", "template.delete")]).await;
-        assert_eq!(rows.len(), 4, "three deletes and one refusal: {rows:#?}");
+        assert_eq!(rows.len(), 5, "three deletes and two refusals: {rows:#?}");
     });
 }
 

@@ -6,7 +6,10 @@
 //! tree; a hostile layer is refused with `invalid_image` and leaves nothing; bad input gets its
 //! stable code; a template in use cannot be deleted; another tenant sees none of it.
 
+mod archives;
 mod boot;
+mod contexts;
+mod debian;
 mod images;
 mod quotas;
 mod recipes;

@@ -29,7 +29,10 @@ fn templates_are_charged_to_their_tenants_count_and_storage_quotas() {
     let pool = h.env().state().join("pool");
     h.block_on(async {
         h.admin
-            .put("/v1/tenants/tq/quota", json!({"max_templates": 2, "max_storage": "1G"}))
+            .put(
+                "/v1/tenants/tq/quota",
+                json!({"max_templates": 2, "max_storage": "1G"}),
+            )
             .await
             .ok(200);
         let a = h.admin.new_tenant("tq").await;
@@ -38,7 +41,10 @@ fn templates_are_charged_to_their_tenants_count_and_storage_quotas() {
         let one = build(&a, "one", &from).await.ok(201);
         let one_bytes = one["storage_bytes"].as_u64().expect("storage_bytes");
         assert!(one_bytes >= 2 * busybox, "{one_bytes} < two busyboxes: {one}");
-        assert!(one_bytes < 64 << 20, "{one_bytes}: more than the image could hold");
+        assert!(
+            one_bytes < 64 << 20,
+            "{one_bytes}: more than the image could hold"
+        );
         let used = usage(&a, "tq").await;
         assert_eq!(used["templates"], 1, "{used}");
         assert_eq!(used["storage_bytes"], one_bytes, "{used}");
@@ -68,19 +74,27 @@ fn templates_are_charged_to_their_tenants_count_and_storage_quotas() {
         // Deleting one gives its count and bytes back.
         a.delete("/v1/templates/two").await.ok(204);
         let used = usage(&a, "tq").await;
-        assert_eq!((used["templates"].as_u64(), used["storage_bytes"].as_u64()), (Some(1), Some(one_bytes)));
+        assert_eq!(
+            (used["templates"].as_u64(), used["storage_bytes"].as_u64()),
+            (Some(1), Some(one_bytes))
+        );
 
         // Room for less than the image's tree: its layers are cached, so the build writes almost
         // nothing, but what the template would hold is checked when it ends: refused, and gone.
         let room = one_bytes + (one_bytes / 2);
         h.admin
-            .put("/v1/tenants/tq/quota", json!({"max_templates": 2, "max_storage": room}))
+            .put(
+                "/v1/tenants/tq/quota",
+                json!({"max_templates": 2, "max_storage": room}),
+            )
             .await
             .ok(200);
         let body = build(&a, "cached", &from).await.err(429, "quota_exceeded");
         refused(&body, "max_storage");
         assert_eq!(names_in(&pool.join("images")), [one["id"].as_str().expect("id")]);
-        assert!(names_in(&pool.join("builds")).iter().all(|n| !n.starts_with("tp-")));
+        assert!(names_in(&pool.join("builds"))
+            .iter()
+            .all(|n| !n.starts_with("tp-")));
         a.get("/v1/templates/cached").await.err(404, "template_not_found");
 
         // With the layers gone from the cache, a build that must unpack more than the room left
@@ -89,15 +103,23 @@ fn templates_are_charged_to_their_tenants_count_and_storage_quotas() {
         assert!(names_in(&pool.join("layers")).is_empty());
         assert!(names_in(&figures).is_empty(), "figures of uncached trees stay");
         h.admin
-            .put("/v1/tenants/tq/quota", json!({"max_templates": 2, "max_storage": busybox / 2}))
+            .put(
+                "/v1/tenants/tq/quota",
+                json!({"max_templates": 2, "max_storage": busybox / 2}),
+            )
             .await
             .ok(200);
         let body = build(&a, "small", &from).await.err(429, "quota_exceeded");
         refused(&body, "max_storage");
         assert!(names_in(&pool.join("images")).is_empty());
-        assert!(names_in(&pool.join("builds")).iter().all(|n| !n.starts_with("tp-")));
+        assert!(names_in(&pool.join("builds"))
+            .iter()
+            .all(|n| !n.starts_with("tp-")));
         let used = usage(&a, "tq").await;
-        assert_eq!((used["templates"].as_u64(), used["storage_bytes"].as_u64()), (Some(0), Some(0)));
+        assert_eq!(
+            (used["templates"].as_u64(), used["storage_bytes"].as_u64()),
+            (Some(0), Some(0))
+        );
 
         // Nothing left at all: a build is refused at once.
         h.admin
