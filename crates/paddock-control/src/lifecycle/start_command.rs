@@ -70,7 +70,13 @@ impl SandboxService {
             pty: false,
             tag: Some("start".into()),
         };
-        self.audit(AuditEntry::by(None, None, AuditAction::ProcessStart, Some(id.as_str())).detail(detail))
+        // The row is the sandbox's tenant's (none for a warm sandbox, which no tenant has yet).
+        let sid = id.to_string();
+        let tenant = self
+            .db("read a sandbox", move |s| s.get_sandbox(&sid))
+            .await?
+            .and_then(|r| r.tenant);
+        self.audit(AuditEntry::by(None, tenant, AuditAction::ProcessStart, Some(id.as_str())).detail(detail))
             .await?;
         let request = SpawnRequest {
             command,

@@ -42,6 +42,14 @@ fn a_start_command_runs_at_every_boot_and_a_sandbox_is_handed_out_once_ready() {
         a.post(&format!("/v1/sandboxes/{sb}/resume"), json!({})).await.ok(200);
         let (code, out, _) = run_in(&a, &sb, json!({"argv": ["wget", "-qO-", "http://127.0.0.1:8000/index.html"]})).await;
         assert_eq!((code, out.as_str()), (0, "served at boot\n"));
+        // Both starts are in the tenant's audit log, with the sandbox.
+        let starts: Vec<Value> = a
+            .audit_rows(&[("action", "process.start"), ("sandbox", sb.as_str())])
+            .await
+            .into_iter()
+            .filter(|r| r["detail"]["tag"] == "start")
+            .collect();
+        assert_eq!(starts.len(), 2, "{starts:#?}");
         a.delete(&format!("/v1/sandboxes/{sb}")).await.ok(204);
 
         // A check that never passes: the create fails with `timeout` and leaves no sandbox.
