@@ -200,7 +200,15 @@ impl SandboxService {
             .on_backend("adopt a sandbox", move |b| b.adopt_sandbox(&adopt_id))
             .await?;
         let spec: Option<StoredSpec> = serde_json::from_str(&record.spec_json).ok();
+        let build_step = record
+            .labels
+            .contains_key(crate::plan::template::BUILD_STEP_LABEL);
         let reason = match (adoption, spec) {
+            // Its build died with the previous server: nothing will take the step's result.
+            (Ok(Adoption::Alive(handle)), _) if build_step => {
+                self.destroy_handle(handle).await;
+                "its template build ended with the server"
+            }
             (Ok(Adoption::Alive(handle)), Some(spec)) if record.state != SandboxState::Creating => {
                 return self.take_over(record, handle, spec).await;
             }

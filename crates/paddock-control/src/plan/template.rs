@@ -74,6 +74,10 @@ impl SandboxService {
     }
 }
 
+/// The label of a recipe step's sandbox (its value: the template being made). No build outlives
+/// its server, so recovery ends such a sandbox instead of adopting it.
+pub(crate) const BUILD_STEP_LABEL: &str = "paddock.template-build";
+
 /// A ready template's build result (`None` while it is being built).
 pub(crate) fn parse_detail(record: &TemplateRecord) -> Result<Option<TemplateDetail>, ServiceError> {
     if !record.ready {

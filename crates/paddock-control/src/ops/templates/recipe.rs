@@ -421,7 +421,10 @@ impl SandboxService {
             template: Some(".recipe-step".into()),
             network,
             timeout_secs: Some(STEP_SANDBOX_TIMEOUT_SECS),
-            labels: BTreeMap::from([("paddock.template-build".to_owned(), to.0.to_string())]),
+            labels: BTreeMap::from([(
+                crate::plan::template::BUILD_STEP_LABEL.to_owned(),
+                to.0.to_string(),
+            )]),
             ..CreateSandboxRequest::default()
         };
         let plan = self.plan_request_with(p, request, Some(image)).await?;
@@ -518,6 +521,7 @@ impl SandboxService {
             StepAction::Run(step) => self.run_in(p, sandbox, config, step, events).await?,
             StepAction::Copy(copy) => self.copy_in(sandbox, copy).await?,
         }
+        paddock_runtime::fault::point("template.step_done");
         // A snapshot of the step's files, kept only until the template is made of it (a crash
         // in between leaves storage without a record, which startup gc removes).
         let snapshot = paddock_types::SnapshotId::from_random(rand::random());

@@ -87,7 +87,14 @@ fn names_in(dir: &std::path::Path) -> Vec<String> {
     names
 }
 
-async fn crash_build(point: &str) {
+/// What a crashed build built: the image itself, or a recipe with one `RUN` step on it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Build {
+    Image,
+    Recipe,
+}
+
+async fn crash_build(point: &str, build: Build) {
     let registry = TestRegistry::start();
     let from = push_image(&registry);
     let dir = tempfile::tempdir().expect("config dir");
@@ -97,7 +104,12 @@ async fn crash_build(point: &str) {
     let server = Server::start_with_env(&env, &args, "info", &[("PADDOCK_FAULT", point)]);
     let (api, admin) = (server.api(), server.admin_key.clone());
     let key = api.create_key(&admin, "crash").await;
-    let body = json!({"name": "app", "from": from});
+    let body = match build {
+        Build::Image => json!({"name": "app", "from": from}),
+        Build::Recipe => {
+            json!({"name": "app", "recipe": format!("FROM {from}\nRUN echo step > /tmp/three.txt\n")})
+        }
+    };
     let answer = api
         .try_request(
             &key,
@@ -143,6 +155,13 @@ async fn crash_build(point: &str) {
         names_in(&pool.join("layers"))
     );
     assert!(names_in(&env.state().join("pulls")).is_empty(), "{point}");
+    // A recipe step's sandbox is not adopted: its build died with the server.
+    let live = api.get(&key, "/v1/sandboxes").await;
+    assert_eq!(
+        live["sandboxes"].as_array().map(Vec::len),
+        Some(0),
+        "{point}: {live}"
+    );
     assert_consistent(&env, &api, &admin).await;
     // The name is free and the image builds.
     let built = api
@@ -159,7 +178,11 @@ async fn crash_build(point: &str) {
         .as_str()
         .expect("id")
         .to_owned();
-    assert_eq!(api.sh(&key, &sb, "cat /one.txt /two.txt").await, "onetwo");
+    let (script, expected) = match build {
+        Build::Image => ("cat /one.txt /two.txt", "onetwo"),
+        Build::Recipe => ("cat /one.txt /two.txt /tmp/three.txt", "onetwostep\n"),
+    };
+    assert_eq!(api.sh(&key, &sb, script).await, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,6 +195,11 @@ async fn a_build_killed_at_any_step_leaves_nothing_after_a_restart() {
         "template.finishing",
         "template.built",
     ] {
-        crash_build(point).await;
+        crash_build(point, Build::Image).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recipe_build_killed_in_a_step_leaves_no_sandbox_after_a_restart() {
+    crash_build("template.step_done", Build::Recipe).await;
 }
