@@ -325,6 +325,17 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
         template: &TemplateId,
         chain: &[String],
     ) -> Result<Option<TemplateBuilt>, RuntimeError>;
+    /// Makes template `template` from template `from` (which holds `from_bytes`) with the
+    /// top-level directories `dirs` added where it has nothing of their names (a recipe's
+    /// `WORKDIR` and `COPY` destinations), and caches its tree as `chain`'s last key.
+    fn template_with_dirs(
+        &self,
+        template: &TemplateId,
+        from: &TemplateId,
+        from_bytes: u64,
+        chain: &[String],
+        dirs: &[String],
+    ) -> Result<TemplateBuilt, RuntimeError>;
     /// Makes template `template` from `snapshot` (a sandbox's files: a recipe step's result) with
     /// the process defaults `config`, and caches its tree as `chain`'s last key. `snapshot_bytes`
     /// is what the snapshot holds (what its sandbox started from plus what it wrote); returns what

@@ -266,6 +266,39 @@ impl StorageBackend for FakeBackend {
         Ok(Some(built))
     }
 
+    fn template_with_dirs(
+        &self,
+        template: &TemplateId,
+        from: &TemplateId,
+        from_bytes: u64,
+        chain: &[String],
+        _dirs: &[String],
+    ) -> Result<TemplateBuilt, RuntimeError> {
+        self.shared.faults.take("template_with_dirs")?;
+        let mut state = lock(&self.shared.state);
+        if state.templates.contains_key(template) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "template {template} already exists"
+            )));
+        }
+        let source = state
+            .templates
+            .get(from)
+            .cloned()
+            .ok_or_else(|| RuntimeError::InvalidSpec(format!("template {from} does not exist")))?;
+        let last = chain
+            .last()
+            .ok_or_else(|| RuntimeError::InvalidSpec("an empty chain".into()))?;
+        let built = TemplateBuilt {
+            layers: Vec::new(),
+            bytes: from_bytes,
+            ..source
+        };
+        state.layer_cache.insert(last.clone(), built.clone());
+        state.templates.insert(template.clone(), built.clone());
+        Ok(built)
+    }
+
     fn template_from_snapshot(
         &self,
         template: &TemplateId,

@@ -194,6 +194,17 @@ impl StorageBackend for NativeBackend {
         NativeBackend::template_from_cache(self, template, chain)
     }
 
+    fn template_with_dirs(
+        &self,
+        template: &TemplateId,
+        from: &TemplateId,
+        from_bytes: u64,
+        chain: &[String],
+        dirs: &[String],
+    ) -> Result<TemplateBuilt, RuntimeError> {
+        NativeBackend::template_with_dirs(self, template, from, from_bytes, chain, dirs)
+    }
+
     fn template_from_snapshot(
         &self,
         template: &TemplateId,

@@ -55,7 +55,7 @@ async fn mkdir_failed(
         return ServiceError::new(
             ErrorCode::BuildFailed,
             format!(
-                "COPY cannot make {path}: the image has no {top}, and its top level is fixed (copy under one of its directories)"
+                "COPY cannot make {path}: the image has no {top}, and a template's top level is fixed (copy into a directory)"
             ),
         );
     }
@@ -119,10 +119,15 @@ impl SandboxService {
                     mode: Some(mode),
                     user: Some(user.clone()),
                 };
-                client
-                    .write_file(dest, &chunk, &options)
-                    .await
-                    .map_err(|e| failed("write", dest, e))?;
+                if let Err(e) = client.write_file(dest, &chunk, &options).await {
+                    // A new top-level file cannot be made: the top level is fixed.
+                    let top_level = !dest.trim_start_matches('/').contains('/');
+                    return Err(if top_level && written == 0 {
+                        mkdir_failed(client, dest, e).await
+                    } else {
+                        failed("write", dest, e)
+                    });
+                }
                 written += chunk.len() as u64;
                 if written >= size {
                     break;

@@ -74,12 +74,28 @@ pub(crate) struct RecipePlan {
     copies: BTreeMap<usize, Vec<Placed>>,
     /// The build context they copy from.
     context: Option<Arc<Context>>,
+    /// Top-level directories the steps need (of `WORKDIR`s and `COPY` destinations), added to
+    /// the `FROM` image's tree where it has none: a template's top level is fixed for its
+    /// sandboxes.
+    top_dirs: Vec<String>,
 }
 
 /// File names `ADD` would unpack (docker unpacks local archives): refused rather than copied.
 const ARCHIVE_SUFFIXES: &[&str] = &[
     ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst",
 ];
+
+/// The top-level directory of `path` (absolute, normalised) that a step needs: one it is under,
+/// or the path itself when `is_dir`; not paddock's own (`proc`, `dev`, `sys`).
+fn top_dir(path: &str, is_dir: bool) -> Option<String> {
+    let rest = path.trim_start_matches('/');
+    let (top, deeper) = match rest.split_once('/') {
+        Some((top, _)) => (top, true),
+        None => (rest, false),
+    };
+    (!top.is_empty() && (deeper || is_dir) && !matches!(top, "proc" | "dev" | "sys" | "." | ".."))
+        .then(|| top.to_owned())
+}
 
 fn sha256_hex(parts: &[&str]) -> String {
     let mut h = Sha256::new();
@@ -94,7 +110,10 @@ impl RecipePlan {
     /// Plans `recipe`, whose `COPY` and `ADD` take files from `context`; refuses what this
     /// server cannot build (`invalid_request`, field `recipe`, for what the context lacks).
     pub(crate) fn new(recipe: Recipe, context: Option<Arc<Context>>) -> Result<Self, ServiceError> {
-        let mut keys = vec![sha256_hex(&["paddock-recipe-v1", "from", &recipe.from])];
+        let mut top_dirs = std::collections::BTreeSet::new();
+        // Per step that changes files: what its key covers (the instructions since the previous
+        // one, its own text, what it copies).
+        let mut parts: Vec<(String, String, String)> = Vec::new();
         let mut runs = Vec::new();
         let mut copies = BTreeMap::new();
         let mut since_last = String::new();
@@ -126,8 +145,19 @@ impl RecipePlan {
                         }
                     }
                     let digest = Context::digest(&placed);
+                    top_dirs.extend(
+                        placed
+                            .iter()
+                            .filter_map(|p| top_dir(&p.dest, p.member.kind == Kind::Dir)),
+                    );
                     copies.insert(i, placed);
                     digest
+                }
+                Instruction::Workdir { path } => {
+                    top_dirs.extend(top_dir(path, true));
+                    since_last.push_str(&step.cache_text());
+                    since_last.push('\n');
+                    continue;
                 }
                 _ => {
                     since_last.push_str(&step.cache_text());
@@ -135,16 +165,32 @@ impl RecipePlan {
                     continue;
                 }
             };
+            parts.push((std::mem::take(&mut since_last), step.cache_text(), content));
+            runs.push(i);
+        }
+        // The `FROM` tree's key, with the directories the steps add to it (without any, the key
+        // of before they were added), then the steps'.
+        let top_dirs: Vec<String> = top_dirs.into_iter().collect();
+        let from_key = if top_dirs.is_empty() {
+            sha256_hex(&["paddock-recipe-v1", "from", &recipe.from])
+        } else {
+            sha256_hex(&[
+                "paddock-recipe-v1",
+                "from",
+                &recipe.from,
+                "dirs",
+                &top_dirs.join("/"),
+            ])
+        };
+        let mut keys = vec![from_key];
+        for (since, text, content) in &parts {
             let previous = keys.last().cloned().unwrap_or_default();
             // (A `RUN`'s key has no content part: keys cached before `COPY` existed stay valid.)
-            let text = step.cache_text();
             keys.push(if content.is_empty() {
-                sha256_hex(&[&previous, &since_last, &text])
+                sha256_hex(&[&previous, since, text])
             } else {
-                sha256_hex(&[&previous, &since_last, &text, &content])
+                sha256_hex(&[&previous, since, text, content])
             });
-            runs.push(i);
-            since_last.clear();
         }
         Ok(Self {
             recipe,
@@ -152,6 +198,7 @@ impl RecipePlan {
             runs,
             copies,
             context,
+            top_dirs,
         })
     }
 }
@@ -244,11 +291,32 @@ impl SandboxService {
                 }
             }
             let built = built?;
-            let (t, key, bytes) = (base.clone(), plan.keys[0].clone(), built.bytes);
-            self.on_backend("cache a template", move |b| b.cache_template(&t, &key, bytes))
-                .await?
-                .map_err(|e| runtime_error("cache a template", e))?;
-            (base, vec![plan.keys[0].clone()], built.config, 0, built.bytes)
+            if plan.top_dirs.is_empty() {
+                let (t, key, bytes) = (base.clone(), plan.keys[0].clone(), built.bytes);
+                self.on_backend("cache a template", move |b| b.cache_template(&t, &key, bytes))
+                    .await?
+                    .map_err(|e| runtime_error("cache a template", e))?;
+                (base, vec![plan.keys[0].clone()], built.config, 0, built.bytes)
+            } else {
+                // The image with the top-level directories the steps need, cached as the `FROM`.
+                let with_dirs = TemplateId::from_random(rand::random());
+                made.push(with_dirs.clone());
+                let (t, from, bytes) = (with_dirs.clone(), base.clone(), built.bytes);
+                let (chain, dirs) = (vec![plan.keys[0].clone()], plan.top_dirs.clone());
+                let made_dirs = self
+                    .on_backend("add top-level directories", move |b| {
+                        b.template_with_dirs(&t, &from, bytes, &chain, &dirs)
+                    })
+                    .await?
+                    .map_err(|e| runtime_error("add top-level directories", e))?;
+                (
+                    with_dirs,
+                    vec![plan.keys[0].clone()],
+                    built.config,
+                    0,
+                    made_dirs.bytes,
+                )
+            }
         } else {
             let template = TemplateId::from_random(rand::random());
             made.push(template.clone());

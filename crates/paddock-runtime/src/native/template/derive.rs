@@ -140,6 +140,46 @@ impl NativeBackend {
         Ok(bytes)
     }
 
+    /// [`crate::StorageBackend::template_with_dirs`].
+    pub(in crate::native) fn template_with_dirs(
+        &self,
+        template: &TemplateId,
+        from: &TemplateId,
+        from_bytes: u64,
+        chain: &[String],
+        dirs: &[String],
+    ) -> Result<TemplateBuilt, RuntimeError> {
+        check_chain(chain)?;
+        self.refuse_existing(template)?;
+        let pool_root = self.pool.root();
+        let source = self.pool.existing_image(from)?;
+        // The source's own record, host-written when it was made.
+        let record = finish::read_record(&source)
+            .map_err(crate::native::pool::pool_err("read the record of", &source))?;
+        let (staging, claim) = {
+            let _lock = cache::lock(pool_root)?;
+            let staging = Staging::begin(
+                pool_root,
+                Area::Builds,
+                template.as_str(),
+                Some(&source),
+                DERIVED_MAX_BYTES,
+            )?;
+            let claim = BuildClaim::write(pool_root, template, chain)?;
+            (staging, claim)
+        };
+        finish::add_top_level_dirs(staging.path(), dirs, self.config.ids)?;
+        let (added_default_user, bytes) =
+            self.finish_derived(staging, claim, chain, &record.digest, &record.config, from_bytes)?;
+        Ok(TemplateBuilt {
+            digest: record.digest,
+            config: record.config,
+            layers: Vec::new(),
+            added_default_user,
+            bytes,
+        })
+    }
+
     /// Completes, records and caches (as the chain's last key) the tree in `staging` (seeded from a
     /// tree holding `seed_bytes`), then moves it into place; returns whether it added the user
     /// `user`, and what the template holds.

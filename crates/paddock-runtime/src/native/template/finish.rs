@@ -42,6 +42,42 @@ fn tree_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(io::Error) ->
     crate::native::pool::pool_err(what, path)
 }
 
+/// Top-level names a recipe may ask for: not paddock's own (`proc`, `dev`, `sys` are mounted; the
+/// record's name) and one plain component.
+fn valid_top_level(name: &str) -> bool {
+    !name.is_empty()
+        && !matches!(name, "." | ".." | "proc" | "dev" | "sys" | RECORD)
+        && !name.contains(['/', '\0'])
+        && name.len() <= 255
+}
+
+/// Makes each of `names` a directory at the top of the tree at `tree` (0755, the sandbox's root),
+/// where the image has nothing of that name: a template's top level is what its sandboxes can
+/// use, so a recipe's `WORKDIR /app` or `COPY . /app` needs `/app` there first. An entry already
+/// there is left as it is (a directory, or whatever the image made it).
+pub(super) fn add_top_level_dirs(tree: &Path, names: &[String], ids: IdRange) -> Result<(), RuntimeError> {
+    let root = Root::open(tree).map_err(tree_err("open", tree))?;
+    let owner = Owner {
+        uid: ids.host_uid(0),
+        gid: ids.host_gid(0),
+    };
+    for name in names {
+        if !valid_top_level(name) {
+            return Err(RuntimeError::InvalidSpec(format!(
+                "{name:?} cannot be a template's top-level directory"
+            )));
+        }
+        match root.lstat(Path::new(name)) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => root
+                .mkdir(Path::new(name), 0o755, Some(owner))
+                .map_err(tree_err("create", &tree.join(name)))?,
+            Err(e) => return Err(tree_err("stat", &tree.join(name))(e)),
+        }
+    }
+    Ok(())
+}
+
 /// Adds what sandboxes need to the tree at `tree`: `etc`, `home`, `root` and `tmp` as directories
 /// (refused with [`RuntimeError::Image`] if the image made one something else, such as a symlink),
 /// `root` when the image has no accounts, and the user `user` with its group and home when

@@ -35,10 +35,10 @@ fn copy_and_add_take_files_from_the_build_context_and_rebuild_only_when_they_cha
         format!(
             "FROM {from}\n\
              USER root\n\
-             COPY app /srv/app\n\
+             COPY app /opt/app\n\
              COPY --chown=app README.md /srv/\n\
-             RUN cat /srv/app/data/x.txt > /srv/copied\n\
-             WORKDIR /srv/work\n\
+             RUN cat /opt/app/data/x.txt > /srv/copied\n\
+             WORKDIR /work\n\
              ADD README.md notes.md\n"
         ),
     )
@@ -62,7 +62,8 @@ fn copy_and_add_take_files_from_the_build_context_and_rebuild_only_when_they_cha
             .collect()
     };
 
-    // Built: every file where the recipe puts it, with its mode and owner.
+    // Built: every file where the recipe puts it, with its mode and owner (`/opt` and `/work`,
+    // which the image lacks, are added to its top level).
     let o = cli("c1");
     crate::support::assert_code(&o, 0);
     assert!(
@@ -75,15 +76,15 @@ fn copy_and_add_take_files_from_the_build_context_and_rebuild_only_when_they_cha
         let (code, out, err) = run_in(
             &a,
             &sb,
-            json!({"shell": "/srv/app/run.sh; cat /srv/copied /srv/work/notes.md; \
-                             stat -c '%U %a' /srv/README.md /srv/app/run.sh /srv/app/data/x.txt; pwd"}),
+            json!({"shell": "/opt/app/run.sh; cat /srv/copied /work/notes.md; \
+                             stat -c '%U %a' /srv/README.md /opt/app/run.sh /opt/app/data/x.txt; pwd"}),
         )
         .await;
         assert_eq!(
             (code, out.as_str()),
             (
                 0,
-                "run from the context\none\nread me\napp 644\nroot 755\nroot 644\n/srv/work\n"
+                "run from the context\none\nread me\napp 644\nroot 755\nroot 644\n/work\n"
             ),
             "{err}"
         );
@@ -125,7 +126,7 @@ fn copy_and_add_take_files_from_the_build_context_and_rebuild_only_when_they_cha
     std::fs::remove_file(ctx.join("app/link")).expect("rm");
     for (line, wanted) in [
         ("ADD data.tar.gz /srv/\n", "archive"),
-        ("COPY README.md /opt/\n", "top level is fixed"),
+        ("COPY README.md /README\n", "top level is fixed"),
         ("COPY missing.txt /srv/\n", "not found"),
     ] {
         if line.starts_with("ADD") {
