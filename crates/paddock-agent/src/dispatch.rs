@@ -219,6 +219,9 @@ fn answer(agent: &Agent, conn: u64, request: Request, payload: &[u8]) -> Answer 
         } => mkdir(agent, &path, parents, mode, user.as_deref()),
         Request::Remove { path, recursive } => remove(agent, &path, recursive),
         Request::Rename { from, to } => rename(agent, &from, &to),
+        Request::Symlink { path, target, user } => {
+            crate::files::symlink::symlink(agent, &path, &target, user.as_deref())
+        }
         Request::Unwatch { watch_id } => unwatch(agent, conn, watch_id),
         Request::Hello { .. }
         | Request::Spawn(_)

@@ -147,6 +147,17 @@ pub enum Request {
         #[serde(default)]
         recursive: bool,
     },
+    /// Create a symbolic link at `path` pointing at `target` (stored as given; it resolves inside
+    /// the sandbox when used). Reply: [`Reply::Done`].
+    Symlink {
+        /// Path inside the sandbox (must not exist).
+        path: String,
+        /// What the link points at.
+        target: String,
+        /// Owner (default: the sandbox's default user).
+        #[serde(default)]
+        user: Option<String>,
+    },
     /// Rename within the sandbox, replacing an existing target. Reply: [`Reply::Done`].
     Rename {
         /// Existing path.

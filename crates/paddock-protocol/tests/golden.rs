@@ -93,6 +93,11 @@ fn samples() -> Vec<serde_json::Value> {
             recursive: true,
         },
         Request::Unwatch { watch_id: 3 },
+        Request::Symlink {
+            path: "/tmp/link".into(),
+            target: "../etc/hostname".into(),
+            user: Some("root".into()),
+        },
     ];
     let status = ExitStatus {
         code: Some(0),

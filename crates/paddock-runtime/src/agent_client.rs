@@ -557,6 +557,22 @@ impl AgentClient {
         self.done("mkdir", request, &[]).await
     }
 
+    /// Creates the symbolic link `path` pointing at `target`, owned by `user` (default: the
+    /// sandbox's default user).
+    pub async fn symlink(
+        &self,
+        path: &str,
+        target: &str,
+        user: Option<&str>,
+    ) -> Result<(), AgentClientError> {
+        let request = Request::Symlink {
+            path: path.to_owned(),
+            target: target.to_owned(),
+            user: user.map(str::to_owned),
+        };
+        self.done("symlink", request, &[]).await
+    }
+
     /// Removes a file, symlink or directory (`recursive` for a non-empty one).
     pub async fn remove(&self, path: &str, recursive: bool) -> Result<(), AgentClientError> {
         self.done(

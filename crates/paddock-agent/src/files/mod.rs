@@ -13,4 +13,5 @@ pub(crate) mod read_file;
 pub(crate) mod remove;
 pub(crate) mod rename;
 pub(crate) mod stat;
+pub(crate) mod symlink;
 pub(crate) mod write_file;

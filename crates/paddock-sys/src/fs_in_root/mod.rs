@@ -246,6 +246,24 @@ impl Root {
 
     /// Renames `from` to `to` (`renameat`, replacing an existing `to`); both parents are resolved
     /// inside the root and neither final component is followed.
+    /// Creates the symbolic link `path` (its parent resolved inside the root) pointing at `target`,
+    /// owned by `owner`. The target is stored as given and never followed here: it resolves when
+    /// the link is used, inside the sandbox that uses it. Fails with `EEXIST` when `path` exists.
+    pub fn symlink(&self, path: &Path, target: &OsStr, owner: Option<Owner>) -> io::Result<()> {
+        let (parent, name) = self.open_parent(path)?;
+        rustix::fs::symlinkat(target, &parent, name.as_os_str())?;
+        if let Some(owner) = owner {
+            rustix::fs::chownat(
+                &parent,
+                name.as_os_str(),
+                Some(rustix::fs::Uid::from_raw(owner.uid)),
+                Some(rustix::fs::Gid::from_raw(owner.gid)),
+                rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+            )?;
+        }
+        Ok(())
+    }
+
     pub fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let (from_parent, from_name) = self.open_parent(from)?;
         let (to_parent, to_name) = self.open_parent(to)?;
@@ -408,6 +426,23 @@ mod tests {
         std::fs::create_dir(dir.path().join("a")).expect("mkdir");
         symlink("../../../../../../etc", dir.path().join("a/up")).expect("symlink");
         assert_eq!(read_all(&root, "a/up/passwd").expect("read"), "inside\n");
+    }
+
+    #[test]
+    fn symlinks_are_made_inside_with_their_target_as_given() {
+        let (dir, root) = setup();
+        // Through a parent that is itself a link out: it resolves inside the root.
+        symlink("/etc", dir.path().join("out")).expect("symlink");
+        root.symlink(Path::new("/out/link"), OsStr::new("/etc/passwd"), None)
+            .expect("make a link");
+        let made = dir.path().join("etc/link");
+        assert_eq!(
+            std::fs::read_link(&made).expect("read link"),
+            Path::new("/etc/passwd")
+        );
+        assert_eq!(read_all(&root, "/etc/link").expect("read through"), "inside\n");
+        let again = root.symlink(Path::new("/etc/link"), OsStr::new("x"), None);
+        assert_eq!(again.expect_err("exists").kind(), io::ErrorKind::AlreadyExists);
     }
 
     #[test]

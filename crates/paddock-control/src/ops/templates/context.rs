@@ -11,8 +11,8 @@
 //! Selection follows docker's `COPY`: a source is a path in the context (wildcards `*`, `?` and
 //! `[...]` within a name), `.` the whole context; a directory's contents are copied into the
 //! destination; a file goes to the destination itself, or into it when the destination ends with
-//! `/` (required for several sources). What this module does not do: copy symlinks (refused: the
-//! agent makes none), unpack archives for `ADD` (refused), or fetch URLs.
+//! `/` (required for several sources). Symbolic links are copied as links (never followed here).
+//! What this module does not do: unpack archives for `ADD` (refused), or fetch URLs.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -34,7 +34,10 @@ pub(crate) enum Kind {
         sha256: String,
     },
     Dir,
-    Symlink,
+    /// A symbolic link and what it points at (as stored: it resolves in the sandbox, when used).
+    Symlink {
+        target: String,
+    },
 }
 
 /// One member of the context.
@@ -225,7 +228,10 @@ impl Context {
                     h.update(sha256.as_bytes());
                 }
                 Kind::Dir => h.update(b"d"),
-                Kind::Symlink => h.update(b"l"),
+                Kind::Symlink { target } => {
+                    h.update(b"l");
+                    h.update(target.as_bytes());
+                }
             }
             h.update(p.member.mode.to_le_bytes());
         }
@@ -313,11 +319,6 @@ impl Context {
         dest: String,
         placed: &mut BTreeMap<String, Placed>,
     ) -> Result<(), String> {
-        if member.kind == Kind::Symlink {
-            return Err(format!(
-                "{name} is a symbolic link: copying links is not supported"
-            ));
-        }
         let dest = if dest.is_empty() { "/".to_owned() } else { dest };
         placed.insert(
             dest.clone(),
@@ -433,7 +434,18 @@ fn index(path: &Path) -> Result<BTreeMap<String, Member>, ContextError> {
                 }
             }
             tar::EntryType::Directory => Kind::Dir,
-            tar::EntryType::Symlink => Kind::Symlink,
+            tar::EntryType::Symlink => {
+                let target = entry
+                    .link_name_bytes()
+                    .map(|t| t.into_owned())
+                    .unwrap_or_default();
+                let target = String::from_utf8(target)
+                    .map_err(|_| ContextError::Invalid(format!("{raw}: a link target that is not UTF-8")))?;
+                if target.is_empty() || target.contains('\0') {
+                    return Err(ContextError::Invalid(format!("{raw}: a link to nothing")));
+                }
+                Kind::Symlink { target }
+            }
             // PAX and GNU long-name records are read by the tar crate itself.
             tar::EntryType::XGlobalHeader | tar::EntryType::XHeader => continue,
             other => {

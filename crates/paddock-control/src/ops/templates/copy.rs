@@ -1,4 +1,4 @@
-//! A recipe's `COPY` (and `ADD`) step in its sandbox: the planned directories and files
+//! A recipe's `COPY` (and `ADD`) step in its sandbox: the planned directories, files and links
 //! (`context::Context::select`) are made by the sandbox's agent, which resolves every path inside
 //! the sandbox (a symlink in the image cannot send a write to the host), as `root` or the
 //! `--chown` user, with the members' permission bits. Data streams from the stored context in
@@ -62,6 +62,20 @@ async fn mkdir_failed(
     failed("make the directory", path, e)
 }
 
+/// Makes the directory `dest` goes in (and its parents), unless it is the root.
+async fn parent_of(
+    client: &paddock_runtime::agent_client::AgentClient,
+    dest: &str,
+    options: &MkdirOptions,
+) -> Result<(), ServiceError> {
+    if let Some((parent, _)) = dest.rsplit_once('/').filter(|(p, _)| !p.is_empty()) {
+        if let Err(e) = client.mkdir(parent, options).await {
+            return Err(mkdir_failed(client, parent, e).await);
+        }
+    }
+    Ok(())
+}
+
 impl SandboxService {
     /// Makes what `copy` places, in `sandbox`.
     pub(super) async fn copy_in(&self, sandbox: &SandboxId, copy: &CopyRun<'_>) -> Result<(), ServiceError> {
@@ -86,14 +100,22 @@ impl SandboxService {
                     continue;
                 }
                 Kind::File { offset, size, .. } => (*offset, *size),
-                // (Refused when the copy was planned.)
-                Kind::Symlink => return Err(failed("copy the symbolic link", dest, "not supported")),
-            };
-            if let Some((parent, _)) = dest.rsplit_once('/').filter(|(p, _)| !p.is_empty()) {
-                if let Err(e) = client.mkdir(parent, &mkdir(0o755)).await {
-                    return Err(mkdir_failed(client, parent, e).await);
+                Kind::Symlink { target } => {
+                    parent_of(client, dest, &mkdir(0o755)).await?;
+                    // A file or link already there is replaced (a directory is not).
+                    let _ = client.remove(dest, false).await;
+                    if let Err(e) = client.symlink(dest, target, Some(&user)).await {
+                        let top_level = !dest.trim_start_matches('/').contains('/');
+                        return Err(if top_level {
+                            mkdir_failed(client, dest, e).await
+                        } else {
+                            failed("make the link", dest, e)
+                        });
+                    }
+                    continue;
                 }
-            }
+            };
+            parent_of(client, dest, &mkdir(0o755)).await?;
             // A file already there is replaced, with its owner and mode (a directory is not).
             let _ = client.remove(dest, false).await;
             let context = copy.context.clone();
