@@ -186,7 +186,11 @@ impl SandboxService {
         let recipe = paddock_types::recipe::parse_recipe(&text, &build_args)
             .map_err(|e| ServiceError::invalid("recipe", e.to_string()))?;
         let source_text = format!("{} with a build context", recipe_source(&text, &recipe));
-        let plan = RecipePlan::new(recipe, Some(Arc::new(context)))?;
+        // (Unpacking an archive an `ADD` names reads files: off the async workers.)
+        let context = Arc::new(context);
+        let plan = tokio::task::spawn_blocking(move || RecipePlan::new(recipe, Some(context)))
+            .await
+            .map_err(|e| ServiceError::internal("plan a recipe", &e))??;
         let wanted = Wanted {
             name,
             source_text,

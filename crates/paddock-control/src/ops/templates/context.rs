@@ -12,7 +12,8 @@
 //! `[...]` within a name), `.` the whole context; a directory's contents are copied into the
 //! destination; a file goes to the destination itself, or into it when the destination ends with
 //! `/` (required for several sources). Symbolic links are copied as links (never followed here).
-//! What this module does not do: unpack archives for `ADD` (refused), or fetch URLs.
+//! An archive `ADD` names is unpacked as a context of its own (`unpack`, the same checks).
+//! What this module does not do: read bzip2, xz or zstd archives, or fetch URLs.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -48,14 +49,27 @@ pub(crate) struct Member {
     pub(crate) mode: u32,
 }
 
-/// One thing a `COPY` makes: a directory or a file (a member's data) at an absolute path.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One thing a `COPY` makes: a directory, a file (a member's data) or a link at an absolute path.
+#[derive(Debug, Clone)]
 pub(crate) struct Placed {
     /// Absolute, normalised.
     pub(crate) dest: String,
     /// The member it comes from.
     pub(crate) name: String,
     pub(crate) member: Member,
+    /// The archive its data is in, when not the context selected from (an archive `ADD` unpacks).
+    pub(crate) from: Option<std::sync::Arc<Context>>,
+}
+
+/// What a file's first bytes say it is, for `ADD`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ArchiveKind {
+    /// Not an archive: copied as it is.
+    None,
+    /// A tar archive, plain or gzip-compressed: unpacked.
+    Tar,
+    /// An archive in a compression this server does not read (bzip2, xz, zstd).
+    Unsupported(&'static str),
 }
 
 /// A stored, indexed build context.
@@ -176,6 +190,53 @@ impl Context {
         let mut file = self.open_at(*offset).map_err(|e| e.to_string())?;
         file.read_exact(&mut data).map_err(|e| e.to_string())?;
         Ok(Some(data))
+    }
+
+    /// What the regular file `member` is, by its first bytes (as docker's `ADD` tells archives).
+    pub(crate) fn archive_kind(&self, member: &Member) -> io::Result<ArchiveKind> {
+        let Kind::File { offset, size, .. } = member.kind else {
+            return Ok(ArchiveKind::None);
+        };
+        let mut head = vec![0u8; size.min(512) as usize];
+        self.open_at(offset)?.read_exact(&mut head)?;
+        let gzip = head.starts_with(&[0x1f, 0x8b]);
+        let tar = head.len() >= 262 && &head[257..262] == b"ustar";
+        Ok(if gzip || tar {
+            ArchiveKind::Tar
+        } else if head.starts_with(b"BZh") {
+            ArchiveKind::Unsupported("bzip2")
+        } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
+            ArchiveKind::Unsupported("xz")
+        } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+            ArchiveKind::Unsupported("zstd")
+        } else {
+            ArchiveKind::None
+        })
+    }
+
+    /// Unpacks the archive `member` (a regular file of this context: plain or gzip tar) as a
+    /// context of its own, stored beside this one as `<name>` (at most `max_bytes`), read as
+    /// hostilely as an upload.
+    pub(crate) fn unpack(&self, member: &Member, name: &str, max_bytes: u64) -> Result<Self, ContextError> {
+        let Kind::File { offset, size, .. } = member.kind else {
+            return Err(ContextError::Invalid("not a file".into()));
+        };
+        let mut data = self.open_at(offset).map_err(ContextError::Io)?.take(size);
+        Self::receive(&mut data, &self.path.with_file_name(name), max_bytes)
+    }
+
+    /// Everything in this context, placed under the directory `dest` (what `ADD` of an archive
+    /// makes), reading from this context.
+    pub(crate) fn place_all(self: &std::sync::Arc<Self>, dest: &str) -> Result<Vec<Placed>, String> {
+        let mut placed = BTreeMap::new();
+        self.place_tree("", dest.trim_end_matches('/'), &mut placed)?;
+        Ok(placed
+            .into_values()
+            .map(|p| Placed {
+                from: Some(self.clone()),
+                ..p
+            })
+            .collect())
     }
 
     /// The stored tar, positioned at `offset` (a member's data).
@@ -326,6 +387,7 @@ impl Context {
                 dest,
                 name: name.to_owned(),
                 member: member.clone(),
+                from: None,
             },
         );
         Ok(())

@@ -118,7 +118,7 @@ impl SandboxService {
             parent_of(client, dest, &mkdir(0o755)).await?;
             // A file already there is replaced, with its owner and mode (a directory is not).
             let _ = client.remove(dest, false).await;
-            let context = copy.context.clone();
+            let context = placed.from.clone().unwrap_or_else(|| copy.context.clone());
             let mut reader = tokio::task::spawn_blocking(move || context.open_at(offset))
                 .await
                 .map_err(|e| ServiceError::internal("read the build context", &e))?

@@ -27,7 +27,7 @@ use crate::lifecycle::build_step::BuildCommand;
 use crate::plan::template::{ResolvedTemplate, TemplateDetail};
 use crate::{Principal, SandboxService, ServiceError};
 
-use super::context::{Context, Kind, Placed};
+use super::context::{ArchiveKind, Context, Kind, Placed};
 use std::sync::Arc;
 
 /// How long one `RUN` may take.
@@ -80,10 +80,40 @@ pub(crate) struct RecipePlan {
     top_dirs: Vec<String>,
 }
 
-/// File names `ADD` would unpack (docker unpacks local archives): refused rather than copied.
-const ARCHIVE_SUFFIXES: &[&str] = &[
-    ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst",
-];
+/// Most bytes an archive `ADD` unpacks.
+const MAX_ADD_ARCHIVE_BYTES: u64 = 16 << 30;
+
+/// What `ADD` makes of `placed` (step `step`): a local tar archive (plain or gzip, told by its
+/// bytes as docker does) is unpacked into the destination directory instead of copied.
+fn unpack_archives(
+    context: &Arc<Context>,
+    placed: Vec<Placed>,
+    dest: &str,
+    step: usize,
+) -> Result<Vec<Placed>, String> {
+    let mut out = Vec::with_capacity(placed.len());
+    for (n, p) in placed.into_iter().enumerate() {
+        let kind = context
+            .archive_kind(&p.member)
+            .map_err(|e| format!("cannot read {}: {e}", p.name))?;
+        match kind {
+            ArchiveKind::None => out.push(p),
+            ArchiveKind::Unsupported(what) => {
+                return Err(format!(
+                    "ADD would unpack {}, a {what}-compressed archive, which is not supported (plain or gzip tar only)",
+                    p.name
+                ))
+            }
+            ArchiveKind::Tar => {
+                let nested = context
+                    .unpack(&p.member, &format!("add-{step}-{n}.tar"), MAX_ADD_ARCHIVE_BYTES)
+                    .map_err(|e| format!("ADD of {}: {e}", p.name))?;
+                out.extend(Arc::new(nested).place_all(dest)?);
+            }
+        }
+    }
+    Ok(out)
+}
 
 /// The top-level directory of `path` (absolute, normalised) that a step needs: one it is under,
 /// or the path itself when `is_dir`; not paddock's own (`proc`, `dev`, `sys`).
@@ -132,17 +162,9 @@ impl RecipePlan {
                     };
                     let refuse =
                         |m: String| ServiceError::invalid("recipe", format!("line {}: {m}", step.line));
-                    let placed = context.select(sources, dest).map_err(refuse)?;
+                    let mut placed = context.select(sources, dest).map_err(refuse)?;
                     if matches!(step.instruction, Instruction::Add { .. }) {
-                        if let Some(p) = placed.iter().find(|p| {
-                            matches!(p.member.kind, Kind::File { .. })
-                                && ARCHIVE_SUFFIXES.iter().any(|s| p.name.ends_with(s))
-                        }) {
-                            return Err(refuse(format!(
-                                "ADD would unpack the archive {}, which is not supported: COPY it and unpack it in a RUN",
-                                p.name
-                            )));
-                        }
+                        placed = unpack_archives(context, placed, dest, i).map_err(refuse)?;
                     }
                     let digest = Context::digest(&placed);
                     top_dirs.extend(

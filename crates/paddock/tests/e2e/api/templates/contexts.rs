@@ -135,12 +135,12 @@ fn copy_and_add_take_files_from_the_build_context_and_rebuild_only_when_they_cha
     // Refused, with the recipe's line: an archive ADD would unpack, a source the context lacks, a
     // new top-level file; and a context that climbs out.
     for (line, wanted) in [
-        ("ADD data.tar.gz /srv/\n", "archive"),
+        ("ADD data.tar.bz2 /srv/\n", "bzip2-compressed archive"),
         ("COPY README.md /README\n", "top level is fixed"),
         ("COPY missing.txt /srv/\n", "not found"),
     ] {
         if line.starts_with("ADD") {
-            std::fs::write(ctx.join("data.tar.gz"), b"\x1f\x8b not really").expect("write");
+            std::fs::write(ctx.join("data.tar.bz2"), b"BZh91AY&SY not really").expect("write");
         }
         std::fs::write(&recipe, format!("FROM {from}\n{line}")).expect("recipe");
         let o = cli("c5");
@@ -148,6 +148,29 @@ fn copy_and_add_take_files_from_the_build_context_and_rebuild_only_when_they_cha
         let err = crate::support::stderr(&o);
         assert!(err.contains("line 2") && err.contains(wanted), "{err}");
     }
+    // ADD unpacks a local tar archive (told by its bytes) into the destination.
+    let mut inner = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::Regular);
+    header.set_size(6);
+    header.set_mode(0o644);
+    inner
+        .append_data(&mut header, "inner/hello.txt", &b"hello\n"[..])
+        .expect("member");
+    let gz = inner.into_inner().expect("tar").finish().expect("gzip");
+    std::fs::write(ctx.join("bundle.tgz"), gz).expect("write");
+    std::fs::write(&recipe, format!("FROM {from}\nADD bundle.tgz /opt/unpacked/\n")).expect("recipe");
+    let o = cli("c7");
+    crate::support::assert_code(&o, 0);
+    h.block_on(async {
+        let sb = a.create_sandbox(json!({"template": "c7"})).await;
+        let (code, out, err) = run_in(&a, &sb, json!({"shell": "cat /opt/unpacked/inner/hello.txt; test -e /opt/unpacked/bundle.tgz || echo unpacked"})).await;
+        assert_eq!((code, out.as_str()), (0, "hello\nunpacked\n"), "{err}");
+        a.delete(&format!("/v1/sandboxes/{sb}")).await.ok(204);
+    });
     h.block_on(async {
         let mut b = tar::Builder::new(Vec::new());
         let mut header = tar::Header::new_gnu();
