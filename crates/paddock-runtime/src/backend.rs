@@ -311,6 +311,9 @@ pub trait StorageBackend: Send + Sync + std::fmt::Debug {
     fn delete_template(&self, template: &TemplateId) -> Result<bool, RuntimeError>;
     /// Every template that exists (for garbage collection against records).
     fn list_templates(&self) -> Result<Vec<TemplateId>, RuntimeError>;
+    /// What template `template` holds, measured now from its files (the bytes they refer to): for
+    /// templates recorded before [`TemplateBuilt::bytes`] was kept.
+    fn template_bytes(&self, template: &TemplateId) -> Result<u64, RuntimeError>;
     /// How many of `chain`'s keys, from the first, the layer cache holds in a row (the longest
     /// cached prefix's length; 0 when not even the first).
     fn cached_prefix(&self, chain: &[String]) -> Result<usize, RuntimeError>;

@@ -161,6 +161,27 @@ impl Store {
         template_users(&self.conn(), id)
     }
 
+    /// Ids of ready templates charged nothing: recorded before migration 0012 kept what they hold.
+    pub fn uncharged_templates(&self) -> Result<Vec<String>, StoreError> {
+        ids(
+            &self.conn(),
+            "SELECT id FROM templates
+             WHERE state = 'ready' AND storage_bytes = 0 AND deleted_at_ms IS NULL ORDER BY id",
+        )
+    }
+
+    /// Sets what ready template `id` is charged (a measurement of one recorded without it).
+    pub fn set_template_storage(&self, id: &str, storage_bytes: u64) -> Result<(), StoreError> {
+        let bytes = to_i64("storage_bytes", storage_bytes)?;
+        self.conn()
+            .execute(
+                "UPDATE templates SET storage_bytes = ?2 WHERE id = ?1 AND state = 'ready'",
+                (id, bytes),
+            )
+            .map_err(StoreError::write("template storage"))?;
+        Ok(())
+    }
+
     /// Ids of every template whose files must exist (ready or building), for garbage collection of
     /// the pool.
     pub fn existing_template_ids(&self) -> Result<Vec<String>, StoreError> {

@@ -202,6 +202,27 @@ impl SandboxService {
                     .await;
             }
         }
+        // Templates built before their storage was charged: measured once, then charged.
+        let uncharged = self
+            .db("list uncharged templates", |s| s.uncharged_templates())
+            .await?;
+        for id in uncharged {
+            let Ok(template) = id.parse::<paddock_types::TemplateId>() else {
+                continue;
+            };
+            let measured = self
+                .on_backend("measure a template", move |b| b.template_bytes(&template))
+                .await?;
+            match measured {
+                Ok(bytes) => {
+                    let tid = id.clone();
+                    self.db("charge a template", move |s| s.set_template_storage(&tid, bytes))
+                        .await?;
+                    tracing::info!(template = %id, bytes, "template charged what it holds");
+                }
+                Err(e) => tracing::warn!(template = %id, error = %e, "template not measured"),
+            }
+        }
         Ok(())
     }
 

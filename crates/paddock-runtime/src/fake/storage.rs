@@ -216,6 +216,14 @@ impl StorageBackend for FakeBackend {
         Ok(lock(&self.shared.state).templates.remove(template).is_some())
     }
 
+    fn template_bytes(&self, template: &TemplateId) -> Result<u64, RuntimeError> {
+        lock(&self.shared.state)
+            .templates
+            .get(template)
+            .map(|t| t.bytes)
+            .ok_or_else(|| RuntimeError::InvalidSpec(format!("template {template} does not exist")))
+    }
+
     fn list_templates(&self) -> Result<Vec<TemplateId>, RuntimeError> {
         Ok(lock(&self.shared.state).templates.keys().cloned().collect())
     }

@@ -178,6 +178,10 @@ impl StorageBackend for NativeBackend {
         NativeBackend::list_templates(self)
     }
 
+    fn template_bytes(&self, template: &TemplateId) -> Result<u64, RuntimeError> {
+        NativeBackend::template_bytes(self, template)
+    }
+
     fn cached_prefix(&self, chain: &[String]) -> Result<usize, RuntimeError> {
         NativeBackend::cached_prefix(self, chain)
     }

@@ -159,6 +159,14 @@ impl NativeBackend {
         Ok(existed)
     }
 
+    /// [`crate::StorageBackend::template_bytes`]: the bytes its files refer to, measured from
+    /// their extents (`snapshot_usage.rs`; its cost grows with the number of files). Only for
+    /// templates recorded without their figure, once.
+    pub(super) fn template_bytes(&self, template: &TemplateId) -> Result<u64, RuntimeError> {
+        let path = self.pool.existing_image(template)?;
+        Ok(super::snapshot_usage::measure(&path)?.referenced_bytes)
+    }
+
     /// [`crate::StorageBackend::list_templates`].
     pub(super) fn list_templates(&self) -> Result<Vec<TemplateId>, RuntimeError> {
         let dir = self.pool.root().join("images");

@@ -203,3 +203,57 @@ async fn a_build_killed_at_any_step_leaves_nothing_after_a_restart() {
 async fn a_recipe_build_killed_in_a_step_leaves_no_sandbox_after_a_restart() {
     crash_build("template.step_done", Build::Recipe).await;
 }
+
+/// A template recorded before templates were charged (its charge 0, as migration 0012 leaves
+/// one) is measured at the next start and charged what it holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_recorded_without_its_charge_is_measured_at_start() {
+    let registry = TestRegistry::start();
+    let from = push_image(&registry);
+    let dir = tempfile::tempdir().expect("config dir");
+    let config = write_config(dir.path(), &registry);
+    let args = ["--config", config.to_str().expect("utf-8")];
+    let env = TestEnv::new();
+    let server = Server::start_with_env(&env, &args, "info", &[]);
+    let (api, admin) = (server.api(), server.admin_key.clone());
+    let key = api.create_key(&admin, "charge").await;
+    let body = json!({"name": "app", "from": from});
+    let built = api
+        .request(
+            &key,
+            Method::POST,
+            "/v1/templates",
+            Some(&body),
+            Some("application/json"),
+        )
+        .await;
+    assert_eq!(built.status.as_u16(), 201, "{}", built.text());
+    let info: serde_json::Value = serde_json::from_str(&built.text()).expect("json");
+    let charged = info["storage_bytes"].as_u64().expect("storage_bytes");
+    let id = info["id"].as_str().expect("id").to_owned();
+    assert!(charged > 1 << 20, "{info}");
+    server.stop();
+
+    // As a database migrated from before the charge was kept.
+    {
+        let store = paddock_store::Store::open(&env.state().join("paddock.db")).expect("open the store");
+        store.set_template_storage(&id, 0).expect("uncharge");
+    }
+    let server = Server::restart(&env, &args, "info");
+    let api = server.api();
+    let info = api.get(&key, "/v1/templates/app").await;
+    let measured = info["storage_bytes"].as_u64().expect("storage_bytes");
+    // Measured from its files (busybox and two small ones), as the build counted them.
+    let busybox = std::fs::metadata("/bin/busybox").expect("busybox").len();
+    assert!(
+        measured >= busybox && measured <= charged.max(busybox) * 2,
+        "{measured} vs {charged}: {info}"
+    );
+    let tenant = api.get(&key, "/v1/tenants/charge").await;
+    assert_eq!(
+        tenant["usage"]["storage_bytes"].as_u64(),
+        Some(measured),
+        "{tenant}"
+    );
+    assert_consistent(&env, &api, &admin).await;
+}
