@@ -64,13 +64,9 @@ pub(crate) async fn build_template(
     headers: HeaderMap,
     ApiJson(req): ApiJson<BuildTemplateRequest>,
 ) -> Result<Response, ApiError> {
-    let format = negotiate(
-        &headers,
-        &[StreamFormat::Ndjson, StreamFormat::Sse, StreamFormat::Json],
-    );
     let (tx, rx) = mpsc::channel(64);
     let build = tokio::spawn(async move { service.build_template(&p, req, tx).await });
-    answer_build(format, build, rx).await
+    answer_build(&headers, build, rx).await
 }
 
 /// Builds a template from an archive, the request's body (plain or gzip-compressed tar).
@@ -80,8 +76,10 @@ pub(crate) async fn build_template(
 /// `format=rootfs`: a tar of a root file system, built as a one-layer image with no process
 /// defaults. The archive is hostile input: read bounded (the server's `[registry] max_image`),
 /// nothing of it is created under its own names, blobs must match their digests; then its layers
-/// are applied as a pulled image's are. Answered as `POST /v1/templates` (an `received` event
-/// first when streamed). A refused archive leaves nothing.
+/// are applied as a pulled image's are. With `format=context`: a recipe's build context (the
+/// recipe, `recipe` names it, and the files its `COPY` and `ADD` take). Answered as
+/// `POST /v1/templates` (a `received` event first when streamed). A refused archive leaves
+/// nothing.
 #[utoipa::path(
     post,
     path = "/v1/templates/import",
@@ -105,22 +103,23 @@ pub(crate) async fn import_template(
     ApiQuery(q): ApiQuery<ImportTemplateQuery>,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let format = negotiate(
-        &headers,
-        &[StreamFormat::Ndjson, StreamFormat::Sse, StreamFormat::Json],
-    );
     let (tx, rx) = mpsc::channel(64);
     let body = body_stream(body);
     let build = tokio::spawn(async move { service.import_template(&p, q, body, tx).await });
-    answer_build(format, build, rx).await
+    answer_build(&headers, build, rx).await
 }
 
-/// A build's answer: its events as they come, or the template once built (`format` JSON).
+/// A build's answer, as the request's `Accept` asks: its events as they come (NDJSON, SSE), or
+/// the template once built (JSON).
 async fn answer_build(
-    format: StreamFormat,
+    headers: &HeaderMap,
     build: tokio::task::JoinHandle<Result<TemplateInfo, paddock_control::ServiceError>>,
     mut rx: mpsc::Receiver<TemplateBuildEvent>,
 ) -> Result<Response, ApiError> {
+    let format = negotiate(
+        headers,
+        &[StreamFormat::Ndjson, StreamFormat::Sse, StreamFormat::Json],
+    );
     // Nothing is sent before the request is accepted: a build that ends without an event was
     // refused.
     let first = rx.recv().await;

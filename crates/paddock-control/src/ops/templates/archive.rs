@@ -140,17 +140,7 @@ impl SandboxService {
                 .map(serde_json::from_str)
                 .transpose()
                 .map_err(|e| ServiceError::invalid("network", format!("not a network policy: {e}")))?;
-        let Some(pull_dir) = self.inner.config.images.pull_dir.clone() else {
-            return Err(ServiceError::new(
-                ErrorCode::Unsupported,
-                "this server builds no templates (no pull directory is configured)",
-            ));
-        };
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&pull_dir)
-            .map_err(|e| ServiceError::internal("create the pull directory", &e))?;
+        let pull_dir = self.pull_dir()?;
         // Removed when the build ends (or at the next start, after a crash).
         let dir = RemovedDir(pull_dir.join(format!("context-{:016x}", rand::random::<u64>())));
         std::fs::DirBuilder::new()

@@ -15,7 +15,7 @@
 //! An archive `ADD` names is unpacked as a context of its own (`unpack`, the same checks).
 //! What this module does not do: read bzip2, xz or zstd archives, or fetch URLs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -77,6 +77,9 @@ pub(crate) enum ArchiveKind {
 pub(crate) struct Context {
     path: PathBuf,
     members: BTreeMap<String, Member>,
+    /// Every member's name and every directory implied by one (computed once: selections scan
+    /// it, whatever the recipe's patterns).
+    names: BTreeSet<String>,
 }
 
 /// Why a context is refused (its message names the member).
@@ -167,9 +170,21 @@ impl Context {
         })?;
         file.flush().map_err(ContextError::Io)?;
         let members = index(path)?;
+        let mut names = BTreeSet::new();
+        for name in members.keys() {
+            let mut prefix = String::new();
+            for part in name.split('/') {
+                if !prefix.is_empty() {
+                    prefix.push('/');
+                }
+                prefix.push_str(part);
+                names.insert(prefix.clone());
+            }
+        }
         Ok(Self {
             path: path.to_owned(),
             members,
+            names,
         })
     }
 
@@ -323,32 +338,13 @@ impl Context {
         }
         let parts: Vec<&str> = pattern.split('/').collect();
         let mut found: Vec<String> = Vec::new();
-        for name in self.all_names() {
+        for name in &self.names {
             let components: Vec<&str> = name.split('/').collect();
-            if components.len() == parts.len()
-                && parts.iter().zip(&components).all(|(p, c)| glob(p, c))
-                && !found.contains(&name)
-            {
-                found.push(name);
+            if components.len() == parts.len() && parts.iter().zip(&components).all(|(p, c)| glob(p, c)) {
+                found.push(name.clone());
             }
         }
         found
-    }
-
-    /// Every member name and every directory implied by one.
-    fn all_names(&self) -> Vec<String> {
-        let mut names: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
-        for name in self.members.keys() {
-            let mut prefix = String::new();
-            for part in name.split('/') {
-                if !prefix.is_empty() {
-                    prefix.push('/');
-                }
-                prefix.push_str(part);
-                names.insert(prefix.clone());
-            }
-        }
-        names.into_iter().collect()
     }
 
     fn place_tree(&self, dir: &str, dest: &str, placed: &mut BTreeMap<String, Placed>) -> Result<(), String> {
@@ -357,18 +353,20 @@ impl Context {
         } else {
             format!("{dir}/")
         };
-        for name in self.all_names() {
-            let Some(rest) = name.strip_prefix(&prefix) else {
+        // (Names under a prefix are contiguous in byte order.)
+        for name in self
+            .names
+            .range(prefix.clone()..)
+            .take_while(|n| n.starts_with(&prefix))
+        {
+            let Some(rest) = name.strip_prefix(&prefix).filter(|r| !r.is_empty()) else {
                 continue;
             };
-            if rest.is_empty() {
-                continue;
-            }
-            let member = self.members.get(&name).cloned().unwrap_or(Member {
+            let member = self.members.get(name).cloned().unwrap_or(Member {
                 kind: Kind::Dir,
                 mode: 0o755,
             });
-            self.place(&name, &member, join(dest, rest), placed)?;
+            self.place(name, &member, join(dest, rest), placed)?;
         }
         Ok(())
     }

@@ -40,11 +40,13 @@ fn failed(what: &str, path: &str, e: impl std::fmt::Display) -> ServiceError {
     )
 }
 
-/// Why `path` could not be made: most often a top-level directory the image lacks (a template's
-/// top level is fixed: the mount plan binds the image's own entries).
-async fn mkdir_failed(
+/// Why `path` could not be made (`what`: "make the directory", "write"...): when the image has no
+/// top-level entry it would be under (or be), that the top level is fixed (the mount plan binds
+/// the image's own entries); else the agent's reason.
+async fn create_failed(
     client: &paddock_runtime::agent_client::AgentClient,
     path: &str,
+    what: &str,
     e: impl std::fmt::Display,
 ) -> ServiceError {
     let top = format!(
@@ -59,7 +61,7 @@ async fn mkdir_failed(
             ),
         );
     }
-    failed("make the directory", path, e)
+    failed(what, path, e)
 }
 
 /// Makes the directory `dest` goes in (and its parents), unless it is the root.
@@ -70,7 +72,7 @@ async fn parent_of(
 ) -> Result<(), ServiceError> {
     if let Some((parent, _)) = dest.rsplit_once('/').filter(|(p, _)| !p.is_empty()) {
         if let Err(e) = client.mkdir(parent, options).await {
-            return Err(mkdir_failed(client, parent, e).await);
+            return Err(create_failed(client, parent, "make the directory", e).await);
         }
     }
     Ok(())
@@ -95,7 +97,7 @@ impl SandboxService {
             let (offset, size) = match &placed.member.kind {
                 Kind::Dir => {
                     if let Err(e) = client.mkdir(dest, &mkdir(mode)).await {
-                        return Err(mkdir_failed(client, dest, e).await);
+                        return Err(create_failed(client, dest, "make the directory", e).await);
                     }
                     continue;
                 }
@@ -105,12 +107,7 @@ impl SandboxService {
                     // A file or link already there is replaced (a directory is not).
                     let _ = client.remove(dest, false).await;
                     if let Err(e) = client.symlink(dest, target, Some(&user)).await {
-                        let top_level = !dest.trim_start_matches('/').contains('/');
-                        return Err(if top_level {
-                            mkdir_failed(client, dest, e).await
-                        } else {
-                            failed("make the link", dest, e)
-                        });
+                        return Err(create_failed(client, dest, "make the link", e).await);
                     }
                     continue;
                 }
@@ -142,13 +139,7 @@ impl SandboxService {
                     user: Some(user.clone()),
                 };
                 if let Err(e) = client.write_file(dest, &chunk, &options).await {
-                    // A new top-level file cannot be made: the top level is fixed.
-                    let top_level = !dest.trim_start_matches('/').contains('/');
-                    return Err(if top_level && written == 0 {
-                        mkdir_failed(client, dest, e).await
-                    } else {
-                        failed("write", dest, e)
-                    });
+                    return Err(create_failed(client, dest, "write", e).await);
                 }
                 written += chunk.len() as u64;
                 if written >= size {

@@ -159,21 +159,7 @@ impl SandboxService {
         if let Some(start) = &start {
             check_start(start)?;
         }
-        let Some(pull_dir) = self.inner.config.images.pull_dir.clone() else {
-            return Err(ServiceError::new(
-                ErrorCode::Unsupported,
-                "this server builds no templates (no pull directory is configured)",
-            ));
-        };
-        // The server's own (0700): a private registry's image is nobody else's to read.
-        {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&pull_dir)
-                .map_err(|e| ServiceError::internal("create the pull directory", &e))?;
-        }
+        let pull_dir = self.pull_dir()?;
         let room = self.build_room(p, configured).await?;
         let id = TemplateId::from_random(rand::random());
         let new = NewTemplate {
@@ -310,6 +296,25 @@ impl SandboxService {
                 Err(e)
             }
         }
+    }
+
+    /// The directory builds fetch and unpack their sources in, made when missing: the server's own
+    /// (0700), since a private registry's image is nobody else's to read. `unsupported` when none
+    /// is configured.
+    pub(super) fn pull_dir(&self) -> Result<std::path::PathBuf, ServiceError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let Some(pull_dir) = self.inner.config.images.pull_dir.clone() else {
+            return Err(ServiceError::new(
+                ErrorCode::Unsupported,
+                "this server builds no templates (no pull directory is configured)",
+            ));
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&pull_dir)
+            .map_err(|e| ServiceError::internal("create the pull directory", &e))?;
+        Ok(pull_dir)
     }
 
     /// How much a build for `p` may write: the server's bound of one build, or what is left of

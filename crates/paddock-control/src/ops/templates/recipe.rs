@@ -297,15 +297,7 @@ impl SandboxService {
                 .map_err(|e: paddock_registry::RegistryError| {
                     ServiceError::invalid("recipe", e.to_string())
                 })?;
-            let dest = match &self.inner.config.images.pull_dir {
-                Some(dir) => dir.join(base.as_str()),
-                None => {
-                    return Err(ServiceError::new(
-                        ErrorCode::Unsupported,
-                        "this server builds no templates",
-                    ))
-                }
-            };
+            let dest = self.pull_dir()?.join(base.as_str());
             let built = self.pull_and_build(&base, &reference, &dest, room, events).await;
             if let Err(e) = std::fs::remove_dir_all(&dest) {
                 if e.kind() != std::io::ErrorKind::NotFound {

@@ -20,6 +20,25 @@ use crate::{RuntimeError, TemplateBuilt};
 /// subvolume's disk limit.
 const DERIVED_MAX_BYTES: u64 = 64 << 20;
 
+/// A staging subvolume for `template` seeded from the tree `seed`, and the build's claim on
+/// `chain`. The caller holds the cache's lock, so gc sees the claim with the staging lock held.
+fn stage(
+    pool_root: &Path,
+    template: &TemplateId,
+    seed: &Path,
+    chain: &[String],
+) -> Result<(Staging, BuildClaim), RuntimeError> {
+    let staging = Staging::begin(
+        pool_root,
+        Area::Builds,
+        template.as_str(),
+        Some(seed),
+        DERIVED_MAX_BYTES,
+    )?;
+    let claim = BuildClaim::write(pool_root, template, chain)?;
+    Ok((staging, claim))
+}
+
 fn check_chain(chain: &[String]) -> Result<&String, RuntimeError> {
     let valid = |k: &String| k.len() == 64 && k.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     match chain.last() {
@@ -82,14 +101,7 @@ impl NativeBackend {
                 return Ok(None);
             }
             let seed_bytes = cache::bytes(pool_root, last)?;
-            let staging = Staging::begin(
-                pool_root,
-                Area::Builds,
-                template.as_str(),
-                Some(&seed),
-                DERIVED_MAX_BYTES,
-            )?;
-            let claim = BuildClaim::write(pool_root, template, chain)?;
+            let (staging, claim) = stage(pool_root, template, &seed, chain)?;
             (staging, claim, seed_bytes)
         };
         // The cached tree's own record, host-written when it was cached (the root of a tree is
@@ -125,15 +137,7 @@ impl NativeBackend {
         let source = self.pool.existing_snapshot(snapshot)?;
         let (staging, claim) = {
             let _lock = cache::lock(pool_root)?;
-            let staging = Staging::begin(
-                pool_root,
-                Area::Builds,
-                template.as_str(),
-                Some(&source),
-                DERIVED_MAX_BYTES,
-            )?;
-            let claim = BuildClaim::write(pool_root, template, chain)?;
-            (staging, claim)
+            stage(pool_root, template, &source, chain)?
         };
         let digest = format!("recipe:{last}");
         let (_, bytes) = self.finish_derived(staging, claim, chain, &digest, config, snapshot_bytes)?;
@@ -158,15 +162,7 @@ impl NativeBackend {
             .map_err(crate::native::pool::pool_err("read the record of", &source))?;
         let (staging, claim) = {
             let _lock = cache::lock(pool_root)?;
-            let staging = Staging::begin(
-                pool_root,
-                Area::Builds,
-                template.as_str(),
-                Some(&source),
-                DERIVED_MAX_BYTES,
-            )?;
-            let claim = BuildClaim::write(pool_root, template, chain)?;
-            (staging, claim)
+            stage(pool_root, template, &source, chain)?
         };
         finish::add_top_level_dirs(staging.path(), dirs, self.config.ids)?;
         let (added_default_user, bytes) =
