@@ -223,6 +223,7 @@ fn answer(agent: &Agent, conn: u64, request: Request, payload: &[u8]) -> Answer 
             crate::files::symlink::symlink(agent, &path, &target, user.as_deref())
         }
         Request::Unwatch { watch_id } => unwatch(agent, conn, watch_id),
+        Request::Prefetch { paths } => crate::files::prefetch::prefetch(agent, &paths),
         Request::Hello { .. }
         | Request::Spawn(_)
         | Request::Attach { .. }

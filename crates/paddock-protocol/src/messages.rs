@@ -180,6 +180,14 @@ pub enum Request {
         /// The watch.
         watch_id: u32,
     },
+    /// Read files into the page cache ahead of use (a sandbox's files are copies of its
+    /// template's, so no other sandbox's cache serves them). Each path that names a regular file
+    /// (symlinks resolve inside the sandbox root) is read up to the agent's per-file bound; other
+    /// and missing paths are skipped. Reply: [`Reply::Prefetched`].
+    Prefetch {
+        /// Paths inside the sandbox.
+        paths: Vec<String>,
+    },
 }
 
 /// How to start a process.
@@ -438,6 +446,13 @@ pub enum Reply {
     Watching {
         /// Its id, unique within the agent; events carry it.
         watch_id: u32,
+    },
+    /// Files read ahead.
+    Prefetched {
+        /// How many of the paths were regular files, read.
+        files: u32,
+        /// Bytes read.
+        bytes: u64,
     },
 }
 

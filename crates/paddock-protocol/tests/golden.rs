@@ -98,6 +98,9 @@ fn samples() -> Vec<serde_json::Value> {
             target: "../etc/hostname".into(),
             user: Some("root".into()),
         },
+        Request::Prefetch {
+            paths: vec!["/etc/ld.so.cache".into(), "/bin/sh".into()],
+        },
     ];
     let status = ExitStatus {
         code: Some(0),
@@ -148,6 +151,10 @@ fn samples() -> Vec<serde_json::Value> {
         },
         Reply::Stat { stat },
         Reply::Watching { watch_id: 3 },
+        Reply::Prefetched {
+            files: 2,
+            bytes: 1_234_567,
+        },
     ];
     let mut out: Vec<serde_json::Value> = Vec::new();
     for (i, request) in requests.into_iter().enumerate() {

@@ -573,6 +573,21 @@ impl AgentClient {
         self.done("symlink", request, &[]).await
     }
 
+    /// Reads `paths` (inside the sandbox) into the page cache; how many were regular files, and
+    /// the bytes read.
+    pub async fn prefetch(&self, paths: &[String]) -> Result<(u32, u64), AgentClientError> {
+        let request = Request::Prefetch {
+            paths: paths.to_vec(),
+        };
+        let answer = self
+            .call("prefetch", request, &[], Subscribe::No, Some(REQUEST_TIMEOUT))
+            .await?;
+        match answer.body {
+            Reply::Prefetched { files, bytes } => Ok((files, bytes)),
+            other => Err(unexpected("prefetch", &other)),
+        }
+    }
+
     /// Removes a file, symlink or directory (`recursive` for a non-empty one).
     pub async fn remove(&self, path: &str, recursive: bool) -> Result<(), AgentClientError> {
         self.done(

@@ -13,7 +13,9 @@ mod spawn_child;
 use std::io;
 use std::os::fd::OwnedFd;
 
-pub use spawn_child::{spawn_child, ChildSpec, ChildStdio, Credentials, SpawnError, SpawnStage};
+pub use spawn_child::{
+    prepare_spawns, spawn_child, ChildSpec, ChildStdio, Credentials, SpawnError, SpawnStage,
+};
 
 /// Marks the calling process a child subreaper (`prctl(PR_SET_CHILD_SUBREAPER, 1)`): orphaned
 /// descendants are re-parented to it instead of to init, so it can reap and track them. Used when

@@ -9,6 +9,7 @@
 pub(crate) mod list_dir;
 pub(crate) mod mkdir;
 pub(crate) mod path;
+pub(crate) mod prefetch;
 pub(crate) mod read_file;
 pub(crate) mod remove;
 pub(crate) mod rename;

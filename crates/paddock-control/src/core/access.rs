@@ -40,6 +40,7 @@ impl SandboxService {
         p: &Principal,
         id: &str,
     ) -> Result<Arc<LiveSandbox>, ServiceError> {
+        self.inner.activity.touch();
         if let Some(sb) = self.live_sandbox(id) {
             if sb.tenant().as_deref() == Some(p.tenant.as_str()) {
                 return Ok(sb);

@@ -6,6 +6,7 @@
 //! imports from the floors above (`plan`, `lifecycle`, `ops`).
 
 pub(crate) mod access;
+pub(crate) mod activity;
 pub(crate) mod audit;
 pub(crate) mod backend;
 pub(crate) mod config;

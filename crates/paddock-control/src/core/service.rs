@@ -33,6 +33,8 @@ pub(crate) struct Inner {
     pub(crate) metrics: Metrics,
     /// Wakes the warm-pool fillers (a claim happened).
     pub(crate) pool_wakeup: Notify,
+    /// When sandbox requests last began (refills wait for a quiet moment).
+    pub(crate) activity: crate::core::activity::Activity,
     pub(crate) stop: CancellationToken,
     /// The egress proxy, when sandboxes may have a network.
     pub(crate) egress: Option<Arc<paddock_egress::Egress>>,

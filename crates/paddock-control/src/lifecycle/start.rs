@@ -59,6 +59,7 @@ impl SandboxService {
                 live: Mutex::new(HashMap::new()),
                 metrics,
                 pool_wakeup: Notify::new(),
+                activity: crate::core::activity::Activity::new(),
                 stop: CancellationToken::new(),
                 tasks: Mutex::new(Vec::new()),
                 collect_budget,

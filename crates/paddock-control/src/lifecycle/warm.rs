@@ -1,11 +1,12 @@
 //! Warm pools: booting sandboxes ahead of demand, per template, up to the configured size.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use paddock_store::{NewSandbox, SandboxState};
 use paddock_types::UserSpec;
 
+use crate::core::activity::refill_wait;
 use crate::core::audit::{self, AuditAction};
 use crate::core::live::{lock, LiveSandbox, Ownership, StoredSpec};
 use crate::core::service::new_sandbox_id;
@@ -18,6 +19,9 @@ impl SandboxService {
     pub(crate) async fn run_pool_filler(self, template: String) {
         let target = self.inner.config.templates[&template].warm_pool_size as usize;
         self.inner.metrics.set_pool_target(&template, target as i64);
+        // Since when the pool has been short of its target (refills yield to requests: see
+        // `core::activity`).
+        let mut due_since: Option<Instant> = None;
         loop {
             if self.inner.stop.is_cancelled() {
                 break;
@@ -28,6 +32,16 @@ impl SandboxService {
             let built = !self.inner.config.templates[&template].is_built()
                 || lock(&self.inner.built_templates).contains_key(&template);
             if have < target && built {
+                let due = *due_since.get_or_insert_with(Instant::now);
+                let wait = refill_wait(due.elapsed(), self.inner.activity.since_last(), have);
+                if !wait.is_zero() {
+                    tokio::select! {
+                        () = self.inner.stop.cancelled() => break,
+                        () = tokio::time::sleep(wait) => {}
+                    }
+                    continue;
+                }
+                due_since = None;
                 if let Err(e) = self.create_warm(&template).await {
                     tracing::warn!(template = %template, error = %e, "warm pool refill failed");
                     tokio::select! {
@@ -64,6 +78,8 @@ impl SandboxService {
         if let Some(image) = &built {
             crate::plan::create::apply_image_defaults(&mut request, &image.detail.built.config);
         }
+        let image_command = built.as_ref().and_then(|b| b.detail.built.config.start_command());
+        let prefetch = crate::plan::warm::prefetch_paths(&request.env, image_command.as_deref());
         let spec = StoredSpec {
             template_id: built.as_ref().map(|b| b.id.to_string()),
             start: built.and_then(|b| b.detail.start),
@@ -105,6 +121,11 @@ impl SandboxService {
                 return Err(e);
             }
         };
+        // Read ahead what its first command will read (see `plan::warm`). Only an optimisation:
+        // a failure is logged and the sandbox is pooled all the same.
+        if let Err(e) = client.prefetch(&prefetch).await {
+            tracing::warn!(sandbox_id = %id, error = %e, "warm sandbox prefetch failed");
+        }
         let owner = Ownership { tenant: None, spec };
         let sb = Arc::new(LiveSandbox::new(id.clone(), client, handle, owner));
         lock(&self.inner.live).insert(id.clone(), sb);

@@ -110,6 +110,7 @@ impl SandboxService {
         p: &Principal,
         plan: &CreatePlan,
     ) -> Result<Option<SandboxInfo>, ServiceError> {
+        self.inner.activity.touch();
         let now = now_ms();
         let claim = Claim {
             memory_bytes: plan.memory_bytes,

@@ -10,3 +10,4 @@ pub(crate) mod labels;
 pub(crate) mod network;
 pub(crate) mod template;
 pub(crate) mod volumes;
+pub(crate) mod warm;

@@ -283,6 +283,12 @@ struct Inherited {
     bounding_set: u64,
 }
 
+/// Reads what [`spawn_child`] reads once per process (the ignored signals and the bounding set,
+/// about a hundred system calls), so the first spawn does not pay for it. Idempotent.
+pub fn prepare_spawns() -> io::Result<()> {
+    inherited_state().map(|_| ())
+}
+
 fn inherited_state() -> io::Result<Inherited> {
     static STATE: std::sync::OnceLock<Inherited> = std::sync::OnceLock::new();
     if let Some(state) = STATE.get() {

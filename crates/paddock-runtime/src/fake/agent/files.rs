@@ -164,6 +164,25 @@ pub(crate) fn answer(agent: &Agent, request: Request, payload: &[u8]) -> Answer 
                 .map_err(|e| fs_error("rename", &format!("{from} -> {to}"), e))?;
             done
         }
+        Request::Prefetch { paths } => {
+            // The real agent's bounds (`paddock-agent/src/files/prefetch.rs`).
+            const MAX_PATHS: usize = 64;
+            const MAX_FILE_BYTES: usize = 16 << 20;
+            if paths.len() > MAX_PATHS {
+                return Err(agent_error(
+                    ErrorCode::BadRequest,
+                    format!("at most {MAX_PATHS} paths may be prefetched at once"),
+                ));
+            }
+            let (mut files, mut bytes) = (0u32, 0u64);
+            for path in paths.iter().filter(|p| p.starts_with('/')) {
+                if let Ok((data, _)) = agent.read_fs(|fs| fs.read(path, 0, MAX_FILE_BYTES)) {
+                    files += 1;
+                    bytes += data.len() as u64;
+                }
+            }
+            Ok((Reply::Prefetched { files, bytes }, Vec::new()))
+        }
         _ => Err(agent_error(ErrorCode::BadRequest, "not a file request")),
     }
 }

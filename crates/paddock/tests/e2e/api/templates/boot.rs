@@ -137,6 +137,9 @@ fn a_configured_image_template_is_built_at_start_for_every_tenant_with_its_warm_
             );
             // Claimed from the pool, as the image's user with its env and workdir.
             let sb = client.create_sandbox(json!({"template": "app-pool"})).await;
+            if tenant == "a" {
+                assert_read_ahead(&h, &sb, "/bin/busybox");
+            }
             let (code, out, err) = run_in(
                 client,
                 &sb,
@@ -172,4 +175,28 @@ fn a_configured_image_template_is_built_at_start_for_every_tenant_with_its_warm_
         assert_eq!(out, "from-the-recipe\napp\n");
         a.delete(&format!("/v1/sandboxes/{sb}")).await.ok(204);
     });
+}
+
+/// Asserts the sandbox's copy of `path` is wholly in the page cache although nothing has run in
+/// the sandbox yet: the warm pool read it ahead. A sandbox's files are its own inodes (a btrfs
+/// snapshot shares no cached pages with its template or other sandboxes), so nothing else has.
+fn assert_read_ahead(h: &Harness, sb: &str, path: &str) {
+    let pid = crate::support::sandbox_processes(h.env())
+        .remove(sb)
+        .and_then(|procs| procs.first().map(|(pid, _)| *pid))
+        .expect("the sandbox's processes");
+    let file = format!("/proc/{pid}/root{path}");
+    let out = std::process::Command::new("fincore")
+        .args(["--bytes", "--noheadings", "--output", "RES,SIZE", &file])
+        .output()
+        .expect("fincore");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let figures: Vec<u64> = text.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+    let [resident, size] = figures[..] else {
+        panic!("fincore {file}: {text} {}", String::from_utf8_lossy(&out.stderr));
+    };
+    assert!(
+        size > 0 && resident >= size,
+        "{path}: {resident} of {size} bytes cached"
+    );
 }
