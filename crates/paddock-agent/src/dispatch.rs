@@ -224,6 +224,13 @@ fn answer(agent: &Agent, conn: u64, request: Request, payload: &[u8]) -> Answer 
         }
         Request::Unwatch { watch_id } => unwatch(agent, conn, watch_id),
         Request::Prefetch { paths } => crate::files::prefetch::prefetch(agent, &paths),
+        Request::KernelStart(_)
+        | Request::KernelExecute { .. }
+        | Request::KernelInterrupt { .. }
+        | Request::KernelShutdown { .. } => Err(agent_error(
+            ErrorCode::BadRequest,
+            "this agent cannot run code kernels yet",
+        )),
         Request::Hello { .. }
         | Request::Spawn(_)
         | Request::Attach { .. }

@@ -13,6 +13,7 @@
 //! This crate does no I/O beyond encoding into and decoding from byte buffers.
 
 pub mod frame;
+pub mod kernel;
 mod messages;
 
 pub use frame::{

@@ -188,6 +188,32 @@ pub enum Request {
         /// Paths inside the sandbox.
         paths: Vec<String>,
     },
+    /// Start a Jupyter kernel (see [`crate::kernel`]). Reply: [`Reply::KernelStarted`].
+    KernelStart(crate::kernel::KernelStart),
+    /// Run `code` on a kernel. Cells of one kernel run one at a time (a second waits for the
+    /// first). Reply: [`Reply::CellStarted`]; this connection then receives
+    /// [`AgentMessage::Cell`] events, the last one [`crate::kernel::CellEvent::End`]. Closing the
+    /// connection does not stop the cell.
+    KernelExecute {
+        /// The kernel.
+        kernel_id: String,
+        /// The cell.
+        code: String,
+        /// Interrupt it after this long (its end says `timed_out`).
+        #[serde(default)]
+        timeout_ms: Option<u64>,
+    },
+    /// Interrupt the kernel's running cell (`SIGINT` to the kernel, as Jupyter does); the kernel
+    /// lives on. Reply: [`Reply::Done`].
+    KernelInterrupt {
+        /// The kernel.
+        kernel_id: String,
+    },
+    /// Stop a kernel and forget it: its running cell ends `kernel_died`. Reply: [`Reply::Done`].
+    KernelShutdown {
+        /// The kernel.
+        kernel_id: String,
+    },
 }
 
 /// How to start a process.
@@ -338,6 +364,12 @@ pub enum AgentMessage {
         /// Why.
         reason: WatchEndReason,
     },
+    /// One event of a cell; the payload is the event's JSON (a [`crate::kernel::CellEvent`], at
+    /// most [`crate::kernel::MAX_CELL_EVENT_LEN`] bytes).
+    Cell {
+        /// The cell.
+        cell_id: u64,
+    },
 }
 
 /// One change in a watched directory tree.
@@ -453,6 +485,16 @@ pub enum Reply {
         files: u32,
         /// Bytes read.
         bytes: u64,
+    },
+    /// A kernel started and answered.
+    KernelStarted {
+        /// What it said about itself.
+        kernel: crate::kernel::KernelInfo,
+    },
+    /// A cell was queued on its kernel; its events carry this id.
+    CellStarted {
+        /// Unique within the agent.
+        cell_id: u64,
     },
 }
 

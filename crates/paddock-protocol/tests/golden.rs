@@ -101,6 +101,31 @@ fn samples() -> Vec<serde_json::Value> {
         Request::Prefetch {
             paths: vec!["/etc/ld.so.cache".into(), "/bin/sh".into()],
         },
+        Request::KernelStart(kernel::KernelStart {
+            kernel_id: "ctx-1".into(),
+            argv: vec![
+                "python3".into(),
+                "-m".into(),
+                "ipykernel_launcher".into(),
+                "-f".into(),
+                "{connection_file}".into(),
+            ],
+            cwd: Some("/home/user".into()),
+            env: BTreeMap::from([("MPLBACKEND".to_owned(), "Agg".to_owned())]),
+            user: None,
+            ready_timeout_ms: 30_000,
+        }),
+        Request::KernelExecute {
+            kernel_id: "ctx-1".into(),
+            code: "x = 1\nx + 1".into(),
+            timeout_ms: Some(5_000),
+        },
+        Request::KernelInterrupt {
+            kernel_id: "ctx-1".into(),
+        },
+        Request::KernelShutdown {
+            kernel_id: "ctx-1".into(),
+        },
     ];
     let status = ExitStatus {
         code: Some(0),
@@ -155,6 +180,15 @@ fn samples() -> Vec<serde_json::Value> {
             files: 2,
             bytes: 1_234_567,
         },
+        Reply::KernelStarted {
+            kernel: kernel::KernelInfo {
+                pid: 7,
+                language: "python".into(),
+                language_version: "3.11.2".into(),
+                implementation: "ipython".into(),
+            },
+        },
+        Reply::CellStarted { cell_id: 4 },
     ];
     let mut out: Vec<serde_json::Value> = Vec::new();
     for (i, request) in requests.into_iter().enumerate() {
@@ -219,6 +253,7 @@ fn samples() -> Vec<serde_json::Value> {
                 message: "too many watched directories".into(),
             },
         },
+        AgentMessage::Cell { cell_id: 4 },
     ] {
         out.push(serde_json::to_value(msg).expect("serializes"));
     }
@@ -247,5 +282,88 @@ fn golden_lines_parse_back() {
         let client = serde_json::from_str::<ClientMessage>(line).is_ok();
         let agent = serde_json::from_str::<AgentMessage>(line).is_ok();
         assert!(client ^ agent, "line parses as neither or both: {line}");
+    }
+}
+
+/// The payloads of `AgentMessage::Cell`: one line per event shape.
+fn cell_event_samples() -> Vec<serde_json::Value> {
+    use kernel::{CellEvent, CellStatus, CellStream};
+    let events = vec![
+        CellEvent::ExecutionCount { count: 3 },
+        CellEvent::Stream {
+            name: CellStream::Stdout,
+            text: "hello\n".into(),
+        },
+        CellEvent::Stream {
+            name: CellStream::Stderr,
+            text: "warning\n".into(),
+        },
+        CellEvent::Result {
+            main: true,
+            data: BTreeMap::from([("text/plain".to_owned(), serde_json::json!("2"))]),
+            metadata: BTreeMap::new(),
+            cut: Vec::new(),
+        },
+        CellEvent::Result {
+            main: false,
+            data: BTreeMap::from([
+                (
+                    "text/plain".to_owned(),
+                    serde_json::json!("<Figure size 640x480 with 1 Axes>"),
+                ),
+                ("image/png".to_owned(), serde_json::json!("iVBORw0KGgo=")),
+            ]),
+            metadata: BTreeMap::from([("image/png".to_owned(), serde_json::json!({"width": 640}))]),
+            cut: vec!["text/html".into()],
+        },
+        CellEvent::Error {
+            name: "ZeroDivisionError".into(),
+            value: "division by zero".into(),
+            traceback: vec![
+                "Traceback (most recent call last):".into(),
+                "ZeroDivisionError: division by zero".into(),
+            ],
+        },
+        CellEvent::End {
+            status: CellStatus::Ok,
+            dropped_bytes: 0,
+        },
+        CellEvent::End {
+            status: CellStatus::Error,
+            dropped_bytes: 0,
+        },
+        CellEvent::End {
+            status: CellStatus::TimedOut,
+            dropped_bytes: 12,
+        },
+        CellEvent::End {
+            status: CellStatus::Interrupted,
+            dropped_bytes: 0,
+        },
+        CellEvent::End {
+            status: CellStatus::KernelDied,
+            dropped_bytes: 0,
+        },
+    ];
+    events
+        .into_iter()
+        .map(|e| serde_json::to_value(e).expect("serializes"))
+        .collect()
+}
+
+#[test]
+fn cell_events_match_golden_file() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/cell_events.jsonl");
+    let rendered: String = cell_event_samples().iter().map(|v| format!("{v}\n")).collect();
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(path, &rendered).expect("writes golden file");
+    }
+    let golden = std::fs::read_to_string(path).expect("golden file exists (UPDATE_GOLDEN=1 creates it)");
+    assert_eq!(
+        rendered, golden,
+        "wire format changed: review and regenerate with UPDATE_GOLDEN=1"
+    );
+    for line in golden.lines() {
+        serde_json::from_str::<kernel::CellEvent>(line).expect("a cell event parses back");
     }
 }

@@ -16,8 +16,11 @@
 //!
 //! This module does not start or find agents; it only talks to one.
 
+mod kernel;
 mod probe;
 mod routing;
+
+pub use kernel::CellEvents;
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use paddock_protocol::frame::{decode_prefix, PREFIX_LEN};
+use paddock_protocol::kernel::CellEvent;
 use paddock_protocol::{AgentMessage, Reply};
 use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::unix::OwnedReadHalf;
@@ -22,6 +23,7 @@ pub(super) struct Routes {
     pub(super) pending: HashMap<u64, Pending>,
     pub(super) events: HashMap<u32, Route<ProcessEvent>>,
     pub(super) watches: HashMap<u32, Route<WatchUpdate>>,
+    pub(super) cells: HashMap<u64, Route<CellEvent>>,
     pub(super) closed: bool,
 }
 
@@ -74,6 +76,8 @@ pub(super) enum Subscribe {
     Attach(u32),
     /// The watch id comes with the `Watching` reply.
     Watch,
+    /// The cell id comes with the `CellStarted` reply.
+    Cell,
 }
 
 #[derive(Debug)]
@@ -82,6 +86,7 @@ pub(super) struct Answer {
     pub(super) payload: Vec<u8>,
     pub(super) events: Option<ProcessEvents>,
     pub(super) watch: Option<mpsc::Receiver<WatchUpdate>>,
+    pub(super) cell: Option<mpsc::Receiver<CellEvent>>,
 }
 
 pub(super) fn lock(routes: &Mutex<Routes>) -> MutexGuard<'_, Routes> {
@@ -100,13 +105,14 @@ pub(super) async fn read_frames(read: OwnedReadHalf, routes: Arc<Mutex<Routes>>)
         }
     };
     tracing::debug!(error = %end, "agent connection ended");
-    let (pending, _events, _watches) = {
+    let (pending, _events, _watches, _cells) = {
         let mut routes = lock(&routes);
         routes.closed = true;
         (
             std::mem::take(&mut routes.pending),
             std::mem::take(&mut routes.events),
             std::mem::take(&mut routes.watches),
+            std::mem::take(&mut routes.cells),
         )
     };
     for (_, waiter) in pending {
@@ -161,6 +167,10 @@ async fn route(routes: &Mutex<Routes>, message: AgentMessage, payload: Vec<u8>) 
                 (Subscribe::Watch, Reply::Watching { watch_id }) => Some(*watch_id),
                 _ => None,
             };
+            let cell_id = match (pending.subscribe, &body) {
+                (Subscribe::Cell, Reply::CellStarted { cell_id }) => Some(*cell_id),
+                _ => None,
+            };
             // Subscribe before the next frame is read: the process's output (or the watch's events)
             // follows right behind.
             let events = pid.map(|pid| {
@@ -173,6 +183,11 @@ async fn route(routes: &Mutex<Routes>, message: AgentMessage, payload: Vec<u8>) 
                 lock(routes).watches.insert(watch_id, route);
                 rx
             });
+            let cell = cell_id.map(|cell_id| {
+                let (route, rx) = Route::new();
+                lock(routes).cells.insert(cell_id, route);
+                rx
+            });
             if pending
                 .tx
                 .send(Ok(Answer {
@@ -180,6 +195,7 @@ async fn route(routes: &Mutex<Routes>, message: AgentMessage, payload: Vec<u8>) 
                     payload,
                     events,
                     watch,
+                    cell,
                 }))
                 .is_err()
             {
@@ -190,6 +206,9 @@ async fn route(routes: &Mutex<Routes>, message: AgentMessage, payload: Vec<u8>) 
                 }
                 if let Some(watch_id) = watch_id {
                     routes.watches.remove(&watch_id);
+                }
+                if let Some(cell_id) = cell_id {
+                    routes.cells.remove(&cell_id);
                 }
             }
         }
@@ -215,7 +234,27 @@ async fn route(routes: &Mutex<Routes>, message: AgentMessage, payload: Vec<u8>) 
         AgentMessage::WatchEnded { watch_id, reason } => {
             deliver(routes, select_watch, watch_id, WatchUpdate::Ended(reason), true).await;
         }
+        AgentMessage::Cell { cell_id } => match serde_json::from_slice::<CellEvent>(&payload) {
+            Ok(event) => {
+                let last = matches!(event, CellEvent::End { .. });
+                deliver(routes, select_cell, cell_id, event, last).await;
+            }
+            Err(err) => {
+                // The agent is the sandbox's: a malformed event ends the cell's stream as a dead
+                // kernel rather than the connection.
+                tracing::warn!(cell_id, error = %err, "malformed cell event from the agent");
+                let end = CellEvent::End {
+                    status: paddock_protocol::kernel::CellStatus::KernelDied,
+                    dropped_bytes: payload.len() as u64,
+                };
+                deliver(routes, select_cell, cell_id, end, true).await;
+            }
+        },
     }
+}
+
+fn select_cell(routes: &mut Routes) -> &mut HashMap<u64, Route<CellEvent>> {
+    &mut routes.cells
 }
 
 fn select_process(routes: &mut Routes) -> &mut HashMap<u32, Route<ProcessEvent>> {
@@ -229,10 +268,10 @@ fn select_watch(routes: &mut Routes) -> &mut HashMap<u32, Route<WatchUpdate>> {
 /// Hands an event to the consumer of `key` (a pid or a watch id) in the routes `select` picks,
 /// waiting while that consumer's queue is full. The route ends after its `last` event, or when the
 /// consumer is gone (the event is then dropped).
-async fn deliver<T>(
+async fn deliver<K: std::hash::Hash + Eq, T>(
     routes: &Mutex<Routes>,
-    select: fn(&mut Routes) -> &mut HashMap<u32, Route<T>>,
-    key: u32,
+    select: fn(&mut Routes) -> &mut HashMap<K, Route<T>>,
+    key: K,
     event: T,
     last: bool,
 ) {
