@@ -14,9 +14,11 @@
 #                 (the tests start their own registry; the package's service on :5000 is not needed)
 #   mmdebstrap, dpkg-dev  Debian base templates ([templates.NAME] debian); the tests make a local
 #                 package repository with dpkg-deb and dpkg-scanpackages
+#   python3-ipykernel, python3-matplotlib, python3-pandas  the code-context tests: the default
+#                 template's kernels come from the host's /usr
 set -euo pipefail
 need=()
-for pkg in btrfs-progs util-linux iproute2 nftables busybox-static bubblewrap python3 python3-pip python3-venv openssl procps docker-registry skopeo umoci apache2-utils mmdebstrap dpkg-dev; do
+for pkg in btrfs-progs util-linux iproute2 nftables busybox-static bubblewrap python3 python3-pip python3-venv openssl procps docker-registry skopeo umoci apache2-utils mmdebstrap dpkg-dev python3-ipykernel python3-matplotlib python3-pandas; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then

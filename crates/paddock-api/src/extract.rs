@@ -244,6 +244,19 @@ impl<S: Send + Sync> FromRequestParts<S> for ProcessPath {
     }
 }
 
+/// A code context of a sandbox in the path (`{id}/contexts/{context}`).
+#[derive(Debug, Clone)]
+pub struct ContextPath(pub SandboxId, pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for ContextPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let ApiPath((raw, context)) = ApiPath::<(String, String)>::from_request_parts(parts, state).await?;
+        Ok(Self(sandbox_id(&raw)?, context))
+    }
+}
+
 /// A snapshot id in the path (`{snapshot_id}`); a malformed one answers `snapshot_not_found`.
 #[derive(Debug, Clone)]
 pub struct SnapshotPath(pub SnapshotId);

@@ -23,7 +23,8 @@ mod stream;
 pub use auth::{api_key, Auth, API_KEY_HEADER};
 pub use error::ApiError;
 pub use extract::{
-    ApiJson, ApiPath, ApiQuery, OptionalJson, ProcessPath, SandboxPath, SnapshotPath, JSON_BODY_LIMIT,
+    ApiJson, ApiPath, ApiQuery, ContextPath, OptionalJson, ProcessPath, SandboxPath, SnapshotPath,
+    JSON_BODY_LIMIT,
 };
 pub use negotiate::{negotiate, StreamFormat};
 pub use observe::UNMATCHED_ROUTE;

@@ -18,7 +18,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::rest::{
-    admin, files, meta, network, ports, processes, sandboxes, snapshot_transfer, snapshots, templates,
+    admin, code, files, meta, network, ports, processes, sandboxes, snapshot_transfer, snapshots, templates,
     volumes, ws,
 };
 use crate::{observe, ApiError};
@@ -90,6 +90,10 @@ where
         .routes(routes!(network::create_secret, network::list_secrets))
         .routes(routes!(network::delete_secret))
         .routes(routes!(processes::exec))
+        .routes(routes!(code::run_code))
+        .routes(routes!(code::create_context, code::list_contexts))
+        .routes(routes!(code::restart_context))
+        .routes(routes!(code::delete_context))
         .routes(routes!(ws::exec_ws))
         .routes(routes!(processes::list_processes))
         .routes(routes!(processes::process_output))
@@ -228,6 +232,11 @@ mod tests {
         ("POST", "/v1/sandboxes/{id}/timeout"),
         ("GET", "/v1/sandboxes/{id}/usage"),
         ("POST", "/v1/sandboxes/{id}/exec"),
+        ("POST", "/v1/sandboxes/{id}/code"),
+        ("POST", "/v1/sandboxes/{id}/contexts"),
+        ("GET", "/v1/sandboxes/{id}/contexts"),
+        ("POST", "/v1/sandboxes/{id}/contexts/{context}/restart"),
+        ("DELETE", "/v1/sandboxes/{id}/contexts/{context}"),
         ("GET", "/v1/sandboxes/{id}/exec/ws"),
         ("GET", "/v1/sandboxes/{id}/processes"),
         ("GET", "/v1/sandboxes/{id}/processes/{pid}/output"),

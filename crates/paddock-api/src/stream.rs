@@ -13,7 +13,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use paddock_control::{ExecOutput, ExecStream, OutputStream, WatchStream};
-use paddock_types::api::{ExecEvent, StreamData, WatchEvent, WatchEventKind};
+use paddock_types::api::{CodeEvent, ExecEvent, StreamData, WatchEvent, WatchEventKind};
 use serde::Serialize;
 
 use crate::negotiate::StreamFormat;
@@ -90,6 +90,34 @@ impl StreamEvent for ExecEvent {
 
     fn is_last(&self) -> bool {
         matches!(self, Self::Exit(_) | Self::Error { .. })
+    }
+}
+
+impl EventSource for paddock_control::CodeStream {
+    type Event = CodeEvent;
+
+    // Cancel-safe: the only await is a channel receive.
+    fn next_event(&mut self) -> impl Future<Output = Option<CodeEvent>> + Send {
+        self.recv()
+    }
+}
+
+impl StreamEvent for CodeEvent {
+    fn sse_name(&self) -> &'static str {
+        match self {
+            Self::Started { .. } => "started",
+            Self::ExecutionCount { .. } => "execution_count",
+            Self::Stdout { .. } => "stdout",
+            Self::Stderr { .. } => "stderr",
+            Self::Result(_) => "result",
+            Self::Error(_) => "error",
+            Self::End { .. } => "end",
+            Self::Failed { .. } => "failed",
+        }
+    }
+
+    fn is_last(&self) -> bool {
+        matches!(self, Self::End { .. } | Self::Failed { .. })
     }
 }
 

@@ -71,6 +71,7 @@ fn valid_request(method: &Method, template: &str) -> (&'static str, &'static str
     }
     let body = match (method.as_str(), template.rsplit('/').next().unwrap_or_default()) {
         ("POST", "exec") => r#"{"argv": ["true"]}"#,
+        ("POST", "code") => r#"{"code": "1"}"#,
         ("POST", "mkdir") => r#"{"path": "/home/user/d"}"#,
         ("POST", "rename") => r#"{"from": "/home/user/a", "to": "/home/user/b"}"#,
         ("POST", "fork") => r#"{"count": 1}"#,

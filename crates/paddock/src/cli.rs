@@ -11,8 +11,9 @@ mod network;
 mod server;
 
 pub use client::{
-    AuditArgs, AuditCommand, CpArgs, CreateArgs, ExecArgs, LogsArgs, LsArgs, NetworkCmdArgs, PortForwardArgs,
-    SandboxCommand, SecretCommand, ShellArgs, SnapshotCommand, StartArgs, TemplateCommand, VolumeCommand,
+    AuditArgs, AuditCommand, CodeArgs, CpArgs, CreateArgs, ExecArgs, LogsArgs, LsArgs, NetworkCmdArgs,
+    PortForwardArgs, SandboxCommand, SecretCommand, ShellArgs, SnapshotCommand, StartArgs, TemplateCommand,
+    VolumeCommand,
 };
 pub use network::NetworkArgs;
 pub use server::{parse_human_duration, ConfigCommand, KeysCommand, ServeArgs};

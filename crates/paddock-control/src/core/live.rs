@@ -70,6 +70,8 @@ pub(crate) struct LiveSandbox {
     pub(crate) handle: Arc<tokio::sync::Mutex<Option<SandboxHandle>>>,
     pub(crate) owner: Mutex<Ownership>,
     pub(crate) processes: Mutex<HashMap<u32, ProcessCounters>>,
+    /// Its code contexts (kernels).
+    pub(crate) contexts: crate::core::contexts::Contexts,
     /// Every process frozen: the agent does not answer until it is resumed.
     paused: AtomicBool,
     /// Being rolled back: its agent restarts, so a closed connection is not a death.
@@ -84,6 +86,7 @@ impl LiveSandbox {
             handle: Arc::new(tokio::sync::Mutex::new(Some(handle))),
             owner: Mutex::new(owner),
             processes: Mutex::new(HashMap::new()),
+            contexts: tokio::sync::Mutex::new(Vec::new()),
             paused: AtomicBool::new(false),
             restarting: AtomicBool::new(false),
         }

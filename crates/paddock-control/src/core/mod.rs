@@ -10,6 +10,7 @@ pub(crate) mod activity;
 pub(crate) mod audit;
 pub(crate) mod backend;
 pub(crate) mod config;
+pub(crate) mod contexts;
 pub(crate) mod error;
 pub(crate) mod live;
 pub(crate) mod metrics;

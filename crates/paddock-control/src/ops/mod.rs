@@ -5,6 +5,7 @@
 //! Shared steps do not live here: when two operations need the same step, it moves down a floor.
 
 pub(crate) mod admin;
+pub(crate) mod code;
 pub(crate) mod diff;
 pub(crate) mod environment;
 pub(crate) mod exec;

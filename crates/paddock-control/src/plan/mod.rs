@@ -5,6 +5,7 @@
 //! It boots nothing and changes nothing: a plan is data that `lifecycle` and `ops` act on. It uses
 //! only `core`.
 
+pub(crate) mod code;
 pub(crate) mod create;
 pub(crate) mod labels;
 pub(crate) mod network;

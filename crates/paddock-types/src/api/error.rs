@@ -89,6 +89,11 @@ pub enum ErrorCode {
     /// A recipe's step failed (a `RUN` exited non-zero or timed out); nothing of the build was
     /// kept but the results of the steps before it (422).
     BuildFailed,
+    /// No code context of that id in the sandbox (404).
+    ContextNotFound,
+    /// The language's kernel could not be started in this sandbox (its template lacks it, or it
+    /// failed at start), or the context's kernel died: restart the context (422).
+    KernelUnavailable,
 }
 
 impl ErrorCode {
@@ -133,6 +138,8 @@ impl ErrorCode {
             Self::RegistryUnreachable => "registry_unreachable",
             Self::RegistryUnauthorized => "registry_unauthorized",
             Self::BuildFailed => "build_failed",
+            Self::ContextNotFound => "context_not_found",
+            Self::KernelUnavailable => "kernel_unavailable",
         }
     }
 
@@ -155,7 +162,8 @@ impl ErrorCode {
             | Self::VolumeNotFound
             | Self::SecretNotFound
             | Self::TemplateNotFound
-            | Self::ImageNotFound => 404,
+            | Self::ImageNotFound
+            | Self::ContextNotFound => 404,
             Self::SandboxNotRunning
             | Self::AlreadyExists
             | Self::DirectoryNotEmpty
@@ -171,7 +179,7 @@ impl ErrorCode {
             Self::Unavailable | Self::SandboxRecovering => 503,
             Self::Internal => 500,
             Self::PortClosed | Self::RegistryUnreachable | Self::RegistryUnauthorized => 502,
-            Self::BuildFailed => 422,
+            Self::BuildFailed | Self::KernelUnavailable => 422,
         }
     }
 }
@@ -217,6 +225,8 @@ mod tests {
             ErrorCode::RegistryUnreachable,
             ErrorCode::RegistryUnauthorized,
             ErrorCode::BuildFailed,
+            ErrorCode::ContextNotFound,
+            ErrorCode::KernelUnavailable,
         ] {
             let json = serde_json::to_string(&code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

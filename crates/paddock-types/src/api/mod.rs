@@ -6,6 +6,7 @@
 //! Requests refuse unknown fields so a typo is an error, not a silently ignored option.
 
 mod audit;
+mod code;
 mod cursor;
 mod error;
 mod exec;
@@ -19,6 +20,10 @@ mod templates;
 mod volumes;
 
 pub use audit::{AuditQuery, AuditRecord, AuditVerification, BrokenAuditRow};
+pub use code::{
+    CodeError, CodeEvent, CodeResult, CodeRunResult, CodeStatus, ContextInfo, ContextList, ContextState,
+    CreateContextRequest, RunCodeRequest,
+};
 pub use error::{ApiErrorBody, ErrorCode};
 pub use exec::{
     AttachQuery, ExecEvent, ExecRequest, ExecResult, ExitInfo, KillRequest, ProcessCommand, ProcessInfo,

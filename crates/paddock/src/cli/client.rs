@@ -44,6 +44,9 @@ pub enum SandboxCommand {
     },
     /// Run a command in a sandbox; exits with its exit code (128+N for signal N, 124 on --timeout).
     Exec(ExecArgs),
+    /// Run a cell of code in a sandbox's code context (a kernel that keeps state between cells):
+    /// prints its output and text results; exits 1 if it raised, 124 if it timed out.
+    Code(CodeArgs),
     /// An interactive shell in a sandbox, on this terminal.
     Shell(ShellArgs),
     /// Copy a file or directory into or out of a sandbox: `cp SRC ID:/path` or `cp ID:/path DST`.
@@ -120,6 +123,33 @@ pub enum SandboxCommand {
     /// Forward a local TCP port to a port of a sandbox: every connection to
     /// `<address>:<local port>` is carried to what listens on the sandbox's port, until Ctrl-C.
     PortForward(PortForwardArgs),
+}
+
+/// `paddock sandbox code`.
+#[derive(Debug, Args)]
+pub struct CodeArgs {
+    /// Sandbox id.
+    pub id: String,
+    /// The code (`-` or absent: read it from stdin, or from `--file`).
+    pub code: Option<String>,
+    /// Read the code from this file.
+    #[arg(long, short = 'f', conflicts_with = "code")]
+    pub file: Option<std::path::PathBuf>,
+    /// The language's default context (python, bash).
+    #[arg(long, short = 'l', conflicts_with = "context")]
+    pub language: Option<String>,
+    /// A context made with the API (`POST /v1/sandboxes/{id}/contexts`).
+    #[arg(long, short = 'c')]
+    pub context: Option<String>,
+    /// Interrupt the cell after this long (e.g. 30s).
+    #[arg(long, value_parser = parse_human_duration)]
+    pub timeout: Option<Duration>,
+    /// Save images (PNG, JPEG, SVG) the cell displays into this directory, as `result-N.EXT`.
+    #[arg(long, value_name = "DIR")]
+    pub save_images: Option<std::path::PathBuf>,
+    /// Print the API's collected JSON instead.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `paddock sandbox port-forward`.

@@ -4,6 +4,7 @@
 //! `paddock: <message> (<code>)` with exit status 1.
 
 mod attach;
+mod code;
 mod cp;
 mod exec;
 mod network;
@@ -241,6 +242,7 @@ pub fn sandbox(state_dir: &Path, command: SandboxCommand) -> anyhow::Result<Exit
                 sandboxes::set_timeout(&client, &id, duration, json).await
             }
             SandboxCommand::Exec(args) => exec::exec(&client, args).await,
+            SandboxCommand::Code(args) => code::code(&client, args).await,
             SandboxCommand::Shell(args) => attach::shell(&client, args).await,
             SandboxCommand::Cp(args) => cp::copy(&client, args).await,
             SandboxCommand::Logs(args) => exec::logs(&client, args).await,

@@ -370,6 +370,25 @@ details! {
         bytes_in: u64,
     }
 
+    // Code contexts and cells.
+
+    /// A code context created, restarted or removed (`op`), with its kernel's pid once started.
+    CodeContextChange for [CodeContext] {
+        op: &'static str,
+        context: String,
+        language: String,
+        pid: Option<u32>,
+    }
+
+    /// A cell about to run: its context, and the code's size and SHA-256 (not the code itself).
+    CodeCell for [CodeRun] {
+        context: String,
+        language: String,
+        code_bytes: u64,
+        code_sha256: String,
+        timeout_ms: Option<u64>,
+    }
+
     // Processes.
 
     /// A process about to start: its command, exec id and settings.

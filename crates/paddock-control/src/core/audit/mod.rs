@@ -48,6 +48,8 @@ macro_rules! actions {
 actions! {
     AuditPrune => "audit.prune",
     AuthFailed => "auth.failed",
+    CodeContext => "code.context",
+    CodeRun => "code.run",
     FileList => "file.list",
     FileMkdir => "file.mkdir",
     FileRead => "file.read",

@@ -5,6 +5,7 @@
 
 mod archives;
 mod audit;
+mod code;
 mod exec;
 mod files;
 mod lifecycle;

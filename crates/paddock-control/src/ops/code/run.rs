@@ -1,0 +1,205 @@
+//! Running a cell: in the context the request names, or its language's default context (created
+//! at the first cell, its id the language's name). The `code.run` row is written before the cell
+//! is queued. The events stream back as `CodeEvent`s; a caller that goes away before the end
+//! interrupts the cell, so an abandoned cell never holds its context.
+//!
+//! What it does not do: queue cells (the agent runs a context's cells one at a time, contexts
+//! side by side) or bound events (the agent does; a collected document is bounded here).
+
+use std::sync::Arc;
+
+use paddock_runtime::agent_client::CellEvents;
+use paddock_types::api::{CodeEvent, CodeRunResult, CodeStatus, ErrorCode, RunCodeRequest};
+use paddock_types::SandboxId;
+use sha2::Digest as _;
+
+use super::events::{code_event, Collector};
+use super::{kernel_error, language};
+use crate::core::audit::{self, AuditAction, AuditEntry};
+use crate::core::contexts::CodeContext;
+use crate::core::live::LiveSandbox;
+use crate::core::principal::Principal;
+use crate::{SandboxService, ServiceError};
+
+/// Bytes of output a cell answered as one JSON document holds (as event JSON).
+const COLLECTED_CELL_LIMIT: usize = 16 << 20;
+/// The longest cell: `timeout_ms` above this is refused.
+const MAX_CELL_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
+
+/// A running cell's events, in order, ending with `End` (or `Failed` if the sandbox's agent went
+/// away). Dropping it before the end interrupts the cell.
+#[derive(Debug)]
+pub struct CodeStream {
+    started: Option<CodeEvent>,
+    events: CellEvents,
+    sb: Arc<LiveSandbox>,
+    context: String,
+    kernel_id: String,
+    ended: bool,
+}
+
+impl CodeStream {
+    /// The next event; `None` after the last.
+    pub async fn recv(&mut self) -> Option<CodeEvent> {
+        if let Some(started) = self.started.take() {
+            return Some(started);
+        }
+        if self.ended {
+            return None;
+        }
+        let event = match self.events.next().await {
+            Some(event) => code_event(event),
+            None => CodeEvent::Failed {
+                code: ErrorCode::SandboxNotRunning,
+                message: "the sandbox's agent went away while the cell ran".to_owned(),
+            },
+        };
+        if let CodeEvent::End { status, .. } = &event {
+            if *status == CodeStatus::KernelDied {
+                mark_dead(self.sb.clone(), self.kernel_id.clone());
+            }
+        }
+        if matches!(event, CodeEvent::End { .. } | CodeEvent::Failed { .. }) {
+            self.ended = true;
+        }
+        Some(event)
+    }
+
+    /// Waits for the end and answers the cell as one document (bounded: what does not fit is
+    /// counted in `dropped_bytes`).
+    pub async fn collect(mut self) -> CodeRunResult {
+        let mut collector = Collector::new(self.context.clone(), COLLECTED_CELL_LIMIT);
+        while let Some(event) = self.recv().await {
+            if collector.add(event) {
+                break;
+            }
+        }
+        collector.finish()
+    }
+}
+
+impl Drop for CodeStream {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        // The caller went away mid-cell: interrupt it (best effort) so the context is free again.
+        let (sb, kernel_id) = (self.sb.clone(), self.kernel_id.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = sb.client.kernel_interrupt(&kernel_id).await;
+            });
+        }
+    }
+}
+
+/// Marks the context of `kernel_id` dead (its kernel died under a cell).
+fn mark_dead(sb: Arc<LiveSandbox>, kernel_id: String) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            if let Some(c) = sb
+                .contexts
+                .lock()
+                .await
+                .iter_mut()
+                .find(|c| c.kernel_id == kernel_id)
+            {
+                c.dead = true;
+            }
+        });
+    }
+}
+
+impl SandboxService {
+    /// Runs one cell; see [`CodeStream`].
+    pub async fn run_code(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+        req: RunCodeRequest,
+    ) -> Result<CodeStream, ServiceError> {
+        if req.language.is_some() && req.context.is_some() {
+            return Err(ServiceError::invalid(
+                "context",
+                "give either `language` (its default context) or `context`, not both",
+            ));
+        }
+        if req.timeout_ms.is_some_and(|t| t == 0 || t > MAX_CELL_TIMEOUT_MS) {
+            return Err(ServiceError::invalid(
+                "timeout_ms",
+                format!("between 1 and {MAX_CELL_TIMEOUT_MS}"),
+            ));
+        }
+        let sb = self.owned_live(p, id).await?;
+        let context = self.cell_context(&sb, p, id, &req).await?;
+        if context.dead {
+            return Err(ServiceError::new(
+                ErrorCode::KernelUnavailable,
+                format!("the kernel of context {} died: restart the context", context.id),
+            ));
+        }
+        let detail = audit::CodeCell {
+            context: context.id.clone(),
+            language: context.language.to_owned(),
+            code_bytes: req.code.len() as u64,
+            code_sha256: hex::encode(sha2::Sha256::digest(req.code.as_bytes())),
+            timeout_ms: req.timeout_ms,
+        };
+        self.audit(AuditEntry::ok(p, AuditAction::CodeRun, Some(id)).detail(detail))
+            .await?;
+        let events = sb
+            .client
+            .kernel_execute(&context.kernel_id, &req.code, req.timeout_ms)
+            .await
+            .map_err(|e| kernel_error(context.language, e))?;
+        Ok(CodeStream {
+            started: Some(CodeEvent::Started {
+                context: context.id.clone(),
+                language: context.language.to_owned(),
+            }),
+            events,
+            sb,
+            context: context.id,
+            kernel_id: context.kernel_id,
+            ended: false,
+        })
+    }
+
+    /// The context a cell runs in: the one named, or its language's default one (started now if
+    /// it does not exist yet).
+    async fn cell_context(
+        &self,
+        sb: &Arc<LiveSandbox>,
+        p: &Principal,
+        id: &SandboxId,
+        req: &RunCodeRequest,
+    ) -> Result<CodeContext, ServiceError> {
+        let mut contexts = sb.contexts.lock().await;
+        if let Some(name) = &req.context {
+            return contexts.iter().find(|c| &c.id == name).cloned().ok_or_else(|| {
+                ServiceError::new(
+                    ErrorCode::ContextNotFound,
+                    format!("code context {name} not found"),
+                )
+            });
+        }
+        let kernel = language(req.language.as_deref())?;
+        if let Some(existing) = contexts.iter().find(|c| c.id == kernel.language) {
+            return Ok(existing.clone());
+        }
+        let context = self
+            .start_kernel(
+                sb,
+                &contexts,
+                kernel.language.to_owned(),
+                kernel,
+                None,
+                Default::default(),
+            )
+            .await?;
+        contexts.push(context.clone());
+        drop(contexts);
+        self.audit_context(p, id, "create", &context.info()).await?;
+        Ok(context)
+    }
+}

@@ -1,0 +1,183 @@
+//! Code contexts against real kernels: the default template's Python (the host's `/usr`, with
+//! `python3-ipykernel`, matplotlib and pandas installed by `scripts/install-deps.sh`) started by the
+//! agent and driven over the Jupyter protocol. State per context, results, errors, streaming,
+//! timeouts, a dead kernel, the contexts API, audit rows, and the sandbox's network boundary.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+use sha2::Digest as _;
+
+use crate::support::harness::{Client, Harness, Lines};
+
+use super::{JSON, NDJSON, SOON};
+
+/// Runs a cell answered as one JSON document; asserts 200.
+async fn cell(a: &Client, id: &str, body: Value) -> Value {
+    let r = Client::send(
+        a.request(Method::POST, &format!("/v1/sandboxes/{id}/code"))
+            .header("accept", JSON)
+            .json(&body),
+    )
+    .await;
+    r.ok(200)
+}
+
+/// The main result's text of a collected cell.
+#[track_caller]
+fn main_text(doc: &Value) -> String {
+    let main = doc["results"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["is_main_result"] == true))
+        .unwrap_or_else(|| panic!("no main result: {doc:#}"));
+    main["text"].as_str().expect("text").to_owned()
+}
+
+#[test]
+fn cells_keep_state_per_context_with_results_errors_streams_and_timeouts() {
+    let h = Harness::start();
+    h.block_on(async {
+        let a = h.admin.new_tenant("code").await;
+        let id = a.create_sandbox(json!({})).await;
+
+        // State survives between cells of the default Python context, made at the first cell.
+        let first = cell(&a, &id, json!({"code": "x = 1"})).await;
+        assert_eq!((first["status"].as_str(), first["context"].as_str()), (Some("ok"), Some("python")), "{first:#}");
+        let second = cell(&a, &id, json!({"code": "x + 1"})).await;
+        assert_eq!(main_text(&second), "2", "{second:#}");
+        assert_eq!(second["execution_count"], 2, "{second:#}");
+
+        // Another context has its own state.
+        let ctx = a.post(&format!("/v1/sandboxes/{id}/contexts"), json!({"language": "python"})).await.ok(201);
+        let ctx_id = ctx["id"].as_str().expect("id").to_owned();
+        assert_eq!((ctx["language"].as_str(), ctx["state"].as_str()), (Some("python"), Some("ready")), "{ctx:#}");
+        let other = cell(&a, &id, json!({"code": "x", "context": ctx_id})).await;
+        assert_eq!(other["status"], "error", "{other:#}");
+        assert_eq!(other["error"]["name"], "NameError", "{other:#}");
+
+        // An exception: its name, value and traceback; the context still works.
+        let raised = cell(&a, &id, json!({"code": "1 / 0"})).await;
+        assert_eq!(
+            (raised["status"].as_str(), raised["error"]["name"].as_str(), raised["error"]["value"].as_str()),
+            (Some("error"), Some("ZeroDivisionError"), Some("division by zero")),
+            "{raised:#}"
+        );
+        assert!(raised["error"]["traceback"].as_str().is_some_and(|t| t.contains("ZeroDivisionError")), "{raised:#}");
+        assert_eq!(main_text(&cell(&a, &id, json!({"code": "x"})).await), "1");
+
+        // Output streams while the cell runs: the cell waits for a file the test makes only after
+        // it has seen the first line.
+        let resp = a
+            .request(Method::POST, &format!("/v1/sandboxes/{id}/code"))
+            .header("accept", NDJSON)
+            .json(&json!({"code": "import os, time\nprint('first', flush=True)\nwhile not os.path.exists('/tmp/go'):\n    time.sleep(0.02)\nprint('second')"}))
+            .send()
+            .await
+            .expect("answered");
+        assert_eq!(resp.status(), 200);
+        let mut lines = Lines::new(resp);
+        let started = lines.next_within(SOON).await.expect("started");
+        assert_eq!((started["type"].as_str(), started["context"].as_str()), (Some("started"), Some("python")), "{started}");
+        loop {
+            let event = lines.next_within(SOON).await.expect("an event before the end");
+            assert_ne!(event["type"], "end", "the cell ended before the test let it: {event}");
+            if event["type"] == "stdout" {
+                assert_eq!(event["text"], "first\n", "{event}");
+                break;
+            }
+        }
+        a.sh(&id, "touch /tmp/go").await;
+        let rest = lines.rest(SOON).await;
+        let out: String = rest.iter().filter(|e| e["type"] == "stdout").filter_map(|e| e["text"].as_str()).collect();
+        assert_eq!(out, "second\n", "{rest:?}");
+        assert_eq!(rest.last().map(|e| (e["type"].clone(), e["status"].clone())), Some((json!("end"), json!("ok"))), "{rest:?}");
+
+        // A runaway cell is interrupted at its time limit; the kernel and its state live on.
+        let spun = cell(&a, &id, json!({"code": "while True: pass", "timeout_ms": 500})).await;
+        assert_eq!(spun["status"], "timed_out", "{spun:#}");
+        assert_eq!(main_text(&cell(&a, &id, json!({"code": "x + 41"})).await), "42");
+
+        // Rich results: a DataFrame as HTML and text, a matplotlib figure as PNG without show().
+        let frame = cell(&a, &id, json!({"code": "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})"})).await;
+        let main = frame["results"].as_array().and_then(|r| r.iter().find(|r| r["is_main_result"] == true)).cloned().expect("main");
+        assert!(main["html"].as_str().is_some_and(|h| h.contains("<table")), "{frame:#}");
+        assert!(main["text"].as_str().is_some_and(|t| t.contains('a') && t.contains('4')), "{frame:#}");
+        let plot = cell(&a, &id, json!({"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [4, 1, 9])\nplt.title('t')"})).await;
+        let png = plot["results"]
+            .as_array()
+            .and_then(|r| r.iter().find_map(|r| r["png"].as_str()))
+            .unwrap_or_else(|| panic!("no PNG: {plot:#}"));
+        use base64::Engine as _;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(png.trim()).expect("base64");
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+
+        // A kernel cannot reach what a shell in the sandbox cannot: the server's own loopback port.
+        let port = a.base.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse::<u16>().ok()).expect("the server's port");
+        let refused = cell(&a, &id, json!({"code": format!("import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=5)")})).await;
+        assert_eq!(refused["error"]["name"], "ConnectionRefusedError", "{refused:#}");
+        let shell = a.exec_json(&id, json!({"shell": format!("exec 3<>/dev/tcp/127.0.0.1/{port}")})).await;
+        assert_ne!(shell["exit"]["exit_code"], 0, "{shell:#}");
+
+        // A killed kernel: the context is dead until restarted; a restart loses its state.
+        let pid = a.get(&format!("/v1/sandboxes/{id}/contexts")).await.ok(200)["contexts"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["id"] == "python"))
+            .and_then(|c| c["pid"].as_u64())
+            .expect("the python context's pid");
+        a.sh(&id, &format!("kill -9 {pid}")).await;
+        let after = Client::send(
+            a.request(Method::POST, &format!("/v1/sandboxes/{id}/code"))
+                .header("accept", JSON)
+                .json(&json!({"code": "x"})),
+        )
+        .await;
+        if after.status == 200 {
+            assert_eq!(after.json()["status"], "kernel_died", "{after:?}");
+            let list = a.get(&format!("/v1/sandboxes/{id}/contexts")).await.ok(200);
+            assert!(list["contexts"].as_array().expect("contexts").iter().any(|c| c["id"] == "python" && c["state"] == "dead"), "{list:#}");
+        } else {
+            after.err(422, "kernel_unavailable");
+        }
+        let restarted = a.post(&format!("/v1/sandboxes/{id}/contexts/python/restart"), json!({})).await.ok(200);
+        assert_eq!(restarted["state"], "ready", "{restarted:#}");
+        assert_ne!(restarted["pid"].as_u64(), Some(pid));
+        assert_eq!(cell(&a, &id, json!({"code": "x"})).await["error"]["name"], "NameError");
+        assert_eq!(main_text(&cell(&a, &id, json!({"code": "1 + 1"})).await), "2");
+
+        // Contexts: listed, removed, then unknown.
+        let list = a.get(&format!("/v1/sandboxes/{id}/contexts")).await.ok(200);
+        let ids: Vec<&str> = list["contexts"].as_array().expect("contexts").iter().filter_map(|c| c["id"].as_str()).collect();
+        assert_eq!(ids, ["python", ctx_id.as_str()], "{list:#}");
+        a.delete(&format!("/v1/sandboxes/{id}/contexts/{ctx_id}")).await.ok(204);
+        a.post(&format!("/v1/sandboxes/{id}/code"), json!({"code": "1", "context": ctx_id}))
+            .await
+            .err(404, "context_not_found");
+        a.delete(&format!("/v1/sandboxes/{id}/contexts/{ctx_id}")).await.err(404, "context_not_found");
+
+        // Bad input.
+        let bad = a.post(&format!("/v1/sandboxes/{id}/code"), json!({"code": "1", "language": "cobol"})).await.err(400, "invalid_request");
+        assert_eq!(bad["field"], "language", "{bad}");
+        let bad = a
+            .post(&format!("/v1/sandboxes/{id}/code"), json!({"code": "1", "language": "python", "context": "python"}))
+            .await
+            .err(400, "invalid_request");
+        assert_eq!(bad["field"], "context", "{bad}");
+        a.post(&format!("/v1/sandboxes/{id}/code"), json!({"code": "1", "timeout_ms": 0})).await.err(400, "invalid_request");
+
+        // Another tenant sees nothing.
+        let b = h.admin.new_tenant("code-other").await;
+        b.get(&format!("/v1/sandboxes/{id}/contexts")).await.err(404, "sandbox_not_found");
+        b.post(&format!("/v1/sandboxes/{id}/code"), json!({"code": "1"})).await.err(404, "sandbox_not_found");
+
+        // Every cell is an audit row with its context and the code's hash.
+        let rows = a.audit_rows(&[("action", "code.run")]).await;
+        let sha = hex::encode(sha2::Sha256::digest(b"x = 1"));
+        assert!(
+            rows.iter().any(|r| r["detail"]["code_sha256"] == sha.as_str() && r["detail"]["context"] == "python"),
+            "{rows:#?}"
+        );
+        assert!(rows.len() >= 14, "{} rows", rows.len());
+        let contexts = a.audit_rows(&[("action", "code.context")]).await;
+        let ops: Vec<&str> = contexts.iter().filter_map(|r| r["detail"]["op"].as_str()).collect();
+        assert_eq!(ops, ["create", "create", "restart", "delete"], "{contexts:#?}");
+    });
+}
