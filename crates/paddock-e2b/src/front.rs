@@ -33,6 +33,7 @@ struct Doors {
     v1: Router,
     control: Router,
     envd: Router,
+    interpreter: Router,
 }
 
 /// The router of the whole listener: sandbox traffic (by `E2b-Sandbox-Id` or a per-sandbox host),
@@ -46,6 +47,7 @@ pub fn front_with(state: E2bState, v1: Router) -> Router {
     let doors = Doors {
         control: control::router(state.clone()),
         envd: envd::router(state.clone()),
+        interpreter: crate::interpreter::router(state.clone()),
         state,
         v1,
     };
@@ -58,6 +60,11 @@ async fn dispatch(State(doors): State<Arc<Doors>>, req: Request<Body>) -> Respon
             let mut req = req;
             req.extensions_mut().insert(target);
             oneshot(doors.envd.clone(), req).await
+        }
+        Some(Ok(target)) if target.port == crate::interpreter::INTERPRETER_PORT => {
+            let mut req = req;
+            req.extensions_mut().insert(target);
+            oneshot(doors.interpreter.clone(), req).await
         }
         Some(Ok(target)) => crate::ports::proxy(&doors.state, target, req).await,
         Some(Err(TargetError::BadId(id))) => ProxyError::NotFound { sandbox_id: id }.into_response(),

@@ -6,7 +6,9 @@
 //! - **sandbox traffic**: a request naming a sandbox (the `E2b-Sandbox-Id` and `E2b-Sandbox-Port`
 //!   headers, or a `Host` of the form `<port>-<sandbox id>.<domain>`) goes to that sandbox: port
 //!   49983 is envd's protocol ([`envd`]: Connect-RPC process and filesystem services, `/files`,
-//!   `/health`, `/envs`), answered here from the service; any other port is proxied into the
+//!   `/health`, `/envs`), answered here from the service; port 49999 is the code interpreter's
+//!   server ([`interpreter`]: `/execute`, `/contexts`) on the service's code contexts; any other port
+//!   is proxied into the
 //!   sandbox's network namespace. Authorised by the sandbox's access tokens ([`tokens`]), not by an
 //!   API key (the SDKs send none there).
 //! - **E2B's control plane** ([`control`]): `/sandboxes`, `/v2/sandboxes`, `/snapshots`, `/templates`,
@@ -22,6 +24,7 @@ pub mod control;
 pub mod envd;
 mod error;
 mod front;
+pub mod interpreter;
 pub mod ports;
 mod state;
 mod target;

@@ -43,7 +43,13 @@ impl Setup {
         // Beside the state directory, never in it (the server only takes over an empty one).
         let files = tempfile::tempdir().expect("a directory for the configuration");
         let config = files.path().join("serve.toml");
-        std::fs::write(&config, format!("[e2b]\ndomain = \"{DOMAIN}\"\n")).expect("write the configuration");
+        // `code-interpreter-v1` (the code interpreter SDK's default template): the host's root, whose
+        // Python has the kernels (scripts/install-deps.sh).
+        std::fs::write(
+            &config,
+            format!("[e2b]\ndomain = \"{DOMAIN}\"\n[templates.code-interpreter-v1]\nrootfs = \"host\"\n"),
+        )
+        .expect("write the configuration");
         let server = Server::start(&env, &["--config", config.to_str().expect("utf-8 path")], "info");
         let api = server.api();
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -107,6 +113,10 @@ fn run_suite(setup: &Setup, mut cmd: Command, what: &str) {
 }
 
 fn python_suite(venv: &str) {
+    python_file(venv, "test_sdk.py");
+}
+
+fn python_file(venv: &str, file: &str) {
     let python = workspace()
         .join("target/e2b-clients")
         .join(venv)
@@ -126,7 +136,7 @@ fn python_suite(venv: &str) {
         "-q",
         "-rfE",
         "--maxfail=50",
-        "test_sdk.py",
+        file,
     ]);
     run_suite(&setup, cmd, &format!("the E2B Python SDK suite ({venv})"));
     setup.finish();
@@ -135,6 +145,11 @@ fn python_suite(venv: &str) {
 #[test]
 fn python_sdk_newest() {
     python_suite("python-newest");
+}
+
+#[test]
+fn python_code_interpreter_sdk() {
+    python_file("python-interpreter", "test_code_interpreter.py");
 }
 
 #[test]

@@ -1,0 +1,85 @@
+"""`e2b-code-interpreter` (Python, pinned in requirements-interpreter.txt) against paddock's
+interpreter door (port 49999 of a sandbox): cells keep state, callbacks stream output, errors,
+contexts, rich results, client-side timeouts, and create-time environment variables.
+
+The server's `code-interpreter-v1` template is the host's root (its Python has ipykernel,
+matplotlib and pandas: scripts/install-deps.sh). Run through `cargo nextest run -p paddock --test
+e2e e2b::`.
+"""
+
+import pytest
+from e2b import TimeoutException
+from e2b_code_interpreter import Sandbox
+
+
+@pytest.fixture
+def sandbox():
+    sbx = Sandbox.create(timeout=120)
+    try:
+        yield sbx
+    finally:
+        try:
+            sbx.kill()
+        except Exception:
+            pass
+
+
+def test_state_results_and_streamed_callbacks(sandbox):
+    sandbox.run_code("x = 1")
+    execution = sandbox.run_code("x + 1")
+    assert execution.text == "2"
+    assert execution.execution_count == 2
+    seen = []
+    execution = sandbox.run_code(
+        "print('hello')\nimport sys\nprint('oops', file=sys.stderr)",
+        on_stdout=lambda m: seen.append(("out", m.line)),
+        on_stderr=lambda m: seen.append(("err", m.line)),
+    )
+    assert ("out", "hello\n") in seen and ("err", "oops\n") in seen
+    assert execution.logs.stdout == ["hello\n"]
+    assert execution.logs.stderr == ["oops\n"]
+
+
+def test_errors_keep_the_context_usable(sandbox):
+    execution = sandbox.run_code("1 / 0")
+    assert execution.error is not None
+    assert execution.error.name == "ZeroDivisionError"
+    assert execution.error.value == "division by zero"
+    assert "ZeroDivisionError" in execution.error.traceback
+    assert sandbox.run_code("40 + 2").text == "42"
+
+
+def test_contexts_are_separate_and_can_be_restarted_and_removed(sandbox):
+    context = sandbox.create_code_context(language="python")
+    assert context.language == "python"
+    sandbox.run_code("y = 5", context=context)
+    assert sandbox.run_code("y", context=context).text == "5"
+    assert sandbox.run_code("'y' in dir()").text == "False"
+    assert context.id in [c.id for c in sandbox.list_code_contexts()]
+    sandbox.restart_code_context(context)
+    assert sandbox.run_code("y", context=context).error.name == "NameError"
+    sandbox.remove_code_context(context)
+    assert context.id not in [c.id for c in sandbox.list_code_contexts()]
+
+
+def test_a_figure_and_a_dataframe(sandbox):
+    execution = sandbox.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.show()")
+    assert any(r.png for r in execution.results), execution
+    execution = sandbox.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
+    assert "<table" in execution.results[0].html
+    assert execution.results[0].is_main_result
+
+
+def test_a_timeout_interrupts_the_cell_and_the_context_lives(sandbox):
+    sandbox.run_code("z = 3")
+    with pytest.raises(TimeoutException):
+        sandbox.run_code("while True: pass", timeout=2)
+    assert sandbox.run_code("z").text == "3"
+
+
+def test_create_time_env_vars_reach_the_kernel():
+    sbx = Sandbox.create(timeout=120, envs={"PADDOCK_GREETING": "hi"})
+    try:
+        assert sbx.run_code("import os; os.environ['PADDOCK_GREETING']").text == "'hi'"
+    finally:
+        sbx.kill()
