@@ -17,6 +17,7 @@ mod connection;
 mod dispatch;
 mod error_code;
 mod files;
+mod kernel;
 mod lookup_user;
 mod outbound;
 mod process;
