@@ -4,8 +4,9 @@
 //!
 //! A cell is an `execute_request` on shell; the iopub messages whose parent is that request become
 //! its events, and it ends once both its `execute_reply` arrived and iopub said `idle` for it. On
-//! its time limit the kernel gets `SIGINT` and the cell ends `timed_out` once the kernel finished it
-//! (or after [`INTERRUPT_GRACE`]); later cells ignore its leftovers, as they ignore every message
+//! its time limit the kernel gets `SIGINT` (repeated until it answers) and the cell ends `timed_out`
+//! once the kernel finished it; a kernel still running it after [`INTERRUPT_GRACE`] is marked dead.
+//! Later cells ignore its leftovers, as they ignore every message
 //! whose parent is not their own request. Between cells iopub is still read (and dropped), so a
 //! kernel printing from a background thread cannot fill anything.
 //!
@@ -26,12 +27,17 @@ use super::relay::Relay;
 use super::{final_status, Kernel};
 use crate::outbound::Outbound;
 
-/// How long a timed-out cell's kernel may take to stop after `SIGINT`.
+/// How often `SIGINT` is repeated while a timed-out cell has not stopped.
+const RESIGNAL: Duration = Duration::from_millis(500);
+/// How long a timed-out cell's kernel may take to stop after `SIGINT`; beyond it the kernel is
+/// marked dead.
 pub(crate) const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
 /// Time between heartbeats.
 const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 /// How long one heartbeat may take.
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Times a cell is sent again when the kernel aborted it before running it.
+const ABORTED_RESENDS: u32 = 3;
 /// Missed heartbeats in a row after which the kernel counts as dead.
 const HEARTBEAT_MISSES: u32 = 3;
 
@@ -84,6 +90,10 @@ struct Progress {
     reply_ok: Option<bool>,
     idle: bool,
     timed_out: bool,
+    /// The kernel began running it (`execute_input`).
+    started: bool,
+    /// Times it was sent again after an `aborted` reply.
+    resent: u32,
     /// When the timed-out cell is given up on.
     grace: Option<Instant>,
 }
@@ -120,7 +130,7 @@ async fn execute(
         allow_stdin: false,
         stop_on_error: true,
     };
-    let msg_id = match client.send_shell(request).await {
+    let mut msg_id = match client.send_shell(request.clone()).await {
         Ok(msg_id) => msg_id,
         Err(err) => {
             kernel.mark_dead(&format!("sending execute_request failed: {err}"));
@@ -141,19 +151,36 @@ async fn execute(
         if let (Some(ok), true) = (progress.reply_ok, progress.idle) {
             return final_status(ok, progress.timed_out, interrupted());
         }
-        let wake = progress.grace.or(deadline.filter(|_| !progress.timed_out));
+        let wake = match progress.grace {
+            Some(grace) => Some(grace.min(Instant::now() + RESIGNAL)),
+            None => deadline,
+        };
         tokio::select! {
             (channel, received) = client.recv() => match received {
                 Ok(Received::Message(Incoming { parent: Some(parent), content })) if parent == msg_id => {
                     match (channel, content) {
                         (Channel::Shell, content) if content.message_type() == "execute_reply" => {
-                            progress.reply_ok = Some(reply_ok(&content));
+                            let status = reply_status(&content);
+                            if status == "aborted" && !progress.started && progress.resent < ABORTED_RESENDS {
+                                // ipykernel aborts requests that arrive in the moment after an error
+                                // (its `stop_on_error` window), even though this one was sent after
+                                // the failed cell ended: the code never ran, so send it again.
+                                progress.resent += 1;
+                                progress.idle = false;
+                                match client.send_shell(request.clone()).await {
+                                    Ok(id) => msg_id = id,
+                                    Err(err) => kernel.mark_dead(&format!("sending execute_request failed: {err}")),
+                                }
+                                continue;
+                            }
+                            progress.reply_ok = Some(status == "ok");
                         }
                         (Channel::Shell, _) => {}
                         (Channel::IoPub, JupyterMessageContent::Status(status)) => {
                             progress.idle |= status.execution_state == ExecutionState::Idle;
                         }
                         (Channel::IoPub, content) => {
+                            progress.started |= matches!(content, JupyterMessageContent::ExecuteInput(_));
                             // Read now: the interrupt may have been requested while this waited.
                             let interrupted = interrupted();
                             relay.relay_message(content, interrupted).await;
@@ -167,28 +194,44 @@ async fn execute(
             () = &mut exited => {}
             () = &mut died => {}
             () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
-                if progress.grace.is_some() {
-                    tracing::info!(cell_id, "kernel did not finish a timed-out cell after SIGINT");
-                    return CellStatus::TimedOut;
+                match progress.grace {
+                    Some(grace) if Instant::now() >= grace => {
+                        // It would still be running its old cell when the next one came.
+                        kernel.mark_dead("it did not stop a timed-out cell after SIGINT");
+                        return CellStatus::TimedOut;
+                    }
+                    None => {
+                        progress.timed_out = true;
+                        progress.grace = Some(Instant::now() + INTERRUPT_GRACE);
+                    }
+                    Some(_) => {}
                 }
-                progress.timed_out = true;
-                progress.grace = Some(Instant::now() + INTERRUPT_GRACE);
-                if let Err(err) = send_signal(kernel.pid(), libc::SIGINT) {
-                    tracing::warn!(cell_id, error = %err, "interrupting a timed-out cell failed");
+                // Again until the kernel answers: a SIGINT that arrived before the kernel began
+                // running the cell (ipykernel ignores SIGINT between requests) is lost.
+                if progress.reply_ok.is_none() {
+                    if let Err(err) = send_signal(kernel.pid(), libc::SIGINT) {
+                        tracing::warn!(cell_id, error = %err, "interrupting a timed-out cell failed");
+                    }
                 }
             }
         }
     }
 }
 
-/// Whether an `execute_reply` says `ok` (typed, or kept untyped because its shape was odd).
-fn reply_ok(content: &JupyterMessageContent) -> bool {
+/// The `status` of an `execute_reply` (typed, or kept untyped because its shape was odd).
+fn reply_status(content: &JupyterMessageContent) -> &str {
     match content {
-        JupyterMessageContent::ExecuteReply(reply) => reply.status == ReplyStatus::Ok,
-        JupyterMessageContent::UnknownMessage(unknown) => {
-            unknown.content.get("status").and_then(|s| s.as_str()) == Some("ok")
-        }
-        _ => false,
+        JupyterMessageContent::ExecuteReply(reply) => match reply.status {
+            ReplyStatus::Ok => "ok",
+            ReplyStatus::Error => "error",
+            ReplyStatus::Aborted => "aborted",
+        },
+        JupyterMessageContent::UnknownMessage(unknown) => unknown
+            .content
+            .get("status")
+            .and_then(|s| s.as_str())
+            .unwrap_or("error"),
+        _ => "error",
     }
 }
 
