@@ -1,4 +1,5 @@
-//! The agent's shared state: the confined root, the default user and the process table. The agent
+//! The agent's shared state: the confined root, the default user, the process table, watches and
+//! kernels. The agent
 //! runs on one thread (a tokio current-thread runtime with a `LocalSet`), so the state lives in an
 //! `Rc` with `RefCell`s, and no borrow is ever held across an `.await`.
 
@@ -10,6 +11,7 @@ use paddock_protocol::{AgentError, ErrorCode};
 use paddock_sys::fs_in_root::{Owner, Root};
 
 use crate::error_code::agent_error;
+use crate::kernel::Kernels;
 use crate::lookup_user::{lookup_user, User};
 use crate::process::kill_tree::kill_tree;
 use crate::process::table::{Process, ProcessTable};
@@ -27,6 +29,8 @@ pub(crate) struct Agent {
     pub(crate) processes: RefCell<ProcessTable>,
     /// Directory watches.
     pub(crate) watcher: Watcher,
+    /// Code kernels.
+    pub(crate) kernels: Kernels,
     next_conn: Cell<u64>,
 }
 
@@ -38,6 +42,7 @@ impl Agent {
             default_user,
             processes: RefCell::new(ProcessTable::default()),
             watcher: Watcher::default(),
+            kernels: Kernels::default(),
             next_conn: Cell::new(1),
         }
     }

@@ -1,5 +1,5 @@
 //! Answering requests once the handshake is done: process requests here, file requests in
-//! `files/`, watches in `watch/`.
+//! `files/`, watches in `watch/`, code kernels in `kernel/`.
 
 use std::rc::Rc;
 
@@ -15,6 +15,7 @@ use crate::files::remove::remove;
 use crate::files::rename::rename;
 use crate::files::stat::stat;
 use crate::files::write_file::{write_file, WriteFile};
+use crate::kernel::{execute_cell, interrupt_kernel, shutdown_kernel, start_kernel};
 use crate::outbound::{Answer, ConnectionClosed, Outbound};
 use crate::process::attach::{add_cursors, start_forwarding};
 use crate::process::kill_tree::kill_tree;
@@ -73,6 +74,16 @@ pub(crate) async fn handle_request(
         }
         Request::WriteStdin { pid, close } => queue_stdin(agent, out, id, pid, close, payload).await,
         Request::Watch { path, recursive } => start_watch(agent, out, id, &path, recursive).await,
+        Request::KernelStart(start) => start_kernel(agent, out, id, start).await,
+        Request::KernelExecute {
+            kernel_id,
+            code,
+            timeout_ms,
+        } => {
+            out.answer(id, execute_cell(agent, out, &kernel_id, code, timeout_ms))
+                .await
+        }
+        Request::KernelShutdown { kernel_id } => shutdown_kernel(agent, out, id, &kernel_id).await,
         other => {
             out.answer(id, answer(agent, out.conn_id(), other, &payload))
                 .await
@@ -224,18 +235,17 @@ fn answer(agent: &Agent, conn: u64, request: Request, payload: &[u8]) -> Answer 
         }
         Request::Unwatch { watch_id } => unwatch(agent, conn, watch_id),
         Request::Prefetch { paths } => crate::files::prefetch::prefetch(agent, &paths),
-        Request::KernelStart(_)
-        | Request::KernelExecute { .. }
-        | Request::KernelInterrupt { .. }
-        | Request::KernelShutdown { .. } => Err(agent_error(
-            ErrorCode::BadRequest,
-            "this agent cannot run code kernels yet",
-        )),
+        Request::KernelInterrupt { kernel_id } => interrupt_kernel(agent, &kernel_id),
         Request::Hello { .. }
         | Request::Spawn(_)
         | Request::Attach { .. }
         | Request::WriteStdin { .. }
-        | Request::Watch { .. } => Err(agent_error(ErrorCode::BadRequest, "request handled elsewhere")),
+        | Request::Watch { .. }
+        | Request::KernelStart(_)
+        | Request::KernelExecute { .. }
+        | Request::KernelShutdown { .. } => {
+            Err(agent_error(ErrorCode::BadRequest, "request handled elsewhere"))
+        }
     }
 }
 

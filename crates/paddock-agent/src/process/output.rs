@@ -99,6 +99,13 @@ impl OutputStream {
         self.ring.borrow().buf.len()
     }
 
+    /// A copy of the last `max` bytes received (for a kernel's stderr in an error message).
+    pub(crate) fn tail(&self, max: usize) -> Vec<u8> {
+        let ring = self.ring.borrow();
+        let len = ring.buf.len().min(max);
+        copy_range(&ring.buf, ring.buf.len() - len, len)
+    }
+
     /// Registers (or moves) the cursor of connection `conn` at `from`, clamped to the buffered range;
     /// returns where it was placed.
     pub(crate) fn add_cursor(&self, conn: u64, from: u64) -> u64 {

@@ -6,6 +6,7 @@ mod harness;
 
 mod files;
 mod handshake;
+mod kernels;
 mod output;
 mod processes;
 mod watch;

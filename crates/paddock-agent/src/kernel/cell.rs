@@ -1,0 +1,263 @@
+//! Running a kernel's cells, one at a time: each kernel has one runner task that owns its shell and
+//! iopub sockets and takes cells from a bounded queue, so a later cell waits for the earlier one
+//! while cells of other kernels run concurrently. Also the heartbeat watch.
+//!
+//! A cell is an `execute_request` on shell; the iopub messages whose parent is that request become
+//! its events, and it ends once both its `execute_reply` arrived and iopub said `idle` for it. On
+//! its time limit the kernel gets `SIGINT` (repeated until it answers) and the cell ends `timed_out`
+//! once the kernel finished it; a kernel still running it after [`INTERRUPT_GRACE`] is marked dead.
+//! Later cells ignore its leftovers, as they ignore every message
+//! whose parent is not their own request. Between cells iopub is still read (and dropped), so a
+//! kernel printing from a background thread cannot fill anything.
+//!
+//! What it does not do: restart the kernel, or time out a cell that has no limit (a cell may run
+//! as long as the kernel lives; `KernelInterrupt` and `KernelShutdown` end it).
+
+use std::rc::{Rc, Weak};
+use std::time::Duration;
+
+use jupyter_protocol::{ExecuteRequest, ExecutionState, JupyterMessageContent, ReplyStatus};
+use paddock_protocol::kernel::CellStatus;
+use paddock_sys::reap::send_signal;
+use tokio::sync::mpsc;
+use tokio::time::{sleep_until, Instant};
+
+use super::connection::{heartbeat, Channel, Incoming, KernelClient, Received};
+use super::relay::Relay;
+use super::{final_status, Kernel};
+use crate::outbound::Outbound;
+
+/// How often `SIGINT` is repeated while a timed-out cell has not stopped.
+const RESIGNAL: Duration = Duration::from_millis(500);
+/// How long a timed-out cell's kernel may take to stop after `SIGINT`; beyond it the kernel is
+/// marked dead.
+pub(crate) const INTERRUPT_GRACE: Duration = Duration::from_secs(5);
+/// Time between heartbeats.
+const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+/// How long one heartbeat may take.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Times a cell is sent again when the kernel aborted it before running it.
+const ABORTED_RESENDS: u32 = 3;
+/// Missed heartbeats in a row after which the kernel counts as dead.
+const HEARTBEAT_MISSES: u32 = 3;
+
+/// One queued cell.
+#[derive(Debug)]
+pub(crate) struct CellJob {
+    pub(crate) cell_id: u64,
+    pub(crate) code: String,
+    pub(crate) timeout_ms: Option<u64>,
+    pub(crate) out: Outbound,
+}
+
+/// The kernel's runner: takes cells in order until the kernel is dead and the queue closed; cells
+/// queued on a dead kernel end `kernel_died` at once.
+pub(crate) async fn run_cells(
+    kernel: Rc<Kernel>,
+    mut client: KernelClient,
+    mut jobs: mpsc::Receiver<CellJob>,
+) {
+    let mut reading = true;
+    loop {
+        let job = if reading && kernel.dead_reason().is_none() {
+            tokio::select! {
+                job = jobs.recv() => job,
+                (_, received) = client.recv() => {
+                    reading = received.is_ok();
+                    continue;
+                }
+            }
+        } else {
+            jobs.recv().await
+        };
+        let Some(job) = job else {
+            return;
+        };
+        if !reading {
+            kernel.mark_dead("its sockets closed");
+        }
+        if kernel.dead_reason().is_some() {
+            Relay::new(job.cell_id, job.out).end(CellStatus::KernelDied).await;
+            continue;
+        }
+        run_cell(&kernel, &mut client, job).await;
+    }
+}
+
+/// What has been seen of a running cell.
+#[derive(Debug, Default)]
+struct Progress {
+    reply_ok: Option<bool>,
+    idle: bool,
+    timed_out: bool,
+    /// The kernel began running it (`execute_input`).
+    started: bool,
+    /// Times it was sent again after an `aborted` reply.
+    resent: u32,
+    /// When the timed-out cell is given up on.
+    grace: Option<Instant>,
+}
+
+/// Runs one cell to its end.
+async fn run_cell(kernel: &Kernel, client: &mut KernelClient, job: CellJob) {
+    let CellJob {
+        cell_id,
+        code,
+        timeout_ms,
+        out,
+    } = job;
+    let mut relay = Relay::new(cell_id, out);
+    kernel.running_cell.set(Some(cell_id));
+    let status = execute(kernel, client, &mut relay, code, timeout_ms).await;
+    kernel.running_cell.set(None);
+    kernel.interrupted_cell.set(None);
+    relay.end(status).await;
+}
+
+async fn execute(
+    kernel: &Kernel,
+    client: &mut KernelClient,
+    relay: &mut Relay,
+    code: String,
+    timeout_ms: Option<u64>,
+) -> CellStatus {
+    let cell_id = kernel.running_cell.get();
+    let request = ExecuteRequest {
+        code,
+        silent: false,
+        store_history: true,
+        user_expressions: None,
+        allow_stdin: false,
+        stop_on_error: true,
+    };
+    let mut msg_id = match client.send_shell(request.clone()).await {
+        Ok(msg_id) => msg_id,
+        Err(err) => {
+            kernel.mark_dead(&format!("sending execute_request failed: {err}"));
+            return CellStatus::KernelDied;
+        }
+    };
+    let deadline = timeout_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
+    let exited = kernel.process.exit_notified();
+    let died = kernel.died.notified();
+    tokio::pin!(exited, died);
+    let mut progress = Progress::default();
+    loop {
+        if kernel.dead_reason().is_some() {
+            return CellStatus::KernelDied;
+        }
+        let interrupted =
+            || progress.timed_out || (cell_id.is_some() && kernel.interrupted_cell.get() == cell_id);
+        if let (Some(ok), true) = (progress.reply_ok, progress.idle) {
+            return final_status(ok, progress.timed_out, interrupted());
+        }
+        let wake = match progress.grace {
+            Some(grace) => Some(grace.min(Instant::now() + RESIGNAL)),
+            None => deadline,
+        };
+        tokio::select! {
+            (channel, received) = client.recv() => match received {
+                Ok(Received::Message(Incoming { parent: Some(parent), content })) if parent == msg_id => {
+                    match (channel, content) {
+                        (Channel::Shell, content) if content.message_type() == "execute_reply" => {
+                            let status = reply_status(&content);
+                            if status == "aborted" && !progress.started && progress.resent < ABORTED_RESENDS {
+                                // ipykernel aborts requests that arrive in the moment after an error
+                                // (its `stop_on_error` window), even though this one was sent after
+                                // the failed cell ended: the code never ran, so send it again.
+                                progress.resent += 1;
+                                progress.idle = false;
+                                match client.send_shell(request.clone()).await {
+                                    Ok(id) => msg_id = id,
+                                    Err(err) => kernel.mark_dead(&format!("sending execute_request failed: {err}")),
+                                }
+                                continue;
+                            }
+                            progress.reply_ok = Some(status == "ok");
+                        }
+                        (Channel::Shell, _) => {}
+                        (Channel::IoPub, JupyterMessageContent::Status(status)) => {
+                            progress.idle |= status.execution_state == ExecutionState::Idle;
+                        }
+                        (Channel::IoPub, content) => {
+                            progress.started |= matches!(content, JupyterMessageContent::ExecuteInput(_));
+                            // Read now: the interrupt may have been requested while this waited.
+                            let interrupted = interrupted();
+                            relay.relay_message(content, interrupted).await;
+                        }
+                    }
+                }
+                Ok(Received::Dropped { len }) if channel == Channel::IoPub => relay.count_dropped(len),
+                Ok(_) => {}
+                Err(err) => kernel.mark_dead(&err.to_string()),
+            },
+            () = &mut exited => {}
+            () = &mut died => {}
+            () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
+                match progress.grace {
+                    Some(grace) if Instant::now() >= grace => {
+                        // It would still be running its old cell when the next one came.
+                        kernel.mark_dead("it did not stop a timed-out cell after SIGINT");
+                        return CellStatus::TimedOut;
+                    }
+                    None => {
+                        progress.timed_out = true;
+                        progress.grace = Some(Instant::now() + INTERRUPT_GRACE);
+                    }
+                    Some(_) => {}
+                }
+                // Again until the kernel answers: a SIGINT that arrived before the kernel began
+                // running the cell (ipykernel ignores SIGINT between requests) is lost.
+                if progress.reply_ok.is_none() {
+                    if let Err(err) = send_signal(kernel.pid(), libc::SIGINT) {
+                        tracing::warn!(cell_id, error = %err, "interrupting a timed-out cell failed");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The `status` of an `execute_reply` (typed, or kept untyped because its shape was odd).
+fn reply_status(content: &JupyterMessageContent) -> &str {
+    match content {
+        JupyterMessageContent::ExecuteReply(reply) => match reply.status {
+            ReplyStatus::Ok => "ok",
+            ReplyStatus::Error => "error",
+            ReplyStatus::Aborted => "aborted",
+        },
+        JupyterMessageContent::UnknownMessage(unknown) => unknown
+            .content
+            .get("status")
+            .and_then(|s| s.as_str())
+            .unwrap_or("error"),
+        _ => "error",
+    }
+}
+
+/// Pings the kernel every [`HEARTBEAT_INTERVAL`]; after [`HEARTBEAT_MISSES`] missed answers in a
+/// row the kernel is marked dead (its running cell ends `kernel_died`). Ends with the kernel.
+pub(crate) async fn watch_heartbeat(kernel: Weak<Kernel>) {
+    let mut missed = 0;
+    loop {
+        tokio::time::sleep(HEARTBEAT_INTERVAL).await;
+        let Some(info) = kernel
+            .upgrade()
+            .filter(|k| k.dead_reason().is_none())
+            .map(|k| k.info.clone())
+        else {
+            return;
+        };
+        if heartbeat(&info, HEARTBEAT_TIMEOUT).await {
+            missed = 0;
+            continue;
+        }
+        missed += 1;
+        if missed >= HEARTBEAT_MISSES {
+            if let Some(kernel) = kernel.upgrade() {
+                kernel.mark_dead("it stopped answering heartbeats");
+            }
+            return;
+        }
+    }
+}
