@@ -4,8 +4,10 @@
 //! onto `SandboxService::{run_code, create_context, ...}` (same tenant checks, audit rows and
 //! bounds as `/v1/sandboxes/{id}/code`).
 //!
-//! Requests are authorised by the sandbox's envd access token, as E2B's are. Errors are plain
-//! text with E2B's statuses (the SDK turns 404 into `NotFoundException` and shows other bodies).
+//! Access is that of the sandbox's other ports (the SDK sends the envd access token with `/execute`
+//! but nothing with `/contexts`): the envd access token, or, for a sandbox whose ports are public,
+//! nothing, else its traffic access token. Errors are plain text with E2B's statuses (the SDK turns
+//! 404 into `NotFoundException` and shows other bodies).
 //!
 //! What it does not do: per-execution environment variables (`env_vars`: refused with 400 until
 //! kernels can apply and undo them), or languages paddock has no kernel for (400 naming the known
@@ -23,8 +25,68 @@ use paddock_types::api::{CodeEvent, CodeResult, ContextInfo, CreateContextReques
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::envd::{EnvdCaller, SandboxOnly};
-use crate::E2bState;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use paddock_control::Principal;
+use paddock_types::SandboxId;
+
+use crate::envd::ACCESS_TOKEN_HEADER;
+use crate::ports::TRAFFIC_TOKEN_HEADER;
+use crate::tokens::TokenKind;
+use crate::{E2bState, ProxyError, SandboxTarget};
+
+/// A request to the interpreter of a running sandbox the caller may reach (see the module docs).
+#[derive(Debug)]
+struct Caller {
+    id: SandboxId,
+    principal: Principal,
+}
+
+impl FromRequestParts<E2bState> for Caller {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &E2bState) -> Result<Self, Self::Rejection> {
+        let target = parts
+            .extensions
+            .get::<SandboxTarget>()
+            .cloned()
+            .ok_or_else(|| ProxyError::BadRequest("no sandbox named".into()).into_response())?;
+        let id = target.id;
+        let not_found = || {
+            ProxyError::NotFound {
+                sandbox_id: id.as_str().to_owned(),
+            }
+            .into_response()
+        };
+        let Some(public) = state.service.live_sandbox_ports_public(&id) else {
+            return Err(not_found());
+        };
+        let token = |header: &str, kind: TokenKind| {
+            parts
+                .headers
+                .get(header)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|t| state.config.token_key.verify(kind, &id, t))
+        };
+        let via = if token(ACCESS_TOKEN_HEADER, TokenKind::Envd) {
+            crate::envd::ENVD_KEY_ID
+        } else if token(TRAFFIC_TOKEN_HEADER, TokenKind::Traffic) {
+            "e2b-traffic-token"
+        } else if public {
+            "e2b-public"
+        } else {
+            return Err(ProxyError::Unauthorized {
+                header: "E2B-Traffic-Access-Token",
+            }
+            .into_response());
+        };
+        let principal = state
+            .service
+            .live_sandbox_principal(&id, via)
+            .ok_or_else(not_found)?;
+        Ok(Self { id, principal })
+    }
+}
 
 /// The interpreter's port.
 pub const INTERPRETER_PORT: u16 = 49999;
@@ -42,7 +104,12 @@ pub fn router(state: E2bState) -> Router {
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response {
-    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body.into()).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body.into(),
+    )
+        .into_response()
 }
 
 /// A service error as the interpreter answers it: its status, the message as plain text.
@@ -51,7 +118,7 @@ fn failure(e: ServiceError) -> Response {
     text(status, e.message)
 }
 
-async fn health(_caller: SandboxOnly) -> Response {
+async fn health(_caller: Caller) -> Response {
     text(StatusCode::OK, "OK")
 }
 
@@ -67,7 +134,7 @@ struct ExecuteBody {
     env_vars: Option<Map<String, Value>>,
 }
 
-async fn execute(caller: EnvdCaller, State(state): State<E2bState>, body: Bytes) -> Response {
+async fn execute(caller: Caller, State(state): State<E2bState>, body: Bytes) -> Response {
     let body: ExecuteBody = match serde_json::from_slice(&body) {
         Ok(body) => body,
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("invalid request body: {e}")),
@@ -90,7 +157,11 @@ async fn execute(caller: EnvdCaller, State(state): State<E2bState>, body: Bytes)
         context: body.context_id,
         timeout_ms: None,
     };
-    let stream = match state.service.run_code(&caller.principal, &caller.id, request).await {
+    let stream = match state
+        .service
+        .run_code(&caller.principal, &caller.id, request)
+        .await
+    {
         Ok(stream) => stream,
         Err(e) => return failure(e),
     };
@@ -216,7 +287,7 @@ fn context_json(c: &ContextInfo) -> Value {
     json!({"id": c.id, "language": c.language, "cwd": c.cwd.clone().unwrap_or_else(|| "/home/user".to_owned())})
 }
 
-async fn create_context(caller: EnvdCaller, State(state): State<E2bState>, body: Bytes) -> Response {
+async fn create_context(caller: Caller, State(state): State<E2bState>, body: Bytes) -> Response {
     let body: ContextBody = if body.is_empty() {
         ContextBody::default()
     } else {
@@ -230,13 +301,17 @@ async fn create_context(caller: EnvdCaller, State(state): State<E2bState>, body:
         cwd: body.cwd,
         env: Default::default(),
     };
-    match state.service.create_context(&caller.principal, &caller.id, request).await {
+    match state
+        .service
+        .create_context(&caller.principal, &caller.id, request)
+        .await
+    {
         Ok(info) => Json(context_json(&info)).into_response(),
         Err(e) => failure(e),
     }
 }
 
-async fn list_contexts(caller: EnvdCaller, State(state): State<E2bState>) -> Response {
+async fn list_contexts(caller: Caller, State(state): State<E2bState>) -> Response {
     match state.service.list_contexts(&caller.principal, &caller.id).await {
         Ok(list) => Json(Value::Array(list.contexts.iter().map(context_json).collect())).into_response(),
         Err(e) => failure(e),
@@ -244,22 +319,30 @@ async fn list_contexts(caller: EnvdCaller, State(state): State<E2bState>) -> Res
 }
 
 async fn restart_context(
-    caller: EnvdCaller,
+    caller: Caller,
     State(state): State<E2bState>,
     Path(context): Path<String>,
 ) -> Response {
-    match state.service.restart_context(&caller.principal, &caller.id, &context).await {
+    match state
+        .service
+        .restart_context(&caller.principal, &caller.id, &context)
+        .await
+    {
         Ok(_) => Json(json!({})).into_response(),
         Err(e) => failure(e),
     }
 }
 
 async fn delete_context(
-    caller: EnvdCaller,
+    caller: Caller,
     State(state): State<E2bState>,
     Path(context): Path<String>,
 ) -> Response {
-    match state.service.delete_context(&caller.principal, &caller.id, &context).await {
+    match state
+        .service
+        .delete_context(&caller.principal, &caller.id, &context)
+        .await
+    {
         Ok(()) => Json(json!({})).into_response(),
         Err(e) => failure(e),
     }
@@ -286,7 +369,10 @@ mod tests {
         })
         .is_none());
         let out = lines(CodeEvent::Stdout { text: "hi\n".into() });
-        assert_eq!((out[0]["type"].as_str(), out[0]["text"].as_str()), (Some("stdout"), Some("hi\n")));
+        assert_eq!(
+            (out[0]["type"].as_str(), out[0]["text"].as_str()),
+            (Some("stdout"), Some("hi\n"))
+        );
         assert!(out[0]["timestamp"].is_string());
         let mut result = CodeResult {
             is_main_result: true,
@@ -322,6 +408,9 @@ mod tests {
             (Some("UnexpectedEndOfExecution"), Some("end_of_execution"))
         );
         let out = lines(CodeEvent::ExecutionCount { execution_count: 3 });
-        assert_eq!(out[0], json!({"type": "number_of_executions", "execution_count": 3}));
+        assert_eq!(
+            out[0],
+            json!({"type": "number_of_executions", "execution_count": 3})
+        );
     }
 }

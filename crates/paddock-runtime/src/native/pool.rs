@@ -48,7 +48,7 @@ use super::users::IdRange;
 use crate::{RuntimeError, VolumeUsage};
 
 /// Bumped when the template layout changes, so old templates are rebuilt.
-const TEMPLATE_VERSION: u32 = 1;
+const TEMPLATE_VERSION: u32 = 2;
 const TEMPLATE_NAME: &str = "host";
 
 /// Files and directories of the host's `/etc` a sandbox sees (copied into the template; symlinks stay
@@ -80,6 +80,8 @@ const CURATED_ETC: &[&str] = &[
     "python3",
     "python3.11",
     "terminfo",
+    // Debian's matplotlib reads its defaults here (code contexts draw figures with it).
+    "matplotlibrc",
 ];
 
 pub(super) fn pool_err<'a>(

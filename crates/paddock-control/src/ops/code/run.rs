@@ -147,11 +147,22 @@ impl SandboxService {
         };
         self.audit(AuditEntry::ok(p, AuditAction::CodeRun, Some(id)).detail(detail))
             .await?;
-        let events = sb
+        let events = match sb
             .client
             .kernel_execute(&context.kernel_id, &req.code, req.timeout_ms)
             .await
-            .map_err(|e| kernel_error(context.language, e))?;
+        {
+            Ok(events) => events,
+            Err(e) => {
+                // The agent found the kernel gone (it died between cells): the context is dead.
+                if matches!(&e, paddock_runtime::agent_client::AgentClientError::Agent(err)
+                    if err.code == paddock_protocol::ErrorCode::ProcessExited)
+                {
+                    mark_dead(sb.clone(), context.kernel_id.clone());
+                }
+                return Err(kernel_error(context.language, e));
+            }
+        };
         Ok(CodeStream {
             started: Some(CodeEvent::Started {
                 context: context.id.clone(),

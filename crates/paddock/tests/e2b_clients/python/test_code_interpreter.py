@@ -83,3 +83,19 @@ def test_create_time_env_vars_reach_the_kernel():
         assert sbx.run_code("import os; os.environ['PADDOCK_GREETING']").text == "'hi'"
     finally:
         sbx.kill()
+
+
+def test_a_private_sandboxs_interpreter_needs_a_token(listener):
+    import httpx
+
+    sbx = Sandbox.create(timeout=120, network={"allow_public_traffic": False})
+    try:
+        host, port = listener
+        url = f"http://{host}:{port}/contexts"
+        bare = httpx.get(url, headers={"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49999"})
+        assert bare.status_code == 401, bare.text
+        # The SDK sends the traffic token it got at create: its calls work.
+        assert sbx.run_code("6 * 7").text == "42"
+        assert [c.id for c in sbx.list_code_contexts()] == ["python"]
+    finally:
+        sbx.kill()
