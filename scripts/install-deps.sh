@@ -16,9 +16,11 @@
 #                 package repository with dpkg-deb and dpkg-scanpackages
 #   python3-ipykernel, python3-matplotlib, python3-pandas  the code-context tests: the default
 #                 template's kernels come from the host's /usr
+#   python3-pexpect, python3-filetype  bash_kernel's dependencies; bash_kernel itself (pinned, not
+#                 packaged by Debian) is installed from PyPI into /usr/local below
 set -euo pipefail
 need=()
-for pkg in btrfs-progs util-linux iproute2 nftables busybox-static bubblewrap python3 python3-pip python3-venv openssl procps docker-registry skopeo umoci apache2-utils mmdebstrap dpkg-dev python3-ipykernel python3-matplotlib python3-pandas; do
+for pkg in btrfs-progs util-linux iproute2 nftables busybox-static bubblewrap python3 python3-pip python3-venv openssl procps docker-registry skopeo umoci apache2-utils mmdebstrap dpkg-dev python3-ipykernel python3-matplotlib python3-pandas python3-pexpect python3-filetype; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -26,6 +28,10 @@ if ((${#need[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ! /usr/bin/python3 -c 'import bash_kernel' 2>/dev/null; then
+  echo "installing: bash_kernel 0.10.0 (PyPI, into /usr/local)" >&2
+  /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --break-system-packages --no-deps bash_kernel==0.10.0
 fi
 if ! command -v cargo >/dev/null; then
   echo "cargo (a Rust toolchain, 1.85 or newer) is required: https://rustup.rs" >&2

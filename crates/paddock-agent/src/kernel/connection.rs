@@ -193,6 +193,11 @@ impl KernelClient {
                         }
                         match (channel, content) {
                             (Channel::Shell, JupyterMessageContent::KernelInfoReply(info)) => reply = Some(*info),
+                            (Channel::Shell, JupyterMessageContent::UnknownMessage(m))
+                                if m.msg_type == "kernel_info_reply" =>
+                            {
+                                reply = lenient_kernel_info(m.content);
+                            }
                             (Channel::IoPub, _) => iopub_seen = true,
                             (Channel::Shell, _) => {}
                         }
@@ -202,6 +207,21 @@ impl KernelClient {
             }
         }
     }
+}
+
+/// A `kernel_info_reply` the crate's shape refused: kernels such as `bash_kernel` leave out
+/// `language_info.version` (and older ones `protocol_version`), which the spec lists but nothing
+/// here needs. Fills them in empty and reads it again.
+fn lenient_kernel_info(mut content: serde_json::Value) -> Option<KernelInfoReply> {
+    let object = content.as_object_mut()?;
+    object
+        .entry("protocol_version")
+        .or_insert_with(|| serde_json::Value::String(String::new()));
+    let language = object.get_mut("language_info")?.as_object_mut()?;
+    language
+        .entry("version")
+        .or_insert_with(|| serde_json::Value::String(String::new()));
+    serde_json::from_value(content).ok()
 }
 
 /// How long one send may wait (a kernel that stopped reading).
@@ -310,4 +330,27 @@ fn parse_parts<B: AsRef<[u8]>>(parts: &[B]) -> Option<Incoming> {
         }),
     };
     Some(Incoming { parent, content })
+}
+
+#[cfg(test)]
+mod lenient_tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_info_without_versions_is_read() {
+        let reply = lenient_kernel_info(serde_json::json!({
+            "status": "ok",
+            "implementation": "bash_kernel",
+            "language_info": {"name": "bash", "mimetype": "text/x-sh", "file_extension": ".sh"}
+        }))
+        .expect("read");
+        assert_eq!(
+            (
+                reply.language_info.name.as_str(),
+                reply.language_info.version.as_str()
+            ),
+            ("bash", "")
+        );
+        assert!(lenient_kernel_info(serde_json::json!({"language_info": 3})).is_none());
+    }
 }

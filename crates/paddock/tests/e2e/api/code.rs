@@ -143,10 +143,16 @@ fn cells_keep_state_per_context_with_results_errors_streams_and_timeouts() {
         assert_eq!(cell(&a, &id, json!({"code": "x"})).await["error"]["name"], "NameError");
         assert_eq!(main_text(&cell(&a, &id, json!({"code": "1 + 1"})).await), "2");
 
+        // Bash keeps its state too (bash_kernel, in its own default context).
+        let set = cell(&a, &id, json!({"code": "X=5; cd /tmp", "language": "bash"})).await;
+        assert_eq!((set["status"].as_str(), set["context"].as_str()), (Some("ok"), Some("bash")), "{set:#}");
+        let got = cell(&a, &id, json!({"code": "echo $((X + 1)) $(pwd)", "language": "bash"})).await;
+        assert_eq!(got["stdout"].as_array().map(|s| s.iter().filter_map(|t| t.as_str()).collect::<String>()), Some("6 /tmp\n".to_owned()), "{got:#}");
+
         // Contexts: listed, removed, then unknown.
         let list = a.get(&format!("/v1/sandboxes/{id}/contexts")).await.ok(200);
         let ids: Vec<&str> = list["contexts"].as_array().expect("contexts").iter().filter_map(|c| c["id"].as_str()).collect();
-        assert_eq!(ids, ["python", ctx_id.as_str()], "{list:#}");
+        assert_eq!(ids, ["python", ctx_id.as_str(), "bash"], "{list:#}");
         a.delete(&format!("/v1/sandboxes/{id}/contexts/{ctx_id}")).await.ok(204);
         a.post(&format!("/v1/sandboxes/{id}/code"), json!({"code": "1", "context": ctx_id}))
             .await
@@ -178,6 +184,6 @@ fn cells_keep_state_per_context_with_results_errors_streams_and_timeouts() {
         assert!(rows.len() >= 14, "{} rows", rows.len());
         let contexts = a.audit_rows(&[("action", "code.context")]).await;
         let ops: Vec<&str> = contexts.iter().filter_map(|r| r["detail"]["op"].as_str()).collect();
-        assert_eq!(ops, ["create", "create", "restart", "delete"], "{contexts:#?}");
+        assert_eq!(ops, ["create", "create", "restart", "create", "delete"], "{contexts:#?}");
     });
 }
