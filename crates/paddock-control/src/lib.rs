@@ -32,3 +32,4 @@ pub use crate::ops::code::CodeStream;
 pub use crate::ops::files::accounts::{AccountUser, SandboxAccounts};
 pub use crate::ops::files::WriteFileOptions;
 pub use crate::ops::ports::PortDoor;
+pub use crate::plan::code::{code_language, code_languages};

@@ -297,6 +297,8 @@ pub struct Template {
     pub recipe: Option<PathBuf>,
     /// A Debian base the server makes with `mmdebstrap`.
     pub debian: Option<paddock_control::DebianBase>,
+    /// Code contexts (languages) its warm pool's sandboxes start ahead.
+    pub kernels: Vec<String>,
 }
 
 impl ServeConfig {
@@ -342,6 +344,7 @@ impl ServeConfig {
                         image: t.image.clone(),
                         recipe: recipes.get(name).cloned(),
                         debian: t.debian.clone(),
+                        kernels: t.kernels.clone(),
                     };
                     (name.clone(), config)
                 })

@@ -150,6 +150,9 @@ pub struct TemplateConfig {
     pub recipe: Option<String>,
     /// Built as a Debian base by `mmdebstrap`, owned by the operator, for every tenant.
     pub debian: Option<DebianBase>,
+    /// Code contexts (languages: `python`, `bash`) the warm pool's sandboxes start ahead, so a
+    /// claimed sandbox's first cell does not wait for its kernel.
+    pub kernels: Vec<String>,
 }
 
 impl TemplateConfig {
@@ -253,6 +256,7 @@ impl Default for ServiceConfig {
                 image: None,
                 recipe: None,
                 debian: None,
+                kernels: Vec::new(),
             },
         );
         Self {

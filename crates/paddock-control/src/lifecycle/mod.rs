@@ -11,6 +11,7 @@ pub(crate) mod build_step;
 pub(crate) mod capture;
 pub(crate) mod end;
 pub(crate) mod exec_diff;
+pub(crate) mod kernels;
 pub(crate) mod network;
 pub(crate) mod network_audit;
 pub(crate) mod pause;

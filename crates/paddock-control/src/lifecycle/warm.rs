@@ -128,6 +128,7 @@ impl SandboxService {
         }
         let owner = Ownership { tenant: None, spec };
         let sb = Arc::new(LiveSandbox::new(id.clone(), client, handle, owner));
+        self.start_warm_kernels(template, &sb).await;
         lock(&self.inner.live).insert(id.clone(), sb);
         let sid = id.to_string();
         let ready = self
@@ -147,5 +148,33 @@ impl SandboxService {
             .await?;
         }
         Ok(())
+    }
+
+    /// Starts the default contexts `[templates.NAME] kernels` names in a warm sandbox, so a
+    /// claim's first cell finds its kernel running. A kernel that fails is logged and left out
+    /// (the first cell then starts it, and says why if it fails again).
+    async fn start_warm_kernels(&self, template: &str, sb: &Arc<LiveSandbox>) {
+        for language in &self.inner.config.templates[template].kernels {
+            let Some(kernel) = crate::plan::code::kernel_for(Some(language)) else {
+                continue;
+            };
+            let mut contexts = sb.contexts.lock().await;
+            let started = self
+                .start_kernel(
+                    sb,
+                    &contexts,
+                    kernel.language.to_owned(),
+                    kernel,
+                    None,
+                    Default::default(),
+                )
+                .await;
+            match started {
+                Ok(context) => contexts.push(context),
+                Err(e) => {
+                    tracing::warn!(sandbox_id = %sb.id, language, error = %e, "a warm sandbox's kernel did not start")
+                }
+            }
+        }
     }
 }

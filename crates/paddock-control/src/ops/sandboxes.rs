@@ -181,10 +181,27 @@ impl SandboxService {
                 return Err(error);
             }
         }
+        let pooled = sb.spec();
+        let same_processes = pooled.env == plan.spec.env
+            && pooled.user == plan.spec.user
+            && pooled.workdir == plan.spec.workdir;
         *lock(&sb.owner) = Ownership {
             tenant: Some(p.tenant.clone()),
             spec: plan.spec.clone(),
         };
+        if !same_processes {
+            // Kernels started ahead run with the pool's environment and user: stop them; the
+            // first cell starts its context with the request's.
+            let stale = std::mem::take(&mut *sb.contexts.lock().await);
+            if !stale.is_empty() {
+                let sb = sb.clone();
+                tokio::spawn(async move {
+                    for context in stale {
+                        let _ = sb.client.kernel_shutdown(&context.kernel_id).await;
+                    }
+                });
+            }
+        }
         Ok(Some(info_from_record(&record)))
     }
 

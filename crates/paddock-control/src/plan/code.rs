@@ -39,6 +39,16 @@ pub(crate) fn kernel_for(language: Option<&str>) -> Option<&'static KernelSpec> 
         .find(|k| k.language == wanted || k.aliases.contains(&wanted.as_str()))
 }
 
+/// The canonical name of a language a kernel runs (`python3` → `python`), for configuration checks.
+pub fn code_language(name: &str) -> Option<&'static str> {
+    kernel_for(Some(name)).map(|k| k.language)
+}
+
+/// The languages kernels run, comma-separated (for errors).
+pub fn code_languages() -> String {
+    known_languages()
+}
+
 /// The names requests may use, for errors.
 pub(crate) fn known_languages() -> String {
     KERNELS.iter().map(|k| k.language).collect::<Vec<_>>().join(", ")

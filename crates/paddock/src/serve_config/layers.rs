@@ -60,6 +60,7 @@ pub(super) fn to_toml(cfg: &ServeConfig) -> anyhow::Result<String> {
                     image: t.image.clone(),
                     recipe: t.recipe.clone(),
                     debian: t.debian.clone(),
+                    kernels: (!t.kernels.is_empty()).then(|| t.kernels.clone()),
                 };
                 (name.clone(), layer)
             })
@@ -244,6 +245,9 @@ struct TemplateLayer {
     /// A Debian base the server makes with `mmdebstrap`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     debian: Option<paddock_control::DebianBase>,
+    /// Code contexts the warm pool's sandboxes start ahead (languages).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    kernels: Option<Vec<String>>,
 }
 
 impl LimitsLayer {
@@ -289,6 +293,7 @@ impl Layer {
                 image: t.image.or(below.image),
                 recipe: t.recipe.or(below.recipe),
                 debian: t.debian.or(below.debian),
+                kernels: t.kernels.or(below.kernels),
             };
             templates.insert(name, merged);
         }
@@ -390,12 +395,22 @@ impl Layer {
                     );
                 }
             }
+            let kernels = t.kernels.unwrap_or_default();
+            for language in &kernels {
+                if paddock_control::code_language(language).is_none() {
+                    anyhow::bail!(
+                        "templates.{name}.kernels: no kernel runs {language:?} (known: {})",
+                        paddock_control::code_languages()
+                    );
+                }
+            }
             let template = Template {
                 rootfs: t.rootfs.map_or(RootfsSpec::Host, |r| r.0),
                 warm_pool: t.warm_pool.unwrap_or(0),
                 image: t.image,
                 recipe: t.recipe,
                 debian: t.debian,
+                kernels,
             };
             templates.insert(name, template);
         }
@@ -417,6 +432,7 @@ impl Layer {
             image: None,
             recipe: None,
             debian: None,
+            kernels: Vec::new(),
         });
         Ok(ServeConfig {
             listen,

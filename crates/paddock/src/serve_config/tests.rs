@@ -49,6 +49,7 @@ fn defaults() {
             image: None,
             recipe: None,
             debian: None,
+            kernels: Vec::new(),
         })
     );
 }

@@ -14,11 +14,12 @@ use paddock_types::SandboxId;
 use sha2::Digest as _;
 
 use super::events::{code_event, Collector};
-use super::{kernel_error, language};
+use super::language;
 use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::contexts::CodeContext;
 use crate::core::live::LiveSandbox;
 use crate::core::principal::Principal;
+use crate::lifecycle::kernels::kernel_error;
 use crate::{SandboxService, ServiceError};
 
 /// Bytes of output a cell answered as one JSON document holds (as event JSON).

@@ -187,3 +187,59 @@ fn cells_keep_state_per_context_with_results_errors_streams_and_timeouts() {
         assert_eq!(ops, ["create", "create", "restart", "create", "delete"], "{contexts:#?}");
     });
 }
+
+#[test]
+fn a_warm_pool_starts_kernels_ahead_and_a_claim_with_other_settings_drops_them() {
+    let opts = crate::support::harness::Options {
+        templates: vec![(
+            "notebook".to_owned(),
+            paddock_control::TemplateConfig {
+                rootfs: paddock_types::RootfsSpec::Host,
+                warm_pool_size: 2,
+                image: None,
+                recipe: None,
+                debian: None,
+                kernels: vec!["python".to_owned()],
+            },
+        )],
+        ..Default::default()
+    };
+    let h = Harness::with(opts);
+    h.block_on(async {
+        let a = h.admin.new_tenant("code-warm").await;
+        crate::support::harness::poll(SOON * 3, "the notebook pool with its kernels", || async {
+            let metrics = h.admin.get("/metrics").await.text();
+            (super::templates::warm_gauge(&metrics, "notebook") == Some(2)).then_some(())
+        })
+        .await;
+        // Claimed with the pool's settings: its python context is running before any cell.
+        let id = a.create_sandbox(json!({"template": "notebook"})).await;
+        let list = a.get(&format!("/v1/sandboxes/{id}/contexts")).await.ok(200);
+        let contexts = list["contexts"].as_array().expect("contexts");
+        assert_eq!(contexts.len(), 1, "{list:#}");
+        assert_eq!(
+            (contexts[0]["id"].as_str(), contexts[0]["state"].as_str()),
+            (Some("python"), Some("ready")),
+            "{list:#}"
+        );
+        let first = cell(&a, &id, json!({"code": "import os; os.getuid()"})).await;
+        assert_eq!(first["execution_count"], 1, "{first:#}");
+        assert_eq!(main_text(&first), "1000", "{first:#}");
+        // Claimed with its own environment: the kernels started ahead are dropped, and the first
+        // cell starts one with the request's settings.
+        let id = a
+            .create_sandbox(json!({"template": "notebook", "env": {"GREETING": "hi"}}))
+            .await;
+        let list = a.get(&format!("/v1/sandboxes/{id}/contexts")).await.ok(200);
+        assert_eq!(list["contexts"].as_array().map(Vec::len), Some(0), "{list:#}");
+        let greeting = cell(&a, &id, json!({"code": "import os; os.environ['GREETING']"})).await;
+        assert_eq!(main_text(&greeting), "'hi'", "{greeting:#}");
+        let claims = a
+            .audit_rows(&[("action", "sandbox.create")])
+            .await
+            .into_iter()
+            .filter(|r| r["detail"]["source"] == "pool")
+            .count();
+        assert_eq!(claims, 2, "both creates were claims from the pool");
+    });
+}

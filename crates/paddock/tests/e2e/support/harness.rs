@@ -141,6 +141,7 @@ impl Harness {
                 image: None,
                 recipe: None,
                 debian: None,
+                kernels: Vec::new(),
             },
         );
         templates.extend(options.templates.clone());

@@ -100,6 +100,7 @@ fn a_configured_image_template_is_built_at_start_for_every_tenant_with_its_warm_
                 image: Some(from.clone()),
                 recipe: None,
                 debian: None,
+                kernels: Vec::new(),
             },
         ),
         (
@@ -110,6 +111,7 @@ fn a_configured_image_template_is_built_at_start_for_every_tenant_with_its_warm_
                 image: None,
                 recipe: Some(recipe),
                 debian: None,
+                kernels: Vec::new(),
             },
         ),
     ];

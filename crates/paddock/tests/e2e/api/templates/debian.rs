@@ -53,6 +53,7 @@ fn a_debian_base_is_made_by_mmdebstrap_from_the_configured_mirror() {
             packages,
             mirrors: vec![format!("deb [trusted=yes] copy://{} ./", repo.display())],
         }),
+        kernels: Vec::new(),
     };
     let opts = Options {
         templates: vec![

@@ -1,0 +1,82 @@
+//! Starting a code context's kernel in a live sandbox (through its agent), for a context a
+//! request makes and for the contexts a warm pool starts ahead.
+//!
+//! What it does not do: keep the context table (callers hold its lock and add the context), or
+//! write audit rows.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use paddock_protocol::kernel::KernelStart;
+use paddock_runtime::agent_client::AgentClientError;
+use paddock_types::api::ErrorCode;
+
+use crate::core::contexts::{CodeContext, MAX_CONTEXTS};
+use crate::core::live::LiveSandbox;
+use crate::plan::code::{kernel_env, KernelSpec};
+use crate::{SandboxService, ServiceError};
+
+/// How long a kernel may take to answer after it started (a cold Python with its imports).
+const KERNEL_READY_TIMEOUT_MS: u64 = 60_000;
+
+impl SandboxService {
+    /// Starts `kernel` for context `context_id` (not yet in `contexts`).
+    pub(crate) async fn start_kernel(
+        &self,
+        sb: &Arc<LiveSandbox>,
+        contexts: &[CodeContext],
+        context_id: String,
+        kernel: &'static KernelSpec,
+        cwd: Option<String>,
+        env: BTreeMap<String, String>,
+    ) -> Result<CodeContext, ServiceError> {
+        if contexts.len() >= MAX_CONTEXTS {
+            return Err(ServiceError::new(
+                ErrorCode::QuotaExceeded,
+                format!("a sandbox holds at most {MAX_CONTEXTS} code contexts: remove one first"),
+            ));
+        }
+        let spec = sb.spec();
+        let kernel_id = format!("{context_id}-{}", hex::encode(rand::random::<[u8; 4]>()));
+        let start = KernelStart {
+            kernel_id: kernel_id.clone(),
+            argv: kernel.argv.iter().map(|a| (*a).to_owned()).collect(),
+            cwd: cwd.clone().or(spec.workdir.clone()),
+            env: kernel_env(&self.process_env(sb), &env),
+            user: Some(spec.user.clone()),
+            ready_timeout_ms: KERNEL_READY_TIMEOUT_MS,
+        };
+        let info = sb
+            .client
+            .kernel_start(start)
+            .await
+            .map_err(|e| kernel_error(kernel.language, e))?;
+        Ok(CodeContext {
+            id: context_id,
+            language: kernel.language,
+            cwd,
+            env,
+            kernel_id,
+            pid: info.pid,
+            language_version: info.language_version,
+            dead: false,
+        })
+    }
+}
+
+/// A kernel that would not start or run: the agent's refusals are the sandbox's (its template lacks
+/// the kernel, the kernel died); a broken connection is the sandbox's end.
+pub(crate) fn kernel_error(language: &str, e: AgentClientError) -> ServiceError {
+    match &e {
+        AgentClientError::Agent(err) => match err.code {
+            paddock_protocol::ErrorCode::LimitExceeded => {
+                ServiceError::new(ErrorCode::QuotaExceeded, err.message.clone())
+            }
+            _ => ServiceError::new(
+                ErrorCode::KernelUnavailable,
+                format!("the {language} kernel is not available: {}", err.message),
+            ),
+        },
+        _ => crate::core::error::process_error("start a kernel", 0, e),
+    }
+}
