@@ -215,6 +215,24 @@ fn probes_for(method: &str, template: &str) -> Option<Vec<Probe>> {
             query: "",
             first: Some(json!({"argv": ["sh", "-c", "echo leaked"]})),
         }],
+        ("POST", "/v1/sandboxes/{id}/code") => vec![
+            http(Method::POST, "/v1/sandboxes/{id}/code")
+                .json(json!({"code": "open('/etc/hostname').read()"})),
+            http(Method::POST, "/v1/sandboxes/{id}/code")
+                .json(json!({"code": "echo hi", "language": "bash"})),
+            http(Method::POST, "/v1/sandboxes/{id}/code").json(json!({"code": "1", "context": "python"})),
+        ],
+        ("POST", "/v1/sandboxes/{id}/contexts") => vec![
+            http(Method::POST, "/v1/sandboxes/{id}/contexts"),
+            http(Method::POST, "/v1/sandboxes/{id}/contexts").json(json!({"language": "python"})),
+        ],
+        ("GET", "/v1/sandboxes/{id}/contexts") => vec![http(Method::GET, "/v1/sandboxes/{id}/contexts")],
+        ("POST", "/v1/sandboxes/{id}/contexts/{context}/restart") => {
+            vec![http(Method::POST, "/v1/sandboxes/{id}/contexts/python/restart")]
+        }
+        ("DELETE", "/v1/sandboxes/{id}/contexts/{context}") => {
+            vec![http(Method::DELETE, "/v1/sandboxes/{id}/contexts/python")]
+        }
         ("GET", "/v1/sandboxes/{id}/processes") => {
             vec![http(Method::GET, "/v1/sandboxes/{id}/processes")]
         }
