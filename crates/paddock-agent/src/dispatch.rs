@@ -79,8 +79,9 @@ pub(crate) async fn handle_request(
             kernel_id,
             code,
             timeout_ms,
+            silent,
         } => {
-            out.answer(id, execute_cell(agent, out, &kernel_id, code, timeout_ms))
+            out.answer(id, execute_cell(agent, out, &kernel_id, code, timeout_ms, silent))
                 .await
         }
         Request::KernelShutdown { kernel_id } => shutdown_kernel(agent, out, id, &kernel_id).await,

@@ -258,6 +258,9 @@ fn result_line(r: CodeResult) -> Value {
     if let Some(json) = r.json {
         line.insert("json".into(), json);
     }
+    if let Some(chart) = r.chart {
+        line.insert("chart".into(), chart);
+    }
     let mut extra = r.extra;
     // E2B's own representations travel as MIME types of their own.
     if let Some(data) = extra.remove("e2b/data") {

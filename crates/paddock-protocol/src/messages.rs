@@ -202,6 +202,10 @@ pub enum Request {
         /// Interrupt it after this long (its end says `timed_out`).
         #[serde(default)]
         timeout_ms: Option<u64>,
+        /// Run it as Jupyter's silent execution: no execution count, no history, no results
+        /// published (setup code).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        silent: bool,
     },
     /// Interrupt the kernel's running cell (`SIGINT` to the kernel, as Jupyter does); the kernel
     /// lives on. Reply: [`Reply::Done`].

@@ -119,12 +119,19 @@ fn samples() -> Vec<serde_json::Value> {
             kernel_id: "ctx-1".into(),
             code: "x = 1\nx + 1".into(),
             timeout_ms: Some(5_000),
+            silent: false,
         },
         Request::KernelInterrupt {
             kernel_id: "ctx-1".into(),
         },
         Request::KernelShutdown {
             kernel_id: "ctx-1".into(),
+        },
+        Request::KernelExecute {
+            kernel_id: "ctx-1".into(),
+            code: "import setup".into(),
+            timeout_ms: None,
+            silent: true,
         },
     ];
     let status = ExitStatus {

@@ -47,6 +47,8 @@ pub(crate) struct CellJob {
     pub(crate) cell_id: u64,
     pub(crate) code: String,
     pub(crate) timeout_ms: Option<u64>,
+    /// Jupyter's silent execution (setup code).
+    pub(crate) silent: bool,
     pub(crate) out: Outbound,
 }
 
@@ -104,11 +106,12 @@ async fn run_cell(kernel: &Kernel, client: &mut KernelClient, job: CellJob) {
         cell_id,
         code,
         timeout_ms,
+        silent,
         out,
     } = job;
     let mut relay = Relay::new(cell_id, out);
     kernel.running_cell.set(Some(cell_id));
-    let status = execute(kernel, client, &mut relay, code, timeout_ms).await;
+    let status = execute(kernel, client, &mut relay, code, timeout_ms, silent).await;
     kernel.running_cell.set(None);
     kernel.interrupted_cell.set(None);
     relay.end(status).await;
@@ -120,12 +123,13 @@ async fn execute(
     relay: &mut Relay,
     code: String,
     timeout_ms: Option<u64>,
+    silent: bool,
 ) -> CellStatus {
     let cell_id = kernel.running_cell.get();
     let request = ExecuteRequest {
         code,
-        silent: false,
-        store_history: true,
+        silent,
+        store_history: !silent,
         user_expressions: None,
         allow_stdin: false,
         stop_on_error: true,

@@ -206,6 +206,7 @@ pub(crate) fn execute_cell(
     kernel_id: &str,
     code: String,
     timeout_ms: Option<u64>,
+    silent: bool,
 ) -> Answer {
     let kernel = agent.kernels.get(kernel_id)?;
     if let Some(reason) = kernel.dead_reason() {
@@ -219,6 +220,7 @@ pub(crate) fn execute_cell(
         cell_id,
         code,
         timeout_ms,
+        silent,
         out: out.clone(),
     };
     let cells = kernel.cells.borrow().clone();

@@ -57,7 +57,7 @@ fn ipykernel(agent: &TestAgent, kernel_id: &str) -> KernelStart {
 /// Every event of a cell up to its end.
 async fn run(client: &AgentClient, kernel_id: &str, code: &str, timeout_ms: Option<u64>) -> Vec<CellEvent> {
     let events = client
-        .kernel_execute(kernel_id, code, timeout_ms)
+        .kernel_execute(kernel_id, code, timeout_ms, false)
         .await
         .expect("execute");
     collect(events).await
@@ -226,7 +226,7 @@ async fn cells_keep_state_stream_in_order_and_show_results() {
         "the connection file is removed"
     );
     let err = client
-        .kernel_execute("k1", "1", None)
+        .kernel_execute("k1", "1", None, false)
         .await
         .expect_err("forgotten");
     assert_eq!(agent_code(err).0, ErrorCode::NotFound);
@@ -253,11 +253,11 @@ async fn time_limits_and_interrupts_keep_the_kernel() {
 
     // A second cell queued behind a running one waits for it.
     let mut sleeping = client
-        .kernel_execute("k", "import time\ntime.sleep(60)", None)
+        .kernel_execute("k", "import time\ntime.sleep(60)", None, false)
         .await
         .expect("execute");
     let queued = client
-        .kernel_execute("k", "print('after')", None)
+        .kernel_execute("k", "print('after')", None, false)
         .await
         .expect("queue");
     wait_running(&mut sleeping).await;
@@ -306,7 +306,7 @@ async fn a_killed_kernel_ends_its_cell_and_start_failures_say_why() {
         .await
         .expect("start");
     let mut cell = client
-        .kernel_execute("doomed", "import time\ntime.sleep(60)", None)
+        .kernel_execute("doomed", "import time\ntime.sleep(60)", None, false)
         .await
         .expect("execute");
     wait_running(&mut cell).await;
@@ -315,7 +315,7 @@ async fn a_killed_kernel_ends_its_cell_and_start_failures_say_why() {
     assert_eq!(status(&rest), CellStatus::KernelDied, "{rest:?}");
     let (code, message) = agent_code(
         client
-            .kernel_execute("doomed", "1", None)
+            .kernel_execute("doomed", "1", None, false)
             .await
             .expect_err("dead"),
     );

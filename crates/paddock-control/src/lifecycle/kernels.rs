@@ -18,6 +18,38 @@ use crate::{SandboxService, ServiceError};
 
 /// How long a kernel may take to answer after it started (a cold Python with its imports).
 const KERNEL_READY_TIMEOUT_MS: u64 = 60_000;
+/// How long a kernel's setup code may run.
+const SETUP_TIMEOUT_MS: u64 = 30_000;
+
+/// Runs a language's setup code silently in a new kernel and waits for its end. A setup that fails
+/// is logged: the context works without what it adds (charts), so it is not refused for it.
+async fn run_setup(sb: &Arc<LiveSandbox>, kernel_id: &str, setup: &str) {
+    let mut events = match sb
+        .client
+        .kernel_execute(kernel_id, setup, Some(SETUP_TIMEOUT_MS), true)
+        .await
+    {
+        Ok(events) => events,
+        Err(e) => {
+            tracing::warn!(sandbox_id = %sb.id, kernel_id, error = %e, "a kernel's setup did not start");
+            return;
+        }
+    };
+    while let Some(event) = events.next().await {
+        match event {
+            paddock_protocol::kernel::CellEvent::Error { name, value, .. } => {
+                tracing::warn!(sandbox_id = %sb.id, kernel_id, %name, %value, "a kernel's setup raised");
+            }
+            paddock_protocol::kernel::CellEvent::End { status, .. } => {
+                if status != paddock_protocol::kernel::CellStatus::Ok {
+                    tracing::warn!(sandbox_id = %sb.id, kernel_id, ?status, "a kernel's setup did not finish");
+                }
+                return;
+            }
+            _ => {}
+        }
+    }
+}
 
 impl SandboxService {
     /// Starts `kernel` for context `context_id` (not yet in `contexts`).
@@ -51,6 +83,9 @@ impl SandboxService {
             .kernel_start(start)
             .await
             .map_err(|e| kernel_error(kernel.language, e))?;
+        if let Some(setup) = kernel.setup {
+            run_setup(sb, &kernel_id, setup).await;
+        }
         Ok(CodeContext {
             id: context_id,
             language: kernel.language,

@@ -1,6 +1,10 @@
 //! Which kernel runs a language's code contexts: the command the agent starts (with the
 //! connection file it writes) and the environment every kernel gets. Policy as data: one table.
 //!
+//! The Python setup (`kernels/python_setup.py`) registers one more IPython display format: a
+//! matplotlib figure's chart data (`application/vnd.paddock.chart+json`), in the shapes E2B's SDK
+//! reads.
+//!
 //! What it does not do: check that the sandbox's template has the kernel (a start that fails is
 //! answered `kernel_unavailable` with the kernel's own error), or start anything.
 
@@ -15,6 +19,8 @@ pub(crate) struct KernelSpec {
     pub(crate) aliases: &'static [&'static str],
     /// The kernel's command; `{connection_file}` is the agent's.
     pub(crate) argv: &'static [&'static str],
+    /// Code run silently once the kernel answers (not a cell: no execution count, no output).
+    pub(crate) setup: Option<&'static str>,
 }
 
 /// The kernels, in the order contexts of a new sandbox list them.
@@ -23,11 +29,14 @@ pub(crate) const KERNELS: &[KernelSpec] = &[
         language: "python",
         aliases: &["python3", "py"],
         argv: &["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        // Charts: a matplotlib figure's data beside its PNG (`CodeResult.chart`).
+        setup: Some(include_str!("kernels/python_setup.py")),
     },
     KernelSpec {
         language: "bash",
         aliases: &["sh", "shell"],
         argv: &["python3", "-m", "bash_kernel", "-f", "{connection_file}"],
+        setup: None,
     },
 ];
 

@@ -50,17 +50,20 @@ impl AgentClient {
         }
     }
 
-    /// Queues `code` on kernel `kernel_id`; its events follow on the returned stream.
+    /// Queues `code` on kernel `kernel_id` (`silent`: Jupyter's silent execution); its events
+    /// follow on the returned stream.
     pub async fn kernel_execute(
         &self,
         kernel_id: &str,
         code: &str,
         timeout_ms: Option<u64>,
+        silent: bool,
     ) -> Result<CellEvents, AgentClientError> {
         let request = Request::KernelExecute {
             kernel_id: kernel_id.to_owned(),
             code: code.to_owned(),
             timeout_ms,
+            silent,
         };
         let answer = self
             .call(

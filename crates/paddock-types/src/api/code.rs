@@ -157,6 +157,12 @@ pub struct CodeResult {
     /// `application/javascript`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub javascript: Option<String>,
+    /// A matplotlib figure's data (`application/vnd.paddock.chart+json`): its `type` (`line`,
+    /// `scatter`, `bar`, `pie`, or `superchart` for several axes), `title`, axes labels, ticks and
+    /// scales, and `elements` (points, bars or slices), in the shapes E2B's SDK reads as `chart`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub chart: Option<serde_json::Value>,
     /// Other MIME types.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schema(value_type = Object)]

@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 use paddock_protocol::kernel::{CellEvent, CellStatus, CellStream};
 use paddock_types::api::{CodeError, CodeEvent, CodeResult, CodeRunResult, CodeStatus};
 
+/// The MIME type the Python setup (`plan/kernels/python_setup.py`) gives a figure's chart data.
+pub(crate) const CHART_MIME: &str = "application/vnd.paddock.chart+json";
+
 /// The event in API form.
 pub(crate) fn code_event(event: CellEvent) -> CodeEvent {
     match event {
@@ -67,6 +70,14 @@ pub(crate) fn code_result(
     for (mime, value) in data {
         if mime == "application/json" {
             result.json = Some(value);
+            continue;
+        }
+        if mime == CHART_MIME {
+            if value.is_object() {
+                result.chart = Some(value);
+            } else {
+                result.extra.insert(mime, value);
+            }
             continue;
         }
         let slot = match mime.as_str() {
@@ -174,6 +185,7 @@ mod tests {
             ("image/png".to_owned(), json!("iVBOR")),
             ("application/json".to_owned(), json!({"a": 1})),
             ("application/vnd.custom".to_owned(), json!({"x": true})),
+            (CHART_MIME.to_owned(), json!({"type": "line", "elements": []})),
             ("text/latex".to_owned(), json!(3)),
         ]);
         let r = code_result(true, data, vec!["image/svg+xml".into()]);
@@ -184,6 +196,7 @@ mod tests {
         assert_eq!(r.json, Some(json!({"a": 1})));
         assert_eq!(r.latex, None);
         assert_eq!(r.extra.len(), 2);
+        assert_eq!(r.chart, Some(json!({"type": "line", "elements": []})));
         assert_eq!(r.cut, ["image/svg+xml"]);
     }
 

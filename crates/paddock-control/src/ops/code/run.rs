@@ -150,7 +150,7 @@ impl SandboxService {
             .await?;
         let events = match sb
             .client
-            .kernel_execute(&context.kernel_id, &req.code, req.timeout_ms)
+            .kernel_execute(&context.kernel_id, &req.code, req.timeout_ms, false)
             .await
         {
             Ok(events) => events,

@@ -10,6 +10,7 @@ e2e e2b::`.
 import pytest
 from e2b import TimeoutException
 from e2b_code_interpreter import Sandbox
+from e2b_code_interpreter.charts import ChartType
 
 
 @pytest.fixture
@@ -65,6 +66,9 @@ def test_contexts_are_separate_and_can_be_restarted_and_removed(sandbox):
 def test_a_figure_and_a_dataframe(sandbox):
     execution = sandbox.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.show()")
     assert any(r.png for r in execution.results), execution
+    chart = next(r.chart for r in execution.results if r.chart is not None)
+    assert chart.type == ChartType.LINE
+    assert [(x, y) for x, y in chart.elements[0].points] == [(1, 3), (2, 1), (3, 2)]
     execution = sandbox.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
     assert "<table" in execution.results[0].html
     assert execution.results[0].is_main_result

@@ -109,6 +109,28 @@ fn cells_keep_state_per_context_with_results_errors_streams_and_timeouts() {
         use base64::Engine as _;
         let bytes = base64::engine::general_purpose::STANDARD.decode(png.trim()).expect("base64");
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+        // ...with its data beside it: a line chart of the points drawn.
+        let chart = plot["results"]
+            .as_array()
+            .and_then(|r| r.iter().find_map(|r| r.get("chart").cloned()))
+            .unwrap_or_else(|| panic!("no chart: {plot:#}"));
+        assert_eq!((chart["type"].as_str(), chart["title"].as_str()), (Some("line"), Some("t")), "{chart:#}");
+        assert_eq!(chart["elements"][0]["points"], json!([[1.0, 4.0], [2.0, 1.0], [3.0, 9.0]]), "{chart:#}");
+        let bars = cell(&a, &id, json!({"code": "plt.figure()\nplt.bar(['a', 'b'], [3, 5])"})).await;
+        let chart = bars["results"]
+            .as_array()
+            .and_then(|r| r.iter().find_map(|r| r.get("chart").cloned()))
+            .unwrap_or_else(|| panic!("no chart: {bars:#}"));
+        assert_eq!(chart["type"], "bar", "{chart:#}");
+        let values: Vec<(String, f64)> = chart["elements"]
+            .as_array()
+            .expect("elements")
+            .iter()
+            .map(|e| (e["label"].as_str().unwrap_or_default().to_owned(), e["value"].as_f64().unwrap_or_default()))
+            .collect();
+        assert_eq!(values, [("a".to_owned(), 3.0), ("b".to_owned(), 5.0)], "{chart:#}");
+        // The setup that adds charts is not a cell: the first user cell was execution 1.
+        assert_eq!(first["execution_count"], 1, "{first:#}");
 
         // A kernel cannot reach what a shell in the sandbox cannot: the server's own loopback port.
         let port = a.base.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse::<u16>().ok()).expect("the server's port");
