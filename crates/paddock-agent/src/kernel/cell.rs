@@ -6,7 +6,10 @@
 //! its events, and it ends once both its `execute_reply` arrived and iopub said `idle` for it. On
 //! its time limit the kernel gets `SIGINT` (repeated until it answers) and the cell ends `timed_out`
 //! once the kernel finished it; a kernel still running it after [`INTERRUPT_GRACE`] is marked dead.
-//! Later cells ignore its leftovers, as they ignore every message
+//! An interrupt the caller asks for is repeated the same way (for at most [`INTERRUPT_GRACE`]):
+//! ipykernel ignores `SIGINT` until it arms its handler, a moment after it publishes
+//! `execute_input`, and a single signal landing in that moment was lost (seen under load: the cell
+//! then ran to its end). Later cells ignore its leftovers, as they ignore every message
 //! whose parent is not their own request. Between cells iopub is still read (and dropped), so a
 //! kernel printing from a background thread cannot fill anything.
 //!
@@ -98,6 +101,8 @@ struct Progress {
     resent: u32,
     /// When the timed-out cell is given up on.
     grace: Option<Instant>,
+    /// Until when an interrupt the caller asked for is sent again (until the kernel answers).
+    interrupt_until: Option<Instant>,
 }
 
 /// Runs one cell to its end.
@@ -155,8 +160,18 @@ async fn execute(
         if let (Some(ok), true) = (progress.reply_ok, progress.idle) {
             return final_status(ok, progress.timed_out, interrupted());
         }
+        if interrupted() && !progress.timed_out && progress.interrupt_until.is_none() {
+            progress.interrupt_until = Some(Instant::now() + INTERRUPT_GRACE);
+        }
+        let resend = progress.reply_ok.is_none()
+            && progress
+                .interrupt_until
+                .is_some_and(|until| Instant::now() < until);
         let wake = match progress.grace {
             Some(grace) => Some(grace.min(Instant::now() + RESIGNAL)),
+            None if resend => {
+                Some(deadline.map_or(Instant::now() + RESIGNAL, |d| d.min(Instant::now() + RESIGNAL)))
+            }
             None => deadline,
         };
         tokio::select! {
@@ -197,18 +212,21 @@ async fn execute(
             },
             () = &mut exited => {}
             () = &mut died => {}
+            // An interrupt was asked for: the loop turns, and sends `SIGINT` again on its timer.
+            () = kernel.interrupt_requested.notified() => continue,
             () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
+                let now = Instant::now();
                 match progress.grace {
-                    Some(grace) if Instant::now() >= grace => {
+                    Some(grace) if now >= grace => {
                         // It would still be running its old cell when the next one came.
                         kernel.mark_dead("it did not stop a timed-out cell after SIGINT");
                         return CellStatus::TimedOut;
                     }
-                    None => {
+                    None if deadline.is_some_and(|d| now >= d) => {
                         progress.timed_out = true;
-                        progress.grace = Some(Instant::now() + INTERRUPT_GRACE);
+                        progress.grace = Some(now + INTERRUPT_GRACE);
                     }
-                    Some(_) => {}
+                    _ => {}
                 }
                 // Again until the kernel answers: a SIGINT that arrived before the kernel began
                 // running the cell (ipykernel ignores SIGINT between requests) is lost.

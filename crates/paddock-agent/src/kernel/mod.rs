@@ -79,6 +79,10 @@ pub(crate) struct Kernel {
     running_cell: Cell<Option<u64>>,
     /// The cell an interrupt was requested for.
     interrupted_cell: Cell<Option<u64>>,
+    /// Signalled when an interrupt is requested: the running cell's loop then sends `SIGINT`
+    /// again until the kernel answers (a `SIGINT` that lands between ipykernel publishing
+    /// `execute_input` and arming its handler is ignored, and would be lost).
+    interrupt_requested: Notify,
     heartbeat: RefCell<Option<JoinHandle<()>>>,
 }
 
@@ -254,6 +258,7 @@ pub(crate) fn interrupt_kernel(agent: &Agent, kernel_id: &str) -> Answer {
         ));
     }
     kernel.interrupted_cell.set(kernel.running_cell.get());
+    kernel.interrupt_requested.notify_one();
     send_signal(kernel.pid(), libc::SIGINT).map_err(|err| {
         agent_error(
             ErrorCode::Io,

@@ -185,6 +185,7 @@ fn launch(
         died: Notify::new(),
         running_cell: Default::default(),
         interrupted_cell: Default::default(),
+        interrupt_requested: Notify::new(),
         heartbeat: Default::default(),
     });
     tokio::task::spawn_local(run_cells(kernel.clone(), client, jobs));

@@ -272,6 +272,48 @@ async fn time_limits_and_interrupts_keep_the_kernel() {
     client.kernel_shutdown("k").await.expect("shutdown");
 }
 
+/// ipykernel arms its `SIGINT` handler a moment after it publishes `execute_input`; a signal that
+/// lands before that is ignored. The cell here makes that moment long (it ignores `SIGINT` for half
+/// a second, then sleeps a minute): an interrupt sent inside it must still stop the cell, because
+/// the agent sends `SIGINT` again until the kernel answers.
+#[tokio::test]
+async fn an_interrupt_the_kernel_ignores_at_first_is_repeated() {
+    require_root!();
+    require_ipykernel();
+    let (agent, client) = TestAgent::start().await;
+    client
+        .kernel_start(ipykernel(&agent, "deaf"))
+        .await
+        .expect("start");
+    let code = "import signal, time\n\
+                signal.signal(signal.SIGINT, signal.SIG_IGN)\n\
+                print('ignoring', flush=True)\n\
+                time.sleep(0.5)\n\
+                signal.signal(signal.SIGINT, signal.default_int_handler)\n\
+                time.sleep(60)";
+    let mut events = client
+        .kernel_execute("deaf", code, None, false)
+        .await
+        .expect("execute");
+    // Interrupt while the cell ignores SIGINT.
+    loop {
+        match tokio::time::timeout(CELL_DEADLINE, events.next()).await {
+            Ok(Some(CellEvent::Stream { text, .. })) if text.contains("ignoring") => break,
+            Ok(Some(_)) => {}
+            other => panic!("the cell did not start: {other:?}"),
+        }
+    }
+    client.kernel_interrupt("deaf").await.expect("interrupt");
+    let rest = collect(events).await;
+    assert_eq!(status(&rest), CellStatus::Interrupted, "{rest:?}");
+    let after = run(&client, "deaf", "print('alive')", None).await;
+    assert_eq!(
+        (status(&after), stdout(&after).as_str()),
+        (CellStatus::Ok, "alive\n")
+    );
+    client.kernel_shutdown("deaf").await.expect("shutdown");
+}
+
 #[tokio::test]
 async fn huge_output_is_split_under_the_event_bound() {
     require_root!();
