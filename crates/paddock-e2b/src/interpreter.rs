@@ -14,26 +14,21 @@
 //! ones).
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
-use paddock_control::{CodeStream, ServiceError};
+use paddock_control::{CodeStream, Principal, ServiceError};
 use paddock_types::api::{CodeEvent, CodeResult, ContextInfo, CreateContextRequest, RunCodeRequest};
+use paddock_types::SandboxId;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
-use paddock_control::Principal;
-use paddock_types::SandboxId;
-
-use crate::envd::ACCESS_TOKEN_HEADER;
-use crate::ports::TRAFFIC_TOKEN_HEADER;
-use crate::tokens::TokenKind;
-use crate::{E2bState, ProxyError, SandboxTarget};
+use crate::envd::SandboxOnly;
+use crate::E2bState;
 
 /// A request to the interpreter of a running sandbox the caller may reach (see the module docs).
 #[derive(Debug)]
@@ -46,44 +41,16 @@ impl FromRequestParts<E2bState> for Caller {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &E2bState) -> Result<Self, Self::Rejection> {
-        let target = parts
-            .extensions
-            .get::<SandboxTarget>()
-            .cloned()
-            .ok_or_else(|| ProxyError::BadRequest("no sandbox named".into()).into_response())?;
-        let id = target.id;
-        let not_found = || {
-            ProxyError::NotFound {
-                sandbox_id: id.as_str().to_owned(),
-            }
-            .into_response()
-        };
-        let Some(public) = state.service.live_sandbox_ports_public(&id) else {
-            return Err(not_found());
-        };
-        let token = |header: &str, kind: TokenKind| {
-            parts
-                .headers
-                .get(header)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|t| state.config.token_key.verify(kind, &id, t))
-        };
-        let via = if token(ACCESS_TOKEN_HEADER, TokenKind::Envd) {
-            crate::envd::ENVD_KEY_ID
-        } else if token(TRAFFIC_TOKEN_HEADER, TokenKind::Traffic) {
-            "e2b-traffic-token"
-        } else if public {
-            "e2b-public"
+        // The envd door's check: the sandbox served, and whether the envd token came with it.
+        let envd = SandboxOnly::from_request_parts(parts, state).await?;
+        let principal = if envd.token_ok {
+            envd.principal
         } else {
-            return Err(ProxyError::Unauthorized {
-                header: "E2B-Traffic-Access-Token",
-            }
-            .into_response());
+            crate::ports::port_caller(state, &envd.id, &parts.headers)
+                .map_err(IntoResponse::into_response)?
+                .1
         };
-        let principal = state
-            .service
-            .live_sandbox_principal(&id, via)
-            .ok_or_else(not_found)?;
+        let id = envd.id;
         Ok(Self { id, principal })
     }
 }

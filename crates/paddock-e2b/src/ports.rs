@@ -17,12 +17,13 @@
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use paddock_control::PortDoor;
 use paddock_control::ServiceError;
+use paddock_control::{PortDoor, Principal};
 use paddock_proxy::{Forward, ForwardError, PooledError};
 use paddock_types::api::ErrorCode;
+use paddock_types::SandboxId;
 
 use crate::tokens::TokenKind;
 use crate::{E2bState, ProxyError, SandboxTarget, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER};
@@ -42,36 +43,49 @@ const STRIP: &[&str] = &[
     crate::envd::ACCESS_TOKEN_HEADER,
 ];
 
-/// Proxies `req` to `target`'s port.
-pub async fn proxy(state: &E2bState, target: SandboxTarget, req: Request<Body>) -> Response {
-    let id = target.id;
-    let not_found = || {
-        ProxyError::NotFound {
-            sandbox_id: id.as_str().to_owned(),
-        }
-        .into_response()
+/// Who may use sandbox `id`'s ports by `headers` (see the module docs): the key id its audit rows
+/// name (`e2b-traffic-token` or `e2b-public`) and a principal of its tenant, or the refusal
+/// (502 for a sandbox that cannot be served, 401 for a private one without its
+/// traffic token).
+pub(crate) fn port_caller(
+    state: &E2bState,
+    id: &SandboxId,
+    headers: &HeaderMap,
+) -> Result<(&'static str, Principal), ProxyError> {
+    let not_found = || ProxyError::NotFound {
+        sandbox_id: id.as_str().to_owned(),
     };
-    let Some(public) = state.service.live_sandbox_ports_public(&id) else {
-        return not_found();
-    };
-    let token_ok = req
-        .headers()
+    let public = state
+        .service
+        .live_sandbox_ports_public(id)
+        .ok_or_else(not_found)?;
+    let token_ok = headers
         .get(TRAFFIC_TOKEN_HEADER)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|t| state.config.token_key.verify(TokenKind::Traffic, &id, t));
+        .is_some_and(|t| state.config.token_key.verify(TokenKind::Traffic, id, t));
     if !public && !token_ok {
-        return ProxyError::Unauthorized {
+        return Err(ProxyError::Unauthorized {
             header: "E2B-Traffic-Access-Token",
-        }
-        .into_response();
+        });
     }
     let via = if token_ok {
         "e2b-traffic-token"
     } else {
         "e2b-public"
     };
-    let Some(principal) = state.service.live_sandbox_principal(&id, via) else {
-        return not_found();
+    let principal = state
+        .service
+        .live_sandbox_principal(id, via)
+        .ok_or_else(not_found)?;
+    Ok((via, principal))
+}
+
+/// Proxies `req` to `target`'s port.
+pub async fn proxy(state: &E2bState, target: SandboxTarget, req: Request<Body>) -> Response {
+    let id = target.id;
+    let (via, principal) = match port_caller(state, &id, req.headers()) {
+        Ok(caller) => caller,
+        Err(refusal) => return refusal.into_response(),
     };
     let fwd = Forward {
         client: req

@@ -7,6 +7,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// The most paths one [`Request::Prefetch`] may name (more is refused as `bad_request`).
+pub const PREFETCH_MAX_PATHS: usize = 64;
+/// The most bytes [`Request::Prefetch`] reads of one file.
+pub const PREFETCH_MAX_FILE_BYTES: u64 = 16 << 20;
+/// The most bytes one [`Request::Prefetch`] reads in all.
+pub const PREFETCH_MAX_TOTAL_BYTES: u64 = 64 << 20;
+
 /// A request from the host, with an id the agent echoes in its reply.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClientMessage {
@@ -182,8 +189,9 @@ pub enum Request {
     },
     /// Read files into the page cache ahead of use (a sandbox's files are copies of its
     /// template's, so no other sandbox's cache serves them). Each path that names a regular file
-    /// (symlinks resolve inside the sandbox root) is read up to the agent's per-file bound; other
-    /// and missing paths are skipped. Reply: [`Reply::Prefetched`].
+    /// (symlinks resolve inside the sandbox root) is read, at most [`PREFETCH_MAX_FILE_BYTES`] of
+    /// it and [`PREFETCH_MAX_TOTAL_BYTES`] in all; other and missing paths are skipped. At most
+    /// [`PREFETCH_MAX_PATHS`] paths. Reply: [`Reply::Prefetched`].
     Prefetch {
         /// Paths inside the sandbox.
         paths: Vec<String>,

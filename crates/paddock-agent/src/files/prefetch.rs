@@ -7,7 +7,7 @@
 //! What it does not do: follow a path out of the sandbox root (paths resolve inside it, as every
 //! file request's), open anything but regular files for reading (a FIFO is opened non-blocking and
 //! skipped), or read without bounds: at most [`MAX_PATHS`] paths, [`MAX_FILE_BYTES`] of each and
-//! [`MAX_TOTAL_BYTES`] in all. The bytes read are charged to the sandbox's own memory cgroup.
+//! [`MAX_TOTAL_BYTES`] in all (the protocol's `PREFETCH_*` bounds). The bytes read are charged to the sandbox's own memory cgroup.
 
 use std::io::Read;
 use std::path::Path;
@@ -18,12 +18,10 @@ use crate::agent::Agent;
 use crate::error_code::agent_error;
 use crate::outbound::Answer;
 
-/// Paths one request may name.
-pub(crate) const MAX_PATHS: usize = 64;
-/// Bytes read of one file.
-pub(crate) const MAX_FILE_BYTES: u64 = 16 << 20;
-/// Bytes read by one request.
-pub(crate) const MAX_TOTAL_BYTES: u64 = 64 << 20;
+use paddock_protocol::{
+    PREFETCH_MAX_FILE_BYTES as MAX_FILE_BYTES, PREFETCH_MAX_PATHS as MAX_PATHS,
+    PREFETCH_MAX_TOTAL_BYTES as MAX_TOTAL_BYTES,
+};
 
 /// Answers `Prefetch { paths }`.
 pub(crate) fn prefetch(agent: &Agent, paths: &[String]) -> Answer {

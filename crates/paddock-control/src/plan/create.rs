@@ -171,6 +171,16 @@ pub(crate) fn check_limits(limits: &Limits, max: &Limits) -> Result<(), ServiceE
         .map_err(|e| ServiceError::invalid(format!("limits.{}", e.field), e.reason))
 }
 
+/// A request's working directory, when it names one: an absolute path inside the sandbox
+/// (refused as `cwd`).
+pub(crate) fn check_cwd(cwd: Option<&str>) -> Result<(), ServiceError> {
+    if let Some(cwd) = cwd {
+        cwd.parse::<SandboxPath>()
+            .map_err(|e| ServiceError::invalid("cwd", e.to_string()))?;
+    }
+    Ok(())
+}
+
 pub(crate) fn check_env(field: &str, env: &BTreeMap<String, String>) -> Result<(), ServiceError> {
     if env.len() > MAX_ENV {
         return Err(ServiceError::invalid(

@@ -30,8 +30,10 @@ const COMMON: &[&str] = &[
     "/usr/bin/env",
 ];
 
-/// At most this many paths (the agent's own bound is 64).
+/// At most this many paths (below the agent's bound, `PREFETCH_MAX_PATHS`, so a long `PATH` never
+/// makes the request refused).
 const MAX_PATHS: usize = 48;
+const _: () = assert!(MAX_PATHS <= paddock_protocol::PREFETCH_MAX_PATHS);
 
 /// The paths to read ahead in a warm sandbox whose environment is `env` and whose image's command
 /// is `command` (its entrypoint and command, when the template is made from an image): the common

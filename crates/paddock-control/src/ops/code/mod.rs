@@ -30,10 +30,7 @@ impl SandboxService {
     ) -> Result<ContextInfo, ServiceError> {
         crate::plan::create::check_env("env", &req.env)?;
         let kernel = language(req.language.as_deref())?;
-        if let Some(cwd) = &req.cwd {
-            cwd.parse::<paddock_types::SandboxPath>()
-                .map_err(|e| ServiceError::invalid("cwd", e.to_string()))?;
-        }
+        crate::plan::create::check_cwd(req.cwd.as_deref())?;
         let sb = self.owned_live(p, id).await?;
         let mut contexts = sb.contexts.lock().await;
         let context_id = format!("ctx-{}", hex::encode(rand::random::<[u8; 6]>()));

@@ -14,7 +14,7 @@ use paddock_types::SandboxId;
 use sha2::Digest as _;
 
 use super::events::{code_event, Collector};
-use super::language;
+use super::{language, position};
 use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::contexts::CodeContext;
 use crate::core::live::LiveSandbox;
@@ -188,12 +188,7 @@ impl SandboxService {
     ) -> Result<CodeContext, ServiceError> {
         let mut contexts = sb.contexts.lock().await;
         if let Some(name) = &req.context {
-            return contexts.iter().find(|c| &c.id == name).cloned().ok_or_else(|| {
-                ServiceError::new(
-                    ErrorCode::ContextNotFound,
-                    format!("code context {name} not found"),
-                )
-            });
+            return position(&contexts, name).map(|at| contexts[at].clone());
         }
         let kernel = language(req.language.as_deref())?;
         if let Some(existing) = contexts.iter().find(|c| c.id == kernel.language) {

@@ -108,10 +108,7 @@ impl SandboxService {
         let started = Instant::now();
         let command = command_of(&req)?;
         crate::plan::create::check_env("env", &req.env)?;
-        if let Some(cwd) = &req.cwd {
-            cwd.parse::<paddock_types::SandboxPath>()
-                .map_err(|e| ServiceError::invalid("cwd", e.to_string()))?;
-        }
+        crate::plan::create::check_cwd(req.cwd.as_deref())?;
         if req.tag.as_ref().is_some_and(|t| t.len() > MAX_TAG_LEN) {
             return Err(ServiceError::invalid(
                 "tag",

@@ -165,18 +165,17 @@ pub(crate) fn answer(agent: &Agent, request: Request, payload: &[u8]) -> Answer 
             done
         }
         Request::Prefetch { paths } => {
-            // The real agent's bounds (`paddock-agent/src/files/prefetch.rs`).
-            const MAX_PATHS: usize = 64;
-            const MAX_FILE_BYTES: usize = 16 << 20;
-            if paths.len() > MAX_PATHS {
+            use paddock_protocol::{PREFETCH_MAX_FILE_BYTES, PREFETCH_MAX_PATHS};
+            if paths.len() > PREFETCH_MAX_PATHS {
                 return Err(agent_error(
                     ErrorCode::BadRequest,
-                    format!("at most {MAX_PATHS} paths may be prefetched at once"),
+                    format!("at most {PREFETCH_MAX_PATHS} paths may be prefetched at once"),
                 ));
             }
             let (mut files, mut bytes) = (0u32, 0u64);
             for path in paths.iter().filter(|p| p.starts_with('/')) {
-                if let Ok((data, _)) = agent.read_fs(|fs| fs.read(path, 0, MAX_FILE_BYTES)) {
+                let max = PREFETCH_MAX_FILE_BYTES as usize;
+                if let Ok((data, _)) = agent.read_fs(|fs| fs.read(path, 0, max)) {
                     files += 1;
                     bytes += data.len() as u64;
                 }
