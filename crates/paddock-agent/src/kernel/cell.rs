@@ -103,6 +103,9 @@ struct Progress {
     grace: Option<Instant>,
     /// Until when an interrupt the caller asked for is sent again (until the kernel answers).
     interrupt_until: Option<Instant>,
+    /// The kernel published an error for it (the interrupt landed): no more `SIGINT`, which would
+    /// land in the kernel's own handling of the first.
+    raised: bool,
 }
 
 /// Runs one cell to its end.
@@ -164,6 +167,7 @@ async fn execute(
             progress.interrupt_until = Some(Instant::now() + INTERRUPT_GRACE);
         }
         let resend = progress.reply_ok.is_none()
+            && !progress.raised
             && progress
                 .interrupt_until
                 .is_some_and(|until| Instant::now() < until);
@@ -200,6 +204,7 @@ async fn execute(
                         }
                         (Channel::IoPub, content) => {
                             progress.started |= matches!(content, JupyterMessageContent::ExecuteInput(_));
+                            progress.raised |= matches!(content, JupyterMessageContent::ErrorOutput(_));
                             // Read now: the interrupt may have been requested while this waited.
                             let interrupted = interrupted();
                             relay.relay_message(content, interrupted).await;
@@ -230,7 +235,7 @@ async fn execute(
                 }
                 // Again until the kernel answers: a SIGINT that arrived before the kernel began
                 // running the cell (ipykernel ignores SIGINT between requests) is lost.
-                if progress.reply_ok.is_none() {
+                if progress.reply_ok.is_none() && !progress.raised {
                     if let Err(err) = send_signal(kernel.pid(), libc::SIGINT) {
                         tracing::warn!(cell_id, error = %err, "interrupting a timed-out cell failed");
                     }

@@ -39,6 +39,8 @@ fn ipykernel(agent: &TestAgent, kernel_id: &str) -> KernelStart {
             "ipykernel_launcher",
             "-f",
             "{connection_file}",
+            // As paddock starts Python contexts (`plan/code.rs`).
+            "--HistoryManager.enabled=False",
         ]
         .iter()
         .map(|s| (*s).to_owned())

@@ -28,7 +28,17 @@ pub(crate) const KERNELS: &[KernelSpec] = &[
     KernelSpec {
         language: "python",
         aliases: &["python3", "py"],
-        argv: &["python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        // No history database: every context of a sandbox would share one file in its home, and
+        // concurrent or interrupted writes to it print "Session/line number was not unique" into
+        // a cell's output. `In`, `Out` and `_i` stay (they are kept in memory).
+        argv: &[
+            "python3",
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+            "--HistoryManager.enabled=False",
+        ],
         // Charts: a matplotlib figure's data beside its PNG (`CodeResult.chart`).
         setup: Some(include_str!("kernels/python_setup.py")),
     },
