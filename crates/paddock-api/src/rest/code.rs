@@ -2,6 +2,7 @@
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
+use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use paddock_control::SandboxService;
@@ -50,10 +51,29 @@ pub(crate) async fn run_code(
             &headers,
             &[StreamFormat::Ndjson, StreamFormat::Sse, StreamFormat::Json],
         ) {
-            StreamFormat::Json => Json(stream.collect().await).into_response(),
+            StreamFormat::Json => collected_cell(stream.collect().await),
             format => event_stream_response(stream, format),
         },
     )
+}
+
+/// One JSON document; the collected-output budget the cell holds is given back once the body is
+/// sent or dropped.
+fn collected_cell(cell: paddock_control::CollectedCell) -> Response {
+    let (json, held) = cell.into_json();
+    let body = futures_util::stream::once(async move {
+        let _ = &held;
+        Ok::<_, std::convert::Infallible>(bytes::Bytes::from(json))
+    });
+    (
+        StatusCode::OK,
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        Body::from_stream(body),
+    )
+        .into_response()
 }
 
 /// Creates a code context: a new kernel with its own state.

@@ -92,7 +92,7 @@ pub(crate) struct Held {
 
 impl Held {
     /// Takes `n` more bytes if the budget and the tenant's share have them.
-    fn grow(&mut self, n: u64) -> bool {
+    pub(crate) fn grow(&mut self, n: u64) -> bool {
         let mut held = self.budget.lock();
         let total = held.total.saturating_add(n);
         let tenant = held

@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use paddock_protocol::kernel::{CellEvent, CellStatus, CellStream};
 use paddock_types::api::{CodeError, CodeEvent, CodeResult, CodeRunResult, CodeStatus};
 
+use crate::core::output::collect::Held;
+
 /// The MIME type the Python setup (`plan/kernels/python_setup.py`) gives a figure's chart data.
 pub(crate) const CHART_MIME: &str = "application/vnd.paddock.chart+json";
 
@@ -110,16 +112,18 @@ pub(crate) fn code_result(
 }
 
 /// A cell collected into one document, holding at most `limit` bytes of output (counted as the
-/// JSON of each event); what does not fit is counted in `dropped_bytes`.
+/// JSON of each event) and only what the server's collected-output budget gives it (`held`, kept
+/// until the document is sent); what does not fit is counted in `dropped_bytes`.
 #[derive(Debug)]
 pub(crate) struct Collector {
     doc: CodeRunResult,
-    held: usize,
+    kept: usize,
     limit: usize,
+    held: Held,
 }
 
 impl Collector {
-    pub(crate) fn new(context: String, limit: usize) -> Self {
+    pub(crate) fn new(context: String, limit: usize, held: Held) -> Self {
         Self {
             doc: CodeRunResult {
                 context,
@@ -131,15 +135,24 @@ impl Collector {
                 status: CodeStatus::KernelDied,
                 dropped_bytes: 0,
             },
-            held: 0,
+            kept: 0,
             limit,
+            held,
         }
     }
 
     /// Adds an event; true once the cell has ended.
     pub(crate) fn add(&mut self, event: CodeEvent) -> bool {
         let size = serde_json::to_vec(&event).map_or(0, |v| v.len());
-        let fits = self.held + size <= self.limit;
+        let fits = match event {
+            CodeEvent::Stdout { .. }
+            | CodeEvent::Stderr { .. }
+            | CodeEvent::Result(_)
+            | CodeEvent::Error(_) => {
+                self.kept + size <= self.limit && self.held.grow(size as u64)
+            }
+            _ => true,
+        };
         match event {
             CodeEvent::Started { .. } => {}
             CodeEvent::ExecutionCount { execution_count } => self.doc.execution_count = Some(execution_count),
@@ -162,19 +175,21 @@ impl Collector {
             CodeEvent::Error(error) => self.doc.error = Some(error),
         }
         if fits {
-            self.held += size;
+            self.kept += size;
         }
         false
     }
 
-    pub(crate) fn finish(self) -> CodeRunResult {
-        self.doc
+    /// The document, and the budget it holds (drop it once the document is sent).
+    pub(crate) fn finish(self) -> (CodeRunResult, Held) {
+        (self.doc, self.held)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::output::collect::OutputBudget;
     use serde_json::json;
 
     #[test]
@@ -220,7 +235,8 @@ mod tests {
 
     #[test]
     fn a_collected_cell_is_bounded_and_says_what_it_dropped() {
-        let mut c = Collector::new("python".into(), 150);
+        let budget = OutputBudget::new(1 << 20);
+        let mut c = Collector::new("python".into(), 150, budget.claim("t"));
         assert!(!c.add(CodeEvent::ExecutionCount { execution_count: 2 }));
         assert!(!c.add(CodeEvent::Stdout { text: "a".repeat(40) }));
         assert!(!c.add(CodeEvent::Stdout { text: "b".repeat(80) }));
@@ -229,11 +245,39 @@ mod tests {
             status: CodeStatus::Ok,
             dropped_bytes: 5
         }));
-        let doc = c.finish();
+        let (doc, held) = c.finish();
         assert_eq!(doc.execution_count, Some(2));
         assert_eq!(doc.stdout, ["a".repeat(40)]);
         assert_eq!(doc.stderr, ["c"]);
         assert_eq!(doc.status, CodeStatus::Ok);
         assert!(doc.dropped_bytes > 80 + 5, "{}", doc.dropped_bytes);
+        let kept = serde_json::to_vec(&CodeEvent::Stdout { text: "a".repeat(40) }).unwrap().len()
+            + serde_json::to_vec(&CodeEvent::Stderr { text: "c".into() }).unwrap().len();
+        assert_eq!(budget.held(), kept as u64);
+        drop(held);
+        assert_eq!(budget.held(), 0);
+    }
+
+    #[test]
+    fn a_collected_cell_keeps_only_what_the_servers_budget_gives_it() {
+        // A budget of 400 bytes: one tenant may hold 100 of them.
+        let budget = OutputBudget::new(400);
+        let other = {
+            let mut c = Collector::new("python".into(), 1 << 20, budget.claim("other"));
+            assert!(!c.add(CodeEvent::Stdout { text: "x".repeat(60) }));
+            c
+        };
+        let mut c = Collector::new("python".into(), 1 << 20, budget.claim("t"));
+        assert!(!c.add(CodeEvent::Stdout { text: "a".repeat(60) }));
+        assert!(!c.add(CodeEvent::Stdout { text: "b".repeat(60) }));
+        assert!(c.add(CodeEvent::End {
+            status: CodeStatus::Ok,
+            dropped_bytes: 0
+        }));
+        let (doc, held) = c.finish();
+        assert_eq!(doc.stdout, ["a".repeat(60)], "the tenant's share held one event");
+        assert!(doc.dropped_bytes >= 60);
+        drop((held, other));
+        assert_eq!(budget.held(), 0);
     }
 }

@@ -18,7 +18,7 @@ use crate::core::principal::Principal;
 use crate::plan::code::{kernel_for, known_languages, KernelSpec};
 use crate::{SandboxService, ServiceError};
 
-pub use run::CodeStream;
+pub use run::{CodeStream, CollectedCell};
 
 impl SandboxService {
     /// Starts a context: a new kernel of `req.language` (default python).

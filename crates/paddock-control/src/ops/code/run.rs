@@ -17,6 +17,7 @@ use super::events::{code_event, Collector};
 use super::{language, position};
 use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::contexts::CodeContext;
+use crate::core::output::collect::{Held, OutputBudget};
 use crate::core::live::LiveSandbox;
 use crate::core::principal::Principal;
 use crate::lifecycle::kernels::kernel_error;
@@ -37,6 +38,29 @@ pub struct CodeStream {
     context: String,
     kernel_id: String,
     ended: bool,
+    /// The server's collected-output budget and the tenant charged when the cell is collected.
+    budget: (OutputBudget, String),
+}
+
+/// A cell answered as one document, holding its bytes against the server's collected-output
+/// budget until it is sent.
+#[derive(Debug)]
+pub struct CollectedCell {
+    doc: CodeRunResult,
+    held: Held,
+}
+
+impl CollectedCell {
+    pub fn result(&self) -> &CodeRunResult {
+        &self.doc
+    }
+
+    /// The document's JSON, and what keeps the budget held until it is sent (drop it with it).
+    pub fn into_json(self) -> (Vec<u8>, impl Send + Sync + 'static) {
+        // Strings, numbers and JSON values: serializing them cannot fail.
+        let json = serde_json::to_vec(&self.doc).unwrap_or_default();
+        (json, self.held)
+    }
 }
 
 impl CodeStream {
@@ -66,16 +90,19 @@ impl CodeStream {
         Some(event)
     }
 
-    /// Waits for the end and answers the cell as one document (bounded: what does not fit is
-    /// counted in `dropped_bytes`).
-    pub async fn collect(mut self) -> CodeRunResult {
-        let mut collector = Collector::new(self.context.clone(), COLLECTED_CELL_LIMIT);
+    /// Waits for the end and answers the cell as one document, bounded per cell and by the
+    /// server's collected-output budget (what does not fit is counted in `dropped_bytes`).
+    pub async fn collect(mut self) -> CollectedCell {
+        let (budget, tenant) = &self.budget;
+        let held = budget.claim(tenant);
+        let mut collector = Collector::new(self.context.clone(), COLLECTED_CELL_LIMIT, held);
         while let Some(event) = self.recv().await {
             if collector.add(event) {
                 break;
             }
         }
-        collector.finish()
+        let (doc, held) = collector.finish();
+        CollectedCell { doc, held }
     }
 }
 
@@ -174,6 +201,7 @@ impl SandboxService {
             context: context.id,
             kernel_id: context.kernel_id,
             ended: false,
+            budget: (self.inner.collect_budget.clone(), p.tenant.clone()),
         })
     }
 
