@@ -15,7 +15,7 @@ use crate::files::remove::remove;
 use crate::files::rename::rename;
 use crate::files::stat::stat;
 use crate::files::write_file::{write_file, WriteFile};
-use crate::kernel::{execute_cell, interrupt_kernel, shutdown_kernel, start_kernel};
+use crate::kernel::{execute_cell, interrupt_kernel, shutdown_kernel, start_kernel, CellRequest};
 use crate::outbound::{Answer, ConnectionClosed, Outbound};
 use crate::process::attach::{add_cursors, start_forwarding};
 use crate::process::kill_tree::kill_tree;
@@ -80,9 +80,15 @@ pub(crate) async fn handle_request(
             code,
             timeout_ms,
             silent,
+            around,
         } => {
-            out.answer(id, execute_cell(agent, out, &kernel_id, code, timeout_ms, silent))
-                .await
+            let cell = CellRequest {
+                code,
+                timeout_ms,
+                silent,
+                around,
+            };
+            out.answer(id, execute_cell(agent, out, &kernel_id, cell)).await
         }
         Request::KernelShutdown { kernel_id } => shutdown_kernel(agent, out, id, &kernel_id).await,
         other => {

@@ -9,9 +9,9 @@
 //! nothing, else its traffic access token. Errors are plain text with E2B's statuses (the SDK turns
 //! 404 into `NotFoundException` and shows other bodies).
 //!
-//! What it does not do: per-execution environment variables (`env_vars`: refused with 400 until
-//! kernels can apply and undo them), or languages paddock has no kernel for (400 naming the known
-//! ones).
+//! `env_vars` are the cell's own variables (`RunCodeRequest::env`: set before it, restored after).
+//!
+//! What it does not do: languages paddock has no kernel for (400 naming the known ones).
 
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, State};
@@ -112,17 +112,27 @@ async fn execute(caller: Caller, State(state): State<E2bState>, body: Bytes) -> 
             "Only one of context_id or language can be provided",
         );
     }
-    if body.env_vars.as_ref().is_some_and(|e| !e.is_empty()) {
-        return text(
-            StatusCode::BAD_REQUEST,
-            "per-execution env_vars are not supported by this server yet: set them when creating the sandbox or the context",
-        );
+    let mut env = std::collections::BTreeMap::new();
+    for (name, value) in body.env_vars.unwrap_or_default() {
+        let value = match value {
+            Value::String(s) => s,
+            Value::Number(n) => n.to_string(),
+            Value::Bool(b) => b.to_string(),
+            other => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("env_vars.{name} must be a string, not {other}"),
+                )
+            }
+        };
+        env.insert(name, value);
     }
     let request = RunCodeRequest {
         code: body.code,
         language: body.language,
         context: body.context_id,
         timeout_ms: None,
+        env,
     };
     let stream = match state
         .service

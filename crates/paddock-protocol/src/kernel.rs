@@ -37,6 +37,40 @@ pub struct KernelStart {
     pub user: Option<String>,
     /// How long the kernel may take to answer its first `kernel_info_request`.
     pub ready_timeout_ms: u64,
+    /// How a running cell is interrupted (left out of the JSON when `signal`).
+    #[serde(default, skip_serializing_if = "InterruptMode::is_signal")]
+    pub interrupt: InterruptMode,
+    /// Code run silently after each cell, whose end then ends the cell: for a kernel that may
+    /// publish a cell's output after it said `idle` (Deno sends results and console output from
+    /// other tasks), the output that comes before the barrier's end is the cell's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barrier: Option<String>,
+}
+
+/// Code run silently around a cell (see `Request::KernelExecute`). `after` runs whenever `before`
+/// ran, also when the cell failed, timed out or was interrupted; the cell runs only if `before`
+/// succeeded. Their output and errors are relayed as the cell's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellAround {
+    pub before: String,
+    pub after: String,
+}
+
+/// How a kernel is interrupted: its kernelspec's `interrupt_mode`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InterruptMode {
+    /// `SIGINT` to the kernel's process (ipykernel, bash_kernel).
+    #[default]
+    Signal,
+    /// An `interrupt_request` on the control channel (Deno, whose process `SIGINT` ends).
+    Message,
+}
+
+impl InterruptMode {
+    fn is_signal(&self) -> bool {
+        *self == Self::Signal
+    }
 }
 
 /// What a kernel said about itself once started.
@@ -100,6 +134,10 @@ pub enum CellEvent {
         /// Bytes of output the agent dropped (beyond the per-cell bound).
         #[serde(default)]
         dropped_bytes: u64,
+        /// The kernel is dead after it (given up and killed: it did not stop a timed-out cell);
+        /// left out of the JSON when false. A `kernel_died` end says so by itself.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        kernel_dead: bool,
     },
 }
 

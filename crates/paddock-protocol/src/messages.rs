@@ -214,6 +214,10 @@ pub enum Request {
         /// published (setup code).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         silent: bool,
+        /// Silent code run just before and just after the cell, in the same turn of the kernel's
+        /// queue (no other cell between them): per-cell environment variables, set then restored.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        around: Option<crate::kernel::CellAround>,
     },
     /// Interrupt the kernel's running cell (`SIGINT` to the kernel, as Jupyter does); the kernel
     /// lives on. Reply: [`Reply::Done`].

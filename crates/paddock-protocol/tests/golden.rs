@@ -114,12 +114,15 @@ fn samples() -> Vec<serde_json::Value> {
             env: BTreeMap::from([("MPLBACKEND".to_owned(), "Agg".to_owned())]),
             user: None,
             ready_timeout_ms: 30_000,
+            interrupt: kernel::InterruptMode::Signal,
+            barrier: None,
         }),
         Request::KernelExecute {
             kernel_id: "ctx-1".into(),
             code: "x = 1\nx + 1".into(),
             timeout_ms: Some(5_000),
             silent: false,
+            around: None,
         },
         Request::KernelInterrupt {
             kernel_id: "ctx-1".into(),
@@ -132,6 +135,33 @@ fn samples() -> Vec<serde_json::Value> {
             code: "import setup".into(),
             timeout_ms: None,
             silent: true,
+            around: None,
+        },
+        Request::KernelStart(kernel::KernelStart {
+            kernel_id: "javascript".into(),
+            argv: vec![
+                "deno".into(),
+                "jupyter".into(),
+                "--kernel".into(),
+                "--conn".into(),
+                "{connection_file}".into(),
+            ],
+            cwd: None,
+            env: BTreeMap::from([("NO_COLOR".to_owned(), "1".to_owned())]),
+            user: Some("user".into()),
+            ready_timeout_ms: 30_000,
+            interrupt: kernel::InterruptMode::Message,
+            barrier: Some("await new Promise((r) => setTimeout(r, 0))".into()),
+        }),
+        Request::KernelExecute {
+            kernel_id: "javascript".into(),
+            code: "Deno.env.get('A')".into(),
+            timeout_ms: None,
+            silent: false,
+            around: Some(kernel::CellAround {
+                before: "set A".into(),
+                after: "restore A".into(),
+            }),
         },
     ];
     let status = ExitStatus {
@@ -334,22 +364,32 @@ fn cell_event_samples() -> Vec<serde_json::Value> {
         CellEvent::End {
             status: CellStatus::Ok,
             dropped_bytes: 0,
+            kernel_dead: false,
         },
         CellEvent::End {
             status: CellStatus::Error,
             dropped_bytes: 0,
+            kernel_dead: false,
         },
         CellEvent::End {
             status: CellStatus::TimedOut,
             dropped_bytes: 12,
+            kernel_dead: false,
         },
         CellEvent::End {
             status: CellStatus::Interrupted,
             dropped_bytes: 0,
+            kernel_dead: false,
         },
         CellEvent::End {
             status: CellStatus::KernelDied,
             dropped_bytes: 0,
+            kernel_dead: false,
+        },
+        CellEvent::End {
+            status: CellStatus::TimedOut,
+            dropped_bytes: 0,
+            kernel_dead: true,
         },
     ];
     events

@@ -4,8 +4,10 @@
 //!
 //! A cell is an `execute_request` on shell; the iopub messages whose parent is that request become
 //! its events, and it ends once both its `execute_reply` arrived and iopub said `idle` for it. On
-//! its time limit the kernel gets `SIGINT` (repeated until it answers) and the cell ends `timed_out`
-//! once the kernel finished it; a kernel still running it after [`INTERRUPT_GRACE`] is marked dead.
+//! its time limit the kernel is interrupted its way (`SIGINT`, or an `interrupt_request` for a
+//! kernel whose `interrupt_mode` is `message`), repeated until it answers, and the cell ends
+//! `timed_out` once the kernel finished it; a kernel still running it after [`INTERRUPT_GRACE`] is
+//! marked dead and killed (Deno cannot interrupt a cell awaiting a promise that never settles).
 //! An interrupt the caller asks for is repeated the same way (for at most [`INTERRUPT_GRACE`]):
 //! ipykernel ignores `SIGINT` until it arms its handler, a moment after it publishes
 //! `execute_input`, and a single signal landing in that moment was lost (seen under load: the cell
@@ -20,15 +22,15 @@ use std::rc::{Rc, Weak};
 use std::time::Duration;
 
 use jupyter_protocol::{ExecuteRequest, ExecutionState, JupyterMessageContent, ReplyStatus};
-use paddock_protocol::kernel::CellStatus;
-use paddock_sys::reap::send_signal;
+use paddock_protocol::kernel::{CellAround, CellStatus, InterruptMode};
 use tokio::sync::mpsc;
 use tokio::time::{sleep_until, Instant};
 
 use super::connection::{heartbeat, Channel, Incoming, KernelClient, Received};
 use super::relay::Relay;
-use super::{final_status, Kernel};
+use super::{final_status, CellRequest, Kernel};
 use crate::outbound::Outbound;
+use crate::process::kill_tree::kill_tree;
 
 /// How often `SIGINT` is repeated while a timed-out cell has not stopped.
 const RESIGNAL: Duration = Duration::from_millis(500);
@@ -43,15 +45,14 @@ const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
 const ABORTED_RESENDS: u32 = 3;
 /// Missed heartbeats in a row after which the kernel counts as dead.
 const HEARTBEAT_MISSES: u32 = 3;
+/// The time limit of the code run around a cell (it sets or restores variables).
+const AROUND_LIMIT_MS: u64 = 10_000;
 
 /// One queued cell.
 #[derive(Debug)]
 pub(crate) struct CellJob {
     pub(crate) cell_id: u64,
-    pub(crate) code: String,
-    pub(crate) timeout_ms: Option<u64>,
-    /// Jupyter's silent execution (setup code).
-    pub(crate) silent: bool,
+    pub(crate) cell: CellRequest,
     pub(crate) out: Outbound,
 }
 
@@ -82,7 +83,9 @@ pub(crate) async fn run_cells(
             kernel.mark_dead("its sockets closed");
         }
         if kernel.dead_reason().is_some() {
-            Relay::new(job.cell_id, job.out).end(CellStatus::KernelDied).await;
+            Relay::new(job.cell_id, job.out)
+                .end(CellStatus::KernelDied, true)
+                .await;
             continue;
         }
         run_cell(&kernel, &mut client, job).await;
@@ -106,23 +109,51 @@ struct Progress {
     /// The kernel published an error for it (the interrupt landed): no more `SIGINT`, which would
     /// land in the kernel's own handling of the first.
     raised: bool,
+    /// The barrier sent after the cell ended (kernels that publish output after `idle`).
+    barrier: Option<BarrierProgress>,
 }
 
-/// Runs one cell to its end.
+/// A barrier's request and how far it got.
+#[derive(Debug)]
+struct BarrierProgress {
+    msg_id: String,
+    reply: bool,
+    idle: bool,
+}
+
+/// Runs one cell to its end (with the code around it, if any).
 async fn run_cell(kernel: &Kernel, client: &mut KernelClient, job: CellJob) {
-    let CellJob {
-        cell_id,
+    let CellJob { cell_id, cell, out } = job;
+    let CellRequest {
         code,
         timeout_ms,
         silent,
-        out,
-    } = job;
+        around,
+    } = cell;
     let mut relay = Relay::new(cell_id, out);
     kernel.running_cell.set(Some(cell_id));
-    let status = execute(kernel, client, &mut relay, code, timeout_ms, silent).await;
+    let status = match around {
+        None => execute(kernel, client, &mut relay, code, timeout_ms, silent).await,
+        Some(CellAround { before, after }) => {
+            let limit = Some(AROUND_LIMIT_MS);
+            let status = match execute(kernel, client, &mut relay, before, limit, true).await {
+                CellStatus::Ok => execute(kernel, client, &mut relay, code, timeout_ms, silent).await,
+                failed => failed,
+            };
+            if kernel.dead_reason().is_none() {
+                // An interrupt of the cell is not one of the code that restores after it.
+                kernel.interrupted_cell.set(None);
+                let restored = execute(kernel, client, &mut relay, after, limit, true).await;
+                if restored != CellStatus::Ok {
+                    tracing::warn!(cell_id, ?restored, "the code after a cell did not succeed");
+                }
+            }
+            status
+        }
+    };
     kernel.running_cell.set(None);
     kernel.interrupted_cell.set(None);
-    relay.end(status).await;
+    relay.end(status, kernel.dead_reason().is_some()).await;
 }
 
 async fn execute(
@@ -161,7 +192,35 @@ async fn execute(
         let interrupted =
             || progress.timed_out || (cell_id.is_some() && kernel.interrupted_cell.get() == cell_id);
         if let (Some(ok), true) = (progress.reply_ok, progress.idle) {
-            return final_status(ok, progress.timed_out, interrupted());
+            match (&kernel.barrier, &progress.barrier) {
+                // Output the kernel still publishes comes before the barrier's end.
+                (Some(barrier), None) if !silent => {
+                    let request = ExecuteRequest {
+                        code: barrier.clone(),
+                        silent: true,
+                        store_history: false,
+                        user_expressions: None,
+                        allow_stdin: false,
+                        stop_on_error: false,
+                    };
+                    match client.send_shell(request).await {
+                        Ok(msg_id) => {
+                            progress.barrier = Some(BarrierProgress {
+                                msg_id,
+                                reply: false,
+                                idle: false,
+                            });
+                            continue;
+                        }
+                        Err(err) => {
+                            kernel.mark_dead(&format!("sending execute_request failed: {err}"));
+                            return CellStatus::KernelDied;
+                        }
+                    }
+                }
+                (Some(_), Some(b)) if !(b.reply && b.idle) => {}
+                _ => return final_status(ok, progress.timed_out, interrupted()),
+            }
         }
         if interrupted() && !progress.timed_out && progress.interrupt_until.is_none() {
             progress.interrupt_until = Some(Instant::now() + INTERRUPT_GRACE);
@@ -176,10 +235,26 @@ async fn execute(
             None if resend => {
                 Some(deadline.map_or(Instant::now() + RESIGNAL, |d| d.min(Instant::now() + RESIGNAL)))
             }
+            None if progress.reply_ok.is_some() => None,
             None => deadline,
         };
         tokio::select! {
             (channel, received) = client.recv() => match received {
+                Ok(Received::Message(Incoming { parent: Some(parent), content }))
+                    if progress.barrier.as_ref().is_some_and(|b| b.msg_id == parent) =>
+                {
+                    // The barrier's own messages end it; what else carries it as parent is the
+                    // cell's output (Deno attributes console output to its latest request).
+                    let Some(barrier) = progress.barrier.as_mut() else { continue };
+                    match (channel, content) {
+                        (Channel::Shell, content) => barrier.reply |= content.message_type() == "execute_reply",
+                        (Channel::IoPub, JupyterMessageContent::Status(status)) => {
+                            barrier.idle |= status.execution_state == ExecutionState::Idle;
+                        }
+                        (Channel::IoPub, JupyterMessageContent::ExecuteInput(_)) => {}
+                        (Channel::IoPub, content) => relay.relay_message(content, interrupted()).await,
+                    }
+                }
                 Ok(Received::Message(Incoming { parent: Some(parent), content })) if parent == msg_id => {
                     match (channel, content) {
                         (Channel::Shell, content) if content.message_type() == "execute_reply" => {
@@ -217,17 +292,27 @@ async fn execute(
             },
             () = &mut exited => {}
             () = &mut died => {}
-            // An interrupt was asked for: the loop turns, and sends `SIGINT` again on its timer.
-            () = kernel.interrupt_requested.notified() => continue,
+            // An interrupt was asked for: a kernel interrupted by message gets it now (a signal was
+            // sent already); the loop then turns, and sends it again on its timer.
+            () = kernel.interrupt_requested.notified() => {
+                if kernel.interrupt == InterruptMode::Message && progress.reply_ok.is_none() {
+                    if let Err(err) = kernel.send_interrupt().await {
+                        tracing::warn!(cell_id, error = %err, "interrupting a cell failed");
+                    }
+                }
+                continue;
+            }
             () = sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => {
                 let now = Instant::now();
                 match progress.grace {
                     Some(grace) if now >= grace => {
-                        // It would still be running its old cell when the next one came.
-                        kernel.mark_dead("it did not stop a timed-out cell after SIGINT");
+                        // It would still be running its old cell when the next one came: it is
+                        // dead, and killed so that it stops spending the sandbox's CPU.
+                        kernel.mark_dead("it did not stop a timed-out cell when interrupted");
+                        kill_tree(kernel.pid(), libc::SIGKILL, true);
                         return CellStatus::TimedOut;
                     }
-                    None if deadline.is_some_and(|d| now >= d) => {
+                    None if progress.reply_ok.is_none() && deadline.is_some_and(|d| now >= d) => {
                         progress.timed_out = true;
                         progress.grace = Some(now + INTERRUPT_GRACE);
                     }
@@ -236,8 +321,8 @@ async fn execute(
                 // Again until the kernel answers: a SIGINT that arrived before the kernel began
                 // running the cell (ipykernel ignores SIGINT between requests) is lost.
                 if progress.reply_ok.is_none() && !progress.raised {
-                    if let Err(err) = send_signal(kernel.pid(), libc::SIGINT) {
-                        tracing::warn!(cell_id, error = %err, "interrupting a timed-out cell failed");
+                    if let Err(err) = kernel.send_interrupt().await {
+                        tracing::warn!(cell_id, error = %err, "interrupting a cell failed");
                     }
                 }
             }

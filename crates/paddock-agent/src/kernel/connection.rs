@@ -14,8 +14,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use jupyter_protocol::{
-    ConnectionInfo, Header, JupyterMessage, JupyterMessageContent, KernelInfoReply, KernelInfoRequest,
-    ShutdownRequest, UnknownMessage,
+    ConnectionInfo, Header, InterruptRequest, JupyterMessage, JupyterMessageContent, KernelInfoReply,
+    KernelInfoRequest, ShutdownRequest, UnknownMessage,
 };
 use jupyter_zmq_client::{
     create_client_control_connection, create_client_heartbeat_connection, create_client_iopub_connection,
@@ -257,22 +257,42 @@ pub(crate) async fn request_shutdown(
     session: &str,
     limit: Duration,
 ) -> Result<(), ClientError> {
+    send_control(info, session, ShutdownRequest { restart: false }.into(), limit).await
+}
+
+/// Sends `interrupt_request` on a fresh control connection, all within `limit` (the kernel's
+/// `interrupt_reply` is not awaited: the cell's own messages say whether it stopped).
+pub(crate) async fn request_interrupt(
+    info: &ConnectionInfo,
+    session: &str,
+    limit: Duration,
+) -> Result<(), ClientError> {
+    send_control(info, session, InterruptRequest {}.into(), limit).await
+}
+
+async fn send_control(
+    info: &ConnectionInfo,
+    session: &str,
+    content: JupyterMessageContent,
+    limit: Duration,
+) -> Result<(), ClientError> {
     let deadline = Instant::now() + limit;
+    let msg_type = content.message_type().to_owned();
     let mut control = retry_connect("control", deadline, || {
         create_client_control_connection(info, session)
     })
     .await?;
-    let message = JupyterMessage::new(ShutdownRequest { restart: false }, None);
+    let message = JupyterMessage::new(content, None);
     match timeout(deadline - Instant::now().min(deadline), control.send(message)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(source)) => Err(ClientError::Send {
             channel: "control",
-            msg_type: "shutdown_request".to_owned(),
+            msg_type,
             source,
         }),
         Err(_) => Err(ClientError::SendTimeout {
             channel: "control",
-            msg_type: "shutdown_request".to_owned(),
+            msg_type,
         }),
     }
 }

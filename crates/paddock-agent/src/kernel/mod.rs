@@ -23,7 +23,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use jupyter_protocol::ConnectionInfo;
-use paddock_protocol::kernel::{CellStatus, KernelStart};
+use paddock_protocol::kernel::{CellAround, CellStatus, InterruptMode, KernelStart};
 use paddock_protocol::{AgentError, ErrorCode, Reply};
 use paddock_sys::reap::send_signal;
 use tokio::sync::{mpsc, Notify};
@@ -45,6 +45,8 @@ pub(crate) const MAX_QUEUED_CELLS: usize = 64;
 const MAX_KERNEL_ID_LEN: usize = 256;
 /// How long shutdown waits for the kernel to exit after `shutdown_request` before killing it.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// How long sending one `interrupt_request` may take.
+const INTERRUPT_SEND_LIMIT: Duration = Duration::from_millis(250);
 
 /// The agent's kernels by id.
 #[derive(Debug, Default)]
@@ -83,12 +85,30 @@ pub(crate) struct Kernel {
     /// again until the kernel answers (a `SIGINT` that lands between ipykernel publishing
     /// `execute_input` and arming its handler is ignored, and would be lost).
     interrupt_requested: Notify,
+    /// How it is interrupted (its kernelspec's `interrupt_mode`).
+    interrupt: InterruptMode,
+    /// Silent code run after each cell to collect output published after `idle`.
+    barrier: Option<String>,
     heartbeat: RefCell<Option<JoinHandle<()>>>,
 }
 
 impl Kernel {
     pub(crate) fn pid(&self) -> u32 {
         self.process.pid()
+    }
+
+    /// Interrupts its running cell the kernel's way: `SIGINT`, or an `interrupt_request` on a
+    /// fresh control connection (sent within [`INTERRUPT_SEND_LIMIT`]).
+    pub(crate) async fn send_interrupt(&self) -> Result<(), String> {
+        match self.interrupt {
+            InterruptMode::Signal => send_signal(self.pid(), libc::SIGINT)
+                .map_err(|err| format!("SIGINT to pid {}: {err}", self.pid())),
+            InterruptMode::Message => {
+                connection::request_interrupt(&self.info, &self.session, INTERRUPT_SEND_LIMIT)
+                    .await
+                    .map_err(|err| err.to_string())
+            }
+        }
     }
 
     /// Why the kernel is dead, if it is.
@@ -203,15 +223,17 @@ pub(crate) async fn start_kernel(
     Ok(())
 }
 
+/// A cell as `KernelExecute` asks for it.
+#[derive(Debug)]
+pub(crate) struct CellRequest {
+    pub(crate) code: String,
+    pub(crate) timeout_ms: Option<u64>,
+    pub(crate) silent: bool,
+    pub(crate) around: Option<CellAround>,
+}
+
 /// `KernelExecute`: queues the cell and answers with its id at once; its events follow.
-pub(crate) fn execute_cell(
-    agent: &Agent,
-    out: &Outbound,
-    kernel_id: &str,
-    code: String,
-    timeout_ms: Option<u64>,
-    silent: bool,
-) -> Answer {
+pub(crate) fn execute_cell(agent: &Agent, out: &Outbound, kernel_id: &str, cell: CellRequest) -> Answer {
     let kernel = agent.kernels.get(kernel_id)?;
     if let Some(reason) = kernel.dead_reason() {
         return Err(agent_error(
@@ -222,9 +244,7 @@ pub(crate) fn execute_cell(
     let cell_id = agent.kernels.next_cell_id();
     let job = CellJob {
         cell_id,
-        code,
-        timeout_ms,
-        silent,
+        cell,
         out: out.clone(),
     };
     let cells = kernel.cells.borrow().clone();
@@ -247,8 +267,9 @@ pub(crate) fn execute_cell(
     Ok((Reply::CellStarted { cell_id }, Vec::new()))
 }
 
-/// `KernelInterrupt`: `SIGINT` to the kernel (Jupyter's `interrupt_mode: signal`); its running cell
-/// then ends `interrupted`.
+/// `KernelInterrupt`: the running cell's loop interrupts the kernel (its way: `SIGINT` or an
+/// `interrupt_request`), again until it answers; the cell then ends `interrupted`. A `SIGINT` is
+/// sent at once as well, so that the caller hears of a kernel that cannot be signalled.
 pub(crate) fn interrupt_kernel(agent: &Agent, kernel_id: &str) -> Answer {
     let kernel = agent.kernels.get(kernel_id)?;
     if let Some(reason) = kernel.dead_reason() {
@@ -259,6 +280,9 @@ pub(crate) fn interrupt_kernel(agent: &Agent, kernel_id: &str) -> Answer {
     }
     kernel.interrupted_cell.set(kernel.running_cell.get());
     kernel.interrupt_requested.notify_one();
+    if kernel.interrupt != InterruptMode::Signal {
+        return Ok((Reply::Done, Vec::new()));
+    }
     send_signal(kernel.pid(), libc::SIGINT).map_err(|err| {
         agent_error(
             ErrorCode::Io,

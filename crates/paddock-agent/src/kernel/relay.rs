@@ -60,10 +60,11 @@ impl Relay {
     }
 
     /// Sends the cell's last event.
-    pub(crate) async fn end(mut self, status: CellStatus) {
+    pub(crate) async fn end(mut self, status: CellStatus, kernel_dead: bool) {
         let end = CellEvent::End {
             status,
             dropped_bytes: self.dropped,
+            kernel_dead: kernel_dead && status != CellStatus::KernelDied,
         };
         self.send(&end, true).await;
     }

@@ -186,6 +186,8 @@ fn launch(
         running_cell: Default::default(),
         interrupted_cell: Default::default(),
         interrupt_requested: Notify::new(),
+        interrupt: request.interrupt,
+        barrier: request.barrier.clone(),
         heartbeat: Default::default(),
     });
     tokio::task::spawn_local(run_cells(kernel.clone(), client, jobs));

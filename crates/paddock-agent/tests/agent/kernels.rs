@@ -53,13 +53,15 @@ fn ipykernel(agent: &TestAgent, kernel_id: &str) -> KernelStart {
         ]),
         user: Some("root".to_owned()),
         ready_timeout_ms: 60_000,
+        interrupt: Default::default(),
+        barrier: None,
     }
 }
 
 /// Every event of a cell up to its end.
 async fn run(client: &AgentClient, kernel_id: &str, code: &str, timeout_ms: Option<u64>) -> Vec<CellEvent> {
     let events = client
-        .kernel_execute(kernel_id, code, timeout_ms, false)
+        .kernel_execute(kernel_id, code, timeout_ms, false, None)
         .await
         .expect("execute");
     collect(events).await
@@ -228,7 +230,7 @@ async fn cells_keep_state_stream_in_order_and_show_results() {
         "the connection file is removed"
     );
     let err = client
-        .kernel_execute("k1", "1", None, false)
+        .kernel_execute("k1", "1", None, false, None)
         .await
         .expect_err("forgotten");
     assert_eq!(agent_code(err).0, ErrorCode::NotFound);
@@ -255,11 +257,11 @@ async fn time_limits_and_interrupts_keep_the_kernel() {
 
     // A second cell queued behind a running one waits for it.
     let mut sleeping = client
-        .kernel_execute("k", "import time\ntime.sleep(60)", None, false)
+        .kernel_execute("k", "import time\ntime.sleep(60)", None, false, None)
         .await
         .expect("execute");
     let queued = client
-        .kernel_execute("k", "print('after')", None, false)
+        .kernel_execute("k", "print('after')", None, false, None)
         .await
         .expect("queue");
     wait_running(&mut sleeping).await;
@@ -294,7 +296,7 @@ async fn an_interrupt_the_kernel_ignores_at_first_is_repeated() {
                 signal.signal(signal.SIGINT, signal.default_int_handler)\n\
                 time.sleep(60)";
     let mut events = client
-        .kernel_execute("deaf", code, None, false)
+        .kernel_execute("deaf", code, None, false, None)
         .await
         .expect("execute");
     // Interrupt while the cell ignores SIGINT.
@@ -350,7 +352,7 @@ async fn a_killed_kernel_ends_its_cell_and_start_failures_say_why() {
         .await
         .expect("start");
     let mut cell = client
-        .kernel_execute("doomed", "import time\ntime.sleep(60)", None, false)
+        .kernel_execute("doomed", "import time\ntime.sleep(60)", None, false, None)
         .await
         .expect("execute");
     wait_running(&mut cell).await;
@@ -359,7 +361,7 @@ async fn a_killed_kernel_ends_its_cell_and_start_failures_say_why() {
     assert_eq!(status(&rest), CellStatus::KernelDied, "{rest:?}");
     let (code, message) = agent_code(
         client
-            .kernel_execute("doomed", "1", None, false)
+            .kernel_execute("doomed", "1", None, false, None)
             .await
             .expect_err("dead"),
     );

@@ -1,8 +1,8 @@
 //! Code: cells run in a sandbox's code contexts (kernels that keep state), and the contexts.
 
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::body::Body;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use paddock_control::SandboxService;

@@ -26,7 +26,7 @@ const SETUP_TIMEOUT_MS: u64 = 30_000;
 async fn run_setup(sb: &Arc<LiveSandbox>, kernel_id: &str, setup: &str) {
     let mut events = match sb
         .client
-        .kernel_execute(kernel_id, setup, Some(SETUP_TIMEOUT_MS), true)
+        .kernel_execute(kernel_id, setup, Some(SETUP_TIMEOUT_MS), true, None)
         .await
     {
         Ok(events) => events,
@@ -74,9 +74,11 @@ impl SandboxService {
             kernel_id: kernel_id.clone(),
             argv: kernel.argv.iter().map(|a| (*a).to_owned()).collect(),
             cwd: cwd.clone().or(spec.workdir.clone()),
-            env: kernel_env(&self.process_env(sb), &env),
+            env: kernel_env(kernel, &self.process_env(sb), &env),
             user: Some(spec.user.clone()),
             ready_timeout_ms: KERNEL_READY_TIMEOUT_MS,
+            interrupt: kernel.interrupt,
+            barrier: kernel.barrier.map(str::to_owned),
         };
         let info = sb
             .client

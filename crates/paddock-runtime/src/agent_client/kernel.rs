@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use paddock_protocol::kernel::{CellEvent, KernelInfo, KernelStart};
+use paddock_protocol::kernel::{CellAround, CellEvent, KernelInfo, KernelStart};
 use paddock_protocol::{Reply, Request};
 use tokio::sync::mpsc;
 
@@ -58,12 +58,14 @@ impl AgentClient {
         code: &str,
         timeout_ms: Option<u64>,
         silent: bool,
+        around: Option<CellAround>,
     ) -> Result<CellEvents, AgentClientError> {
         let request = Request::KernelExecute {
             kernel_id: kernel_id.to_owned(),
             code: code.to_owned(),
             timeout_ms,
             silent,
+            around,
         };
         let answer = self
             .call(

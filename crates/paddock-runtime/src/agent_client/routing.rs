@@ -246,6 +246,7 @@ async fn route(routes: &Mutex<Routes>, message: AgentMessage, payload: Vec<u8>) 
                 let end = CellEvent::End {
                     status: paddock_protocol::kernel::CellStatus::KernelDied,
                     dropped_bytes: payload.len() as u64,
+                    kernel_dead: false,
                 };
                 deliver(routes, select_cell, cell_id, end, true).await;
             }

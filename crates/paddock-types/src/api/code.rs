@@ -71,6 +71,10 @@ pub struct RunCodeRequest {
     /// Interrupt the cell after this many milliseconds (it ends `timed_out`; the context lives).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Environment variables for this cell only: set in the kernel just before it and restored
+    /// just after it (also when it fails or times out). Names are letters, digits and `_`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 /// One event of a cell, streamed (NDJSON, one per line, or SSE).

@@ -135,9 +135,12 @@ pub struct CodeArgs {
     /// Read the code from this file.
     #[arg(long, short = 'f', conflicts_with = "code")]
     pub file: Option<std::path::PathBuf>,
-    /// The language's default context (python, bash).
+    /// The language's default context (python, javascript, bash).
     #[arg(long, short = 'l', conflicts_with = "context")]
     pub language: Option<String>,
+    /// An environment variable of this cell only, restored after it (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "K=V")]
+    pub env: Vec<EnvVar>,
     /// A context made with the API (`POST /v1/sandboxes/{id}/contexts`).
     #[arg(long, short = 'c')]
     pub context: Option<String>,

@@ -38,6 +38,11 @@ pub async fn code(client: &ApiClient, args: CodeArgs) -> anyhow::Result<ExitCode
         timeout_ms: args
             .timeout
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)),
+        env: args
+            .env
+            .iter()
+            .map(|v| (v.key.clone(), v.value.clone()))
+            .collect(),
     };
     let endpoint = ["v1", "sandboxes", args.id.as_str(), "code"];
     if args.json {

@@ -380,13 +380,16 @@ details! {
         pid: Option<u32>,
     }
 
-    /// A cell about to run: its context, and the code's size and SHA-256 (not the code itself).
+    /// A cell about to run: its context, the code's size and SHA-256 (not the code itself), and
+    /// the names of its own variables (not their values).
     CodeCell for [CodeRun] {
         context: String,
         language: String,
         code_bytes: u64,
         code_sha256: String,
         timeout_ms: Option<u64>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        env: Vec<String>,
     }
 
     // Processes.

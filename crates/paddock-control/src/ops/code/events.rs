@@ -40,6 +40,7 @@ pub(crate) fn code_event(event: CellEvent) -> CodeEvent {
         CellEvent::End {
             status,
             dropped_bytes,
+            ..
         } => CodeEvent::End {
             status: code_status(status),
             dropped_bytes,
@@ -148,9 +149,7 @@ impl Collector {
             CodeEvent::Stdout { .. }
             | CodeEvent::Stderr { .. }
             | CodeEvent::Result(_)
-            | CodeEvent::Error(_) => {
-                self.kept + size <= self.limit && self.held.grow(size as u64)
-            }
+            | CodeEvent::Error(_) => self.kept + size <= self.limit && self.held.grow(size as u64),
             _ => true,
         };
         match event {
@@ -251,8 +250,12 @@ mod tests {
         assert_eq!(doc.stderr, ["c"]);
         assert_eq!(doc.status, CodeStatus::Ok);
         assert!(doc.dropped_bytes > 80 + 5, "{}", doc.dropped_bytes);
-        let kept = serde_json::to_vec(&CodeEvent::Stdout { text: "a".repeat(40) }).unwrap().len()
-            + serde_json::to_vec(&CodeEvent::Stderr { text: "c".into() }).unwrap().len();
+        let kept = serde_json::to_vec(&CodeEvent::Stdout { text: "a".repeat(40) })
+            .expect("json")
+            .len()
+            + serde_json::to_vec(&CodeEvent::Stderr { text: "c".into() })
+                .expect("json")
+                .len();
         assert_eq!(budget.held(), kept as u64);
         drop(held);
         assert_eq!(budget.held(), 0);

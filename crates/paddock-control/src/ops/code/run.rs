@@ -8,8 +8,9 @@
 
 use std::sync::Arc;
 
+use paddock_protocol::kernel::{CellEvent, CellStatus};
 use paddock_runtime::agent_client::CellEvents;
-use paddock_types::api::{CodeEvent, CodeRunResult, CodeStatus, ErrorCode, RunCodeRequest};
+use paddock_types::api::{CodeEvent, CodeRunResult, ErrorCode, RunCodeRequest};
 use paddock_types::SandboxId;
 use sha2::Digest as _;
 
@@ -17,10 +18,11 @@ use super::events::{code_event, Collector};
 use super::{language, position};
 use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::contexts::CodeContext;
-use crate::core::output::collect::{Held, OutputBudget};
 use crate::core::live::LiveSandbox;
+use crate::core::output::collect::{Held, OutputBudget};
 use crate::core::principal::Principal;
 use crate::lifecycle::kernels::kernel_error;
+use crate::plan::code::{cell_env, check_cell_env_name, kernel_for};
 use crate::{SandboxService, ServiceError};
 
 /// Bytes of output a cell answered as one JSON document holds (as event JSON).
@@ -73,17 +75,24 @@ impl CodeStream {
             return None;
         }
         let event = match self.events.next().await {
-            Some(event) => code_event(event),
+            Some(event) => {
+                // The kernel died under the cell, or was given up after it: its context is dead
+                // (marked before the end is answered, so a caller who reads it sees the state).
+                if let CellEvent::End {
+                    status, kernel_dead, ..
+                } = &event
+                {
+                    if *kernel_dead || *status == CellStatus::KernelDied {
+                        mark_dead(&self.sb, &self.kernel_id).await;
+                    }
+                }
+                code_event(event)
+            }
             None => CodeEvent::Failed {
                 code: ErrorCode::SandboxNotRunning,
                 message: "the sandbox's agent went away while the cell ran".to_owned(),
             },
         };
-        if let CodeEvent::End { status, .. } = &event {
-            if *status == CodeStatus::KernelDied {
-                mark_dead(self.sb.clone(), self.kernel_id.clone());
-            }
-        }
         if matches!(event, CodeEvent::End { .. } | CodeEvent::Failed { .. }) {
             self.ended = true;
         }
@@ -122,19 +131,15 @@ impl Drop for CodeStream {
 }
 
 /// Marks the context of `kernel_id` dead (its kernel died under a cell).
-fn mark_dead(sb: Arc<LiveSandbox>, kernel_id: String) {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(async move {
-            if let Some(c) = sb
-                .contexts
-                .lock()
-                .await
-                .iter_mut()
-                .find(|c| c.kernel_id == kernel_id)
-            {
-                c.dead = true;
-            }
-        });
+async fn mark_dead(sb: &LiveSandbox, kernel_id: &str) {
+    if let Some(c) = sb
+        .contexts
+        .lock()
+        .await
+        .iter_mut()
+        .find(|c| c.kernel_id == kernel_id)
+    {
+        c.dead = true;
     }
 }
 
@@ -158,6 +163,10 @@ impl SandboxService {
                 format!("between 1 and {MAX_CELL_TIMEOUT_MS}"),
             ));
         }
+        crate::plan::create::check_env("env", &req.env)?;
+        for name in req.env.keys() {
+            check_cell_env_name(name).map_err(|e| ServiceError::invalid(format!("env.{name}"), e))?;
+        }
         let sb = self.owned_live(p, id).await?;
         let context = self.cell_context(&sb, p, id, &req).await?;
         if context.dead {
@@ -172,12 +181,17 @@ impl SandboxService {
             code_bytes: req.code.len() as u64,
             code_sha256: hex::encode(sha2::Sha256::digest(req.code.as_bytes())),
             timeout_ms: req.timeout_ms,
+            env: req.env.keys().cloned().collect(),
         };
         self.audit(AuditEntry::ok(p, AuditAction::CodeRun, Some(id)).detail(detail))
             .await?;
+        let around = match kernel_for(Some(context.language)) {
+            Some(kernel) if !req.env.is_empty() => Some(cell_env(kernel.env_code, &req.env)),
+            _ => None,
+        };
         let events = match sb
             .client
-            .kernel_execute(&context.kernel_id, &req.code, req.timeout_ms, false)
+            .kernel_execute(&context.kernel_id, &req.code, req.timeout_ms, false, around)
             .await
         {
             Ok(events) => events,
@@ -186,7 +200,7 @@ impl SandboxService {
                 if matches!(&e, paddock_runtime::agent_client::AgentClientError::Agent(err)
                     if err.code == paddock_protocol::ErrorCode::ProcessExited)
                 {
-                    mark_dead(sb.clone(), context.kernel_id.clone());
+                    mark_dead(&sb, &context.kernel_id).await;
                 }
                 return Err(kernel_error(context.language, e));
             }

@@ -170,6 +170,17 @@ fn cells_keep_state_per_context_with_results_errors_streams_and_timeouts() {
         assert_eq!((set["status"].as_str(), set["context"].as_str()), (Some("ok"), Some("bash")), "{set:#}");
         let got = cell(&a, &id, json!({"code": "echo $((X + 1)) $(pwd)", "language": "bash"})).await;
         assert_eq!(got["stdout"].as_array().map(|s| s.iter().filter_map(|t| t.as_str()).collect::<String>()), Some("6 /tmp\n".to_owned()), "{got:#}");
+        // A cell's own variables, in Python and Bash: set for it (child processes see them),
+        // restored after it (X keeps its value, CELL_VAR is unset again).
+        let py = cell(&a, &id, json!({"code": "import os, subprocess\nprint(os.environ['CELL_VAR'], subprocess.run(['sh', '-c', 'echo $CELL_VAR'], capture_output=True, text=True).stdout, end='')", "env": {"CELL_VAR": "a b'c"}})).await;
+        assert_eq!(stdout(&py), "a b'c a b'c\n", "{py:#}");
+        assert_eq!(main_text(&cell(&a, &id, json!({"code": "'CELL_VAR' in os.environ"})).await), "False");
+        let sh = cell(&a, &id, json!({"code": "echo \"$X $CELL_VAR\"", "language": "bash", "env": {"CELL_VAR": "$(id)", "X": "7"}})).await;
+        assert_eq!(stdout(&sh), "7 $(id)\n", "{sh:#}");
+        let sh = cell(&a, &id, json!({"code": "echo \"$X ${CELL_VAR-unset}\"", "language": "bash"})).await;
+        assert_eq!(stdout(&sh), "5 unset\n", "{sh:#}");
+        let bad = a.post(&format!("/v1/sandboxes/{id}/code"), json!({"code": "1", "env": {"1A": "x"}})).await.err(400, "invalid_request");
+        assert_eq!(bad["field"], "env.1A", "{bad}");
 
         // Contexts: listed, removed, then unknown.
         let list = a.get(&format!("/v1/sandboxes/{id}/contexts")).await.ok(200);
@@ -207,6 +218,84 @@ fn cells_keep_state_per_context_with_results_errors_streams_and_timeouts() {
         let contexts = a.audit_rows(&[("action", "code.context")]).await;
         let ops: Vec<&str> = contexts.iter().filter_map(|r| r["detail"]["op"].as_str()).collect();
         assert_eq!(ops, ["create", "create", "restart", "create", "delete"], "{contexts:#?}");
+    });
+}
+
+/// The stdout of a collected cell, joined.
+fn stdout(doc: &Value) -> String {
+    doc["stdout"]
+        .as_array()
+        .map(|s| s.iter().filter_map(|t| t.as_str()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn javascript_contexts_keep_state_stream_raise_time_out_and_stay_inside_the_sandbox() {
+    let h = Harness::start();
+    h.block_on(async {
+        let a = h.admin.new_tenant("code-js").await;
+        let id = a.create_sandbox(json!({})).await;
+
+        // Deno's kernel: state between cells, plain text results (no colour codes), TypeScript,
+        // top-level await, console output.
+        let first = cell(&a, &id, json!({"code": "let x = 1; console.log('hi'); x", "language": "javascript"})).await;
+        assert_eq!((first["status"].as_str(), first["context"].as_str()), (Some("ok"), Some("javascript")), "{first:#}");
+        assert_eq!(stdout(&first), "hi\n", "{first:#}");
+        assert_eq!(main_text(&first), "1", "{first:#}");
+        let second = cell(&a, &id, json!({"code": "x + 1", "language": "js"})).await;
+        assert_eq!((main_text(&second), second["execution_count"].as_u64()), ("2".to_owned(), Some(2)), "{second:#}");
+        let typed = cell(&a, &id, json!({"code": "const n: number = await Promise.resolve(41); n + x", "language": "typescript"})).await;
+        assert_eq!(main_text(&typed), "42", "{typed:#}");
+        // A cell's own variables: set for it, gone after it.
+        let with_env = cell(&a, &id, json!({"code": "Deno.env.get('CELL_VAR')", "language": "javascript", "env": {"CELL_VAR": "it's \"v\""}})).await;
+        assert_eq!(main_text(&with_env), r#"`it's "v"`"#, "{with_env:#}");
+        let without = cell(&a, &id, json!({"code": "Deno.env.get('CELL_VAR') ?? 'unset'", "language": "javascript"})).await;
+        assert_eq!(main_text(&without), r#""unset""#, "{without:#}");
+        let html = cell(&a, &id, json!({"code": "Deno.jupyter.html`<b>bold</b>`", "language": "javascript"})).await;
+        assert!(html["results"].as_array().is_some_and(|r| r.iter().any(|r| r["html"] == "<b>bold</b>")), "{html:#}");
+
+        // An exception: its name and value; the context still works.
+        let raised = cell(&a, &id, json!({"code": "throw new TypeError('bad thing')", "language": "javascript"})).await;
+        assert_eq!(
+            (raised["status"].as_str(), raised["error"]["name"].as_str(), raised["error"]["value"].as_str()),
+            (Some("error"), Some("TypeError"), Some("bad thing")),
+            "{raised:#}"
+        );
+        assert_eq!(main_text(&cell(&a, &id, json!({"code": "x", "language": "javascript"})).await), "1");
+
+        // A runaway loop is interrupted at its time limit (by an interrupt_request: SIGINT would
+        // end Deno's process); the kernel and its state live on.
+        let pid = |list: &Value| {
+            list["contexts"].as_array().and_then(|c| c.iter().find(|c| c["id"] == "javascript")).and_then(|c| c["pid"].as_u64())
+        };
+        let before = pid(&a.get(&format!("/v1/sandboxes/{id}/contexts")).await.ok(200));
+        let spun = cell(&a, &id, json!({"code": "while (true) {}", "language": "javascript", "timeout_ms": 500})).await;
+        assert_eq!(spun["status"], "timed_out", "{spun:#}");
+        assert_eq!(main_text(&cell(&a, &id, json!({"code": "x + 41", "language": "javascript"})).await), "42");
+        assert_eq!(pid(&a.get(&format!("/v1/sandboxes/{id}/contexts")).await.ok(200)), before);
+
+        // A kernel cannot reach what a shell in the sandbox cannot: the server's own loopback port.
+        let port = a.base.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse::<u16>().ok()).expect("the server's port");
+        let refused = cell(
+            &a,
+            &id,
+            json!({"code": format!("await fetch('http://127.0.0.1:{port}/v1/sandboxes').then(() => 'reached', (e) => 'refused: ' + e)"), "language": "javascript"}),
+        )
+        .await;
+        assert!(main_text(&refused).contains("refused"), "{refused:#}");
+
+        // A cell that awaits what never settles cannot be interrupted: at its time limit, after
+        // the grace, the kernel is given up (killed, the context dead) and a restart brings it back.
+        let stuck = cell(&a, &id, json!({"code": "await new Promise(() => {})", "language": "javascript", "timeout_ms": 300})).await;
+        assert_eq!(stuck["status"], "timed_out", "{stuck:#}");
+        let list = a.get(&format!("/v1/sandboxes/{id}/contexts")).await.ok(200);
+        assert!(list["contexts"].as_array().expect("contexts").iter().any(|c| c["id"] == "javascript" && c["state"] == "dead"), "{list:#}");
+        // Killed: it is gone once the agent reaped it (the wait is bounded; it fails if it stays).
+        let gone = before.expect("the javascript context's pid");
+        a.sh(&id, &format!("timeout 20 sh -c 'while kill -0 {gone} 2>/dev/null; do sleep 0.05; done'")).await;
+        a.post(&format!("/v1/sandboxes/{id}/contexts/javascript/restart"), json!({})).await.ok(200);
+        let fresh = cell(&a, &id, json!({"code": "typeof x", "language": "javascript"})).await;
+        assert_eq!(main_text(&fresh), "\"undefined\"", "{fresh:#}");
     });
 }
 
