@@ -291,9 +291,21 @@ async fn create_context(caller: Caller, State(state): State<E2bState>, body: Byt
     }
 }
 
+/// The default contexts E2B's server lists from the start; paddock makes them at their first
+/// cell (by language or by this id), and lists them before that as they will be.
+const DEFAULT_CONTEXTS: [&str; 2] = ["python", "javascript"];
+
 async fn list_contexts(caller: Caller, State(state): State<E2bState>) -> Response {
     match state.service.list_contexts(&caller.principal, &caller.id).await {
-        Ok(list) => Json(Value::Array(list.contexts.iter().map(context_json).collect())).into_response(),
+        Ok(list) => {
+            let mut listed: Vec<Value> = list.contexts.iter().map(context_json).collect();
+            for language in DEFAULT_CONTEXTS {
+                if !list.contexts.iter().any(|c| c.id == language) {
+                    listed.push(json!({"id": language, "language": language, "cwd": "/home/user"}));
+                }
+            }
+            Json(Value::Array(listed)).into_response()
+        }
         Err(e) => failure(e),
     }
 }

@@ -22,7 +22,7 @@ use crate::core::live::LiveSandbox;
 use crate::core::output::collect::{Held, OutputBudget};
 use crate::core::principal::Principal;
 use crate::lifecycle::kernels::kernel_error;
-use crate::plan::code::{cell_env, check_cell_env_name, kernel_for};
+use crate::plan::code::{cell_env, check_cell_env_name, kernel_for, KERNELS};
 use crate::{SandboxService, ServiceError};
 
 /// Bytes of output a cell answered as one JSON document holds (as event JSON).
@@ -229,10 +229,15 @@ impl SandboxService {
         req: &RunCodeRequest,
     ) -> Result<CodeContext, ServiceError> {
         let mut contexts = sb.contexts.lock().await;
-        if let Some(name) = &req.context {
-            return position(&contexts, name).map(|at| contexts[at].clone());
-        }
-        let kernel = language(req.language.as_deref())?;
+        let kernel = match &req.context {
+            Some(name) => match position(&contexts, name) {
+                Ok(at) => return Ok(contexts[at].clone()),
+                // A language's default context is made at its first use, named by its id too
+                // (E2B lists `python` and `javascript` before anything ran in them).
+                Err(e) => KERNELS.iter().find(|k| k.language == name.as_str()).ok_or(e)?,
+            },
+            None => language(req.language.as_deref())?,
+        };
         if let Some(existing) = contexts.iter().find(|c| c.id == kernel.language) {
             return Ok(existing.clone());
         }

@@ -81,6 +81,28 @@ def test_a_timeout_interrupts_the_cell_and_the_context_lives(sandbox):
     assert sandbox.run_code("z").text == "3"
 
 
+def test_default_contexts_are_listed_before_anything_ran(sandbox):
+    assert sorted(c.language for c in sandbox.list_code_contexts()) == ["javascript", "python"]
+
+
+def test_javascript_and_bash_keep_state(sandbox):
+    sandbox.run_code("const a = 40", language="javascript")
+    assert sandbox.run_code("a + 2", language="js").text == "42"
+    assert sandbox.run_code("const b: number = a; b + 1", language="typescript").text == "41"
+    failed = sandbox.run_code("throw new RangeError('nope')", language="javascript")
+    assert (failed.error.name, failed.error.value) == ("RangeError", "nope")
+    sandbox.run_code("X=5", language="bash")
+    assert sandbox.run_code("echo $((X * 2))", language="bash").logs.stdout == ["10\n"]
+
+
+def test_a_cells_env_vars_hold_for_that_cell_only(sandbox):
+    assert sandbox.run_code("import os; os.environ.get('FOO')", envs={"FOO": "bar"}).text == "'bar'"
+    assert sandbox.run_code("'FOO' in os.environ").text == "False"
+    js = sandbox.run_code("Deno.env.get('FOO')", language="javascript", envs={"FOO": "baz"})
+    assert js.text == '"baz"'
+    assert sandbox.run_code("Deno.env.get('FOO') ?? 'unset'", language="javascript").text == '"unset"'
+
+
 def test_create_time_env_vars_reach_the_kernel():
     sbx = Sandbox.create(timeout=120, envs={"PADDOCK_GREETING": "hi"})
     try:
@@ -100,6 +122,6 @@ def test_a_private_sandboxs_interpreter_needs_a_token(listener):
         assert bare.status_code == 401, bare.text
         # The SDK sends the traffic token it got at create: its calls work.
         assert sbx.run_code("6 * 7").text == "42"
-        assert [c.id for c in sbx.list_code_contexts()] == ["python"]
+        assert [c.id for c in sbx.list_code_contexts()] == ["python", "javascript"]
     finally:
         sbx.kill()

@@ -238,7 +238,8 @@ fn javascript_contexts_keep_state_stream_raise_time_out_and_stay_inside_the_sand
 
         // Deno's kernel: state between cells, plain text results (no colour codes), TypeScript,
         // top-level await, console output.
-        let first = cell(&a, &id, json!({"code": "let x = 1; console.log('hi'); x", "language": "javascript"})).await;
+        // The first cell names the default context by its id: it is made then, as by language.
+        let first = cell(&a, &id, json!({"code": "let x = 1; console.log('hi'); x", "context": "javascript"})).await;
         assert_eq!((first["status"].as_str(), first["context"].as_str()), (Some("ok"), Some("javascript")), "{first:#}");
         assert_eq!(stdout(&first), "hi\n", "{first:#}");
         assert_eq!(main_text(&first), "1", "{first:#}");

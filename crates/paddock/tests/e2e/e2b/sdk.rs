@@ -157,18 +157,31 @@ fn python_sdk_2_45() {
     python_suite("python-2.45");
 }
 
-#[test]
-fn js_sdk_newest() {
+fn js_file(package: &str, file: &str, what: &str) {
     let dir = clients().join("js");
     assert!(
-        dir.join("node_modules/e2b").exists(),
-        "{} has no node_modules/e2b: run scripts/install-e2b-clients.sh (scripts/test.sh does)",
+        dir.join("node_modules").join(package).exists(),
+        "{} has no node_modules/{package}: run scripts/install-e2b-clients.sh (scripts/test.sh does)",
         dir.display()
     );
     let setup = Setup::start();
     let mut cmd = Command::new("node");
     cmd.current_dir(&dir)
-        .args(["--test", "--test-concurrency=1", "sdk.test.mjs"]);
-    run_suite(&setup, cmd, "the E2B JavaScript SDK suite");
+        .args(["--test", "--test-concurrency=1", file]);
+    run_suite(&setup, cmd, what);
     setup.finish();
+}
+
+#[test]
+fn js_sdk_newest() {
+    js_file("e2b", "sdk.test.mjs", "the E2B JavaScript SDK suite");
+}
+
+#[test]
+fn js_code_interpreter_sdk() {
+    js_file(
+        "@e2b/code-interpreter",
+        "code_interpreter.test.mjs",
+        "the E2B code interpreter JavaScript SDK suite",
+    );
 }
