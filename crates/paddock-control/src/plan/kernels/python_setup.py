@@ -47,6 +47,71 @@ def __paddock_setup():
         label = artist.get_label() or ""
         return label if label and not label.startswith("_") else "series %d" % i
 
+    def boxes_of(ax):
+        """A box plot's boxes, vertical or horizontal (matplotlib draws each as lines, or a patch
+        with `patch_artist`): the box from the first to the third quartile, the median across it,
+        the whiskers out to the minimum and the maximum, the outliers as markers. `None` when the
+        axes hold no boxes, or boxes this cannot read."""
+        from matplotlib.patches import PathPatch
+
+        def span(values):
+            return min(values), max(values)
+
+        def data(line):
+            return [float(v) for v in line.get_xdata()], [float(v) for v in line.get_ydata()]
+
+        shapes = [data(line) for line in ax.get_lines()]
+        patches = [
+            ([float(v) for v in p.get_path().vertices[:, 0]], [float(v) for v in p.get_path().vertices[:, 1]])
+            for p in ax.patches
+            if isinstance(p, PathPatch)
+        ]
+        markers = [data(line) for line in ax.get_lines() if line.get_linestyle() in ("None", "none", " ", "")]
+
+        def read(swap, ticks, texts):
+            def oriented(xs, ys):
+                return (ys, xs) if swap else (xs, ys)
+
+            rects = []
+            for xs, ys in [oriented(*s) for s in shapes if len(s[0]) == 5] + [oriented(*p) for p in patches]:
+                if (xs[0], ys[0]) == (xs[-1], ys[-1]) and len(set(xs)) == 2 and len(set(ys)) == 2:
+                    rects.append(span(xs) + span(ys))
+            if not rects:
+                return None
+            segments = [oriented(*s) for s in shapes if len(s[0]) == 2]
+            outlying = [oriented(*m) for m in markers if m[0]]
+            tick_values = [number(v) for v in ticks()]
+            tick_labels = [t.get_text() for t in texts()]
+            elements = []
+            for i, (x0, x1, q1, q3) in enumerate(sorted(rects)):
+                center = (x0 + x1) / 2
+                median = [ys[0] for xs, ys in segments if ys[0] == ys[1] and span(xs) == (x0, x1) and q1 <= ys[0] <= q3]
+                low = [min(ys) for xs, ys in segments if xs[0] == xs[1] == center and max(ys) == q1]
+                high = [max(ys) for xs, ys in segments if xs[0] == xs[1] == center and min(ys) == q3]
+                if len(median) != 1 or len(low) != 1 or len(high) != 1:
+                    return None
+                outliers = [y for xs, ys in outlying if all(x == center for x in xs) for y in ys]
+                label = next((l for v, l in zip(tick_values, tick_labels) if v == center and l), str(i + 1))
+                elements.append({
+                    "label": label,
+                    "min": number(low[0]),
+                    "first_quartile": number(q1),
+                    "median": number(median[0]),
+                    "third_quartile": number(q3),
+                    "max": number(high[0]),
+                    "outliers": [number(y) for y in outliers],
+                })
+            return elements
+
+        elements = read(False, ax.get_xticks, ax.get_xticklabels)
+        if elements is None:
+            elements = read(True, ax.get_yticks, ax.get_yticklabels)
+        if elements is None:
+            return None
+        base = axes_2d(ax)
+        base.update({"type": "box_and_whisker", "elements": elements})
+        return base
+
     def chart_of(ax):
         from matplotlib.collections import PathCollection
         from matplotlib.container import BarContainer
@@ -67,6 +132,9 @@ def __paddock_setup():
                     for i, w in enumerate(wedges)
                 ],
             }
+        boxes = boxes_of(ax)
+        if boxes is not None:
+            return boxes
         bars = [c for c in ax.containers if isinstance(c, BarContainer)]
         if bars:
             base = axes_2d(ax)

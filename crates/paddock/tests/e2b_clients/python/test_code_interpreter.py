@@ -69,6 +69,15 @@ def test_a_figure_and_a_dataframe(sandbox):
     chart = next(r.chart for r in execution.results if r.chart is not None)
     assert chart.type == ChartType.LINE
     assert [(x, y) for x, y in chart.elements[0].points] == [(1, 3), (2, 1), (3, 2)]
+    boxes = sandbox.run_code("plt.figure()\nplt.boxplot([[1, 2, 3, 4, 5, 20], [2, 3, 4, 5, 6]], labels=['a', 'b'])\nplt.show()")
+    chart = next(r.chart for r in boxes.results if r.chart is not None)
+    assert chart.type == ChartType.BOX_AND_WHISKER
+    first = chart.elements[0]
+    assert (first.label, first.min, first.first_quartile, first.median, first.third_quartile, first.max) == (
+        "a", 1, 2.25, 3.5, 4.75, 5
+    )
+    assert first.outliers == [20]
+    assert [e.label for e in chart.elements] == ["a", "b"]
     execution = sandbox.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
     assert "<table" in execution.results[0].html
     assert execution.results[0].is_main_result

@@ -129,6 +129,18 @@ fn cells_keep_state_per_context_with_results_errors_streams_and_timeouts() {
             .map(|e| (e["label"].as_str().unwrap_or_default().to_owned(), e["value"].as_f64().unwrap_or_default()))
             .collect();
         assert_eq!(values, [("a".to_owned(), 3.0), ("b".to_owned(), 5.0)], "{chart:#}");
+        // A box plot: each box's quartiles, whiskers and outliers.
+        let boxes = cell(&a, &id, json!({"code": "plt.figure()\nplt.boxplot([[1, 2, 3, 4, 5, 20]], vert=False)"})).await;
+        let chart = boxes["results"]
+            .as_array()
+            .and_then(|r| r.iter().find_map(|r| r.get("chart").cloned()))
+            .unwrap_or_else(|| panic!("no chart: {boxes:#}"));
+        assert_eq!(chart["type"], "box_and_whisker", "{chart:#}");
+        assert_eq!(
+            chart["elements"][0],
+            json!({"label": "1", "min": 1.0, "first_quartile": 2.25, "median": 3.5, "third_quartile": 4.75, "max": 5.0, "outliers": [20.0]}),
+            "{chart:#}"
+        );
         // The setup that adds charts is not a cell: the first user cell was execution 1.
         assert_eq!(first["execution_count"], 1, "{first:#}");
 
