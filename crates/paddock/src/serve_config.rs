@@ -299,6 +299,11 @@ pub struct Template {
     pub debian: Option<paddock_control::DebianBase>,
     /// Code contexts (languages) its warm pool's sandboxes start ahead.
     pub kernels: Vec<String>,
+    /// The recipe's build arguments (`build_args = { BASE = "..." }`).
+    pub build_args: std::collections::BTreeMap<String, String>,
+    /// The network of the recipe's `RUN` steps, a network policy as the API takes it
+    /// (`build_network = { allow = [{ domain = "pypi.org" }] }`); absent: loopback only.
+    pub build_network: Option<paddock_types::NetworkPolicy>,
 }
 
 impl ServeConfig {
@@ -345,6 +350,10 @@ impl ServeConfig {
                         recipe: recipes.get(name).cloned(),
                         debian: t.debian.clone(),
                         kernels: t.kernels.clone(),
+                        build: paddock_control::RecipeBuild {
+                            args: t.build_args.clone(),
+                            network: t.build_network.clone(),
+                        },
                     };
                     (name.clone(), config)
                 })

@@ -75,9 +75,14 @@ pub(super) async fn start(
         .iter()
         .map(|arg| arg.replace(CONNECTION_FILE_ARG, &seen_path.to_string_lossy()))
         .collect();
+    // A kernel is a long-lived session of its user: it gets `HOME` (and `USER`) when the request
+    // does not set them, as a login would (Deno keeps its cache there, matplotlib its config).
+    let mut env = request.env.clone();
+    env.entry("HOME".to_owned()).or_insert_with(|| user.home.clone());
+    env.entry("USER".to_owned()).or_insert_with(|| user.name.clone());
     let spawn = SpawnRequest {
         command: CommandSpec::Argv { argv },
-        env: request.env.clone(),
+        env,
         cwd: request.cwd.clone(),
         user: request.user.clone(),
         stdin: false,

@@ -150,9 +150,36 @@ pub struct TemplateConfig {
     pub recipe: Option<String>,
     /// Built as a Debian base by `mmdebstrap`, owned by the operator, for every tenant.
     pub debian: Option<DebianBase>,
-    /// Code contexts (languages: `python`, `bash`) the warm pool's sandboxes start ahead, so a
-    /// claimed sandbox's first cell does not wait for its kernel.
+    /// Code contexts (languages: `python`, `javascript`, `bash`) the warm pool's sandboxes start
+    /// ahead, so a claimed sandbox's first cell does not wait for its kernel.
     pub kernels: Vec<String>,
+    /// How a `recipe` is built: its build arguments and its `RUN` steps' network.
+    pub build: RecipeBuild,
+}
+
+/// The build arguments of a configured recipe and the network its `RUN` steps get (none: loopback
+/// only, as for a build through the API without `network`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecipeBuild {
+    pub args: std::collections::BTreeMap<String, String>,
+    pub network: Option<paddock_types::NetworkPolicy>,
+}
+
+impl RecipeBuild {
+    /// What a configured template's recorded source adds for them (nothing when unset, so a
+    /// template configured before they existed is not rebuilt): a change rebuilds the template.
+    pub fn source_suffix(&self) -> String {
+        if self.args.is_empty() && self.network.is_none() {
+            return String::new();
+        }
+        use sha2::Digest as _;
+        // Maps and a policy of strings: serializing them cannot fail.
+        let text = serde_json::to_string(&(&self.args, &self.network)).unwrap_or_default();
+        format!(
+            ", build sha256:{}",
+            &hex::encode(sha2::Sha256::digest(text.as_bytes()))[..16]
+        )
+    }
 }
 
 impl TemplateConfig {
@@ -257,6 +284,7 @@ impl Default for ServiceConfig {
                 recipe: None,
                 debian: None,
                 kernels: Vec::new(),
+                build: Default::default(),
             },
         );
         Self {

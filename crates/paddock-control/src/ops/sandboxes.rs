@@ -189,7 +189,21 @@ impl SandboxService {
             tenant: Some(p.tenant.clone()),
             spec: plan.spec.clone(),
         };
-        if !same_processes {
+        if same_processes {
+            // The contexts the pool started ahead are the claimer's now: its audit log says so
+            // (op `warm`), as it says when a request starts one.
+            let handed: Vec<_> = sb.contexts.lock().await.iter().map(|c| c.info()).collect();
+            for info in handed {
+                let detail = crate::core::audit::CodeContextChange {
+                    op: "warm",
+                    context: info.id,
+                    language: info.language,
+                    pid: Some(info.pid),
+                };
+                self.audit(AuditEntry::ok(p, AuditAction::CodeContext, Some(&record.id)).detail(detail))
+                    .await?;
+            }
+        } else {
             // Kernels started ahead run with the pool's environment and user: stop them; the
             // first cell starts its context with the request's.
             let stale = std::mem::take(&mut *sb.contexts.lock().await);

@@ -14,6 +14,10 @@ use crate::{E2bError, ENVD_VERSION};
 pub const BASE_TEMPLATE: &str = "base";
 /// paddock's name of it.
 pub const DEFAULT_TEMPLATE: &str = "default";
+/// E2B's code interpreter template (the `e2b-code-interpreter` SDKs' default), and paddock's name
+/// of the template built from `templates/code-interpreter/Recipe`, which answers for it when the
+/// server has no template of E2B's name.
+pub const CODE_INTERPRETER_TEMPLATES: (&str, &str) = ("code-interpreter-v1", "code-interpreter");
 /// E2B's default sandbox lifetime, in seconds.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
 /// What E2B calls every destination.
@@ -39,6 +43,10 @@ pub fn template_ref(template_id: &str, known: &[String]) -> Result<TemplateRef, 
     }
     if known.iter().any(|k| k == name) {
         return Ok(TemplateRef::Template(Some(name.to_owned())));
+    }
+    let (e2b_name, paddock_name) = CODE_INTERPRETER_TEMPLATES;
+    if name == e2b_name && known.iter().any(|k| k == paddock_name) {
+        return Ok(TemplateRef::Template(Some(paddock_name.to_owned())));
     }
     // Anything else may be a snapshot of the tenant's; the service says whether it is.
     name.parse::<SnapshotId>()
@@ -342,6 +350,22 @@ mod tests {
             template_ref("sn-00000000000000ff", &known).expect("ok"),
             TemplateRef::Snapshot(_)
         ));
+        // E2B's code interpreter template is paddock's `code-interpreter`, unless the server has
+        // one of E2B's name.
+        assert!(!matches!(
+            template_ref("code-interpreter-v1", &known),
+            Ok(TemplateRef::Template(_))
+        ));
+        let with = vec!["code-interpreter".to_owned()];
+        assert_eq!(
+            template_ref("code-interpreter-v1", &with).expect("ok"),
+            TemplateRef::Template(Some("code-interpreter".into()))
+        );
+        let both = vec!["code-interpreter".to_owned(), "code-interpreter-v1".to_owned()];
+        assert_eq!(
+            template_ref("code-interpreter-v1", &both).expect("ok"),
+            TemplateRef::Template(Some("code-interpreter-v1".into()))
+        );
         let e = template_ref("Not A Name", &known).expect_err("an error");
         assert_eq!(e.status, 404);
         assert!(e.message.contains("'Not A Name'"));

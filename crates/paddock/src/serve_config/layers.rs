@@ -61,6 +61,8 @@ pub(super) fn to_toml(cfg: &ServeConfig) -> anyhow::Result<String> {
                     recipe: t.recipe.clone(),
                     debian: t.debian.clone(),
                     kernels: (!t.kernels.is_empty()).then(|| t.kernels.clone()),
+                    build_args: (!t.build_args.is_empty()).then(|| t.build_args.clone()),
+                    build_network: t.build_network.clone(),
                 };
                 (name.clone(), layer)
             })
@@ -248,6 +250,12 @@ struct TemplateLayer {
     /// Code contexts the warm pool's sandboxes start ahead (languages).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     kernels: Option<Vec<String>>,
+    /// A recipe's build arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    build_args: Option<BTreeMap<String, String>>,
+    /// The network of a recipe's `RUN` steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    build_network: Option<paddock_types::NetworkPolicy>,
 }
 
 impl LimitsLayer {
@@ -294,6 +302,8 @@ impl Layer {
                 recipe: t.recipe.or(below.recipe),
                 debian: t.debian.or(below.debian),
                 kernels: t.kernels.or(below.kernels),
+                build_args: t.build_args.or(below.build_args),
+                build_network: t.build_network.or(below.build_network),
             };
             templates.insert(name, merged);
         }
@@ -395,6 +405,9 @@ impl Layer {
                     );
                 }
             }
+            if t.recipe.is_none() && (t.build_args.is_some() || t.build_network.is_some()) {
+                anyhow::bail!("templates.{name}: `build_args` and `build_network` are for a `recipe`");
+            }
             let kernels = t.kernels.unwrap_or_default();
             for language in &kernels {
                 if paddock_control::code_language(language).is_none() {
@@ -411,6 +424,8 @@ impl Layer {
                 recipe: t.recipe,
                 debian: t.debian,
                 kernels,
+                build_args: t.build_args.unwrap_or_default(),
+                build_network: t.build_network,
             };
             templates.insert(name, template);
         }
@@ -433,6 +448,8 @@ impl Layer {
             recipe: None,
             debian: None,
             kernels: Vec::new(),
+            build_args: BTreeMap::new(),
+            build_network: None,
         });
         Ok(ServeConfig {
             listen,

@@ -50,6 +50,8 @@ fn defaults() {
             recipe: None,
             debian: None,
             kernels: Vec::new(),
+            build_args: BTreeMap::new(),
+            build_network: None,
         })
     );
 }
@@ -506,6 +508,8 @@ fn built_templates_load_validate_and_read_their_recipe() {
     std::fs::write(&recipe, "FROM python:3.12-slim\nRUN pip install pandas\n").expect("recipe");
     let f = file(&format!(
         "[templates.py]\nimage = \"python:3.12-slim\"\nwarm_pool = 3\n[templates.data]\nrecipe = {:?}\n\
+         build_args = {{ BASE = \"python:3.11-slim\" }}\n\
+         build_network = {{ allow = [{{ domain = \"pypi.org\" }}] }}\n\
          [templates.base]\ndebian = {{ suite = \"bookworm\", packages = [\"python3\"] }}\n",
         recipe.display().to_string()
     ));
@@ -519,6 +523,13 @@ fn built_templates_load_validate_and_read_their_recipe() {
         Some("FROM python:3.12-slim\nRUN pip install pandas\n"),
         "the recipe's text is read at startup"
     );
+    // Its build arguments and its steps' network reach the build, and are part of its source.
+    let build = &service.templates["data"].build;
+    assert_eq!(build.args["BASE"], "python:3.11-slim");
+    let network = serde_json::to_value(build.network.as_ref().expect("a network")).expect("json");
+    assert_eq!(network["allow"][0]["domain"], "pypi.org", "{network}");
+    assert!(build.source_suffix().starts_with(", build sha256:"));
+    assert_eq!(service.templates["py"].build.source_suffix(), "");
     assert!(!service.templates["default"].is_built());
     let base = service.templates["base"].debian.as_ref().expect("a Debian base");
     assert_eq!(base.source(), "debian: bookworm (minbase) + python3");
@@ -534,6 +545,10 @@ fn built_templates_load_validate_and_read_their_recipe() {
         (
             "[templates.x]\nrecipe = \"relative/Recipe\"\n",
             "templates.x.recipe",
+        ),
+        (
+            "[templates.x]\nimage = \"a\"\nbuild_args = { A = \"1\" }\n",
+            "templates.x",
         ),
         (
             "[templates.x]\ndebian = { suite = \"bookworm\", variant = \"huge\" }\n",

@@ -29,8 +29,8 @@ fn configured_source(t: &crate::TemplateConfig) -> String {
     match (&t.image, &t.recipe) {
         (Some(image), _) => image.clone(),
         // (The configuration refused a recipe that does not parse.)
-        (None, Some(text)) => paddock_types::recipe::parse_recipe(text, &Default::default())
-            .map(|recipe| recipe_source(text, &recipe))
+        (None, Some(text)) => paddock_types::recipe::parse_recipe(text, &t.build.args)
+            .map(|recipe| recipe_source(text, &recipe) + &t.build.source_suffix())
             .unwrap_or_default(),
         (None, None) => String::new(),
     }
@@ -130,8 +130,8 @@ impl SandboxService {
             name: name.to_owned(),
             from: t.image.clone(),
             recipe: t.recipe.clone(),
-            build_args: Default::default(),
-            network: None,
+            build_args: t.build.args.clone(),
+            network: t.build.network.clone(),
             start: None,
         };
         // Nobody reads the events: the receiver is dropped at once, so every send fails at once.

@@ -563,9 +563,14 @@ impl SandboxService {
                 },
             );
         };
+        // The step's network as every process of a networked sandbox sees it (proxy, and the
+        // sandbox's CA for the clients that keep their own trust store: pip's, Node's), beneath
+        // the recipe's own variables; the template's configuration never holds them.
+        let mut env: BTreeMap<String, String> = self.network_env(sandbox.as_str()).into_iter().collect();
+        env.extend(step.env.iter().map(|(k, v)| (k.clone(), v.clone())));
         let command = BuildCommand {
             argv: step.command.argv(),
-            env: step.env.clone(),
+            env,
             cwd: config.working_dir.clone().unwrap_or_else(|| "/".into()),
             user,
             timeout_ms: STEP_TIMEOUT_MS,

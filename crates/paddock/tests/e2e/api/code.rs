@@ -257,6 +257,9 @@ fn javascript_contexts_keep_state_stream_raise_time_out_and_stay_inside_the_sand
         assert_eq!(main_text(&first), "1", "{first:#}");
         let second = cell(&a, &id, json!({"code": "x + 1", "language": "js"})).await;
         assert_eq!((main_text(&second), second["execution_count"].as_u64()), ("2".to_owned(), Some(2)), "{second:#}");
+        // A kernel is its user's session: HOME is the user's home (Deno keeps its cache there).
+        let home = cell(&a, &id, json!({"code": "[Deno.env.get('HOME'), Deno.env.get('USER')].join(' ')", "language": "javascript"})).await;
+        assert_eq!(main_text(&home), r#""/home/user user""#, "{home:#}");
         let typed = cell(&a, &id, json!({"code": "const n: number = await Promise.resolve(41); n + x", "language": "typescript"})).await;
         assert_eq!(main_text(&typed), "42", "{typed:#}");
         // A cell's own variables: set for it, gone after it.
@@ -324,6 +327,7 @@ fn a_warm_pool_starts_kernels_ahead_and_a_claim_with_other_settings_drops_them()
                 recipe: None,
                 debian: None,
                 kernels: vec!["python".to_owned()],
+                build: Default::default(),
             },
         )],
         ..Default::default()

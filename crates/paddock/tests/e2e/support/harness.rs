@@ -142,6 +142,7 @@ impl Harness {
                 recipe: None,
                 debian: None,
                 kernels: Vec::new(),
+                build: Default::default(),
             },
         );
         templates.extend(options.templates.clone());

@@ -101,6 +101,7 @@ fn a_configured_image_template_is_built_at_start_for_every_tenant_with_its_warm_
                 recipe: None,
                 debian: None,
                 kernels: Vec::new(),
+                build: Default::default(),
             },
         ),
         (
@@ -112,6 +113,7 @@ fn a_configured_image_template_is_built_at_start_for_every_tenant_with_its_warm_
                 recipe: Some(recipe),
                 debian: None,
                 kernels: Vec::new(),
+                build: Default::default(),
             },
         ),
     ];

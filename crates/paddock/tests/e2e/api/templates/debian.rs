@@ -54,6 +54,7 @@ fn a_debian_base_is_made_by_mmdebstrap_from_the_configured_mirror() {
             mirrors: vec![format!("deb [trusted=yes] copy://{} ./", repo.display())],
         }),
         kernels: Vec::new(),
+        build: Default::default(),
     };
     let opts = Options {
         templates: vec![

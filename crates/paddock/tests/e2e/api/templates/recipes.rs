@@ -156,3 +156,79 @@ fn a_recipe_runs_its_steps_in_sandboxes_and_a_rebuild_reuses_the_unchanged_ones(
         .err(400, "invalid_request");
     });
 }
+
+/// A `RUN` step given a network sees it as every process of a networked sandbox does: the proxy,
+/// and the sandbox's CA for the clients that keep their own trust store (pip reads `PIP_CERT`,
+/// Node `NODE_EXTRA_CA_CERTS`); without them pip refused every certificate the proxy presented.
+/// The template made keeps none of them.
+#[test]
+fn a_networked_recipe_step_gets_its_proxy_and_ca_and_the_template_keeps_neither() {
+    let registry = TestRegistry::start();
+    let image = app_image();
+    registry.push(&image.path(), "v1", "paddock/app", "v1");
+    let from = format!("{}/paddock/app:v1", registry.host());
+    // A server with sandbox networks (nothing outside is reached: the step only looks).
+    let network = paddock_control::NetworkConfig {
+        ports: paddock_types::EgressPorts::default(),
+        egress: paddock_egress::EgressConfig {
+            operator: paddock_egress::policy::OperatorPolicy {
+                host_addresses: paddock_egress::host_addresses().expect("host addresses"),
+                ..Default::default()
+            },
+            system_resolver: false,
+            public_roots: false,
+            ..Default::default()
+        },
+        conntrack: Default::default(),
+    };
+    let h = Harness::with(Options {
+        network: Some(network),
+        ..options(&registry, good_credentials())
+    });
+    h.block_on(async {
+        let a = h.admin.new_tenant("tpl-recipe-net").await;
+        let recipe = format!(
+            "FROM {from}\nUSER root\nENV OWN=mine\n\
+             RUN env > /srv/step-env && cat \"$PIP_CERT\" > /srv/step-ca\n"
+        );
+        let events = build_streamed(
+            &a,
+            json!({"name": "net", "recipe": recipe, "network": {"allow": [{"domain": "pypi.test"}]}}),
+        )
+        .await;
+        let done = events.last().cloned().unwrap_or_default();
+        assert_eq!(done["event"], "done", "{events:#?}");
+        let env = done["template"]["config"]["env"].to_string();
+        assert!(
+            env.contains("OWN") && !env.contains("PROXY") && !env.contains("CERT"),
+            "{env}"
+        );
+        let sb = a.create_sandbox(json!({"template": "net"})).await;
+        let (code, out, err) = run_in(
+            &a,
+            &sb,
+            json!({"shell": "cat /srv/step-env; grep -c 'BEGIN CERTIFICATE' /srv/step-ca"}),
+        )
+        .await;
+        assert_eq!(code, 0, "{err}");
+        for wanted in [
+            "HTTPS_PROXY=http://",
+            "PIP_CERT=/",
+            "NODE_EXTRA_CA_CERTS=/",
+            "OWN=mine",
+        ] {
+            assert!(
+                out.lines().any(|l| l.starts_with(wanted)),
+                "{wanted} missing: {out}"
+            );
+        }
+        assert!(
+            out.lines()
+                .last()
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n >= 1),
+            "{out}"
+        );
+        a.delete(&format!("/v1/sandboxes/{sb}")).await.ok(204);
+    });
+}
