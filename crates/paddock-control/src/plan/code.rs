@@ -314,6 +314,41 @@ mod tests {
         );
     }
 
+    /// The shipped `code-interpreter` recipe parses, and installs what each kernel of the table
+    /// runs (pinned): the recipe and the table cannot drift apart unnoticed.
+    #[test]
+    fn the_code_interpreter_recipe_installs_every_kernel() {
+        let text = include_str!("../../../../templates/code-interpreter/Recipe");
+        let recipe = paddock_types::recipe::parse_recipe(text, &BTreeMap::new()).expect("the recipe parses");
+        assert_eq!(recipe.from, "python:3.12-slim-bookworm");
+        let runs: String = recipe.steps.iter().map(|s| format!("{:?}\n", s)).collect();
+        for kernel in KERNELS {
+            let package = match kernel.argv {
+                ["python3", "-m", "ipykernel_launcher", ..] => "ipykernel==",
+                ["python3", "-m", "bash_kernel", ..] => "bash_kernel==",
+                ["deno", ..] => "deno==",
+                other => panic!("a kernel the recipe does not know how to install: {other:?}"),
+            };
+            assert!(
+                runs.contains(package),
+                "{} needs {package}: {runs}",
+                kernel.language
+            );
+        }
+        for library in [
+            "numpy==",
+            "pandas==",
+            "matplotlib==",
+            "seaborn==",
+            "scipy==",
+            "scikit-learn==",
+            "requests==",
+            "openpyxl==",
+        ] {
+            assert!(runs.contains(library), "{library}");
+        }
+    }
+
     #[test]
     fn a_cells_variable_names_are_identifiers() {
         for ok in ["A", "_x", "PATH_2"] {

@@ -369,5 +369,14 @@ fn a_warm_pool_starts_kernels_ahead_and_a_claim_with_other_settings_drops_them()
             .filter(|r| r["detail"]["source"] == "pool")
             .count();
         assert_eq!(claims, 2, "both creates were claims from the pool");
+        // The context handed over with the first claim is in its tenant's audit log (op warm,
+        // with the kernel's pid); the dropped ones are not.
+        let rows = a.audit_rows(&[("action", "code.context")]).await;
+        let ops: Vec<(&str, &str)> = rows
+            .iter()
+            .filter_map(|r| Some((r["detail"]["op"].as_str()?, r["detail"]["context"].as_str()?)))
+            .collect();
+        assert_eq!(ops, [("warm", "python"), ("create", "python")], "{rows:#?}");
+        assert_eq!(rows[0]["detail"]["pid"], contexts[0]["pid"], "{rows:#?}");
     });
 }
