@@ -14,7 +14,9 @@ pool of the same size for `default`. Over one keep-alive HTTP/1.1 connection on 
      `python3 -c "print(1+1)"` (NDJSON), timed to its first stdout line: a fresh Python in a fresh
      sandbox, what a cell costs without a kernel.
   2. `run_code("x += 1")` round trip on a live context, `--cells` times, p50 and p99 (checked: the
-     last value is the count).
+     last value is the count), for Python and for JavaScript (Deno). Peer, in the same run: the same
+     cell sent by Jupyter's own Python client (`jupyter_client`, Debian's python3-jupyter-client)
+     straight to the same ipykernel on the host, no sandbox and no HTTP: the kernel's floor.
   3. host memory per idle sandbox with a started Python kernel: `--idle` sandboxes of `notebook`
      claimed from a pool of that size (kernels started), after they are all up: the drop in
      MemAvailable divided by the count, and the median of their memory cgroups' usage.
@@ -51,8 +53,11 @@ class CodeServer(api.Server):
             time.sleep(0.2)
         raise RuntimeError("the %s warm pool did not fill to %d" % (template, n))
 
-    def cell(self, sid, code):
-        r = self.request("POST", "/v1/sandboxes/%s/code" % sid, {"code": code}, accept="application/json")
+    def cell(self, sid, code, language=None):
+        body = {"code": code}
+        if language:
+            body["language"] = language
+        r = self.request("POST", "/v1/sandboxes/%s/code" % sid, body, accept="application/json")
         doc = json.loads(r.read())
         if r.status != 200 or doc.get("status") != "ok":
             raise RuntimeError("cell %r -> %d %s" % (code, r.status, doc))
@@ -96,6 +101,46 @@ def fresh_python(server):
     if out != "2\n":
         raise RuntimeError("python3 -c wrote %r" % out)
     return first, sb["id"]
+
+
+# Jupyter's own client against ipykernel on the host: the kernel's round trip without paddock.
+DIRECT = r"""
+import json, subprocess, sys, time, statistics
+import jupyter_client
+from jupyter_client.connect import write_connection_file
+fn, _ = write_connection_file(ip="127.0.0.1")
+p = subprocess.Popen([sys.executable, "-m", "ipykernel_launcher", "-f", fn, "--HistoryManager.enabled=False"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+kc = jupyter_client.BlockingKernelClient(connection_file=fn)
+kc.load_connection_file(); kc.start_channels(); kc.wait_for_ready(timeout=60)
+kc.execute_interactive("x = 0", timeout=10)
+ts = []
+for _ in range(int(sys.argv[1])):
+    t = time.perf_counter()
+    kc.execute_interactive("x += 1", timeout=10, output_hook=lambda m: None)
+    ts.append((time.perf_counter() - t) * 1000)
+p.kill(); kc.stop_channels()
+print(json.dumps(ts))
+"""
+
+
+def direct_ipykernel(cells):
+    import subprocess
+    out = subprocess.run(["/usr/bin/python3", "-c", DIRECT, str(cells)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def round_trips(server, sid, cells, language):
+    server.cell(sid, "x = 0" if language == "python" else "var x = 0", language)
+    rtt = []
+    for _ in range(cells):
+        t = time.perf_counter()
+        server.cell(sid, "x += 1", language)
+        rtt.append((time.perf_counter() - t) * 1000)
+    last = main_text(server.cell(sid, "x", language))
+    if last != str(cells):
+        raise RuntimeError("%s: x is %r after %d cells" % (language, last, cells))
+    return api.summary(rtt)
 
 
 def cgroup_usage_kib(server, sid):
@@ -149,18 +194,13 @@ def main():
             "ratio_run_code_over_fresh_python_p50": round(statistics.median(kernel) / statistics.median(fresh), 3),
             "e2b_published_sandbox_start_ms": 150,
         }
-        # Round trips on a live context.
+        # Round trips on a live context, and the kernel's own floor beside them.
         sid = ids[0]
-        server.cell(sid, "x = 0")
-        rtt = []
-        for _ in range(args.cells):
-            t = time.perf_counter()
-            server.cell(sid, "x += 1")
-            rtt.append((time.perf_counter() - t) * 1000)
-        last = main_text(server.cell(sid, "x"))
-        if last != str(args.cells):
-            raise RuntimeError("x is %r after %d cells" % (last, args.cells))
-        results["run_code_round_trip"] = api.summary(rtt)
+        results["run_code_round_trip"] = {
+            "python": round_trips(server, sid, args.cells, "python"),
+            "javascript": round_trips(server, sid, args.cells, "javascript"),
+            "ipykernel_direct_jupyter_client": api.summary(direct_ipykernel(args.cells)),
+        }
         for i in ids:
             server.json("DELETE", "/v1/sandboxes/" + i, ok=(204,))
     finally:
