@@ -364,7 +364,7 @@ fn network_files_replace_what_a_sandbox_planted() {
         return skip("no ip/nft: sandboxes cannot have networks here");
     }
     let h = Harness::with(Options {
-        network: Some(network_config()),
+        network: Some(crate::support::harness::unreachable_network()),
         ..Options::default()
     });
     let host = HostFiles::new();
@@ -509,21 +509,4 @@ fn has_network_tools() -> bool {
         && ["/usr/sbin/nft", "/sbin/nft"]
             .iter()
             .any(|p| Path::new(p).exists())
-}
-
-/// Egress with nothing reachable: the sandbox only needs a link, not an outside world.
-fn network_config() -> paddock_control::NetworkConfig {
-    paddock_control::NetworkConfig {
-        ports: paddock_types::EgressPorts::default(),
-        egress: paddock_egress::EgressConfig {
-            operator: paddock_egress::policy::OperatorPolicy {
-                host_addresses: paddock_egress::host_addresses().expect("host addresses"),
-                ..Default::default()
-            },
-            system_resolver: false,
-            public_roots: false,
-            ..Default::default()
-        },
-        conntrack: Default::default(),
-    }
 }

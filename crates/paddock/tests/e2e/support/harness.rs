@@ -333,3 +333,21 @@ fn reclaim_leftovers(env: &TestEnv) -> Vec<String> {
     }
     reclaimed
 }
+
+/// Sandbox networks with nothing reachable: for tests whose sandboxes only need a link (its
+/// proxy, CA and variables), not an outside world.
+pub fn unreachable_network() -> paddock_control::NetworkConfig {
+    paddock_control::NetworkConfig {
+        ports: paddock_types::EgressPorts::default(),
+        egress: paddock_egress::EgressConfig {
+            operator: paddock_egress::policy::OperatorPolicy {
+                host_addresses: paddock_egress::host_addresses().expect("host addresses"),
+                ..Default::default()
+            },
+            system_resolver: false,
+            public_roots: false,
+            ..Default::default()
+        },
+        conntrack: Default::default(),
+    }
+}

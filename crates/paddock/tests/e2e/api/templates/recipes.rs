@@ -168,21 +168,8 @@ fn a_networked_recipe_step_gets_its_proxy_and_ca_and_the_template_keeps_neither(
     registry.push(&image.path(), "v1", "paddock/app", "v1");
     let from = format!("{}/paddock/app:v1", registry.host());
     // A server with sandbox networks (nothing outside is reached: the step only looks).
-    let network = paddock_control::NetworkConfig {
-        ports: paddock_types::EgressPorts::default(),
-        egress: paddock_egress::EgressConfig {
-            operator: paddock_egress::policy::OperatorPolicy {
-                host_addresses: paddock_egress::host_addresses().expect("host addresses"),
-                ..Default::default()
-            },
-            system_resolver: false,
-            public_roots: false,
-            ..Default::default()
-        },
-        conntrack: Default::default(),
-    };
     let h = Harness::with(Options {
-        network: Some(network),
+        network: Some(crate::support::harness::unreachable_network()),
         ..options(&registry, good_credentials())
     });
     h.block_on(async {
