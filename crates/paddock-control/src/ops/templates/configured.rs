@@ -36,6 +36,34 @@ fn configured_source(t: &crate::TemplateConfig) -> String {
     }
 }
 
+/// The last [`TAIL_BYTES`] of the `RUN` steps' output among `events` (until the build drops its
+/// sender), for the log of a failed configured build.
+async fn output_tail(mut events: mpsc::Receiver<paddock_types::api::TemplateBuildEvent>) -> String {
+    let mut tail = String::new();
+    while let Some(event) = events.recv().await {
+        if let paddock_types::api::TemplateBuildEvent::Log { text, .. } = event {
+            tail.push_str(&text);
+            keep_tail(&mut tail, TAIL_BYTES);
+        }
+    }
+    tail
+}
+
+/// How much of a failed configured build's output its log line keeps.
+const TAIL_BYTES: usize = 4096;
+
+/// Cuts `text` to its last `max` bytes (at a character boundary).
+fn keep_tail(text: &mut String, max: usize) {
+    if text.len() <= max {
+        return;
+    }
+    let mut cut = text.len() - max;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    text.drain(..cut);
+}
+
 impl SandboxService {
     /// Builds, in the background, every configured template made from an image or a recipe, for
     /// the operator's tenant under its configured name; one already built from the same source is
@@ -134,12 +162,63 @@ impl SandboxService {
             network: t.build.network.clone(),
             start: None,
         };
-        // Nobody reads the events: the receiver is dropped at once, so every send fails at once.
-        let (events, _) = mpsc::channel(1);
-        let info = self.build_named(&operator, request, events, true).await?;
+        // The events are read only for the end of the steps' output, which a failure logs (the
+        // operator has no other view of a configured build). Sends never wait: what the reader
+        // misses is missed.
+        let (events, received) = mpsc::channel(64);
+        let tail = tokio::spawn(output_tail(received));
+        let built = self.build_named(&operator, request, events, true).await;
+        let info = match built {
+            Ok(info) => info,
+            Err(e) => {
+                let tail = tail.await.unwrap_or_default();
+                if !tail.is_empty() {
+                    tracing::error!(template = %name, error = %e.message, "the end of the failed build's output:\n{tail}");
+                }
+                return Err(e);
+            }
+        };
         info.id
             .ok_or_else(|| ServiceError::internal("build a configured template", &"no id"))?
             .parse()
             .map_err(|e| ServiceError::internal("parse a template id", &e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_keeps_the_last_bytes_on_a_character_boundary() {
+        let mut text = "abcdé".repeat(3);
+        keep_tail(&mut text, 5);
+        assert_eq!(text, "bcdé");
+        // A cut inside 'é' (two bytes) moves past it rather than splitting it.
+        keep_tail(&mut text, 1);
+        assert_eq!(text, "");
+        let mut short = "ok".to_owned();
+        keep_tail(&mut short, 5);
+        assert_eq!(short, "ok");
+    }
+
+    #[tokio::test]
+    async fn the_tail_is_the_end_of_the_steps_output() {
+        use paddock_types::api::TemplateBuildEvent;
+        let (tx, rx) = mpsc::channel(8);
+        let reader = tokio::spawn(output_tail(rx));
+        for text in ["first\n", "x".repeat(TAIL_BYTES).as_str(), "last line\n"] {
+            tx.send(TemplateBuildEvent::Log {
+                step: 1,
+                stream: "stderr".into(),
+                text: text.to_owned(),
+            })
+            .await
+            .expect("sent");
+        }
+        drop(tx);
+        let tail = reader.await.expect("the reader ends with the build");
+        assert_eq!(tail.len(), TAIL_BYTES);
+        assert!(tail.ends_with("last line\n") && !tail.contains("first"), "{tail}");
     }
 }
