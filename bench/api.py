@@ -151,25 +151,40 @@ class Server:
         os.unlink(self.config)
 
 
+def create_then_first_stdout(server, create_body, argv, expected):
+    """Creates a sandbox and runs `argv` in it (NDJSON): the milliseconds from the create request to
+    the first stdout event, and the sandbox's id. Checks that its whole stdout is `expected` and that
+    it wrote nothing else."""
+    t = time.perf_counter()
+    sb = server.json("POST", "/v1/sandboxes", dict(create_body, timeout_secs=600))
+    r = server.request("POST", "/v1/sandboxes/%s/exec" % sb["id"], {"argv": argv},
+                       accept="application/x-ndjson")
+    first = None
+    out = ""
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        event = json.loads(line)
+        if event["type"] == "stdout":
+            if first is None:
+                first = (time.perf_counter() - t) * 1000
+            out += event.get("data") or ""
+        elif event["type"] in ("stderr", "error"):
+            raise RuntimeError("%s in %s: %s" % (argv, create_body or "a default sandbox", event))
+    r.read()
+    if first is None or out != expected:
+        raise RuntimeError("%s in %s wrote %r" % (argv, create_body or "a default sandbox", out))
+    return first, sb["id"]
+
+
 def create_to_first_output(server, burst):
     samples = []
     ids = []
     for _ in range(burst):
-        t = time.perf_counter()
-        sb = server.json("POST", "/v1/sandboxes", {"timeout_secs": 600})
-        r = server.request("POST", "/v1/sandboxes/%s/exec" % sb["id"], {"argv": ["echo", "ready"]},
-                           accept="application/x-ndjson")
-        first = None
-        while True:
-            line = r.readline()
-            if not line:
-                break
-            event = json.loads(line)
-            if first is None and event["type"] == "stdout":
-                first = (time.perf_counter() - t) * 1000
-        r.read()
-        samples.append(first)
-        ids.append(sb["id"])
+        ms, sid = create_then_first_stdout(server, {}, ["echo", "ready"], "ready\n")
+        samples.append(ms)
+        ids.append(sid)
     return samples, ids
 
 

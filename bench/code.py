@@ -82,25 +82,7 @@ def first_cell(server):
 
 
 def fresh_python(server):
-    t = time.perf_counter()
-    sb = server.json("POST", "/v1/sandboxes", {"timeout_secs": 600})
-    r = server.request("POST", "/v1/sandboxes/%s/exec" % sb["id"], {"argv": ["python3", "-c", "print(1+1)"]},
-                       accept="application/x-ndjson")
-    first = None
-    out = ""
-    while True:
-        line = r.readline()
-        if not line:
-            break
-        event = json.loads(line)
-        if event["type"] == "stdout":
-            if first is None:
-                first = (time.perf_counter() - t) * 1000
-            out += event.get("data") or ""
-    r.read()
-    if out != "2\n":
-        raise RuntimeError("python3 -c wrote %r" % out)
-    return first, sb["id"]
+    return api.create_then_first_stdout(server, {}, ["python3", "-c", "print(1+1)"], "2\n")
 
 
 # Jupyter's own client against ipykernel on the host: the kernel's round trip without paddock.

@@ -42,7 +42,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from api import Server, summary  # noqa: E402  (same server setup and percentiles as api.py)
+from api import Server, create_then_first_stdout, summary  # noqa: E402  (same server setup, readers and percentiles as api.py)
 
 WORK_DIR = "/var/tmp"  # same file system as the server's state directory (and its pool image)
 APPLETS = ["sh", "echo", "cat", "ls", "true", "env", "id", "pwd", "sleep", "test", "mkdir", "rm"]
@@ -409,27 +409,7 @@ def recipe_rebuild(server, ref, runs, steps):
 
 
 def create_first_output(server, template):
-    t = time.perf_counter()
-    sb = server.json("POST", "/v1/sandboxes", {"template": template, "timeout_secs": 600})
-    r = server.request("POST", "/v1/sandboxes/%s/exec" % sb["id"], {"argv": ["echo", "ready"]},
-                       accept="application/x-ndjson")
-    first = None
-    out = ""
-    while True:
-        line = r.readline()
-        if not line:
-            break
-        event = json.loads(line)
-        if event["type"] == "stdout":
-            if first is None:
-                first = (time.perf_counter() - t) * 1000
-            out += event.get("data") or ""
-        elif event["type"] in ("stderr", "error"):
-            raise RuntimeError("exec in a %s sandbox: %s" % (template, event))
-    r.read()
-    if first is None or out != "ready\n":
-        raise RuntimeError("`echo ready` in a %s sandbox wrote %r" % (template, out))
-    return first, sb["id"]
+    return create_then_first_stdout(server, {"template": template}, ["echo", "ready"], "ready\n")
 
 
 def delete_sandboxes(server, ids):
