@@ -114,12 +114,28 @@ fn crate_dependencies_follow_the_layering() {
         ],
     );
     // The service is below every front-end.
-    forbid("paddock-control", &["paddock-api", "paddock-e2b"]);
+    forbid("paddock-control", &["paddock-api", "paddock-e2b", "paddock-mcp"]);
     // Front-ends are side by side: each translates onto the service, none onto another.
-    forbid("paddock-api", &["paddock-e2b"]);
+    forbid("paddock-api", &["paddock-e2b", "paddock-mcp"]);
     forbid(
         "paddock-e2b",
-        &["paddock-api", "paddock-runtime", "paddock-store", "paddock-sys"],
+        &[
+            "paddock-api",
+            "paddock-mcp",
+            "paddock-runtime",
+            "paddock-store",
+            "paddock-sys",
+        ],
+    );
+    forbid(
+        "paddock-mcp",
+        &[
+            "paddock-api",
+            "paddock-e2b",
+            "paddock-runtime",
+            "paddock-store",
+            "paddock-sys",
+        ],
     );
     // The system-call crate depends on no paddock crate.
     forbid(

@@ -1,0 +1,66 @@
+//! The MCP front-end: a tenant's sandboxes as Model Context Protocol tools, served with `rmcp`.
+//!
+//! Each tool is a thin translation onto [`SandboxService`] for one [`Principal`] (the key the
+//! client authenticated with): the same tenancy, quotas, limits, network policy and audit rows as
+//! `/v1`. Tool failures (an unknown sandbox, a refused request) are tool results with `isError`
+//! and the service's stable code in the text, so a model can read and recover; a command's
+//! non-zero exit is data, not an error. Structured results come with their output schema.
+//!
+//! What it does not do (yet): transports (the caller serves [`PaddockMcp`] over stdio or an HTTP
+//! endpoint), long-running processes, code cells, checkpoints, resources or prompts.
+
+mod tools;
+
+use paddock_control::{Principal, SandboxService};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{tool_handler, ServerHandler};
+
+pub use tools::{
+    CommandResult, FileContent, FileReadArgs, FileWriteArgs, FileWritten, Killed, RunCommandArgs,
+    SandboxArgs, SandboxCreateArgs, SandboxList, SandboxSummary, DEFAULT_COMMAND_TIMEOUT_SECS,
+    DEFAULT_SANDBOX_TIMEOUT_SECS, MAX_FILE_READ, MAX_OUTPUT,
+};
+
+/// What the server tells a model about itself when a client connects.
+const INSTRUCTIONS: &str = "paddock runs each sandbox as a disposable Linux machine. Create one \
+with sandbox_create (it ends by itself after timeout_secs), run commands in it with run_command, \
+read and write its files with file_read and file_write, and remove it with sandbox_kill when the \
+task is done. Nothing you do in a sandbox reaches the host or other sandboxes; its network is \
+what the sandbox's policy allows.";
+
+/// The MCP server of one principal.
+#[derive(Clone)]
+pub struct PaddockMcp {
+    service: SandboxService,
+    principal: Principal,
+    tool_router: ToolRouter<Self>,
+}
+
+impl std::fmt::Debug for PaddockMcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PaddockMcp")
+            .field("tenant", &self.principal.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PaddockMcp {
+    /// The tools of `principal`'s sandboxes.
+    pub fn new(service: SandboxService, principal: Principal) -> Self {
+        Self {
+            service,
+            principal,
+            tool_router: Self::tool_router(),
+        }
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for PaddockMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("paddock", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+}

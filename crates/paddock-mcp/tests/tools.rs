@@ -1,0 +1,253 @@
+//! The MCP tools through a real MCP client (rmcp's, over an in-memory duplex transport) against the
+//! service on the fake backend: the tool list with its schemas and annotations, each tool's
+//! structured result, a command's non-zero exit as data, failures as `isError` with the service's
+//! code, and tenancy (another key's sandbox is not there).
+
+use paddock_control::{Principal, SandboxService, ServiceConfig};
+use paddock_mcp::PaddockMcp;
+use paddock_runtime::fake::FakeBackend;
+use paddock_runtime::AnyBackend;
+use paddock_store::Store;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::{RoleClient, ServiceExt as _};
+use serde_json::{json, Value};
+
+async fn service() -> (SandboxService, Principal, Principal) {
+    let backend = FakeBackend::new().expect("fake backend");
+    let store = Store::open_in_memory().expect("store");
+    let service = SandboxService::start(ServiceConfig::default(), AnyBackend::Fake(backend), store)
+        .await
+        .expect("service");
+    service.recovered().await;
+    let admin = service
+        .bootstrap_admin_key()
+        .await
+        .expect("bootstrap")
+        .expect("a key");
+    let admin = service.authenticate(&admin.key).await.expect("admin");
+    let mut principals = Vec::new();
+    for tenant in ["a", "b"] {
+        let created = service
+            .create_key(
+                &admin,
+                serde_json::from_value(json!({ "tenant": tenant })).expect("request"),
+            )
+            .await
+            .expect("key");
+        principals.push(service.authenticate(&created.key).await.expect("tenant key"));
+    }
+    let b = principals.pop().expect("b");
+    let a = principals.pop().expect("a");
+    (service, a, b)
+}
+
+/// A client connected to `principal`'s MCP server.
+async fn connect(service: &SandboxService, principal: Principal) -> RunningService<RoleClient, ()> {
+    let (server_end, client_end) = tokio::io::duplex(1 << 20);
+    let server = PaddockMcp::new(service.clone(), principal);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_end).await {
+            let _ = running.waiting().await;
+        }
+    });
+    ().serve(client_end).await.expect("the client connects")
+}
+
+async fn call(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> CallToolResult {
+    let args = args.as_object().cloned().unwrap_or_default();
+    client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"))
+}
+
+/// A successful call's structured result (also given as text).
+fn structured(result: &CallToolResult) -> Value {
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let value = result
+        .structured_content
+        .clone()
+        .unwrap_or_else(|| panic!("no structured content: {result:?}"));
+    let text = result
+        .content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).ok(),
+        Some(value.clone()),
+        "the text mirrors it"
+    );
+    value
+}
+
+/// A failed call's text.
+fn failed(result: &CallToolResult) -> String {
+    assert_eq!(result.is_error, Some(true), "{result:?}");
+    result
+        .content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_drive_a_sandbox_and_report_failures_as_tool_errors() {
+    let (service, a, b) = service().await;
+    let client = connect(&service, a).await;
+    let info = client.peer_info().expect("server info");
+    assert_eq!(
+        info.server_info.as_ref().map(|s| s.name.as_str()),
+        Some("paddock")
+    );
+    assert!(info
+        .instructions
+        .as_deref()
+        .is_some_and(|i| i.contains("sandbox_create")));
+
+    // The tools, each with an output schema; annotations mark the read-only and destructive ones.
+    let tools = client.list_all_tools().await.expect("tools");
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "file_read",
+            "file_write",
+            "run_command",
+            "sandbox_create",
+            "sandbox_kill",
+            "sandbox_list"
+        ]
+    );
+    for tool in &tools {
+        assert!(tool.output_schema.is_some(), "{} has no output schema", tool.name);
+        assert!(
+            tool.description.as_deref().is_some_and(|d| d.len() > 20),
+            "{}",
+            tool.name
+        );
+    }
+    let hint = |name: &str| {
+        let t = tools.iter().find(|t| t.name == name).expect("tool");
+        let a = t.annotations.clone().expect("annotations");
+        (a.read_only_hint, a.destructive_hint)
+    };
+    assert_eq!(hint("sandbox_list").0, Some(true));
+    assert_eq!(hint("file_read").0, Some(true));
+    assert_eq!(hint("sandbox_kill").1, Some(true));
+
+    // Create: a running sandbox with the default lifetime.
+    let created = structured(&call(&client, "sandbox_create", json!({})).await);
+    let id = created["sandbox_id"].as_str().expect("an id").to_owned();
+    assert_eq!(created["state"], "running", "{created}");
+    assert!(created["expires_at"].is_string(), "{created}");
+    let listed = structured(&call(&client, "sandbox_list", json!({})).await);
+    assert_eq!(listed["sandboxes"][0]["sandbox_id"], id.as_str(), "{listed}");
+
+    // A command: its output, and a non-zero exit as data.
+    let ran = structured(
+        &call(
+            &client,
+            "run_command",
+            json!({"sandbox_id": id, "command": "echo hi; echo oops >&2; exit 3"}),
+        )
+        .await,
+    );
+    assert_eq!(
+        (
+            ran["exit_code"].as_i64(),
+            ran["stdout"].as_str(),
+            ran["stderr"].as_str(),
+            ran["truncated"].as_bool()
+        ),
+        (Some(3), Some("hi\n"), Some("oops\n"), Some(false)),
+        "{ran}"
+    );
+    let bad = failed(
+        &call(
+            &client,
+            "run_command",
+            json!({"sandbox_id": id, "command": "true", "timeout_secs": 0}),
+        )
+        .await,
+    );
+    assert!(bad.starts_with("invalid_request:"), "{bad}");
+
+    // Files: written (parents made), read back; a missing one is a tool error with its code.
+    let written = structured(
+        &call(
+            &client,
+            "file_write",
+            json!({"sandbox_id": id, "path": "/home/user/p/a.txt", "content": "héllo\n"}),
+        )
+        .await,
+    );
+    assert_eq!(written["bytes"], 7, "{written}");
+    let read = structured(
+        &call(
+            &client,
+            "file_read",
+            json!({"sandbox_id": id, "path": "/home/user/p/a.txt"}),
+        )
+        .await,
+    );
+    assert_eq!(
+        (read["content"].as_str(), read["encoding"].as_str()),
+        (Some("héllo\n"), Some("utf-8")),
+        "{read}"
+    );
+    let missing = failed(&call(&client, "file_read", json!({"sandbox_id": id, "path": "/nope"})).await);
+    assert!(missing.starts_with("file_not_found:"), "{missing}");
+    let seen = structured(
+        &call(
+            &client,
+            "run_command",
+            json!({"sandbox_id": id, "command": "cat /home/user/p/a.txt"}),
+        )
+        .await,
+    );
+    assert_eq!(seen["stdout"], "héllo\n", "{seen}");
+
+    // Another key's tenant sees nothing of it.
+    let other = connect(&service, b).await;
+    let theirs = structured(&call(&other, "sandbox_list", json!({})).await);
+    assert_eq!(theirs["sandboxes"], json!([]), "{theirs}");
+    let refused = failed(
+        &call(
+            &other,
+            "run_command",
+            json!({"sandbox_id": id, "command": "true"}),
+        )
+        .await,
+    );
+    assert!(refused.starts_with("sandbox_not_found:"), "{refused}");
+    let refused = failed(&call(&other, "sandbox_kill", json!({"sandbox_id": id})).await);
+    assert!(refused.starts_with("sandbox_not_found:"), "{refused}");
+
+    // Bad arguments are tool errors too; then the sandbox is killed, and gone.
+    let malformed = failed(&call(&client, "sandbox_kill", json!({"sandbox_id": "not an id"})).await);
+    assert!(malformed.starts_with("invalid_request:"), "{malformed}");
+    structured(&call(&client, "sandbox_kill", json!({"sandbox_id": id})).await);
+    let listed = structured(&call(&client, "sandbox_list", json!({})).await);
+    assert_eq!(listed["sandboxes"], json!([]), "{listed}");
+    let gone = failed(
+        &call(
+            &client,
+            "run_command",
+            json!({"sandbox_id": id, "command": "true"}),
+        )
+        .await,
+    );
+    assert!(
+        gone.starts_with("sandbox_not_found:") || gone.starts_with("sandbox_not_running:"),
+        "{gone}"
+    );
+
+    client.cancel().await.expect("closed");
+    other.cancel().await.expect("closed");
+    service.shutdown().await;
+}
