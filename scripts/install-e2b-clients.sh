@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 clients=crates/paddock/tests/e2b_clients
 out=target/e2b-clients
 mkdir -p "$out"
-for req in "$clients"/python/requirements-*.txt; do
+for req in "$clients"/python/requirements-*.txt crates/paddock/tests/mcp_clients/requirements-*.txt; do
   name=$(basename "$req" .txt)
   venv="$out/python-${name#requirements-}"
   if [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/requirements.txt"; then

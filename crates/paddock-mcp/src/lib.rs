@@ -9,12 +9,14 @@
 //! What it does not do (yet): transports (the caller serves [`PaddockMcp`] over stdio or an HTTP
 //! endpoint), long-running processes, code cells, checkpoints, resources or prompts.
 
+pub mod endpoint;
 mod tools;
 
 use paddock_control::{Principal, SandboxService};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
-use rmcp::{tool_handler, ServerHandler};
+use rmcp::service::RequestContext;
+use rmcp::{tool_handler, RoleServer, ServerHandler};
 
 pub use tools::{
     CommandResult, FileContent, FileReadArgs, FileWriteArgs, FileWritten, Killed, RunCommandArgs,
@@ -29,30 +31,54 @@ read and write its files with file_read and file_write, and remove it with sandb
 task is done. Nothing you do in a sandbox reaches the host or other sandboxes; its network is \
 what the sandbox's policy allows.";
 
-/// The MCP server of one principal.
+/// The MCP server: of one principal, or of each request's (see [`PaddockMcp::per_request`]).
 #[derive(Clone)]
 pub struct PaddockMcp {
     service: SandboxService,
-    principal: Principal,
+    /// `None`: each request's, from its HTTP request's extensions.
+    principal: Option<Principal>,
     tool_router: ToolRouter<Self>,
 }
 
 impl std::fmt::Debug for PaddockMcp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PaddockMcp")
-            .field("tenant", &self.principal.tenant)
+            .field("tenant", &self.principal.as_ref().map(|p| &p.tenant))
             .finish_non_exhaustive()
     }
 }
 
 impl PaddockMcp {
-    /// The tools of `principal`'s sandboxes.
+    /// The tools of `principal`'s sandboxes (stdio: one client, one key).
     pub fn new(service: SandboxService, principal: Principal) -> Self {
         Self {
             service,
-            principal,
+            principal: Some(principal),
             tool_router: Self::tool_router(),
         }
+    }
+
+    /// The tools of whoever each HTTP request authenticated as: the [`Principal`] the endpoint's
+    /// authentication put in the request's extensions. A request without one is refused, so a
+    /// session (of the protocol's older generation) never lends one key's rights to another.
+    pub fn per_request(service: SandboxService) -> Self {
+        Self {
+            service,
+            principal: None,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// The principal a tool call acts for.
+    fn principal(&self, ctx: &RequestContext<RoleServer>) -> Result<Principal, String> {
+        if let Some(p) = &self.principal {
+            return Ok(p.clone());
+        }
+        ctx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Principal>())
+            .cloned()
+            .ok_or_else(|| "unauthorized: this request carries no API key".to_owned())
     }
 }
 

@@ -14,7 +14,8 @@ use paddock_control::{ExecOutput, OutputStream, ServiceError, WriteFileOptions};
 use paddock_types::api::{CreateSandboxRequest, ExecRequest, ListSandboxesQuery, SandboxInfo};
 use paddock_types::SandboxId;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::{tool, tool_router, Json};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_router, Json, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -197,19 +198,17 @@ impl PaddockMcp {
     )]
     async fn sandbox_create(
         &self,
+        ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<SandboxCreateArgs>,
     ) -> Result<Json<SandboxSummary>, String> {
+        let p = self.principal(&ctx)?;
         let request = CreateSandboxRequest {
             template: args.template,
             timeout_secs: Some(args.timeout_secs.unwrap_or(DEFAULT_SANDBOX_TIMEOUT_SECS)),
             env: args.env,
             ..CreateSandboxRequest::default()
         };
-        let info = self
-            .service
-            .create_sandbox(&self.principal, request)
-            .await
-            .map_err(failure)?;
+        let info = self.service.create_sandbox(&p, request).await.map_err(failure)?;
         Ok(Json(summary(info)))
     }
 
@@ -218,10 +217,11 @@ impl PaddockMcp {
         description = "List your running sandboxes.",
         annotations(read_only_hint = true, idempotent_hint = true)
     )]
-    async fn sandbox_list(&self) -> Result<Json<SandboxList>, String> {
+    async fn sandbox_list(&self, ctx: RequestContext<RoleServer>) -> Result<Json<SandboxList>, String> {
+        let p = self.principal(&ctx)?;
         let list = self
             .service
-            .list_sandboxes(&self.principal, ListSandboxesQuery::default())
+            .list_sandboxes(&p, ListSandboxesQuery::default())
             .await
             .map_err(failure)?;
         Ok(Json(SandboxList {
@@ -234,12 +234,14 @@ impl PaddockMcp {
         description = "Remove a sandbox and everything in it, at once.",
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false)
     )]
-    async fn sandbox_kill(&self, Parameters(args): Parameters<SandboxArgs>) -> Result<Json<Killed>, String> {
+    async fn sandbox_kill(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<SandboxArgs>,
+    ) -> Result<Json<Killed>, String> {
+        let p = self.principal(&ctx)?;
         let id = sandbox_id(&args.sandbox_id)?;
-        self.service
-            .kill_sandbox(&self.principal, &id)
-            .await
-            .map_err(failure)?;
+        self.service.kill_sandbox(&p, &id).await.map_err(failure)?;
         Ok(Json(Killed {
             sandbox_id: args.sandbox_id,
         }))
@@ -252,8 +254,10 @@ impl PaddockMcp {
     )]
     async fn run_command(
         &self,
+        ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<RunCommandArgs>,
     ) -> Result<Json<CommandResult>, String> {
+        let p = self.principal(&ctx)?;
         let id = sandbox_id(&args.sandbox_id)?;
         let timeout = args.timeout_secs.unwrap_or(DEFAULT_COMMAND_TIMEOUT_SECS);
         if timeout == 0 || timeout > MAX_COMMAND_TIMEOUT_SECS {
@@ -267,11 +271,7 @@ impl PaddockMcp {
             timeout_ms: Some(timeout * 1000),
             ..ExecRequest::default()
         };
-        let mut stream = self
-            .service
-            .exec(&self.principal, &id, request)
-            .await
-            .map_err(failure)?;
+        let mut stream = self.service.exec(&p, &id, request).await.map_err(failure)?;
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
         let mut truncated = false;
         while let Some(event) = stream.recv().await {
@@ -307,12 +307,14 @@ impl PaddockMcp {
     )]
     async fn file_read(
         &self,
+        ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<FileReadArgs>,
     ) -> Result<Json<FileContent>, String> {
+        let p = self.principal(&ctx)?;
         let id = sandbox_id(&args.sandbox_id)?;
         let mut download = self
             .service
-            .read_file(&self.principal, &id, &args.path)
+            .read_file(&p, &id, &args.path)
             .await
             .map_err(failure)?;
         let mut bytes = Vec::new();
@@ -350,8 +352,10 @@ impl PaddockMcp {
     )]
     async fn file_write(
         &self,
+        ctx: RequestContext<RoleServer>,
         Parameters(args): Parameters<FileWriteArgs>,
     ) -> Result<Json<FileWritten>, String> {
+        let p = self.principal(&ctx)?;
         let id = sandbox_id(&args.sandbox_id)?;
         let body = Bytes::from(args.content.into_bytes());
         let stream = futures_util::stream::once(async move { Ok::<_, std::io::Error>(body) });
@@ -362,7 +366,7 @@ impl PaddockMcp {
         };
         let written = self
             .service
-            .write_file(&self.principal, &id, &args.path, options, Box::pin(stream))
+            .write_file(&p, &id, &args.path, options, Box::pin(stream))
             .await
             .map_err(failure)?;
         Ok(Json(FileWritten {

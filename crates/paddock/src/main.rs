@@ -13,6 +13,7 @@ mod run;
 mod serve;
 mod serve_config;
 mod serve_http;
+mod serve_mcp;
 mod tty;
 
 use std::collections::BTreeMap;

@@ -93,7 +93,7 @@ async fn serve_http(
     let addr = listener
         .local_addr()
         .context("failed to read the bound address")?;
-    let v1 = paddock_api::router(service.clone());
+    let v1 = paddock_api::router(service.clone()).merge(crate::serve_mcp::router(service.clone(), addr));
     let app = if config.e2b.enabled {
         let e2b = paddock_e2b::E2bConfig {
             token_key: e2b_token_key(&config.e2b_key_path())?,

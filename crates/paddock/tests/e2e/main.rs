@@ -9,6 +9,7 @@ mod cli;
 mod crash;
 mod e2b;
 mod load;
+mod mcp;
 mod network;
 mod ports;
 mod runtime;

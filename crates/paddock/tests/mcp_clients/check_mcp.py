@@ -1,0 +1,96 @@
+"""The official MCP Python SDK (`mcp` on PyPI, pinned in requirements-mcp.txt) driving `paddock
+serve`'s `/mcp` over Streamable HTTP, in both protocol generations (`initialize`-based 2025-11-25
+and stateless 2026-07-28): list tools, call each, structured results, a non-zero exit as data,
+failures as `isError`, tenancy, and the endpoint's own refusals (no key, a foreign Origin or Host).
+
+Run by the e2e test `mcp::python_sdk_over_streamable_http` with PADDOCK_MCP_URL, PADDOCK_API_KEY
+and PADDOCK_OTHER_KEY (another tenant's key); exits non-zero on the first failed check.
+"""
+
+import asyncio
+import json
+import os
+import sys
+
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+URL = os.environ["PADDOCK_MCP_URL"]
+KEY = os.environ["PADDOCK_API_KEY"]
+OTHER = os.environ["PADDOCK_OTHER_KEY"]
+TOOLS = ["file_read", "file_write", "run_command", "sandbox_create", "sandbox_kill", "sandbox_list"]
+
+
+def client(key, mode):
+    http = httpx2.AsyncClient(headers={"Authorization": "Bearer " + key}, timeout=60)
+    return Client(streamable_http_client(URL, http_client=http), mode=mode)
+
+
+def ok(result):
+    assert not result.is_error, result
+    assert result.structured_content is not None, result
+    assert json.loads(result.content[0].text) == result.structured_content, result
+    return result.structured_content
+
+
+def error_text(result):
+    assert result.is_error, result
+    return result.content[0].text
+
+
+async def scenario(mode):
+    async with client(KEY, mode) as c, client(OTHER, mode) as other:
+        tools = (await c.list_tools()).tools
+        assert sorted(t.name for t in tools) == TOOLS, [t.name for t in tools]
+        assert all(t.output_schema for t in tools), tools
+        created = ok(await c.call_tool("sandbox_create", {"timeout_secs": 300}))
+        sid = created["sandbox_id"]
+        assert created["state"] == "running", created
+        ran = ok(await c.call_tool("run_command", {"sandbox_id": sid, "command": "echo hi; echo oops >&2; exit 3"}))
+        assert (ran["exit_code"], ran["stdout"], ran["stderr"], ran["timed_out"]) == (3, "hi\n", "oops\n", False), ran
+        ok(await c.call_tool("file_write", {"sandbox_id": sid, "path": "/home/user/proj/main.py", "content": "print(6 * 7)\n"}))
+        read = ok(await c.call_tool("file_read", {"sandbox_id": sid, "path": "/home/user/proj/main.py"}))
+        assert read["content"] == "print(6 * 7)\n", read
+        ran = ok(await c.call_tool("run_command", {"sandbox_id": sid, "command": "python3 main.py", "cwd": "/home/user/proj"}))
+        assert ran["stdout"] == "42\n", ran
+        assert error_text(await c.call_tool("file_read", {"sandbox_id": sid, "path": "/nope"})).startswith("file_not_found:")
+        # Another key's tenant: the sandbox is not there.
+        assert ok(await other.call_tool("sandbox_list", {}))["sandboxes"] == []
+        assert error_text(await other.call_tool("run_command", {"sandbox_id": sid, "command": "true"})).startswith("sandbox_not_found:")
+        listed = ok(await c.call_tool("sandbox_list", {}))
+        assert [s["sandbox_id"] for s in listed["sandboxes"]] == [sid], listed
+        ok(await c.call_tool("sandbox_kill", {"sandbox_id": sid}))
+        assert ok(await c.call_tool("sandbox_list", {}))["sandboxes"] == []
+    print("ok:", mode, flush=True)
+
+
+async def refusals():
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "check", "version": "1"}}}
+    accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    async with httpx2.AsyncClient(timeout=30) as http:
+        r = await http.post(URL, json=initialize, headers=accept)
+        assert r.status_code == 401 and r.json()["code"] == "unauthorized", (r.status_code, r.text)
+        auth = dict(accept, Authorization="Bearer " + KEY)
+        r = await http.post(URL, json=initialize, headers=dict(auth, Origin="https://evil.example"))
+        assert r.status_code == 403, (r.status_code, r.text)
+        r = await http.post(URL, json=initialize, headers=dict(auth, Host="evil.example"))
+        assert r.status_code == 403, (r.status_code, r.text)
+        r = await http.post(URL, json=initialize, headers=auth)
+        assert r.status_code == 200, (r.status_code, r.text)
+    print("ok: refusals", flush=True)
+
+
+async def main():
+    await refusals()
+    for mode in ("legacy", "2026-07-28"):
+        await scenario(mode)
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except AssertionError as e:
+        print("FAILED:", repr(e), file=sys.stderr)
+        raise
