@@ -6,10 +6,11 @@
 //! and the service's stable code in the text, so a model can read and recover; a command's
 //! non-zero exit is data, not an error. Structured results come with their output schema.
 //!
-//! What it does not do (yet): transports (the caller serves [`PaddockMcp`] over stdio or an HTTP
-//! endpoint), long-running processes, code cells, checkpoints, resources or prompts.
+//! What it does not do (yet): the stdio transport, long-running processes, code cells, resources
+//! or prompts. `endpoint` is the Streamable HTTP service `paddock serve` mounts at `/mcp`.
 
 pub mod endpoint;
+mod steps;
 mod tools;
 
 use paddock_control::{Principal, SandboxService};
@@ -27,8 +28,9 @@ pub use tools::{
 /// What the server tells a model about itself when a client connects.
 const INSTRUCTIONS: &str = "paddock runs each sandbox as a disposable Linux machine. Create one \
 with sandbox_create (it ends by itself after timeout_secs), run commands in it with run_command, \
-read and write its files with file_read and file_write, and remove it with sandbox_kill when the \
-task is done. Nothing you do in a sandbox reaches the host or other sandboxes; its network is \
+read, write, list and edit its files with file_read, file_write, file_list and file_edit, save \
+its files with checkpoint and return to them with rollback, and remove it with sandbox_kill when \
+the task is done. Nothing you do in a sandbox reaches the host or other sandboxes; its network is \
 what the sandbox's policy allows.";
 
 /// The MCP server: of one principal, or of each request's (see [`PaddockMcp::per_request`]).
@@ -54,7 +56,7 @@ impl PaddockMcp {
         Self {
             service,
             principal: Some(principal),
-            tool_router: Self::tool_router(),
+            tool_router: Self::tool_router() + Self::steps_router(),
         }
     }
 
@@ -65,7 +67,7 @@ impl PaddockMcp {
         Self {
             service,
             principal: None,
-            tool_router: Self::tool_router(),
+            tool_router: Self::tool_router() + Self::steps_router(),
         }
     }
 

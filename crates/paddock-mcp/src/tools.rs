@@ -160,16 +160,16 @@ pub struct FileWritten {
 }
 
 /// A service error as a tool failure: the stable code, then the message.
-fn failure(e: ServiceError) -> String {
+pub(crate) fn failure(e: ServiceError) -> String {
     format!("{}: {}", e.code.as_str(), e.message)
 }
 
-fn sandbox_id(text: &str) -> Result<SandboxId, String> {
+pub(crate) fn sandbox_id(text: &str) -> Result<SandboxId, String> {
     text.parse::<SandboxId>()
         .map_err(|e| format!("invalid_request: sandbox_id: {e}"))
 }
 
-fn summary(info: SandboxInfo) -> SandboxSummary {
+pub(crate) fn summary(info: SandboxInfo) -> SandboxSummary {
     SandboxSummary {
         sandbox_id: info.id,
         template: info.template,

@@ -115,10 +115,15 @@ async fn the_tools_drive_a_sandbox_and_report_failures_as_tool_errors() {
     assert_eq!(
         names,
         [
+            "checkpoint",
+            "file_edit",
+            "file_list",
             "file_read",
             "file_write",
+            "rollback",
             "run_command",
             "sandbox_create",
+            "sandbox_extend",
             "sandbox_kill",
             "sandbox_list"
         ]
@@ -211,6 +216,53 @@ async fn the_tools_drive_a_sandbox_and_report_failures_as_tool_errors() {
         .await,
     );
     assert_eq!(seen["stdout"], "héllo\n", "{seen}");
+
+    // The edit-test loop: list, checkpoint, a wrong edit, roll back, the right edit.
+    let listing = structured(
+        &call(
+            &client,
+            "file_list",
+            json!({"sandbox_id": id, "path": "/home/user/p"}),
+        )
+        .await,
+    );
+    assert_eq!(
+        listing["entries"],
+        json!([{"name": "a.txt", "kind": "file", "size": 7}]),
+        "{listing}"
+    );
+    let saved = structured(&call(&client, "checkpoint", json!({"sandbox_id": id})).await);
+    assert!(saved["checkpoint_id"].is_string(), "{saved}");
+    let edit = |old: &str, new: &str| json!({"sandbox_id": id, "path": "/home/user/p/a.txt", "old_text": old, "new_text": new});
+    structured(&call(&client, "file_edit", edit("héllo", "wrong")).await);
+    let empty = failed(&call(&client, "file_edit", edit("", "x")).await);
+    assert!(empty.starts_with("invalid_request:"), "{empty}");
+    let absent = failed(&call(&client, "file_edit", edit("héllo", "x")).await);
+    assert!(absent.contains("not found"), "{absent}");
+    structured(&call(&client, "rollback", json!({"sandbox_id": id})).await);
+    let back = structured(
+        &call(
+            &client,
+            "file_read",
+            json!({"sandbox_id": id, "path": "/home/user/p/a.txt"}),
+        )
+        .await,
+    );
+    assert_eq!(
+        back["content"], "héllo\n",
+        "the rollback restored the file: {back}"
+    );
+    let right = structured(&call(&client, "file_edit", edit("héllo", "hello, world")).await);
+    assert_eq!(right["bytes"], 13, "{right}");
+    let extended = structured(
+        &call(
+            &client,
+            "sandbox_extend",
+            json!({"sandbox_id": id, "timeout_secs": 1200}),
+        )
+        .await,
+    );
+    assert_ne!(extended["expires_at"], created["expires_at"], "{extended}");
 
     // Another key's tenant sees nothing of it.
     let other = connect(&service, b).await;

@@ -19,7 +19,8 @@ from mcp.client.streamable_http import streamable_http_client
 URL = os.environ["PADDOCK_MCP_URL"]
 KEY = os.environ["PADDOCK_API_KEY"]
 OTHER = os.environ["PADDOCK_OTHER_KEY"]
-TOOLS = ["file_read", "file_write", "run_command", "sandbox_create", "sandbox_kill", "sandbox_list"]
+TOOLS = ["checkpoint", "file_edit", "file_list", "file_read", "file_write", "rollback", "run_command",
+         "sandbox_create", "sandbox_extend", "sandbox_kill", "sandbox_list"]
 
 
 def client(key, mode):
@@ -55,6 +56,27 @@ async def scenario(mode):
         ran = ok(await c.call_tool("run_command", {"sandbox_id": sid, "command": "python3 main.py", "cwd": "/home/user/proj"}))
         assert ran["stdout"] == "42\n", ran
         assert error_text(await c.call_tool("file_read", {"sandbox_id": sid, "path": "/nope"})).startswith("file_not_found:")
+        # An agent's loop: a project with a failing test; checkpoint; a wrong fix; roll back; the
+        # right fix; the tests pass.
+        ok(await c.call_tool("file_write", {"sandbox_id": sid, "path": "/home/user/proj/calc.py",
+                                             "content": "def add(a, b):\n    return a - b\n"}))
+        ok(await c.call_tool("file_write", {"sandbox_id": sid, "path": "/home/user/proj/test_calc.py",
+                                             "content": "from calc import add\nassert add(2, 3) == 5, add(2, 3)\nprint('passed')\n"}))
+        # (-B: no bytecode cache, whose one-second source timestamps cannot tell edits made within
+        # the same second apart.)
+        test = {"sandbox_id": sid, "command": "python3 -B test_calc.py", "cwd": "/home/user/proj"}
+        assert ok(await c.call_tool("run_command", test))["exit_code"] == 1
+        ok(await c.call_tool("checkpoint", {"sandbox_id": sid}))
+        edit = {"sandbox_id": sid, "path": "/home/user/proj/calc.py", "old_text": "return a - b"}
+        ok(await c.call_tool("file_edit", dict(edit, new_text="return a * b")))
+        assert ok(await c.call_tool("run_command", test))["exit_code"] == 1
+        ok(await c.call_tool("rollback", {"sandbox_id": sid}))
+        assert "return a - b" in ok(await c.call_tool("file_read", {"sandbox_id": sid, "path": "/home/user/proj/calc.py"}))["content"]
+        ok(await c.call_tool("file_edit", dict(edit, new_text="return a + b")))
+        passed = ok(await c.call_tool("run_command", test))
+        assert (passed["exit_code"], passed["stdout"]) == (0, "passed\n"), passed
+        names = [e["name"] for e in ok(await c.call_tool("file_list", {"sandbox_id": sid, "path": "/home/user/proj"}))["entries"]]
+        assert {"calc.py", "main.py", "test_calc.py"} <= set(names), names
         # Another key's tenant: the sandbox is not there.
         assert ok(await other.call_tool("sandbox_list", {}))["sandboxes"] == []
         assert error_text(await other.call_tool("run_command", {"sandbox_id": sid, "command": "true"})).startswith("sandbox_not_found:")
