@@ -51,13 +51,38 @@ impl NativeBackend {
         }
     }
 
+    /// The staging directory (`.new-<id>`) of a create of `id` whose process died before it
+    /// renamed the directory into place: removed once its lock is free. Only for an id the caller
+    /// owns (one its store recorded, after a restart), so no create of that id can be under way;
+    /// gc's general rule waits a minute instead, not knowing whose a staging directory is.
+    fn remove_abandoned_staging(&self, id: &str) {
+        let staging = self.run_dir(id).with_file_name(format!(".new-{id}"));
+        if std::fs::symlink_metadata(&staging).is_err() {
+            return;
+        }
+        if let Ok(Some(_lock)) = StateLock::try_acquire(&staging.join("lock")) {
+            match std::fs::remove_dir_all(&staging) {
+                Ok(()) => {
+                    tracing::info!(sandbox_id = %id, "removed the staging directory of an interrupted create")
+                }
+                Err(e) => {
+                    tracing::warn!(sandbox_id = %id, error = %e, "cannot remove the staging directory of an interrupted create; gc will")
+                }
+            }
+        }
+    }
+
     /// [`SandboxBackend::adopt_sandbox`](crate::SandboxBackend::adopt_sandbox).
     pub(super) fn adopt(&self, id: &SandboxId) -> Result<Adoption, RuntimeError> {
         let lock = match self.take_ownership(id.as_str())? {
             Ownership::Taken(lock) => lock,
             Ownership::Busy => return Ok(Adoption::Busy),
-            Ownership::NoRunDir { leftovers: false } => return Ok(Adoption::Missing),
+            Ownership::NoRunDir { leftovers: false } => {
+                self.remove_abandoned_staging(id.as_str());
+                return Ok(Adoption::Missing);
+            }
             Ownership::NoRunDir { leftovers: true } => {
+                self.remove_abandoned_staging(id.as_str());
                 tracing::info!(sandbox_id = %id, "reclaiming the leftovers of a sandbox without a run directory");
                 self.reclaim(id.as_str())?;
                 return Ok(Adoption::Dead);
@@ -171,7 +196,11 @@ impl NativeBackend {
     /// [`SandboxBackend::reclaim_sandbox`](crate::SandboxBackend::reclaim_sandbox).
     pub(super) fn reclaim_unowned(&self, id: &SandboxId) -> Result<bool, RuntimeError> {
         match self.take_ownership(id.as_str())? {
-            Ownership::Busy | Ownership::NoRunDir { leftovers: false } => Ok(false),
+            Ownership::Busy => Ok(false),
+            Ownership::NoRunDir { leftovers: false } => {
+                self.remove_abandoned_staging(id.as_str());
+                Ok(false)
+            }
             Ownership::Taken(lock) => {
                 tracing::info!(sandbox_id = %id, "reclaiming sandbox");
                 let reclaimed = self.reclaim(id.as_str());
@@ -179,6 +208,7 @@ impl NativeBackend {
                 reclaimed.map(|()| true)
             }
             Ownership::NoRunDir { leftovers: true } => {
+                self.remove_abandoned_staging(id.as_str());
                 tracing::info!(sandbox_id = %id, "reclaiming the leftovers of a sandbox without a run directory");
                 self.reclaim(id.as_str()).map(|()| true)
             }

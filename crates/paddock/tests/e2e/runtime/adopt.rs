@@ -476,3 +476,43 @@ async fn dead_missing_busy_and_impostor_sandboxes_are_told_apart() {
 
     assert_clean_after_reaping(&env);
 }
+
+/// A create whose process died between making its staging directory and renaming it into place
+/// leaves `run/.new-<id>`. Adopting that id after a restart (the store recorded it, so nothing
+/// else creates it) removes the staging directory at once, rather than leaving it for gc's
+/// minute of grace; one whose lock is held (a create still under way) stays.
+#[tokio::test]
+async fn an_interrupted_creates_staging_directory_goes_with_its_adoption() {
+    let env = TestEnv::new();
+    let backend = backend(env.state(), &env.cgroup_parent);
+    let run = env.state().join("run");
+    let staging = |id: &str| run.join(format!(".new-{id}"));
+    std::fs::create_dir_all(staging("sb-cut")).expect("a staging directory");
+    std::fs::write(staging("sb-cut").join("lock"), b"").expect("its lock file");
+    assert!(matches!(
+        backend.adopt_sandbox(&id("sb-cut")).expect("adopt"),
+        Adoption::Missing
+    ));
+    assert!(!staging("sb-cut").exists(), "the staging directory stayed");
+
+    // A staging directory without even its lock file yet (the process died right after mkdir).
+    std::fs::create_dir_all(staging("sb-bare")).expect("a staging directory");
+    assert!(!backend.reclaim_sandbox(&id("sb-bare")).expect("reclaim"));
+    assert!(!staging("sb-bare").exists(), "the staging directory stayed");
+
+    // Held: another open file description holds its lock, as a create under way does.
+    std::fs::create_dir_all(staging("sb-held")).expect("a staging directory");
+    let held = std::fs::File::create(staging("sb-held").join("lock")).expect("lock file");
+    rustix::fs::flock(&held, rustix::fs::FlockOperation::NonBlockingLockExclusive).expect("locked");
+    assert!(matches!(
+        backend.adopt_sandbox(&id("sb-held")).expect("adopt"),
+        Adoption::Missing
+    ));
+    assert!(
+        staging("sb-held").exists(),
+        "a staging directory whose lock is held was removed"
+    );
+    drop(held);
+    std::fs::remove_dir_all(staging("sb-held")).expect("cleaned up");
+    env.assert_clean();
+}
