@@ -1,8 +1,11 @@
 //! Starting a code context's kernel in a live sandbox (through its agent), for a context a
 //! request makes and for the contexts a warm pool starts ahead.
 //!
-//! What it does not do: keep the context table (callers hold its lock and add the context), or
-//! write audit rows.
+//! Also the `code.context` audit row of a context made, restarted, removed or handed over with a
+//! claimed warm sandbox, written by whichever caller changed the table.
+//!
+//! What it does not do: keep the context table (callers hold its lock; only a language's default
+//! context is added here).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,8 +14,10 @@ use paddock_protocol::kernel::KernelStart;
 use paddock_runtime::agent_client::AgentClientError;
 use paddock_types::api::ErrorCode;
 
+use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::contexts::{CodeContext, MAX_CONTEXTS};
 use crate::core::live::LiveSandbox;
+use crate::core::principal::Principal;
 use crate::plan::code::{kernel_env, KernelSpec};
 use crate::{SandboxService, ServiceError};
 
@@ -115,5 +120,48 @@ pub(crate) fn kernel_error(language: &str, e: AgentClientError) -> ServiceError 
             ),
         },
         _ => crate::core::error::process_error("start a kernel", 0, e),
+    }
+}
+
+impl SandboxService {
+    /// Starts `kernel`'s default context (its id the language's name, the sandbox's own settings)
+    /// and adds it to `contexts`, whose lock the caller holds.
+    pub(crate) async fn start_default_context(
+        &self,
+        sb: &Arc<LiveSandbox>,
+        contexts: &mut Vec<CodeContext>,
+        kernel: &'static KernelSpec,
+    ) -> Result<CodeContext, ServiceError> {
+        let context = self
+            .start_kernel(
+                sb,
+                contexts,
+                kernel.language.to_owned(),
+                kernel,
+                None,
+                BTreeMap::new(),
+            )
+            .await?;
+        contexts.push(context.clone());
+        Ok(context)
+    }
+
+    /// The `code.context` row of `op` (`create`, `restart`, `delete`, `warm`) on a context of
+    /// sandbox `id`.
+    pub(crate) async fn audit_context(
+        &self,
+        p: &Principal,
+        id: &str,
+        op: &'static str,
+        info: &paddock_types::api::ContextInfo,
+    ) -> Result<(), ServiceError> {
+        let detail = audit::CodeContextChange {
+            op,
+            context: info.id.clone(),
+            language: info.language.clone(),
+            pid: Some(info.pid),
+        };
+        self.audit(AuditEntry::ok(p, AuditAction::CodeContext, Some(id)).detail(detail))
+            .await
     }
 }

@@ -159,21 +159,8 @@ impl SandboxService {
                 continue;
             };
             let mut contexts = sb.contexts.lock().await;
-            let started = self
-                .start_kernel(
-                    sb,
-                    &contexts,
-                    kernel.language.to_owned(),
-                    kernel,
-                    None,
-                    Default::default(),
-                )
-                .await;
-            match started {
-                Ok(context) => contexts.push(context),
-                Err(e) => {
-                    tracing::warn!(sandbox_id = %sb.id, language, error = %e, "a warm sandbox's kernel did not start")
-                }
+            if let Err(e) = self.start_default_context(sb, &mut contexts, kernel).await {
+                tracing::warn!(sandbox_id = %sb.id, language, error = %e, "a warm sandbox's kernel did not start");
             }
         }
     }

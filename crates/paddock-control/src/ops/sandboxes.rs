@@ -194,14 +194,7 @@ impl SandboxService {
             // (op `warm`), as it says when a request starts one.
             let handed: Vec<_> = sb.contexts.lock().await.iter().map(|c| c.info()).collect();
             for info in handed {
-                let detail = crate::core::audit::CodeContextChange {
-                    op: "warm",
-                    context: info.id,
-                    language: info.language,
-                    pid: Some(info.pid),
-                };
-                self.audit(AuditEntry::ok(p, AuditAction::CodeContext, Some(&record.id)).detail(detail))
-                    .await?;
+                self.audit_context(p, &record.id, "warm", &info).await?;
             }
         } else {
             // Kernels started ahead run with the pool's environment and user: stop them; the

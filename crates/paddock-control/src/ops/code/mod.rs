@@ -12,7 +12,6 @@ mod run;
 use paddock_types::api::{ContextInfo, ContextList, CreateContextRequest, ErrorCode};
 use paddock_types::SandboxId;
 
-use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::contexts::CodeContext;
 use crate::core::principal::Principal;
 use crate::plan::code::{kernel_for, known_languages, KernelSpec};
@@ -107,23 +106,6 @@ impl SandboxService {
         drop(contexts);
         let _ = sb.client.kernel_shutdown(&old.kernel_id).await;
         self.audit_context(p, id, "delete", &old.info()).await
-    }
-
-    async fn audit_context(
-        &self,
-        p: &Principal,
-        id: &SandboxId,
-        op: &'static str,
-        info: &ContextInfo,
-    ) -> Result<(), ServiceError> {
-        let detail = audit::CodeContextChange {
-            op,
-            context: info.id.clone(),
-            language: info.language.clone(),
-            pid: Some(info.pid),
-        };
-        self.audit(AuditEntry::ok(p, AuditAction::CodeContext, Some(id)).detail(detail))
-            .await
     }
 }
 

@@ -241,17 +241,7 @@ impl SandboxService {
         if let Some(existing) = contexts.iter().find(|c| c.id == kernel.language) {
             return Ok(existing.clone());
         }
-        let context = self
-            .start_kernel(
-                sb,
-                &contexts,
-                kernel.language.to_owned(),
-                kernel,
-                None,
-                Default::default(),
-            )
-            .await?;
-        contexts.push(context.clone());
+        let context = self.start_default_context(sb, &mut contexts, kernel).await?;
         drop(contexts);
         self.audit_context(p, id, "create", &context.info()).await?;
         Ok(context)
