@@ -5,9 +5,6 @@
 //! What it does not do: edit anything but UTF-8 text, or a file over [`MAX_FILE_READ`] bytes
 //! (refused, never half-written).
 
-use bytes::Bytes;
-use futures_util::StreamExt as _;
-use paddock_control::WriteFileOptions;
 use paddock_types::api::{RollbackRequest, SetTimeoutRequest};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
@@ -15,7 +12,7 @@ use rmcp::{tool, tool_router, Json, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::{failure, sandbox_id, summary, SandboxArgs, SandboxSummary, MAX_FILE_READ};
+use crate::tools::{failure, sandbox_id, summary, wire_name, SandboxArgs, SandboxSummary, MAX_FILE_READ};
 use crate::PaddockMcp;
 
 /// The most entries `file_list` returns.
@@ -145,11 +142,7 @@ impl PaddockMcp {
             .take(MAX_LIST_ENTRIES)
             .map(|e| ListedEntry {
                 name: e.name,
-                // A unit enum: serializing it cannot fail.
-                kind: serde_json::to_value(e.kind)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
+                kind: wire_name(e.kind),
                 size: e.size,
             })
             .collect();
@@ -168,40 +161,22 @@ impl PaddockMcp {
     ) -> Result<Json<Edited>, String> {
         let p = self.principal(&ctx)?;
         let id = sandbox_id(&args.sandbox_id)?;
-        let mut download = self
-            .service
-            .read_file(&p, &id, &args.path)
-            .await
-            .map_err(failure)?;
-        let mut bytes = Vec::new();
-        while let Some(chunk) = download.stream.next().await {
-            let chunk = chunk.map_err(|e| format!("io: reading {}: {e}", args.path))?;
-            if bytes.len() + chunk.len() > MAX_FILE_READ {
-                return Err(format!(
-                    "invalid_request: path: {} is larger than {MAX_FILE_READ} bytes; edit it with run_command",
-                    args.path
-                ));
-            }
-            bytes.extend_from_slice(&chunk);
+        let (bytes, _, truncated) = self.read_capped(&p, &id, &args.path).await?;
+        if truncated {
+            return Err(format!(
+                "invalid_request: path: {} is larger than {MAX_FILE_READ} bytes; edit it with run_command",
+                args.path
+            ));
         }
         let text = String::from_utf8(bytes)
             .map_err(|_| format!("invalid_request: path: {} is not UTF-8 text", args.path))?;
         let edited = replace_once(&text, &args.old_text, &args.new_text)?;
-        let body = Bytes::from(edited.into_bytes());
-        let stream = futures_util::stream::once(async move { Ok::<_, std::io::Error>(body) });
-        let options = WriteFileOptions {
-            mode: None,
-            user: None,
-            parents: false,
-        };
-        let written = self
-            .service
-            .write_file(&p, &id, &args.path, options, Box::pin(stream))
-            .await
-            .map_err(failure)?;
+        let bytes = self
+            .write_bytes(&p, &id, &args.path, edited.into_bytes(), false)
+            .await?;
         Ok(Json(Edited {
             path: args.path,
-            bytes: written.bytes,
+            bytes,
         }))
     }
 

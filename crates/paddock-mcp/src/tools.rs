@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use futures_util::StreamExt as _;
-use paddock_control::{ExecOutput, OutputStream, ServiceError, WriteFileOptions};
+use paddock_control::{ExecOutput, OutputStream, Principal, ServiceError, WriteFileOptions};
 use paddock_types::api::{CreateSandboxRequest, ExecRequest, ListSandboxesQuery, SandboxInfo};
 use paddock_types::SandboxId;
 use rmcp::handler::server::wrapper::Parameters;
@@ -173,12 +173,66 @@ pub(crate) fn summary(info: SandboxInfo) -> SandboxSummary {
     SandboxSummary {
         sandbox_id: info.id,
         template: info.template,
-        // A unit enum: serializing it cannot fail.
-        state: serde_json::to_value(info.state)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default(),
+        state: wire_name(info.state),
         expires_at: info.expires_at,
+    }
+}
+
+/// A unit enum's name as the API spells it (`running`, `file`).
+pub(crate) fn wire_name(value: impl Serialize) -> String {
+    // A unit enum: serializing it cannot fail.
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+impl PaddockMcp {
+    /// The first [`MAX_FILE_READ`] bytes of a sandbox's file, its size when known, and whether it
+    /// holds more (the rest is not read).
+    pub(crate) async fn read_capped(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+        path: &str,
+    ) -> Result<(Vec<u8>, Option<u64>, bool), String> {
+        let mut download = self.service.read_file(p, id, path).await.map_err(failure)?;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = download.stream.next().await {
+            let chunk = chunk.map_err(|e| format!("io: reading {path}: {e}"))?;
+            let room = MAX_FILE_READ - bytes.len();
+            if chunk.len() > room {
+                bytes.extend_from_slice(&chunk[..room]);
+                return Ok((bytes, download.size, true));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok((bytes, download.size, false))
+    }
+
+    /// Replaces a sandbox's file with `bytes` (making missing parents when asked); the bytes
+    /// written.
+    pub(crate) async fn write_bytes(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+        path: &str,
+        bytes: Vec<u8>,
+        parents: bool,
+    ) -> Result<u64, String> {
+        let body = Bytes::from(bytes);
+        let stream = futures_util::stream::once(async move { Ok::<_, std::io::Error>(body) });
+        let options = WriteFileOptions {
+            mode: None,
+            user: None,
+            parents,
+        };
+        let written = self
+            .service
+            .write_file(p, id, path, options, Box::pin(stream))
+            .await
+            .map_err(failure)?;
+        Ok(written.bytes)
     }
 }
 
@@ -312,23 +366,7 @@ impl PaddockMcp {
     ) -> Result<Json<FileContent>, String> {
         let p = self.principal(&ctx)?;
         let id = sandbox_id(&args.sandbox_id)?;
-        let mut download = self
-            .service
-            .read_file(&p, &id, &args.path)
-            .await
-            .map_err(failure)?;
-        let mut bytes = Vec::new();
-        let mut truncated = false;
-        while let Some(chunk) = download.stream.next().await {
-            let chunk = chunk.map_err(|e| format!("io: reading {}: {e}", args.path))?;
-            let room = MAX_FILE_READ - bytes.len();
-            if chunk.len() > room {
-                bytes.extend_from_slice(&chunk[..room]);
-                truncated = true;
-                break;
-            }
-            bytes.extend_from_slice(&chunk);
-        }
+        let (bytes, size, truncated) = self.read_capped(&p, &id, &args.path).await?;
         let (content, encoding) = match String::from_utf8(bytes) {
             Ok(text) => (text, "utf-8"),
             Err(e) => {
@@ -340,7 +378,7 @@ impl PaddockMcp {
         Ok(Json(FileContent {
             content,
             encoding: encoding.to_owned(),
-            size: download.size,
+            size,
             truncated,
         }))
     }
@@ -357,21 +395,12 @@ impl PaddockMcp {
     ) -> Result<Json<FileWritten>, String> {
         let p = self.principal(&ctx)?;
         let id = sandbox_id(&args.sandbox_id)?;
-        let body = Bytes::from(args.content.into_bytes());
-        let stream = futures_util::stream::once(async move { Ok::<_, std::io::Error>(body) });
-        let options = WriteFileOptions {
-            mode: None,
-            user: None,
-            parents: true,
-        };
-        let written = self
-            .service
-            .write_file(&p, &id, &args.path, options, Box::pin(stream))
-            .await
-            .map_err(failure)?;
+        let bytes = self
+            .write_bytes(&p, &id, &args.path, args.content.into_bytes(), true)
+            .await?;
         Ok(Json(FileWritten {
             path: args.path,
-            bytes: written.bytes,
+            bytes,
         }))
     }
 }
