@@ -53,10 +53,6 @@ pub struct CollectedCell {
 }
 
 impl CollectedCell {
-    pub fn result(&self) -> &CodeRunResult {
-        &self.doc
-    }
-
     /// The document's JSON, and what keeps the budget held until it is sent (drop it with it).
     pub fn into_json(self) -> (Vec<u8>, impl Send + Sync + 'static) {
         // Strings, numbers and JSON values: serializing them cannot fail.
