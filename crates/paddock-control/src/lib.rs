@@ -28,6 +28,7 @@ pub use crate::core::ports::PortStream;
 pub use crate::core::principal::Principal;
 pub use crate::core::service::SandboxService;
 pub use crate::ops::admin::ADMIN_TENANT;
+pub use crate::ops::calls::{ToolCallOutcome, ToolCallRecord, INLINE_ARGUMENTS};
 pub use crate::ops::code::{CodeStream, CollectedCell};
 pub use crate::ops::files::accounts::{AccountUser, SandboxAccounts};
 pub use crate::ops::files::WriteFileOptions;

@@ -14,7 +14,7 @@ use paddock_control::{Principal, SandboxService};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
-use crate::PaddockMcp;
+use crate::{McpSettings, PaddockMcp};
 
 /// The largest request body `/mcp` reads (a `file_write` of a few MiB fits).
 pub const MAX_REQUEST_BYTES: usize = 8 << 20;
@@ -22,6 +22,7 @@ pub const MAX_REQUEST_BYTES: usize = 8 << 20;
 /// The `/mcp` service over `service`.
 pub fn service(
     service: SandboxService,
+    settings: McpSettings,
     allowed_hosts: Vec<String>,
     allowed_origins: Vec<String>,
 ) -> StreamableHttpService<PaddockMcp, LocalSessionManager> {
@@ -30,8 +31,9 @@ pub fn service(
         .with_allowed_origins(allowed_origins)
         .enforce_origin_validation()
         .with_max_request_body_bytes(MAX_REQUEST_BYTES);
+    let settings = std::sync::Arc::new(settings);
     StreamableHttpService::new(
-        move || Ok(PaddockMcp::per_request(service.clone())),
+        move || Ok(PaddockMcp::per_request(service.clone(), settings.clone())),
         LocalSessionManager::default().into(),
         config,
     )

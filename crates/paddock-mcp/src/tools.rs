@@ -11,14 +11,18 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use futures_util::StreamExt as _;
 use paddock_control::{ExecOutput, OutputStream, Principal, ServiceError, WriteFileOptions};
-use paddock_types::api::{CreateSandboxRequest, ExecRequest, ListSandboxesQuery, SandboxInfo};
-use paddock_types::SandboxId;
+use paddock_types::api::{CreateSandboxRequest, ExecRequest, LimitsRequest, ListSandboxesQuery, SandboxInfo};
+use paddock_types::{
+    ByteSize, Cidr, CpuQuota, DomainPattern, EgressRule, EgressTarget, NetworkPolicy, SandboxId,
+};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, Json, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::files::count_lines;
+use crate::progress::Progress;
 use crate::PaddockMcp;
 
 /// A sandbox's lifetime when `sandbox_create` names none: it ends by itself after this.
@@ -45,6 +49,18 @@ pub struct SandboxCreateArgs {
     /// Environment variables of every process in the sandbox.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Memory limit, e.g. `512M` or `2G` (the server's default when absent; at most its maximum).
+    #[serde(default)]
+    pub memory: Option<String>,
+    /// CPUs it may use, fractions allowed, e.g. `0.5` or `2` (the server's default when absent).
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    /// Hosts it may reach over the network, on every port: domain names (`pypi.org`), `*.`
+    /// patterns (`*.github.com`), addresses or CIDRs (`203.0.113.0/24`). Absent: no network
+    /// (loopback only); `[]`: a network on which every attempt is refused. The server may offer no
+    /// network, or forbid some hosts whatever this says.
+    #[serde(default)]
+    pub network_allow: Option<Vec<String>>,
 }
 
 /// A sandbox, as the tools report it.
@@ -58,6 +74,48 @@ pub struct SandboxSummary {
     pub state: String,
     /// When it ends by itself (RFC 3339), if it does.
     pub expires_at: Option<String>,
+}
+
+/// A sandbox's resource limits (`null`: none of that kind).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SandboxLimits {
+    /// Memory, e.g. `1G`.
+    pub memory: Option<String>,
+    /// CPUs.
+    pub cpus: Option<f64>,
+    /// Processes and threads alive at once.
+    pub pids: Option<u32>,
+    /// Disk space it may write, e.g. `10G`.
+    pub disk: Option<String>,
+}
+
+/// `sandbox_info`'s result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SandboxDetails {
+    /// Its id.
+    pub sandbox_id: String,
+    /// The template it started from.
+    pub template: String,
+    /// `running`, `stopped`, `killed`, `expired` or `failed`.
+    pub state: String,
+    /// Whether every process is frozen.
+    pub paused: bool,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// When it ends by itself (RFC 3339), if it does.
+    pub expires_at: Option<String>,
+    /// When it ended, if it has.
+    pub ended_at: Option<String>,
+    /// Why it ended (`killed`, `expired`, ...), if it has.
+    pub end_reason: Option<String>,
+    /// Its resource limits.
+    pub limits: SandboxLimits,
+    /// The user processes run as by default.
+    pub user: String,
+    /// The default working directory, when set.
+    pub workdir: Option<String>,
+    /// Names of its environment variables (never their values).
+    pub env_keys: Vec<String>,
 }
 
 /// `sandbox_list`'s result.
@@ -123,19 +181,33 @@ pub struct FileReadArgs {
     pub sandbox_id: String,
     /// Absolute path inside the sandbox.
     pub path: String,
+    /// Of a text file, the first line to return (1-based; default 1). With `start_line` or
+    /// `end_line`, only those lines are returned.
+    #[serde(default)]
+    pub start_line: Option<u64>,
+    /// Of a text file, the last line to return (inclusive; default the last).
+    #[serde(default)]
+    pub end_line: Option<u64>,
 }
 
 /// `file_read`'s result.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct FileContent {
-    /// The file's bytes: as text when they are UTF-8, else base64.
+    /// The file's bytes (or the lines asked for): as text when they are UTF-8, else base64.
     pub content: String,
     /// `utf-8` or `base64`.
     pub encoding: String,
     /// The file's size in bytes, when known.
     pub size: Option<u64>,
-    /// Whether the file is longer than the 1 MiB returned.
+    /// Whether there is more than returned (1 MiB at most): of the file, or of the lines asked
+    /// for (read on from `end_line + 1`).
     pub truncated: bool,
+    /// The first line returned, when lines were asked for.
+    pub start_line: Option<u64>,
+    /// The last line returned, when lines were asked for (`start_line - 1`: the file ends before).
+    pub end_line: Option<u64>,
+    /// The file's number of lines, when it is text and was read to its end.
+    pub total_lines: Option<u64>,
 }
 
 /// `file_write`'s arguments.
@@ -157,6 +229,25 @@ pub struct FileWritten {
     pub path: String,
     /// Bytes written.
     pub bytes: u64,
+}
+
+/// A policy allowing `hosts` (domain patterns or CIDRs) on every port.
+fn network_policy(hosts: Vec<String>) -> Result<NetworkPolicy, String> {
+    let allow = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let target = match host.parse::<Cidr>() {
+                Ok(cidr) => EgressTarget::Cidr(cidr),
+                Err(_) => EgressTarget::Domain(
+                    host.parse::<DomainPattern>()
+                        .map_err(|e| format!("invalid_request: network_allow.{i}: {e}"))?,
+                ),
+            };
+            Ok(EgressRule::new(target, Vec::new()))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    NetworkPolicy::new(allow, Vec::new()).map_err(|e| format!("invalid_request: network_allow: {e}"))
 }
 
 /// A service error as a tool failure: the stable code, then the message.
@@ -237,10 +328,30 @@ impl PaddockMcp {
 }
 
 /// Appends what fits of `data` under [`MAX_OUTPUT`]; true when some did not.
-fn append_capped(buf: &mut Vec<u8>, data: &[u8]) -> bool {
+pub(crate) fn append_capped(buf: &mut Vec<u8>, data: &[u8]) -> bool {
     let room = MAX_OUTPUT.saturating_sub(buf.len());
     buf.extend_from_slice(&data[..data.len().min(room)]);
     data.len() > room
+}
+
+/// The length of `bytes` without a UTF-8 character cut short at its end (by a size cap, or by a
+/// writer still writing), so text handed out in pieces never splits one.
+pub(crate) fn complete_utf8_len(bytes: &[u8]) -> usize {
+    // The last character starts at most 3 bytes from the end.
+    for back in 1..=bytes.len().min(4) {
+        let at = bytes.len() - back;
+        let width = match bytes[at] {
+            0x00..=0x7f => 1,
+            0x80..=0xbf => continue,
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            0xf0..=0xf7 => 4,
+            // Never in UTF-8: complete as it is (it will be replaced).
+            _ => 1,
+        };
+        return if width > back { at } else { bytes.len() };
+    }
+    bytes.len()
 }
 
 #[tool_router(vis = "pub(crate)")]
@@ -256,14 +367,64 @@ impl PaddockMcp {
         Parameters(args): Parameters<SandboxCreateArgs>,
     ) -> Result<Json<SandboxSummary>, String> {
         let p = self.principal(&ctx)?;
+        let limits = LimitsRequest {
+            memory: args
+                .memory
+                .as_deref()
+                .map(str::parse::<ByteSize>)
+                .transpose()
+                .map_err(|e| format!("invalid_request: memory: {e}"))?,
+            cpus: args
+                .cpus
+                .map(CpuQuota::try_from)
+                .transpose()
+                .map_err(|e| format!("invalid_request: cpus: {e}"))?,
+            ..LimitsRequest::default()
+        };
         let request = CreateSandboxRequest {
             template: args.template,
             timeout_secs: Some(args.timeout_secs.unwrap_or(DEFAULT_SANDBOX_TIMEOUT_SECS)),
             env: args.env,
+            limits,
+            network: args.network_allow.map(network_policy).transpose()?,
             ..CreateSandboxRequest::default()
         };
         let info = self.service.create_sandbox(&p, request).await.map_err(failure)?;
         Ok(Json(summary(info)))
+    }
+
+    #[tool(
+        name = "sandbox_info",
+        description = "Show one sandbox's details: its state, template, when it expires or why it ended, its resource limits, user and working directory.",
+        annotations(read_only_hint = true, idempotent_hint = true)
+    )]
+    async fn sandbox_info(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<SandboxArgs>,
+    ) -> Result<Json<SandboxDetails>, String> {
+        let p = self.principal(&ctx)?;
+        let id = sandbox_id(&args.sandbox_id)?;
+        let info = self.service.get_sandbox(&p, &id).await.map_err(failure)?;
+        Ok(Json(SandboxDetails {
+            state: wire_name(info.state),
+            paused: info.paused,
+            created_at: info.created_at,
+            expires_at: info.expires_at,
+            ended_at: info.ended_at,
+            end_reason: info.end_reason,
+            limits: SandboxLimits {
+                memory: info.limits.memory.map(|m| m.to_string()),
+                cpus: info.limits.cpus.map(f64::from),
+                pids: info.limits.pids,
+                disk: info.limits.disk.map(|d| d.to_string()),
+            },
+            user: info.user,
+            workdir: info.workdir,
+            env_keys: info.env_keys,
+            template: info.template,
+            sandbox_id: info.id,
+        }))
     }
 
     #[tool(
@@ -326,9 +487,18 @@ impl PaddockMcp {
             ..ExecRequest::default()
         };
         let mut stream = self.service.exec(&p, &id, request).await.map_err(failure)?;
+        let mut progress = Progress::new(&ctx, timeout);
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
         let mut truncated = false;
-        while let Some(event) = stream.recv().await {
+        loop {
+            let event = tokio::select! {
+                event = stream.recv() => event,
+                () = progress.tick() => {
+                    progress.report(&stdout, &stderr).await;
+                    continue;
+                }
+            };
+            let Some(event) = event else { break };
             match event {
                 ExecOutput::Started { .. } => {}
                 ExecOutput::Output { stream, data, .. } => {
@@ -337,6 +507,9 @@ impl PaddockMcp {
                         OutputStream::Stdout | OutputStream::Pty => &mut stdout,
                     };
                     truncated |= append_capped(buf, &data);
+                    if progress.output() {
+                        progress.report(&stdout, &stderr).await;
+                    }
                 }
                 ExecOutput::Exit(exit) => {
                     return Ok(Json(CommandResult {
@@ -356,7 +529,7 @@ impl PaddockMcp {
 
     #[tool(
         name = "file_read",
-        description = "Read a file of a sandbox (at most 1 MiB): text when it is UTF-8, else base64.",
+        description = "Read a file of a sandbox (at most 1 MiB returned): text when it is UTF-8, else base64. For a long text file, give start_line/end_line to read only those lines; total_lines says how many it has.",
         annotations(read_only_hint = true, idempotent_hint = true)
     )]
     async fn file_read(
@@ -366,13 +539,32 @@ impl PaddockMcp {
     ) -> Result<Json<FileContent>, String> {
         let p = self.principal(&ctx)?;
         let id = sandbox_id(&args.sandbox_id)?;
-        let (bytes, size, truncated) = self.read_capped(&p, &id, &args.path).await?;
-        let (content, encoding) = match String::from_utf8(bytes) {
-            Ok(text) => (text, "utf-8"),
-            Err(e) => {
+        if args.start_line.is_some() || args.end_line.is_some() {
+            let lines = self
+                .read_lines(&p, &id, &args.path, args.start_line, args.end_line)
+                .await?;
+            return Ok(Json(lines));
+        }
+        let (mut bytes, size, truncated) = self.read_capped(&p, &id, &args.path).await?;
+        // A cut text stays text: the cap may fall inside a character.
+        let text_len = if truncated {
+            complete_utf8_len(&bytes)
+        } else {
+            bytes.len()
+        };
+        let (content, encoding, total_lines) = match std::str::from_utf8(&bytes[..text_len]) {
+            Ok(text) => {
+                let total = (!truncated).then(|| count_lines(text.as_bytes()));
+                bytes.truncate(text_len);
+                (String::from_utf8_lossy(&bytes).into_owned(), "utf-8", total)
+            }
+            Err(_) => {
                 use base64::Engine as _;
-                let raw = e.into_bytes();
-                (base64::engine::general_purpose::STANDARD.encode(raw), "base64")
+                (
+                    base64::engine::general_purpose::STANDARD.encode(&bytes),
+                    "base64",
+                    None,
+                )
             }
         };
         Ok(Json(FileContent {
@@ -380,6 +572,9 @@ impl PaddockMcp {
             encoding: encoding.to_owned(),
             size,
             truncated,
+            start_line: None,
+            end_line: None,
+            total_lines,
         }))
     }
 

@@ -66,6 +66,10 @@ pub enum Command {
     },
     /// Run the control plane: the HTTP API on --listen (root; one server per state directory).
     Serve(ServeArgs),
+    /// Serve MCP (Model Context Protocol) on stdin/stdout, for an agent that starts paddock as its
+    /// tool server: relayed to a server's /mcp (PADDOCK_URL, PADDOCK_API_KEY), or with --local an
+    /// embedded service on this host (root).
+    Mcp(McpArgs),
     /// Inspect the server configuration.
     Config {
         #[command(subcommand)]
@@ -109,6 +113,19 @@ pub enum Command {
 pub enum PoolCommand {
     /// Unmount and delete the storage pool (after reclaiming abandoned sandboxes).
     Destroy,
+}
+
+/// `paddock mcp` options.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Run the sandbox service here instead of relaying to a server: one user, this host's state
+    /// directory (no `paddock serve` may be running on it); needs root.
+    #[arg(long)]
+    pub local: bool,
+    /// With --local: leave the sandboxes running when the client disconnects (they end at their
+    /// timeout, counted again from the next start); by default they are removed.
+    #[arg(long, requires = "local")]
+    pub keep_sandboxes: bool,
 }
 
 /// `paddock run` options.

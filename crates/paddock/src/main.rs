@@ -9,6 +9,7 @@ mod cli;
 mod client;
 mod config;
 mod keys;
+mod mcp_stdio;
 mod run;
 mod serve;
 mod serve_config;
@@ -137,6 +138,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             init_tracing(Some(&config.log));
             return serve::serve(&config);
         }
+        Command::Mcp(args) if args.local => {
+            let config = bounded_serve_config(&cli, &ServeArgs::default())?;
+            return mcp_stdio::local(&config, args.keep_sandboxes);
+        }
+        Command::Mcp(_) => {
+            let config = serve_config(&cli, &ServeArgs::default());
+            let client = client::ApiClient::from_environment(&client_state_dir(&cli.global, config))?;
+            return mcp_stdio::relay(&client);
+        }
         Command::Config {
             command: ConfigCommand::Show(args),
         } => {
@@ -193,6 +203,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Serve(_)
+        | Command::Mcp(_)
         | Command::Config { .. }
         | Command::Keys { .. }
         | Command::Sandbox { .. }

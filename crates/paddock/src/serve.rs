@@ -32,33 +32,51 @@ pub fn serve(config: &ServeConfig) -> anyhow::Result<ExitCode> {
              cgroups and the storage pool)"
         );
     }
-    let _lock = lock_state_dir(&config.state_dir)?;
-    raise_fd_limit(&config.http);
-    let store = Store::open(&config.database_path())
-        .with_context(|| format!("failed to open the database {}", config.database_path().display()))?;
-    let backend = config.runtime_config().open_backend(false)?;
+    let (_lock, store, backend) = open_state(config)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("paddock-serve")
         .build()
         .context("failed to start the async runtime")?;
-    let result = rt.block_on(serve_async(config, AnyBackend::Native(backend), store));
+    let result = rt.block_on(serve_async(config, backend, store));
     // Blocking tasks (store calls, reads of streams) must not hold the exit up.
     rt.shutdown_timeout(Duration::from_secs(1));
     result.map(|()| ExitCode::SUCCESS)
+}
+
+/// What a service on this host needs, opened once: the state directory's lock (held until the
+/// returned file is dropped, so no server or `paddock mcp --local` shares it), the store and the
+/// native backend. Raises the descriptor limit first.
+pub(crate) fn open_state(config: &ServeConfig) -> anyhow::Result<(File, Store, AnyBackend)> {
+    let lock = lock_state_dir(&config.state_dir)?;
+    raise_fd_limit(&config.http);
+    let store = Store::open(&config.database_path())
+        .with_context(|| format!("failed to open the database {}", config.database_path().display()))?;
+    let backend = config.runtime_config().open_backend(false)?;
+    Ok((lock, store, AnyBackend::Native(backend)))
+}
+
+/// Starts the service as the configuration describes (it re-adopts the sandboxes a previous run
+/// left), and the builds of the templates the configuration names, in the background.
+pub(crate) async fn start_service(
+    config: &ServeConfig,
+    backend: AnyBackend,
+    store: Store,
+) -> anyhow::Result<SandboxService> {
+    let mut service_config = config.service_config()?;
+    service_config.network = config.network_config()?;
+    let service = SandboxService::start(service_config, backend, store)
+        .await
+        .context("failed to start the sandbox service")?;
+    service.ensure_configured_templates();
+    Ok(service)
 }
 
 async fn serve_async(config: &ServeConfig, backend: AnyBackend, store: Store) -> anyhow::Result<()> {
     // Installed before anything slow, so that a signal during startup still shuts down cleanly.
     let mut term = signal(SignalKind::terminate()).context("failed to install a signal handler")?;
     let mut int = signal(SignalKind::interrupt()).context("failed to install a signal handler")?;
-    let mut service_config = config.service_config()?;
-    service_config.network = config.network_config()?;
-    let service = SandboxService::start(service_config, backend, store)
-        .await
-        .context("failed to start the sandbox service")?;
-    // Templates the configuration has the server build, in the background while the API serves.
-    service.ensure_configured_templates();
+    let service = start_service(config, backend, store).await?;
     match serve_http(config, &service, &mut term, &mut int).await {
         Ok(()) => {
             service.shutdown().await;
@@ -191,7 +209,7 @@ fn lock_state_dir(state: &Path) -> anyhow::Result<File> {
                 format!(" (pid {holder})")
             };
             anyhow::bail!(
-                "another paddock serve{by} is already running on state directory {}",
+                "another paddock serve or paddock mcp --local{by} is already running on state directory {}",
                 state.display()
             );
         }

@@ -20,7 +20,11 @@ pub fn router(service: SandboxService, listen: SocketAddr) -> Router {
     if !listen.ip().is_unspecified() && !listen.ip().is_loopback() {
         hosts.push(listen.ip().to_string());
     }
-    let mcp = paddock_mcp::endpoint::service(service.clone(), hosts, Vec::new());
+    let settings = paddock_mcp::McpSettings {
+        public_url: Some(format!("http://{listen}")),
+        port_domain: None,
+    };
+    let mcp = paddock_mcp::endpoint::service(service.clone(), settings, hosts, Vec::new());
     Router::new()
         .route_service("/mcp", mcp)
         .layer(axum::middleware::from_fn_with_state(service, authenticate))

@@ -141,6 +141,11 @@ impl ApiClient {
         Self::new(url.trim(), key)
     }
 
+    /// The API key it authenticates with.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
     /// The URL of the endpoint made of `segments` (each percent-encoded as one path segment).
     pub fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();

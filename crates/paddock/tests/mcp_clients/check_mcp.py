@@ -1,10 +1,17 @@
-"""The official MCP Python SDK (`mcp` on PyPI, pinned in requirements-mcp.txt) driving `paddock
-serve`'s `/mcp` over Streamable HTTP, in both protocol generations (`initialize`-based 2025-11-25
-and stateless 2026-07-28): list tools, call each, structured results, a non-zero exit as data,
-failures as `isError`, tenancy, and the endpoint's own refusals (no key, a foreign Origin or Host).
+"""The official MCP Python SDK (`mcp` on PyPI, pinned in requirements-mcp.txt) driving paddock's MCP
+server in both protocol generations (`initialize`-based 2025-11-25 and stateless 2026-07-28): list
+tools, call each, structured results, a non-zero exit as data, failures as `isError`, progress
+while a command runs, tenancy, and the transport's own refusals.
 
-Run by the e2e test `mcp::python_sdk_over_streamable_http` with PADDOCK_MCP_URL, PADDOCK_API_KEY
-and PADDOCK_OTHER_KEY (another tenant's key); exits non-zero on the first failed check.
+Transports (the first argument):
+- `http` (default): `paddock serve`'s `/mcp` at PADDOCK_MCP_URL, with PADDOCK_API_KEY and
+  PADDOCK_OTHER_KEY (another tenant's key); also the endpoint's refusals (no key, a foreign Origin
+  or Host).
+- `stdio`: `$PADDOCK_BIN mcp` relaying to PADDOCK_URL with either key.
+- `local`: `$PADDOCK_BIN mcp --local` (one user, no other tenant); also that a session's
+  sandboxes are gone once its client disconnects.
+
+Run by the e2e tests in `tests/e2e/mcp/`; exits non-zero on the first failed check.
 """
 
 import asyncio
@@ -13,19 +20,24 @@ import os
 import sys
 
 import httpx2
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-URL = os.environ["PADDOCK_MCP_URL"]
-KEY = os.environ["PADDOCK_API_KEY"]
-OTHER = os.environ["PADDOCK_OTHER_KEY"]
-TOOLS = ["checkpoint", "file_edit", "file_list", "file_read", "file_write", "rollback", "run_command",
-         "sandbox_create", "sandbox_extend", "sandbox_kill", "sandbox_list"]
+TRANSPORT = sys.argv[1] if len(sys.argv) > 1 else "http"
+KEY = os.environ.get("PADDOCK_API_KEY", "")
+OTHER = os.environ.get("PADDOCK_OTHER_KEY")
+# The tools this check calls (the exact list is checked by paddock-mcp's own tests).
+USED = {"checkpoint", "file_edit", "file_list", "file_read", "file_write", "rollback", "run_command",
+        "sandbox_create", "sandbox_kill", "sandbox_list"}
 
 
 def client(key, mode):
-    http = httpx2.AsyncClient(headers={"Authorization": "Bearer " + key}, timeout=60)
-    return Client(streamable_http_client(URL, http_client=http), mode=mode)
+    if TRANSPORT == "http":
+        http = httpx2.AsyncClient(headers={"Authorization": "Bearer " + key}, timeout=60)
+        return Client(streamable_http_client(os.environ["PADDOCK_MCP_URL"], http_client=http), mode=mode)
+    env = dict(os.environ, PADDOCK_API_KEY=key)
+    args = ["mcp", "--local"] if TRANSPORT == "local" else ["mcp"]
+    return Client(StdioServerParameters(command=os.environ["PADDOCK_BIN"], args=args, env=env), mode=mode)
 
 
 def ok(result):
@@ -41,15 +53,23 @@ def error_text(result):
 
 
 async def scenario(mode):
-    async with client(KEY, mode) as c, client(OTHER, mode) as other:
+    async with client(KEY, mode) as c:
         tools = (await c.list_tools()).tools
-        assert sorted(t.name for t in tools) == TOOLS, [t.name for t in tools]
+        assert USED <= {t.name for t in tools}, [t.name for t in tools]
         assert all(t.output_schema for t in tools), tools
         created = ok(await c.call_tool("sandbox_create", {"timeout_secs": 300}))
         sid = created["sandbox_id"]
         assert created["state"] == "running", created
-        ran = ok(await c.call_tool("run_command", {"sandbox_id": sid, "command": "echo hi; echo oops >&2; exit 3"}))
+        seen = []
+
+        async def progressed(progress, total, message):
+            seen.append((progress, total, message))
+
+        ran = ok(await c.call_tool("run_command", {"sandbox_id": sid, "command": "echo hi; echo oops >&2; exit 3"},
+                                   progress_callback=progressed))
         assert (ran["exit_code"], ran["stdout"], ran["stderr"], ran["timed_out"]) == (3, "hi\n", "oops\n", False), ran
+        # The first output is reported as progress before the result: the time limit is the total.
+        assert seen and seen[0][1] == 60 and seen[0][2] in ("hi", "oops"), seen
         ok(await c.call_tool("file_write", {"sandbox_id": sid, "path": "/home/user/proj/main.py", "content": "print(6 * 7)\n"}))
         read = ok(await c.call_tool("file_read", {"sandbox_id": sid, "path": "/home/user/proj/main.py"}))
         assert read["content"] == "print(6 * 7)\n", read
@@ -77,9 +97,12 @@ async def scenario(mode):
         assert (passed["exit_code"], passed["stdout"]) == (0, "passed\n"), passed
         names = [e["name"] for e in ok(await c.call_tool("file_list", {"sandbox_id": sid, "path": "/home/user/proj"}))["entries"]]
         assert {"calc.py", "main.py", "test_calc.py"} <= set(names), names
-        # Another key's tenant: the sandbox is not there.
-        assert ok(await other.call_tool("sandbox_list", {}))["sandboxes"] == []
-        assert error_text(await other.call_tool("run_command", {"sandbox_id": sid, "command": "true"})).startswith("sandbox_not_found:")
+        if OTHER is not None:
+            # Another key's tenant: the sandbox is not there.
+            async with client(OTHER, mode) as other:
+                assert ok(await other.call_tool("sandbox_list", {}))["sandboxes"] == []
+                refused = await other.call_tool("run_command", {"sandbox_id": sid, "command": "true"})
+                assert error_text(refused).startswith("sandbox_not_found:")
         listed = ok(await c.call_tool("sandbox_list", {}))
         assert [s["sandbox_id"] for s in listed["sandboxes"]] == [sid], listed
         ok(await c.call_tool("sandbox_kill", {"sandbox_id": sid}))
@@ -88,6 +111,7 @@ async def scenario(mode):
 
 
 async def refusals():
+    URL = os.environ["PADDOCK_MCP_URL"]
     initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "check", "version": "1"}}}
     accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -104,10 +128,22 @@ async def refusals():
     print("ok: refusals", flush=True)
 
 
+async def left_behind():
+    """`--local`: a sandbox the client did not kill goes when the client disconnects."""
+    async with client(KEY, "legacy") as c:
+        ok(await c.call_tool("sandbox_create", {"timeout_secs": 300}))
+    async with client(KEY, "legacy") as c:
+        assert ok(await c.call_tool("sandbox_list", {}))["sandboxes"] == []
+    print("ok: left behind", flush=True)
+
+
 async def main():
-    await refusals()
+    if TRANSPORT == "http":
+        await refusals()
     for mode in ("legacy", "2026-07-28"):
         await scenario(mode)
+    if TRANSPORT == "local":
+        await left_behind()
 
 
 if __name__ == "__main__":

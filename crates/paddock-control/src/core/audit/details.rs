@@ -392,6 +392,19 @@ details! {
         env: Vec<String>,
     }
 
+    // Front-ends.
+
+    /// An MCP tool call as a whole (the operations it made write their own rows): the tool and its
+    /// arguments (as given when their JSON is small, else only their size and SHA-256); the row's
+    /// outcome says how it ended (`ok`, `cancelled` or the failure's code).
+    ToolCall for [McpCall] {
+        tool: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        arguments: Option<serde_json::Value>,
+        arguments_bytes: u64,
+        arguments_sha256: String,
+    }
+
     // Processes.
 
     /// A process about to start: its command, exec id and settings.

@@ -61,6 +61,7 @@ actions! {
     FileWrite => "file.write",
     KeyCreate => "key.create",
     KeyRevoke => "key.revoke",
+    McpCall => "mcp.call",
     NetworkConnection => "network.connection",
     NetworkDns => "network.dns",
     NetworkPolicy => "network.policy",

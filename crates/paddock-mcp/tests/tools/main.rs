@@ -3,96 +3,19 @@
 //! structured result, a command's non-zero exit as data, failures as `isError` with the service's
 //! code, and tenancy (another key's sandbox is not there).
 
-use paddock_control::{Principal, SandboxService, ServiceConfig};
-use paddock_mcp::PaddockMcp;
-use paddock_runtime::fake::FakeBackend;
-use paddock_runtime::AnyBackend;
-use paddock_store::Store;
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
-use rmcp::{RoleClient, ServiceExt as _};
-use serde_json::{json, Value};
+mod support;
+// Other tools, one module each (they share `support`).
+mod calls;
+mod code;
+mod files;
+mod network;
+mod ports;
+mod processes;
+mod snapshots;
 
-async fn service() -> (SandboxService, Principal, Principal) {
-    let backend = FakeBackend::new().expect("fake backend");
-    let store = Store::open_in_memory().expect("store");
-    let service = SandboxService::start(ServiceConfig::default(), AnyBackend::Fake(backend), store)
-        .await
-        .expect("service");
-    service.recovered().await;
-    let admin = service
-        .bootstrap_admin_key()
-        .await
-        .expect("bootstrap")
-        .expect("a key");
-    let admin = service.authenticate(&admin.key).await.expect("admin");
-    let mut principals = Vec::new();
-    for tenant in ["a", "b"] {
-        let created = service
-            .create_key(
-                &admin,
-                serde_json::from_value(json!({ "tenant": tenant })).expect("request"),
-            )
-            .await
-            .expect("key");
-        principals.push(service.authenticate(&created.key).await.expect("tenant key"));
-    }
-    let b = principals.pop().expect("b");
-    let a = principals.pop().expect("a");
-    (service, a, b)
-}
 
-/// A client connected to `principal`'s MCP server.
-async fn connect(service: &SandboxService, principal: Principal) -> RunningService<RoleClient, ()> {
-    let (server_end, client_end) = tokio::io::duplex(1 << 20);
-    let server = PaddockMcp::new(service.clone(), principal);
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_end).await {
-            let _ = running.waiting().await;
-        }
-    });
-    ().serve(client_end).await.expect("the client connects")
-}
-
-async fn call(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> CallToolResult {
-    let args = args.as_object().cloned().unwrap_or_default();
-    client
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
-        .await
-        .unwrap_or_else(|e| panic!("{tool}: {e}"))
-}
-
-/// A successful call's structured result (also given as text).
-fn structured(result: &CallToolResult) -> Value {
-    assert_ne!(result.is_error, Some(true), "{result:?}");
-    let value = result
-        .structured_content
-        .clone()
-        .unwrap_or_else(|| panic!("no structured content: {result:?}"));
-    let text = result
-        .content
-        .first()
-        .and_then(|c| c.as_text())
-        .map(|t| t.text.clone())
-        .unwrap_or_default();
-    assert_eq!(
-        serde_json::from_str::<Value>(&text).ok(),
-        Some(value.clone()),
-        "the text mirrors it"
-    );
-    value
-}
-
-/// A failed call's text.
-fn failed(result: &CallToolResult) -> String {
-    assert_eq!(result.is_error, Some(true), "{result:?}");
-    result
-        .content
-        .first()
-        .and_then(|c| c.as_text())
-        .map(|t| t.text.clone())
-        .unwrap_or_default()
-}
+use serde_json::json;
+use support::{call, connect, failed, service, structured, TOOLS};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tools_drive_a_sandbox_and_report_failures_as_tool_errors() {
@@ -112,22 +35,7 @@ async fn the_tools_drive_a_sandbox_and_report_failures_as_tool_errors() {
     let tools = client.list_all_tools().await.expect("tools");
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     names.sort_unstable();
-    assert_eq!(
-        names,
-        [
-            "checkpoint",
-            "file_edit",
-            "file_list",
-            "file_read",
-            "file_write",
-            "rollback",
-            "run_command",
-            "sandbox_create",
-            "sandbox_extend",
-            "sandbox_kill",
-            "sandbox_list"
-        ]
-    );
+    assert_eq!(names, TOOLS);
     for tool in &tools {
         assert!(tool.output_schema.is_some(), "{} has no output schema", tool.name);
         assert!(
