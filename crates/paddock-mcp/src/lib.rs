@@ -15,6 +15,7 @@ pub mod endpoint;
 mod files;
 pub mod stdio;
 mod progress;
+mod sessions;
 mod network;
 mod ports;
 mod processes;

@@ -260,6 +260,10 @@ impl PortRange {
     pub fn contains(&self, port: u16) -> bool {
         (self.first..=self.last).contains(&port)
     }
+    /// Whether some port is in both ranges.
+    pub fn overlaps(&self, other: &PortRange) -> bool {
+        self.first <= other.last && other.first <= self.last
+    }
 }
 
 impl FromStr for PortRange {
@@ -524,6 +528,10 @@ mod tests {
         assert!("10.0.0.1/8".parse::<Cidr>().is_err());
         assert!("10.0.0.0/33".parse::<Cidr>().is_err());
         assert!("8000-8100".parse::<PortRange>().expect("range").contains(8050));
+        let range = |s: &str| s.parse::<PortRange>().expect("range");
+        assert!(range("8000-8100").overlaps(&range("8100-9000")));
+        assert!(range("443").overlaps(&range("1-65535")) && range("1-65535").overlaps(&range("443")));
+        assert!(!range("8000-8100").overlaps(&range("8101-9000")) && !range("80").overlaps(&range("443")));
         for bad in ["0", "70000", "9-1", "a", "1-", "-1"] {
             assert!(bad.parse::<PortRange>().is_err(), "{bad:?} accepted");
         }

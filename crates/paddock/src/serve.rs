@@ -111,7 +111,10 @@ async fn serve_http(
     let addr = listener
         .local_addr()
         .context("failed to read the bound address")?;
-    let v1 = paddock_api::router(service.clone()).merge(crate::serve_mcp::router(service.clone(), addr));
+    let mut v1 = paddock_api::router(service.clone());
+    if config.mcp.enabled {
+        v1 = v1.merge(crate::serve_mcp::router(service.clone(), config, addr));
+    }
     let app = if config.e2b.enabled {
         let e2b = paddock_e2b::E2bConfig {
             token_key: e2b_token_key(&config.e2b_key_path())?,

@@ -82,6 +82,12 @@
 //! domain = "sandbox.example"      # per-sandbox hosts <port>-<id>.<domain>
 //! internet_access = false
 //!
+//! # The MCP endpoint /mcp (see `serve_config/mcp.rs`).
+//! [mcp]
+//! public_url = "https://paddock.example"
+//! allowed_hosts = ["paddock.example"]
+//! max_sessions = 1024
+//!
 //! # Image registries templates are pulled from (see `serve_config/registry.rs`).
 //! [registry]
 //! ca_file = "/etc/paddock/registry-ca.pem"
@@ -116,12 +122,14 @@ mod audit;
 mod e2b;
 mod http;
 mod layers;
+mod mcp;
 mod ports;
 mod registry;
 mod values;
 
 pub use audit::AuditSettings;
 pub use e2b::E2bSettings;
+pub use mcp::McpEndpointSettings;
 pub use http::{HttpSettings, API_FD_OVERHEAD};
 use layers::LimitsLayer;
 pub use ports::PortsSettings;
@@ -202,6 +210,8 @@ pub struct ServeConfig {
     pub audit: AuditSettings,
     /// The E2B-compatible front-end.
     pub e2b: E2bSettings,
+    /// The MCP endpoint.
+    pub mcp: McpEndpointSettings,
     /// Connections to sandboxes' own ports.
     pub ports: PortsSettings,
     /// How templates are pulled from image registries.

@@ -99,6 +99,10 @@ impl SandboxService {
     ) -> Result<SandboxNetworkInfo, ServiceError> {
         self.owned_record(p, id).await?;
         let mut row = self.network_row(id).await?;
+        // Every check before the one write: a refused request changes nothing.
+        if let Some(policy) = &req.policy {
+            self.check_reachable(policy, "policy")?;
+        }
         if let Some(names) = req.secrets {
             row.secrets = self.check_secret_names(p, names).await?;
         }

@@ -1,6 +1,9 @@
-//! Planning a sandbox's network: the policy and secret names a request asks for, checked, and the
-//! secrets' wire form. It attaches nothing (`lifecycle::network` does).
+//! Planning a sandbox's network: the policy and secret names a request asks for, checked (no allow
+//! rule the operator's deny list makes useless, every secret the tenant's), and the secrets' wire
+//! form. It attaches nothing (`lifecycle::network` does) and decides no connection (the egress
+//! proxy does).
 
+use paddock_egress::policy::shadowed_allow_rules;
 use paddock_egress::{BoundHeader, Secret, SecretBinding, SecretName};
 use paddock_store::SandboxNetworkRecord;
 use paddock_types::api::{ErrorCode, SecretInfo};
@@ -29,11 +32,27 @@ impl SandboxService {
             return Ok(None);
         }
         self.egress()?;
+        let policy = policy.unwrap_or_default();
+        self.check_reachable(&policy, "network")?;
         let secrets = self.check_secret_names(p, secrets).await?;
-        Ok(Some(NetworkPlan {
-            policy: policy.unwrap_or_default(),
-            secrets,
-        }))
+        Ok(Some(NetworkPlan { policy, secrets }))
+    }
+
+    /// Refuses a policy with an allow rule the operator's deny list makes useless (every address and
+    /// port it covers denied, no exception reaching it: `shadowed_allow_rules`), naming the first
+    /// one as `{field}.allow[i]` and the operator's reason, rather than let every connection it was
+    /// meant for be refused at run time. Domain rules are never refused here.
+    pub(crate) fn check_reachable(&self, policy: &NetworkPolicy, field: &str) -> Result<(), ServiceError> {
+        let Some(network) = &self.inner.config.network else {
+            return Ok(());
+        };
+        match shadowed_allow_rules(policy, &network.egress.operator).first() {
+            Some(s) => Err(ServiceError::invalid(
+                format!("{field}.allow[{}]", s.index),
+                s.to_string(),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Every name must be one of the tenant's secrets.

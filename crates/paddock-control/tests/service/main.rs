@@ -11,6 +11,7 @@ mod audit;
 mod files;
 mod fixture;
 mod lifecycle;
+mod network;
 mod pools;
 mod ports;
 mod processes;

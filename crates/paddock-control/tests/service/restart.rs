@@ -23,7 +23,7 @@ const SHM_DIRECTORY: &str = "/dev/shm/paddock-sqlite";
 /// its wal-index in [`SHM_DIRECTORY`], which must be this user's own (a test must not create it as
 /// another user than the one paddock runs as, or root's paddock would refuse it afterwards).
 /// `None` (with a loud reason) otherwise: `Store::open_in_memory` cannot outlive its service.
-fn shared_database(dir: &Path) -> Option<PathBuf> {
+pub(crate) fn shared_database(dir: &Path) -> Option<PathBuf> {
     let euid = rustix::process::geteuid().as_raw();
     match std::fs::metadata(SHM_DIRECTORY) {
         Ok(meta) if meta.uid() == euid => Some(dir.join("paddock.db")),

@@ -44,6 +44,7 @@ pub(super) fn to_toml(cfg: &ServeConfig) -> anyhow::Result<String> {
         http: Some(cfg.http.clone()),
         audit: Some(cfg.audit.clone()),
         e2b: Some(cfg.e2b.clone()),
+        mcp: Some(cfg.mcp.clone()),
         ports: Some(cfg.ports.clone()),
         registry: Some(cfg.registry.clone()),
         default_limits: LimitsLayer::from(&cfg.default_limits),
@@ -106,6 +107,8 @@ struct Layer {
     audit: Option<AuditSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     e2b: Option<E2bSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mcp: Option<McpEndpointSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ports: Option<PortsSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -323,6 +326,7 @@ impl Layer {
             http: top.http.or(self.http),
             audit: top.audit.or(self.audit),
             e2b: top.e2b.or(self.e2b),
+            mcp: top.mcp.or(self.mcp),
             ports: top.ports.or(self.ports),
             registry: top.registry.or(self.registry),
             default_limits: self.default_limits.overlay(top.default_limits),
@@ -437,6 +441,8 @@ impl Layer {
         audit.validate()?;
         let e2b = self.e2b.unwrap_or_default();
         e2b.validate()?;
+        let mcp = self.mcp.unwrap_or_default();
+        mcp.validate()?;
         let ports = self.ports.unwrap_or_default();
         ports.validate()?;
         let registry = self.registry.unwrap_or_default();
@@ -474,6 +480,7 @@ impl Layer {
             http,
             audit,
             e2b,
+            mcp,
             ports,
             registry,
         })
@@ -633,6 +640,7 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         http: None,
         audit: None,
         e2b: None,
+        mcp: None,
         ports: None,
         registry: None,
         default_limits: LimitsLayer {

@@ -585,3 +585,32 @@ fn built_templates_load_validate_and_read_their_recipe() {
         "{msg}"
     );
 }
+
+#[test]
+fn the_mcp_section_loads_validates_and_round_trips() {
+    let f = file(
+        "[mcp]\npublic_url = \"https://paddock.example\"\nallowed_hosts = [\"paddock.example\"]\n\
+         allowed_origins = [\"https://console.example\"]\nmax_sessions = 8\n",
+    );
+    let c = load(Some(f.path()), &[], &ServeArgs::default()).expect("loads");
+    assert!(c.mcp.enabled);
+    assert_eq!(c.mcp.public_url.as_deref(), Some("https://paddock.example"));
+    assert_eq!(c.mcp.allowed_hosts, ["paddock.example"]);
+    assert_eq!(c.mcp.max_sessions, 8);
+    let shown = file(&c.to_toml().expect("toml"));
+    let again = load(Some(shown.path()), &[], &ServeArgs::default()).expect("loads back");
+    assert_eq!(again.mcp, c.mcp);
+    let defaults = load(None, &[], &ServeArgs::default()).expect("loads");
+    assert_eq!(defaults.mcp, McpEndpointSettings::default());
+    for (text, named) in [
+        ("[mcp]\npublic_url = \"ftp://x\"\n", "mcp.public_url"),
+        ("[mcp]\nallowed_hosts = [\"https://x/\"]\n", "mcp.allowed_hosts"),
+        ("[mcp]\nallowed_origins = [\"https://x/path\"]\n", "mcp.allowed_origins"),
+        ("[mcp]\nmax_sessions = 0\n", "mcp.max_sessions"),
+        ("[mcp]\nsessions = 3\n", "sessions"),
+    ] {
+        let f = file(text);
+        let e = load(Some(f.path()), &[], &ServeArgs::default()).expect_err("refused");
+        assert!(format!("{e:#}").contains(named), "{text}: {e:#}");
+    }
+}

@@ -5,6 +5,7 @@
 //! `tests/mcp_clients/check_mcp.py`. The other clients and transports are in their own modules.
 
 mod npm_clients;
+mod sessions;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
