@@ -48,8 +48,14 @@ mod tests {
 
     #[test]
     fn a_failure_text_gives_its_code_and_anything_else_is_internal() {
-        assert_eq!(error_code("sandbox_not_found: no sandbox sb-1"), ErrorCode::SandboxNotFound);
-        assert_eq!(error_code("invalid_request: timeout_secs: between 1 and 3600"), ErrorCode::InvalidRequest);
+        assert_eq!(
+            error_code("sandbox_not_found: no sandbox sb-1"),
+            ErrorCode::SandboxNotFound
+        );
+        assert_eq!(
+            error_code("invalid_request: timeout_secs: between 1 and 3600"),
+            ErrorCode::InvalidRequest
+        );
         assert_eq!(error_code("no code here"), ErrorCode::Internal);
         assert_eq!(error_code("made_up: x"), ErrorCode::Internal);
     }

@@ -39,7 +39,10 @@ pub fn service(
     service: SandboxService,
     settings: McpSettings,
     endpoint: EndpointConfig,
-) -> (StreamableHttpService<PaddockMcp, BoundedSessions>, std::sync::Arc<BoundedSessions>) {
+) -> (
+    StreamableHttpService<PaddockMcp, BoundedSessions>,
+    std::sync::Arc<BoundedSessions>,
+) {
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(endpoint.allowed_hosts)
         .with_allowed_origins(endpoint.allowed_origins)

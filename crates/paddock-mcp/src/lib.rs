@@ -6,36 +6,50 @@
 //! and the service's stable code in the text, so a model can read and recover; a command's
 //! non-zero exit is data, not an error. Structured results come with their output schema.
 //!
-//! What it does not do (yet): the stdio transport, long-running processes, code cells, resources
-//! or prompts. `endpoint` is the Streamable HTTP service `paddock serve` mounts at `/mcp`.
+//! Every call is one `mcp.call` audit row beside the rows of what it did; a cancelled call stops
+//! what it was doing (a command's process tree is killed); long commands report progress.
+//! `endpoint` is the Streamable HTTP service `paddock serve` mounts at `/mcp`, `stdio` serves or
+//! relays MCP on stdin/stdout (`paddock mcp`).
+//!
+//! What it does not do: keep state between calls (every call names its sandbox), or check
+//! anything the service checks (quotas, limits, network policy, ownership).
 
-mod code;
 mod audit;
+mod code;
 pub mod endpoint;
 mod files;
-pub mod stdio;
-mod progress;
-mod sessions;
 mod network;
 mod ports;
 mod processes;
+mod progress;
+mod prompt;
+pub mod resources;
+mod sandboxes;
+mod sessions;
 mod snapshots;
+pub mod stdio;
 mod steps;
 mod tools;
+mod transfer;
 
 use paddock_control::{Principal, SandboxService, ToolCallOutcome, ToolCallRecord};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorData, Implementation, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, ErrorData, GetPromptRequestParams, GetPromptResponse,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{tool_handler, RoleServer, ServerHandler};
 
+pub use sandboxes::{
+    Killed, SandboxArgs, SandboxCreateArgs, SandboxList, SandboxSummary, DEFAULT_SANDBOX_TIMEOUT_SECS,
+};
 pub use tools::{
-    CommandResult, FileContent, FileReadArgs, FileWriteArgs, FileWritten, Killed, RunCommandArgs,
-    SandboxArgs, SandboxCreateArgs, SandboxList, SandboxSummary, DEFAULT_COMMAND_TIMEOUT_SECS,
-    DEFAULT_SANDBOX_TIMEOUT_SECS, MAX_FILE_READ, MAX_OUTPUT,
+    CommandResult, FileContent, FileReadArgs, FileWriteArgs, FileWritten, RunCommandArgs,
+    DEFAULT_COMMAND_TIMEOUT_SECS, MAX_FILE_READ, MAX_OUTPUT,
 };
 
 /// What the server tells a model about itself when a client connects.
@@ -70,6 +84,8 @@ pub struct PaddockMcp {
     /// `None`: each request's, from its HTTP request's extensions.
     principal: Option<Principal>,
     settings: std::sync::Arc<McpSettings>,
+    /// The file watches of this session (see `resources.rs`).
+    subscriptions: resources::Subscriptions,
     tool_router: ToolRouter<Self>,
 }
 
@@ -88,6 +104,7 @@ impl PaddockMcp {
             service,
             principal: Some(principal),
             settings: settings.into(),
+            subscriptions: resources::Subscriptions::default(),
             tool_router: Self::all_tools(),
         }
     }
@@ -100,6 +117,7 @@ impl PaddockMcp {
             service,
             principal: None,
             settings,
+            subscriptions: resources::Subscriptions::default(),
             tool_router: Self::all_tools(),
         }
     }
@@ -107,6 +125,7 @@ impl PaddockMcp {
     /// Every tool, from each module's router.
     fn all_tools() -> ToolRouter<Self> {
         Self::tool_router()
+            + Self::sandboxes_router()
             + Self::steps_router()
             + Self::snapshots_router()
             + Self::network_router()
@@ -114,6 +133,7 @@ impl PaddockMcp {
             + Self::ports_router()
             + Self::files_router()
             + Self::processes_router()
+            + Self::transfer_router()
     }
 
     /// The principal a tool call acts for.
@@ -171,8 +191,132 @@ impl ServerHandler for PaddockMcp {
         response
     }
 
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(ListResourceTemplatesResult::with_all_items(vec![
+            resources::template(),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let p = self
+            .principal(&context)
+            .map_err(|e| ErrorData::invalid_request(e, None))?;
+        Ok(self.read_file_resource(&p, &request.uri).await?.into())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let p = self
+            .principal(&context)
+            .map_err(|e| ErrorData::invalid_request(e, None))?;
+        self.subscribe_file(&p, &request.uri, context.peer.clone()).await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscriptions.remove(&request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let uris: Vec<String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|uri| resources::parse_file_uri(uri).is_ok())
+            .take(resources::MAX_SUBSCRIPTIONS)
+            .cloned()
+            .collect();
+        let mut accepted = SubscriptionFilter::new();
+        accepted.resource_subscriptions = Some(uris);
+        Some(accepted)
+    }
+
+    /// `subscriptions/listen` (2026-07-28): a watch per accepted file, for as long as the
+    /// subscription lasts.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let p = self
+            .principal(context.request_context())
+            .map_err(|e| ErrorData::invalid_request(e, None))?;
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        let mut watches = Vec::new();
+        for uri in uris {
+            let sink = context.sink().clone();
+            let watch = self
+                .watch_file(&p, &uri, move |uri| {
+                    let sink = sink.clone();
+                    async move { sink.notify_resource_updated(uri).await.is_ok() }
+                })
+                .await;
+            match watch {
+                Ok(task) => watches.push(task),
+                Err(e) => {
+                    watches.iter().for_each(tokio::task::JoinHandle::abort);
+                    return Err(e);
+                }
+            }
+        }
+        context.cancelled().await;
+        watches.iter().for_each(tokio::task::JoinHandle::abort);
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        Ok(ListPromptsResult::with_all_items(vec![prompt::rules_prompt()]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        if request.name != prompt::RULES_PROMPT {
+            return Err(ErrorData::invalid_params(
+                format!("no prompt named {:?}", request.name),
+                None,
+            ));
+        }
+        let p = self
+            .principal(&context)
+            .map_err(|e| ErrorData::invalid_request(e, None))?;
+        let sandbox = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("sandbox_id"))
+            .and_then(serde_json::Value::as_str);
+        Ok(self.rules(&p, sandbox).await?.into())
+    }
+
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = ServerCapabilities::builder()
+            .enable_prompts()
+            .enable_resources()
+            .enable_resources_subscribe()
+            .enable_tools()
+            .build();
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("paddock", env!("CARGO_PKG_VERSION")))
             .with_instructions(INSTRUCTIONS)
     }

@@ -15,7 +15,8 @@ use rmcp::{tool, tool_router, Json, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::{failure, sandbox_id, SandboxArgs};
+use crate::sandboxes::SandboxArgs;
+use crate::tools::{failure, sandbox_id};
 use crate::PaddockMcp;
 
 /// An egress policy. Nothing is reachable unless an `allow` rule matches; a `deny` rule overrides

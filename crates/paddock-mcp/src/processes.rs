@@ -10,14 +10,15 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use paddock_control::{ExecOutput, OutputStream};
-use paddock_types::api::{AttachQuery, ExecRequest, ProcessCommand, SignalRequest};
+use paddock_types::api::{AttachQuery, ExecRequest, KillRequest, ProcessCommand, SignalRequest};
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, Json, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::{append_capped, complete_utf8_len, failure, sandbox_id, SandboxArgs};
+use crate::sandboxes::SandboxArgs;
+use crate::tools::{append_capped, complete_utf8_len, failure, sandbox_id};
 use crate::PaddockMcp;
 
 /// The most processes `process_list` returns (the newest).
@@ -133,6 +134,10 @@ pub struct ProcessSignalArgs {
     /// The signal: `TERM` (ask it to end), `INT` (as Ctrl-C), `KILL` (end it at once), `HUP`,
     /// `USR1`, ... or a number.
     pub signal: String,
+    /// Send it to the process and everything it started (a shell's children), not the process
+    /// alone (default false).
+    #[serde(default)]
+    pub tree: bool,
 }
 
 /// `process_signal`'s result.
@@ -354,13 +359,15 @@ impl PaddockMcp {
     ) -> Result<Json<Signalled>, String> {
         let p = self.principal(&ctx)?;
         let id = sandbox_id(&args.sandbox_id)?;
-        let request = SignalRequest {
-            signal: serde_json::Value::String(args.signal.clone()),
-        };
-        self.service
-            .signal_process(&p, &id, args.pid, request)
-            .await
-            .map_err(failure)?;
+        let signal = serde_json::Value::String(args.signal.clone());
+        if args.tree {
+            let request = KillRequest { signal: Some(signal) };
+            self.service.kill_process(&p, &id, args.pid, request).await
+        } else {
+            let request = SignalRequest { signal };
+            self.service.signal_process(&p, &id, args.pid, request).await
+        }
+        .map_err(failure)?;
         Ok(Json(Signalled {
             pid: args.pid,
             signal: args.signal,

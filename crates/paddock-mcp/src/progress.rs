@@ -36,7 +36,10 @@ impl Progress {
     pub(crate) fn new(ctx: &RequestContext<RoleServer>, total_secs: u64) -> Self {
         let now = Instant::now();
         Self {
-            target: ctx.meta.get_progress_token().map(|token| (ctx.peer.clone(), token)),
+            target: ctx
+                .meta
+                .get_progress_token()
+                .map(|token| (ctx.peer.clone(), token)),
             started: now,
             total_secs,
             next: now + INTERVAL,
@@ -80,7 +83,12 @@ impl Progress {
 /// The last non-empty line of `output`, its tail when long, invalid UTF-8 replaced.
 fn last_line(output: &[u8]) -> String {
     let text = String::from_utf8_lossy(output);
-    let line = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
     let mut start = line.len().saturating_sub(MAX_MESSAGE);
     while !line.is_char_boundary(start) {
         start += 1;

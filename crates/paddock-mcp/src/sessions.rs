@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use futures_util::Stream;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
-use rmcp::transport::streamable_http_server::session::local::{LocalSessionManager, LocalSessionManagerError};
+use rmcp::transport::streamable_http_server::session::local::{
+    LocalSessionManager, LocalSessionManagerError,
+};
 use rmcp::transport::streamable_http_server::session::ServerSseMessage;
 use rmcp::transport::streamable_http_server::{SessionId, SessionManager};
 
@@ -20,7 +22,9 @@ use rmcp::transport::streamable_http_server::{SessionId, SessionManager};
 #[derive(Debug, thiserror::Error)]
 pub enum SessionsError {
     /// The bound is reached.
-    #[error("{max} MCP sessions are open, the most this server keeps; close one or use the stateless protocol")]
+    #[error(
+        "{max} MCP sessions are open, the most this server keeps; close one or use the stateless protocol"
+    )]
     Full { max: usize },
     /// rmcp's manager failed.
     #[error(transparent)]

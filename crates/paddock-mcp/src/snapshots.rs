@@ -13,9 +13,8 @@ use rmcp::{tool, tool_router, Json, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::{
-    failure, sandbox_id, summary, wire_name, SandboxArgs, SandboxSummary, DEFAULT_SANDBOX_TIMEOUT_SECS,
-};
+use crate::sandboxes::{summary, SandboxArgs, SandboxSummary, DEFAULT_SANDBOX_TIMEOUT_SECS};
+use crate::tools::{failure, sandbox_id, wire_name};
 use crate::PaddockMcp;
 
 /// The most snapshots `snapshot_list` returns.

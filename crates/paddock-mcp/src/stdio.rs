@@ -50,7 +50,8 @@ pub async fn serve(server: PaddockMcp) -> Result<(), StdioError> {
 /// with `api_key` as a bearer token, until the client closes stdin or the server ends the
 /// session.
 pub async fn relay(url: &str, api_key: &str) -> Result<(), StdioError> {
-    let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(api_key.to_owned());
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(api_key.to_owned());
     let mut server: StreamableHttpClientTransport<_> = StreamableHttpClientTransport::from_config(config);
     let mut client = IntoTransport::<RoleServer, std::io::Error, _>::into_transport(rmcp::transport::stdio());
     let mut sends = JoinSet::new();

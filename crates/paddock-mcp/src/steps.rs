@@ -12,7 +12,8 @@ use rmcp::{tool, tool_router, Json, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::{failure, sandbox_id, summary, wire_name, SandboxArgs, SandboxSummary, MAX_FILE_READ};
+use crate::sandboxes::{summary, SandboxArgs, SandboxSummary};
+use crate::tools::{failure, sandbox_id, wire_name, MAX_FILE_READ};
 use crate::PaddockMcp;
 
 /// The most entries `file_list` returns.

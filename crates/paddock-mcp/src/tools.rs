@@ -1,20 +1,18 @@
-//! The tools: their arguments and results (with JSON schemas, descriptions written for a model to
-//! choose well), and their translation onto the service.
+//! The helpers every tool module shares (failures as tool errors, ids, capped reads and writes),
+//! and the core tools beside the sandboxes' own (`sandboxes.rs`): running a command, reading and
+//! writing a file. Arguments and results carry JSON schemas and descriptions written for a model
+//! to choose well.
 //!
 //! What it does not do: keep any state of its own (a sandbox is named by its id in every call, as
 //! MCP's stateless protocol generation asks), or bound what the service bounds already (request
 //! sizes, quotas, limits); it bounds only what it hands to the client (command output, file
 //! contents), and says when it cut.
 
-use std::collections::BTreeMap;
-
 use bytes::Bytes;
 use futures_util::StreamExt as _;
 use paddock_control::{ExecOutput, OutputStream, Principal, ServiceError, WriteFileOptions};
-use paddock_types::api::{CreateSandboxRequest, ExecRequest, LimitsRequest, ListSandboxesQuery, SandboxInfo};
-use paddock_types::{
-    ByteSize, Cidr, CpuQuota, DomainPattern, EgressRule, EgressTarget, NetworkPolicy, SandboxId,
-};
+use paddock_types::api::ExecRequest;
+use paddock_types::SandboxId;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, Json, RoleServer};
@@ -25,8 +23,6 @@ use crate::files::count_lines;
 use crate::progress::Progress;
 use crate::PaddockMcp;
 
-/// A sandbox's lifetime when `sandbox_create` names none: it ends by itself after this.
-pub const DEFAULT_SANDBOX_TIMEOUT_SECS: u64 = 600;
 /// A command's time limit when `run_command` names none.
 pub const DEFAULT_COMMAND_TIMEOUT_SECS: u64 = 60;
 /// The longest time limit `run_command` accepts.
@@ -35,110 +31,6 @@ const MAX_COMMAND_TIMEOUT_SECS: u64 = 3600;
 pub const MAX_OUTPUT: usize = 256 * 1024;
 /// Bytes of a file `file_read` returns.
 pub const MAX_FILE_READ: usize = 1024 * 1024;
-
-/// `sandbox_create`'s arguments.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SandboxCreateArgs {
-    /// The template to start from (e.g. `code-interpreter`); the server's default when absent.
-    #[serde(default)]
-    pub template: Option<String>,
-    /// Seconds until the sandbox ends by itself (default 600). Kill it sooner when done.
-    #[serde(default)]
-    pub timeout_secs: Option<u64>,
-    /// Environment variables of every process in the sandbox.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Memory limit, e.g. `512M` or `2G` (the server's default when absent; at most its maximum).
-    #[serde(default)]
-    pub memory: Option<String>,
-    /// CPUs it may use, fractions allowed, e.g. `0.5` or `2` (the server's default when absent).
-    #[serde(default)]
-    pub cpus: Option<f64>,
-    /// Hosts it may reach over the network, on every port: domain names (`pypi.org`), `*.`
-    /// patterns (`*.github.com`), addresses or CIDRs (`203.0.113.0/24`). Absent: no network
-    /// (loopback only); `[]`: a network on which every attempt is refused. The server may offer no
-    /// network, or forbid some hosts whatever this says.
-    #[serde(default)]
-    pub network_allow: Option<Vec<String>>,
-}
-
-/// A sandbox, as the tools report it.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct SandboxSummary {
-    /// Its id: pass it to the other tools.
-    pub sandbox_id: String,
-    /// The template it started from.
-    pub template: String,
-    /// `running`, `stopped`, ...
-    pub state: String,
-    /// When it ends by itself (RFC 3339), if it does.
-    pub expires_at: Option<String>,
-}
-
-/// A sandbox's resource limits (`null`: none of that kind).
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct SandboxLimits {
-    /// Memory, e.g. `1G`.
-    pub memory: Option<String>,
-    /// CPUs.
-    pub cpus: Option<f64>,
-    /// Processes and threads alive at once.
-    pub pids: Option<u32>,
-    /// Disk space it may write, e.g. `10G`.
-    pub disk: Option<String>,
-}
-
-/// `sandbox_info`'s result.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct SandboxDetails {
-    /// Its id.
-    pub sandbox_id: String,
-    /// The template it started from.
-    pub template: String,
-    /// `running`, `stopped`, `killed`, `expired` or `failed`.
-    pub state: String,
-    /// Whether every process is frozen.
-    pub paused: bool,
-    /// When it was created (RFC 3339).
-    pub created_at: String,
-    /// When it ends by itself (RFC 3339), if it does.
-    pub expires_at: Option<String>,
-    /// When it ended, if it has.
-    pub ended_at: Option<String>,
-    /// Why it ended (`killed`, `expired`, ...), if it has.
-    pub end_reason: Option<String>,
-    /// Its resource limits.
-    pub limits: SandboxLimits,
-    /// The user processes run as by default.
-    pub user: String,
-    /// The default working directory, when set.
-    pub workdir: Option<String>,
-    /// Names of its environment variables (never their values).
-    pub env_keys: Vec<String>,
-}
-
-/// `sandbox_list`'s result.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct SandboxList {
-    /// The running sandboxes of this key's tenant, oldest first.
-    pub sandboxes: Vec<SandboxSummary>,
-}
-
-/// Arguments naming one sandbox.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SandboxArgs {
-    /// The sandbox (from `sandbox_create` or `sandbox_list`).
-    pub sandbox_id: String,
-}
-
-/// `sandbox_kill`'s result.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct Killed {
-    /// The sandbox removed.
-    pub sandbox_id: String,
-}
 
 /// `run_command`'s arguments.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -231,42 +123,17 @@ pub struct FileWritten {
     pub bytes: u64,
 }
 
-/// A policy allowing `hosts` (domain patterns or CIDRs) on every port.
-fn network_policy(hosts: Vec<String>) -> Result<NetworkPolicy, String> {
-    let allow = hosts
-        .iter()
-        .enumerate()
-        .map(|(i, host)| {
-            let target = match host.parse::<Cidr>() {
-                Ok(cidr) => EgressTarget::Cidr(cidr),
-                Err(_) => EgressTarget::Domain(
-                    host.parse::<DomainPattern>()
-                        .map_err(|e| format!("invalid_request: network_allow.{i}: {e}"))?,
-                ),
-            };
-            Ok(EgressRule::new(target, Vec::new()))
-        })
-        .collect::<Result<Vec<_>, String>>()?;
-    NetworkPolicy::new(allow, Vec::new()).map_err(|e| format!("invalid_request: network_allow: {e}"))
-}
-
 /// A service error as a tool failure: the stable code, then the message.
 pub(crate) fn failure(e: ServiceError) -> String {
-    format!("{}: {}", e.code.as_str(), e.message)
+    match &e.field {
+        Some(field) => format!("{}: {field}: {}", e.code.as_str(), e.message),
+        None => format!("{}: {}", e.code.as_str(), e.message),
+    }
 }
 
 pub(crate) fn sandbox_id(text: &str) -> Result<SandboxId, String> {
     text.parse::<SandboxId>()
         .map_err(|e| format!("invalid_request: sandbox_id: {e}"))
-}
-
-pub(crate) fn summary(info: SandboxInfo) -> SandboxSummary {
-    SandboxSummary {
-        sandbox_id: info.id,
-        template: info.template,
-        state: wire_name(info.state),
-        expires_at: info.expires_at,
-    }
 }
 
 /// A unit enum's name as the API spells it (`running`, `file`).
@@ -279,6 +146,58 @@ pub(crate) fn wire_name(value: impl Serialize) -> String {
 }
 
 impl PaddockMcp {
+    /// Runs `request` in the foreground and collects its result (each stream capped at
+    /// [`MAX_OUTPUT`]), reporting progress to the client that asked for it; dropping the future
+    /// (a cancelled call) kills the process tree.
+    pub(crate) async fn run_collected(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        p: &Principal,
+        id: &SandboxId,
+        request: ExecRequest,
+        timeout: u64,
+    ) -> Result<CommandResult, String> {
+        let mut stream = self.service.exec(p, id, request).await.map_err(failure)?;
+        let mut progress = Progress::new(ctx, timeout);
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        let mut truncated = false;
+        loop {
+            let event = tokio::select! {
+                event = stream.recv() => event,
+                () = progress.tick() => {
+                    progress.report(&stdout, &stderr).await;
+                    continue;
+                }
+            };
+            let Some(event) = event else { break };
+            match event {
+                ExecOutput::Started { .. } => {}
+                ExecOutput::Output { stream, data, .. } => {
+                    let buf = match stream {
+                        OutputStream::Stderr => &mut stderr,
+                        OutputStream::Stdout | OutputStream::Pty => &mut stdout,
+                    };
+                    truncated |= append_capped(buf, &data);
+                    if progress.output() {
+                        progress.report(&stdout, &stderr).await;
+                    }
+                }
+                ExecOutput::Exit(exit) => {
+                    return Ok(CommandResult {
+                        exit_code: exit.exit_code,
+                        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+                        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+                        truncated,
+                        timed_out: exit.timed_out,
+                        duration_ms: exit.duration_ms,
+                    })
+                }
+                ExecOutput::Error { code, message } => return Err(format!("{}: {message}", code.as_str())),
+            }
+        }
+        Err("sandbox_not_running: the command's output ended before its exit".to_owned())
+    }
+
     /// The first [`MAX_FILE_READ`] bytes of a sandbox's file, its size when known, and whether it
     /// holds more (the rest is not read).
     pub(crate) async fn read_capped(
@@ -357,112 +276,6 @@ pub(crate) fn complete_utf8_len(bytes: &[u8]) -> usize {
 #[tool_router(vis = "pub(crate)")]
 impl PaddockMcp {
     #[tool(
-        name = "sandbox_create",
-        description = "Create a new isolated Linux sandbox and return its sandbox_id. It ends by itself after timeout_secs (default 600); call sandbox_kill when done.",
-        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = false)
-    )]
-    async fn sandbox_create(
-        &self,
-        ctx: RequestContext<RoleServer>,
-        Parameters(args): Parameters<SandboxCreateArgs>,
-    ) -> Result<Json<SandboxSummary>, String> {
-        let p = self.principal(&ctx)?;
-        let limits = LimitsRequest {
-            memory: args
-                .memory
-                .as_deref()
-                .map(str::parse::<ByteSize>)
-                .transpose()
-                .map_err(|e| format!("invalid_request: memory: {e}"))?,
-            cpus: args
-                .cpus
-                .map(CpuQuota::try_from)
-                .transpose()
-                .map_err(|e| format!("invalid_request: cpus: {e}"))?,
-            ..LimitsRequest::default()
-        };
-        let request = CreateSandboxRequest {
-            template: args.template,
-            timeout_secs: Some(args.timeout_secs.unwrap_or(DEFAULT_SANDBOX_TIMEOUT_SECS)),
-            env: args.env,
-            limits,
-            network: args.network_allow.map(network_policy).transpose()?,
-            ..CreateSandboxRequest::default()
-        };
-        let info = self.service.create_sandbox(&p, request).await.map_err(failure)?;
-        Ok(Json(summary(info)))
-    }
-
-    #[tool(
-        name = "sandbox_info",
-        description = "Show one sandbox's details: its state, template, when it expires or why it ended, its resource limits, user and working directory.",
-        annotations(read_only_hint = true, idempotent_hint = true)
-    )]
-    async fn sandbox_info(
-        &self,
-        ctx: RequestContext<RoleServer>,
-        Parameters(args): Parameters<SandboxArgs>,
-    ) -> Result<Json<SandboxDetails>, String> {
-        let p = self.principal(&ctx)?;
-        let id = sandbox_id(&args.sandbox_id)?;
-        let info = self.service.get_sandbox(&p, &id).await.map_err(failure)?;
-        Ok(Json(SandboxDetails {
-            state: wire_name(info.state),
-            paused: info.paused,
-            created_at: info.created_at,
-            expires_at: info.expires_at,
-            ended_at: info.ended_at,
-            end_reason: info.end_reason,
-            limits: SandboxLimits {
-                memory: info.limits.memory.map(|m| m.to_string()),
-                cpus: info.limits.cpus.map(f64::from),
-                pids: info.limits.pids,
-                disk: info.limits.disk.map(|d| d.to_string()),
-            },
-            user: info.user,
-            workdir: info.workdir,
-            env_keys: info.env_keys,
-            template: info.template,
-            sandbox_id: info.id,
-        }))
-    }
-
-    #[tool(
-        name = "sandbox_list",
-        description = "List your running sandboxes.",
-        annotations(read_only_hint = true, idempotent_hint = true)
-    )]
-    async fn sandbox_list(&self, ctx: RequestContext<RoleServer>) -> Result<Json<SandboxList>, String> {
-        let p = self.principal(&ctx)?;
-        let list = self
-            .service
-            .list_sandboxes(&p, ListSandboxesQuery::default())
-            .await
-            .map_err(failure)?;
-        Ok(Json(SandboxList {
-            sandboxes: list.sandboxes.into_iter().map(summary).collect(),
-        }))
-    }
-
-    #[tool(
-        name = "sandbox_kill",
-        description = "Remove a sandbox and everything in it, at once.",
-        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false)
-    )]
-    async fn sandbox_kill(
-        &self,
-        ctx: RequestContext<RoleServer>,
-        Parameters(args): Parameters<SandboxArgs>,
-    ) -> Result<Json<Killed>, String> {
-        let p = self.principal(&ctx)?;
-        let id = sandbox_id(&args.sandbox_id)?;
-        self.service.kill_sandbox(&p, &id).await.map_err(failure)?;
-        Ok(Json(Killed {
-            sandbox_id: args.sandbox_id,
-        }))
-    }
-
-    #[tool(
         name = "run_command",
         description = "Run a shell command in a sandbox and wait for it to end. Returns its exit code, stdout and stderr (each at most 256 KiB; truncated says when more was written). A non-zero exit code is a normal result.",
         annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false)
@@ -486,45 +299,9 @@ impl PaddockMcp {
             timeout_ms: Some(timeout * 1000),
             ..ExecRequest::default()
         };
-        let mut stream = self.service.exec(&p, &id, request).await.map_err(failure)?;
-        let mut progress = Progress::new(&ctx, timeout);
-        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-        let mut truncated = false;
-        loop {
-            let event = tokio::select! {
-                event = stream.recv() => event,
-                () = progress.tick() => {
-                    progress.report(&stdout, &stderr).await;
-                    continue;
-                }
-            };
-            let Some(event) = event else { break };
-            match event {
-                ExecOutput::Started { .. } => {}
-                ExecOutput::Output { stream, data, .. } => {
-                    let buf = match stream {
-                        OutputStream::Stderr => &mut stderr,
-                        OutputStream::Stdout | OutputStream::Pty => &mut stdout,
-                    };
-                    truncated |= append_capped(buf, &data);
-                    if progress.output() {
-                        progress.report(&stdout, &stderr).await;
-                    }
-                }
-                ExecOutput::Exit(exit) => {
-                    return Ok(Json(CommandResult {
-                        exit_code: exit.exit_code,
-                        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-                        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-                        truncated,
-                        timed_out: exit.timed_out,
-                        duration_ms: exit.duration_ms,
-                    }))
-                }
-                ExecOutput::Error { code, message } => return Err(format!("{}: {message}", code.as_str())),
-            }
-        }
-        Err("sandbox_not_running: the command's output ended before its exit".to_owned())
+        self.run_collected(&ctx, &p, &id, request, timeout)
+            .await
+            .map(Json)
     }
 
     #[tool(

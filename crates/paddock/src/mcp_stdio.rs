@@ -121,6 +121,7 @@ fn local_principal(store: &Store) -> anyhow::Result<Principal> {
         tenant: record.tenant,
         key_id: record.id,
         admin: false,
+        change_network: record.change_network,
     })
 }
 

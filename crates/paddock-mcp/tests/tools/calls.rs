@@ -7,9 +7,7 @@ use std::time::Duration;
 use paddock_control::{Principal, SandboxService};
 use paddock_mcp::{McpSettings, PaddockMcp};
 use paddock_types::api::AuditQuery;
-use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, ProgressNotificationParam,
-};
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ProgressNotificationParam};
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::{ClientHandler, RoleClient, ServiceExt as _};
 use serde_json::{json, Value};
@@ -75,9 +73,7 @@ async fn a_command_reports_progress_and_a_cancelled_call_kills_it_and_every_call
         .await,
     );
     assert!(bad.starts_with("invalid_request:"), "{bad}");
-    let unknown = client
-        .call_tool(CallToolRequestParams::new("no_such_tool"))
-        .await;
+    let unknown = client.call_tool(CallToolRequestParams::new("no_such_tool")).await;
     assert!(unknown.is_err(), "{unknown:?}");
     let big = "x".repeat(4096);
     structured(
@@ -121,7 +117,8 @@ async fn a_command_reports_progress_and_a_cancelled_call_kills_it_and_every_call
     loop {
         let listed = service.list_processes(&a, &sid).await.expect("processes");
         let rows = call_rows(&service, &a).await;
-        if listed.processes.iter().all(|p| !p.running) && rows.iter().any(|(_, outcome, _)| outcome == "cancelled")
+        if listed.processes.iter().all(|p| !p.running)
+            && rows.iter().any(|(_, outcome, _)| outcome == "cancelled")
         {
             break;
         }
@@ -145,11 +142,23 @@ async fn a_command_reports_progress_and_a_cancelled_call_kills_it_and_every_call
             ("run_command", "cancelled"),
         ]
     );
-    assert_eq!(rows[0].2["arguments"], json!({"timeout_secs": 300}), "{:?}", rows[0]);
+    assert_eq!(
+        rows[0].2["arguments"],
+        json!({"timeout_secs": 300}),
+        "{:?}",
+        rows[0]
+    );
     let write = &rows[3].2;
     assert!(write.get("arguments").is_none(), "{write}");
-    assert!(write["arguments_bytes"].as_u64().is_some_and(|n| n > 4096), "{write}");
-    assert_eq!(write["arguments_sha256"].as_str().map(str::len), Some(64), "{write}");
+    assert!(
+        write["arguments_bytes"].as_u64().is_some_and(|n| n > 4096),
+        "{write}"
+    );
+    assert_eq!(
+        write["arguments_sha256"].as_str().map(str::len),
+        Some(64),
+        "{write}"
+    );
     let page = service
         .query_audit(
             &a,

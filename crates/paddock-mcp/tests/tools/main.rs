@@ -11,8 +11,8 @@ mod files;
 mod network;
 mod ports;
 mod processes;
+mod resources;
 mod snapshots;
-
 
 use serde_json::json;
 use support::{call, connect, failed, service, structured, TOOLS};

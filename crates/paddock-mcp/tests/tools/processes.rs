@@ -260,6 +260,23 @@ async fn stdin_closes_time_limits_end_and_long_output_is_read_in_pieces() {
     .await;
     assert_eq!(killed["exit_code"], 137, "{killed}");
 
+    // A signal to the whole tree: the shell and what it started.
+    let shell = start(json!({"sandbox_id": id, "command": "sleep 1000; sleep 1000"})).await;
+    let tree = structured(
+        &call(
+            &client,
+            "process_signal",
+            json!({"sandbox_id": id, "pid": shell, "signal": "TERM", "tree": true}),
+        )
+        .await,
+    );
+    assert_eq!(tree, json!({"pid": shell, "signal": "TERM"}));
+    let ended = read_until(&client, (&id, shell), (0, 0), "the tree's end", |r| {
+        r["running"] == false
+    })
+    .await;
+    assert_eq!(ended["exit_code"], 143, "{ended}");
+
     // A time limit ends it; none of zero seconds.
     let zero = failed(
         &call(

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 pub const TOOLS: &[&str] = &[
     "checkpoint",
     "commit",
+    "file_download_url",
     "file_edit",
     "file_list",
     "file_mkdir",
@@ -23,6 +24,7 @@ pub const TOOLS: &[&str] = &[
     "file_read",
     "file_remove",
     "file_stat",
+    "file_upload_url",
     "file_write",
     "network_get",
     "network_set",
@@ -129,4 +131,3 @@ pub fn failed(result: &CallToolResult) -> String {
         .map(|t| t.text.clone())
         .unwrap_or_default()
 }
-

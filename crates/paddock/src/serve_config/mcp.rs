@@ -64,7 +64,8 @@ impl McpEndpointSettings {
     /// path, an origin that is not `scheme://host[:port]`, no sessions at all.
     pub fn validate(&self) -> anyhow::Result<()> {
         if let Some(url) = &self.public_url {
-            let parsed = reqwest::Url::parse(url).map_err(|e| anyhow::anyhow!("mcp.public_url: {url:?}: {e}"))?;
+            let parsed =
+                reqwest::Url::parse(url).map_err(|e| anyhow::anyhow!("mcp.public_url: {url:?}: {e}"))?;
             if !matches!(parsed.scheme(), "http" | "https") || parsed.cannot_be_a_base() {
                 anyhow::bail!("mcp.public_url: {url:?} is not an http(s) URL");
             }

@@ -109,9 +109,17 @@ fn python_sdk_over_stdio_with_a_local_service() {
     let cmd = env.cmd();
     let mut vars: Vec<(String, String)> = cmd
         .get_envs()
-        .filter_map(|(k, v)| Some((k.to_string_lossy().into_owned(), v?.to_string_lossy().into_owned())))
+        .filter_map(|(k, v)| {
+            Some((
+                k.to_string_lossy().into_owned(),
+                v?.to_string_lossy().into_owned(),
+            ))
+        })
         .collect();
-    vars.push(("PADDOCK_BIN".into(), cmd.get_program().to_string_lossy().into_owned()));
+    vars.push((
+        "PADDOCK_BIN".into(),
+        cmd.get_program().to_string_lossy().into_owned(),
+    ));
     let vars: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let out = check("local", &vars);
     assert!(out.contains("ok: left behind"), "{out}");

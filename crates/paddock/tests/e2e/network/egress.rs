@@ -10,6 +10,7 @@
 
 mod attacks;
 mod cli;
+mod mcp;
 
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr};
