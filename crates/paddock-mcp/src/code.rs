@@ -177,7 +177,9 @@ fn cell_answer(doc: CodeRunResult) -> (CodeCell, Vec<ContentBlock>) {
             t
         });
         for (data, mime) in [(r.png, "image/png"), (r.jpeg, "image/jpeg")] {
-            let Some(data) = data else { continue };
+            let Some(mut data) = data else { continue };
+            // Jupyter's base64 may be broken into lines; an MCP image's data is plain base64.
+            data.retain(|c| !c.is_ascii_whitespace());
             if images.len() >= MAX_IMAGES || data.len() > image_room {
                 truncated = true;
                 continue;
@@ -276,7 +278,7 @@ mod tests {
         let mut d = doc();
         d.results = vec![
             CodeResult {
-                png: Some("iVBOR".into()),
+                png: Some("iVB\nOR\n".into()),
                 text: Some("<Figure size 640x480>".into()),
                 ..CodeResult::default()
             },

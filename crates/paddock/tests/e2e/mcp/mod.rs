@@ -4,6 +4,7 @@
 //! (relayed to a server, and with its own `--local` service); the checks are in
 //! `tests/mcp_clients/check_mcp.py`. The other clients and transports are in their own modules.
 
+mod code;
 mod npm_clients;
 mod sessions;
 

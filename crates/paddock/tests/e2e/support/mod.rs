@@ -12,6 +12,7 @@ mod backend;
 pub mod crash;
 mod env;
 pub mod harness;
+pub mod mcp;
 mod host;
 pub mod registry;
 pub mod server;

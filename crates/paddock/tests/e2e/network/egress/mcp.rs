@@ -2,35 +2,11 @@
 //! itself fetches and sends, so its policy decides what is reachable (an allowed host answers, any
 //! other is refused by the egress proxy), and the bytes land where the tools say.
 
-use paddock_mcp::{McpSettings, PaddockMcp};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
-use rmcp::{RoleClient, ServiceExt as _};
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::{network_config, outside};
 use crate::support::harness::{Harness, Options};
-
-async fn call(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> CallToolResult {
-    let args = args.as_object().cloned().unwrap_or_default();
-    client
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(args))
-        .await
-        .unwrap_or_else(|e| panic!("{tool}: {e}"))
-}
-
-fn ok(result: &CallToolResult) -> Value {
-    assert_ne!(result.is_error, Some(true), "{result:?}");
-    result.structured_content.clone().expect("structured content")
-}
-
-fn error_text(result: &CallToolResult) -> String {
-    assert_eq!(result.is_error, Some(true), "{result:?}");
-    result.content[0]
-        .as_text()
-        .map(|t| t.text.clone())
-        .unwrap_or_default()
-}
+use crate::support::mcp::{call, connect, error_text, ok};
 
 #[test]
 fn url_transfers_go_through_the_sandboxs_own_network_policy() {
@@ -43,18 +19,7 @@ fn url_transfers_go_through_the_sandboxs_own_network_policy() {
     h.block_on(async {
         let tenant = h.admin.new_tenant("mcpurl").await;
         let service = h.service.clone().expect("the service");
-        let principal = service
-            .authenticate(tenant.key.as_deref().expect("a key"))
-            .await
-            .expect("authenticated");
-        let (server_end, client_end) = tokio::io::duplex(1 << 20);
-        let server = PaddockMcp::new(service, principal, McpSettings::default());
-        tokio::spawn(async move {
-            if let Ok(running) = server.serve(server_end).await {
-                let _ = running.waiting().await;
-            }
-        });
-        let client = ().serve(client_end).await.expect("connects");
+        let client = connect(&service, tenant.key.as_deref().expect("a key")).await;
         let created = ok(&call(
             &client,
             "sandbox_create",
