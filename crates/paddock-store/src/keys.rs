@@ -33,6 +33,8 @@ pub struct ApiKeyRecord {
     pub tenant: String,
     pub name: String,
     pub admin: bool,
+    /// May change a live sandbox's network policy and secrets (`set_network`).
+    pub change_network: bool,
     pub created_at_ms: i64,
     pub revoked_at_ms: Option<i64>,
     pub last_used_at_ms: Option<i64>,
@@ -44,7 +46,27 @@ impl ApiKeyRecord {
     }
 }
 
-const KEY_COLUMNS: &str = "id, tenant, name, admin, created_at_ms, revoked_at_ms, last_used_at_ms";
+const KEY_COLUMNS: &str =
+    "id, tenant, name, admin, created_at_ms, revoked_at_ms, last_used_at_ms, change_network";
+
+/// What a key may do beyond its tenant's sandboxes: the permissions chosen when it is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyPermissions {
+    /// Manage keys and tenants, read every tenant's audit log.
+    pub admin: bool,
+    /// Change a live sandbox's network policy and secrets.
+    pub change_network: bool,
+}
+
+impl KeyPermissions {
+    /// A tenant's key with today's defaults (`change_network` allowed), admin or not.
+    pub fn with_admin(admin: bool) -> Self {
+        Self {
+            admin,
+            change_network: true,
+        }
+    }
+}
 
 impl Store {
     /// Creates a key for `tenant` (creating the tenant if needed). Returns the record and the full key
@@ -56,8 +78,19 @@ impl Store {
         admin: bool,
         now_ms: i64,
     ) -> Result<(ApiKeyRecord, String), StoreError> {
+        self.create_api_key_with(tenant, name, KeyPermissions::with_admin(admin), now_ms)
+    }
+
+    /// [`Store::create_api_key`] with every permission chosen.
+    pub fn create_api_key_with(
+        &self,
+        tenant: &str,
+        name: &str,
+        permissions: KeyPermissions,
+        now_ms: i64,
+    ) -> Result<(ApiKeyRecord, String), StoreError> {
         self.write("create api key", |conn| {
-            create_api_key(conn, tenant, name, admin, now_ms)
+            create_api_key(conn, tenant, name, permissions, now_ms)
         })
     }
 
@@ -73,7 +106,7 @@ impl Store {
             .query_row(
                 &format!("SELECT {KEY_COLUMNS}, secret_hash FROM api_keys WHERE id = ?1"),
                 [id],
-                |row| Ok((read_key_row(row)?, row.get::<_, Vec<u8>>(7)?)),
+                |row| Ok((read_key_row(row)?, row.get::<_, Vec<u8>>(8)?)),
             )
             .optional()
             .map_err(StoreError::read("api key"))?;
@@ -180,6 +213,7 @@ fn read_key_row(row: &Row<'_>) -> rusqlite::Result<ApiKeyRecord> {
         created_at_ms: row.get(4)?,
         revoked_at_ms: row.get(5)?,
         last_used_at_ms: row.get(6)?,
+        change_network: row.get(7)?,
     })
 }
 
@@ -192,7 +226,18 @@ impl StoreTx<'_> {
         admin: bool,
         now_ms: i64,
     ) -> Result<(ApiKeyRecord, String), StoreError> {
-        create_api_key(&self.tx, tenant, name, admin, now_ms)
+        create_api_key(&self.tx, tenant, name, KeyPermissions::with_admin(admin), now_ms)
+    }
+
+    /// [`Store::create_api_key_with`] inside this transaction.
+    pub fn create_api_key_with(
+        &self,
+        tenant: &str,
+        name: &str,
+        permissions: KeyPermissions,
+        now_ms: i64,
+    ) -> Result<(ApiKeyRecord, String), StoreError> {
+        create_api_key(&self.tx, tenant, name, permissions, now_ms)
     }
 
     /// [`Store::count_admin_keys`] inside this transaction.
@@ -210,9 +255,13 @@ fn create_api_key(
     conn: &Connection,
     tenant: &str,
     name: &str,
-    admin: bool,
+    permissions: KeyPermissions,
     now_ms: i64,
 ) -> Result<(ApiKeyRecord, String), StoreError> {
+    let KeyPermissions {
+        admin,
+        change_network,
+    } = permissions;
     let mut rng = rand::rng(); // ThreadRng: a CSPRNG seeded from the OS
     let mut secret = [0u8; SECRET_BYTES];
     rng.fill_bytes(&mut secret);
@@ -223,9 +272,17 @@ fn create_api_key(
         rng.fill_bytes(&mut id_bytes);
         let id = hex::encode(id_bytes);
         let inserted = conn.execute(
-            "INSERT INTO api_keys (id, tenant, name, admin, secret_hash, created_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            (&id, tenant, name, admin, secret_hash.as_slice(), now_ms),
+            "INSERT INTO api_keys (id, tenant, name, admin, secret_hash, created_at_ms, change_network)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            (
+                &id,
+                tenant,
+                name,
+                admin,
+                secret_hash.as_slice(),
+                now_ms,
+                change_network,
+            ),
         );
         match inserted {
             Ok(_) => {
@@ -235,6 +292,7 @@ fn create_api_key(
                     tenant: tenant.to_owned(),
                     name: name.to_owned(),
                     admin,
+                    change_network,
                     created_at_ms: now_ms,
                     revoked_at_ms: None,
                     last_used_at_ms: None,

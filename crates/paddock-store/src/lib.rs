@@ -50,7 +50,7 @@ pub use audit_hash::{audit_hash, AuditFields, GENESIS_HASH};
 pub use audit_prune::{pruned_ranges_digest, NetworkRetention, PruneReport, PrunedRange, PRUNE_ACTION};
 pub use error::{DbError, StoreError};
 pub use intents::{IntentOp, IntentRecord, NewIntent};
-pub use keys::{e2b_spelling, ApiKeyRecord};
+pub use keys::{e2b_spelling, ApiKeyRecord, KeyPermissions};
 pub use list::SandboxFilter;
 pub use migrate::SCHEMA_VERSION;
 pub use network::{SandboxNetworkRecord, SecretInfo, SecretRecord};

@@ -67,10 +67,14 @@ const MIGRATIONS: &[Migration] = &[
         version: 12,
         sql: include_str!("../migrations/0012_template_quotas.sql"),
     },
+    Migration {
+        version: 13,
+        sql: include_str!("../migrations/0013_key_network_change.sql"),
+    },
 ];
 
 /// The schema version this binary writes and understands.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

@@ -208,3 +208,40 @@ fn no_plaintext_secret_on_disk() {
     use sha2::Digest as _;
     assert_eq!(stored, sha2::Sha256::digest(secret_bytes).to_vec());
 }
+
+#[test]
+fn the_network_change_permission_is_kept_and_on_by_default() {
+    let store = store();
+    let (plain, plain_key) = store.create_api_key("acme", "ci", false, T0).expect("create");
+    assert!(
+        plain.change_network,
+        "keys may change networks unless made otherwise"
+    );
+    let limited = paddock_store::KeyPermissions {
+        admin: false,
+        change_network: false,
+    };
+    let (record, key) = store
+        .create_api_key_with("acme", "agent", limited, T0)
+        .expect("create");
+    assert!(!record.change_network && !record.admin);
+    let authed = store
+        .authenticate(&key, T0 + 1)
+        .expect("authenticate")
+        .expect("valid key");
+    assert!(!authed.change_network);
+    let authed = store
+        .authenticate(&plain_key, T0 + 1)
+        .expect("authenticate")
+        .expect("valid key");
+    assert!(authed.change_network);
+    let listed = store.list_api_keys(Some("acme")).expect("list");
+    let by_name = |n: &str| {
+        listed
+            .iter()
+            .find(|k| k.name == n)
+            .expect("listed")
+            .change_network
+    };
+    assert_eq!((by_name("ci"), by_name("agent")), (true, false));
+}

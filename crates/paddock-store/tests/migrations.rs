@@ -278,3 +278,27 @@ fn version_6_secrets_are_bound_to_authorization_only() {
     assert_eq!(listed[0].headers, vec!["authorization".to_owned()]);
     assert!(!listed[0].query);
 }
+
+/// Keys made before the network-change permission existed keep today's behaviour: they may.
+#[test]
+fn version_12_keys_may_change_networks() {
+    let db = TempDb::new();
+    {
+        let raw = db.raw();
+        raw.execute_batch(include_str!("../migrations/0001_init.sql"))
+            .expect("schema 1");
+        raw.execute_batch(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL) STRICT;
+             INSERT INTO schema_migrations VALUES (1, 0);
+             INSERT INTO tenants (name, created_at_ms) VALUES ('acme', 0);
+             INSERT INTO api_keys (id, tenant, name, admin, secret_hash, created_at_ms)
+               VALUES ('0123456789ab', 'acme', 'old', 0, zeroblob(32), 1);",
+        )
+        .expect("version 1 rows");
+    }
+    let store = db.open();
+    assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+    let keys = store.list_api_keys(Some("acme")).expect("list");
+    assert_eq!(keys.len(), 1);
+    assert!(keys[0].change_network, "{keys:?}");
+}

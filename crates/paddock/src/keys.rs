@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use paddock_store::{ApiKeyRecord, NewAuditEntry, Store};
+use paddock_store::{ApiKeyRecord, KeyPermissions, NewAuditEntry, Store};
 use paddock_types::api::{CreatedKey, ErrorCode, KeyInfo, KeyList};
 
 use crate::cli::KeysCommand;
@@ -28,21 +28,42 @@ pub fn keys(config: &ServeConfig, command: KeysCommand) -> anyhow::Result<ExitCo
             tenant,
             name,
             admin,
+            no_change_network,
             e2b,
             json,
-        } => create(&store, &tenant, name.as_deref(), admin, e2b, json),
+        } => {
+            let permissions = KeyPermissions {
+                admin,
+                change_network: !no_change_network,
+            };
+            let output = if json {
+                KeyOutput::Json
+            } else if e2b {
+                KeyOutput::E2b
+            } else {
+                KeyOutput::Plain
+            };
+            create(&store, &tenant, name.as_deref(), permissions, output)
+        }
         KeysCommand::List { tenant, json } => list(&store, tenant.as_deref(), json),
         KeysCommand::Revoke { id } => revoke(&store, &id),
     }
+}
+
+/// How `keys create` prints the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyOutput {
+    Plain,
+    E2b,
+    Json,
 }
 
 fn create(
     store: &Store,
     tenant: &str,
     name: Option<&str>,
-    admin: bool,
-    e2b: bool,
-    json: bool,
+    permissions: KeyPermissions,
+    output: KeyOutput,
 ) -> anyhow::Result<ExitCode> {
     if tenant.is_empty() {
         return Err(crate::UsageError::new("--tenant must not be empty").into());
@@ -51,7 +72,7 @@ fn create(
     // The key and its audit row commit together.
     let (record, key) = store
         .transaction(|tx| {
-            let (record, key) = tx.create_api_key(tenant, name.unwrap_or(""), admin, now)?;
+            let (record, key) = tx.create_api_key_with(tenant, name.unwrap_or(""), permissions, now)?;
             tx.append_audit(&audit_row("key.create", tenant, &record, now))?;
             Ok::<_, paddock_store::StoreError>((record, key))
         })
@@ -61,20 +82,26 @@ fn create(
         tenant: record.tenant.clone(),
         e2b_key: paddock_store::e2b_spelling(&key),
         key,
-        admin,
+        admin: record.admin,
+        change_network: record.change_network,
     };
-    if json {
+    if output == KeyOutput::Json {
         print_json(&created)?;
     } else {
-        match (&created.e2b_key, e2b) {
-            (Some(e2b_key), true) => println!("{e2b_key}"),
+        match (&created.e2b_key, output) {
+            (Some(e2b_key), KeyOutput::E2b) => println!("{e2b_key}"),
             _ => println!("{}", created.key),
         }
         eprintln!(
-            "paddock: {}key {} for tenant {} created; it is shown only this once",
-            if admin { "admin " } else { "" },
+            "paddock: {}key {} for tenant {} created{}; it is shown only this once",
+            if created.admin { "admin " } else { "" },
             created.id,
-            created.tenant
+            created.tenant,
+            if created.change_network {
+                ""
+            } else {
+                " (it may not change sandbox networks)"
+            },
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -160,6 +187,7 @@ fn audit_row(action: &str, tenant: &str, record: &ApiKeyRecord, now: i64) -> New
         detail: serde_json::json!({
             "key_id": record.id,
             "admin": record.admin,
+            "change_network": record.change_network,
             "via": "cli",
         }),
     }
@@ -171,6 +199,7 @@ fn key_info(r: &ApiKeyRecord) -> KeyInfo {
         tenant: r.tenant.clone(),
         name: (!r.name.is_empty()).then(|| r.name.clone()),
         admin: r.admin,
+        change_network: r.change_network,
         created_at: rfc3339(r.created_at_ms),
         revoked_at: r.revoked_at_ms.map(rfc3339),
         last_used_at: r.last_used_at_ms.map(rfc3339),
@@ -188,4 +217,45 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_create_records_the_network_change_permission() {
+        let store = Store::open_in_memory().expect("store");
+        for (name, change_network) in [("limited", false), ("full", true)] {
+            let permissions = KeyPermissions {
+                admin: false,
+                change_network,
+            };
+            create(&store, "acme", Some(name), permissions, KeyOutput::Json).expect("created");
+        }
+        let keys = store.list_api_keys(Some("acme")).expect("list");
+        let key = |name: &str| keys.iter().find(|k| k.name == name).expect("listed");
+        assert!(
+            !key("limited").change_network && key("full").change_network,
+            "{keys:?}"
+        );
+        let rows = store
+            .query_audit(&paddock_store::AuditFilter {
+                action: Some("key.create".into()),
+                limit: 10,
+                ..Default::default()
+            })
+            .expect("audit");
+        let recorded = |name: &str| {
+            let row = rows
+                .iter()
+                .find(|r| r.detail["key_id"] == key(name).id.as_str())
+                .expect("its row");
+            row.detail["change_network"].clone()
+        };
+        assert_eq!(
+            (recorded("limited"), recorded("full")),
+            (false.into(), true.into())
+        );
+    }
 }

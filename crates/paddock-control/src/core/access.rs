@@ -69,6 +69,7 @@ impl SandboxService {
             tenant,
             key_id: via.to_owned(),
             admin: false,
+            change_network: true,
         })
     }
 

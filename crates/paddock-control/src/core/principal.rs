@@ -9,6 +9,10 @@ pub struct Principal {
     pub key_id: String,
     /// Admin keys manage keys and tenants, read every tenant's audit rows and the metrics.
     pub admin: bool,
+    /// May change a live sandbox's network policy and secrets (`set_network`); a key made without
+    /// this permission is refused there with `forbidden`. Paddock's own principals (recovery, the
+    /// operator's templates, a sandbox's door) keep it: they act as keys did before it existed.
+    pub change_network: bool,
 }
 
 /// The tenant of the bootstrap admin key, which also owns the templates the server's

@@ -74,6 +74,7 @@ impl SandboxService {
             tenant,
             key_id: String::new(),
             admin: false,
+            change_network: true,
         };
         let rows = match self.process_rows(&sb.id).await {
             Ok(rows) => rows,

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use paddock_store::{ApiKeyRecord, AuditFilter, StoreError, TenantQuota, TenantRecord};
+use paddock_store::{ApiKeyRecord, AuditFilter, KeyPermissions, StoreError, TenantQuota, TenantRecord};
 use paddock_types::api::{
     AuditPage, AuditQuery, AuditRecord, AuditVerification, BrokenAuditRow, CreateKeyRequest, CreatedKey,
     ErrorCode, KeyInfo, KeyList, TenantInfo, TenantList, TenantQuotaBody, TenantUsageBody,
@@ -66,6 +66,7 @@ fn key_info(k: ApiKeyRecord) -> KeyInfo {
         tenant: k.tenant,
         name: Some(k.name).filter(|n| !n.is_empty()),
         admin: k.admin,
+        change_network: k.change_network,
         created_at: rfc3339(k.created_at_ms),
         revoked_at: k.revoked_at_ms.map(rfc3339),
         last_used_at: k.last_used_at_ms.map(rfc3339),
@@ -99,6 +100,7 @@ impl SandboxService {
                 tenant: k.tenant,
                 key_id: k.id,
                 admin: k.admin,
+                change_network: k.change_network,
             }),
             None => {
                 // The key id part (never the secret) helps tell a revoked key from garbage.
@@ -145,6 +147,7 @@ impl SandboxService {
             e2b_key: paddock_store::e2b_spelling(&key),
             key,
             admin: true,
+            change_network: record.change_network,
         }))
     }
 
@@ -156,16 +159,21 @@ impl SandboxService {
         if name.len() > 256 {
             return Err(ServiceError::invalid("name", "at most 256 bytes"));
         }
-        let (tenant, admin) = (req.tenant.clone(), req.admin);
+        let permissions = KeyPermissions {
+            admin: req.admin,
+            change_network: req.change_network,
+        };
+        let tenant = req.tenant.clone();
         let row = AuditEntry::ok(p, AuditAction::KeyCreate, None).pending();
         let (record, key) = self
             .db("create an API key", move |s| {
                 s.transaction(|tx| {
-                    let (record, key) = tx.create_api_key(&tenant, &name, admin, now_ms())?;
+                    let (record, key) = tx.create_api_key_with(&tenant, &name, permissions, now_ms())?;
                     let row = row.detail(audit::KeyCreated {
                         key_id: record.id.clone(),
                         for_tenant: record.tenant.clone(),
-                        admin,
+                        admin: permissions.admin,
+                        change_network: permissions.change_network,
                     });
                     audit::append(tx, &row)?;
                     Ok::<_, StoreError>((record, key))
@@ -177,7 +185,8 @@ impl SandboxService {
             tenant: record.tenant,
             e2b_key: paddock_store::e2b_spelling(&key),
             key,
-            admin,
+            admin: permissions.admin,
+            change_network: permissions.change_network,
         })
     }
 

@@ -9,7 +9,7 @@
 
 use paddock_egress::SandboxCaKey;
 use paddock_store::{AuditFilter, SandboxNetworkRecord};
-use paddock_types::api::{NetworkEvent, SandboxNetworkInfo, SetNetworkRequest};
+use paddock_types::api::{ErrorCode, NetworkEvent, SandboxNetworkInfo, SetNetworkRequest};
 use paddock_types::SandboxId;
 
 use crate::core::audit::{self, AuditAction, AuditEntry};
@@ -90,13 +90,23 @@ impl SandboxService {
     }
 
     /// `PUT /v1/sandboxes/{id}/network`: a new policy and/or secret list, recorded and applied to new
-    /// connections at once.
+    /// connections at once. Only for a key that may change networks (`Principal::change_network`).
+    /// A policy with an allow rule the operator's deny list makes useless is refused, as at create.
     pub async fn set_network(
         &self,
         p: &Principal,
         id: &SandboxId,
         req: SetNetworkRequest,
     ) -> Result<SandboxNetworkInfo, ServiceError> {
+        // Before any lookup, so the answer is the same whichever sandbox the id names (and like
+        // `require_admin`, a refusal writes no row: nothing was attempted).
+        if !p.change_network {
+            return Err(ServiceError::new(
+                ErrorCode::Forbidden,
+                "changing a sandbox's network needs a key that may change networks (this key was made \
+                 with change_network false)",
+            ));
+        }
         self.owned_record(p, id).await?;
         let mut row = self.network_row(id).await?;
         // Every check before the one write: a refused request changes nothing.

@@ -11,6 +11,7 @@ fn key(tenant: &str, admin: bool) -> CreateKeyRequest {
         tenant: tenant.into(),
         name: Some(format!("{tenant} key")),
         admin,
+        change_network: true,
     }
 }
 
@@ -127,6 +128,7 @@ async fn keys_and_tenants_are_the_admins_and_a_revoked_key_is_refused() {
                 tenant: "x".into(),
                 name: Some("n".repeat(300)),
                 admin: false,
+                change_network: true,
             },
         )
         .await,

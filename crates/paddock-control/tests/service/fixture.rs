@@ -77,6 +77,7 @@ impl Fixture {
                 tenant: paddock_control::ADMIN_TENANT.into(),
                 key_id: String::new(),
                 admin: true,
+                change_network: true,
             },
         };
         let mut fixture = Self {
@@ -101,6 +102,7 @@ impl Fixture {
                     tenant: tenant.into(),
                     name: None,
                     admin: false,
+                    change_network: true,
                 },
             )
             .await

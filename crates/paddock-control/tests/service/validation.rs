@@ -300,6 +300,7 @@ async fn file_list_and_admin_requests_name_their_bad_field() {
                 tenant: "Not A Tenant".into(),
                 name: None,
                 admin: false,
+                change_network: true,
             },
         )
         .await,

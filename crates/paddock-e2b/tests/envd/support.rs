@@ -57,6 +57,7 @@ impl Env {
                             tenant: name.into(),
                             name: None,
                             admin: false,
+                            change_network: true,
                         },
                     )
                     .await

@@ -93,6 +93,7 @@ impl Env {
                     tenant: tenant.into(),
                     name: None,
                     admin: false,
+                    change_network: true,
                 },
             )
             .await

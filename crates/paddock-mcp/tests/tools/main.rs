@@ -8,6 +8,7 @@ mod support;
 mod calls;
 mod code;
 mod files;
+mod limits;
 mod network;
 mod ports;
 mod processes;

@@ -59,7 +59,7 @@ CREATE TABLE api_keys (
     created_at_ms   INTEGER NOT NULL,
     revoked_at_ms   INTEGER,
     last_used_at_ms INTEGER
-) STRICT;
+, change_network INTEGER NOT NULL DEFAULT 1 CHECK (change_network IN (0, 1))) STRICT;
 
 -- table audit
 CREATE TABLE audit (

@@ -15,6 +15,15 @@ pub struct CreateKeyRequest {
     /// May manage keys, tenants and read every tenant's audit log.
     #[serde(default)]
     pub admin: bool,
+    /// May change a live sandbox's network policy and injected secrets after creation (`PUT
+    /// /v1/sandboxes/{id}/network`; refused with `forbidden` otherwise). Allowed when absent: set it
+    /// to `false` for a key whose sandboxes must keep the network they were created with.
+    #[serde(default = "allowed")]
+    pub change_network: bool,
+}
+
+fn allowed() -> bool {
+    true
 }
 
 /// A newly created key: the only time `key` is ever shown.
@@ -32,6 +41,9 @@ pub struct CreatedKey {
     pub e2b_key: Option<String>,
     /// Admin key.
     pub admin: bool,
+    /// May change a live sandbox's network policy and secrets.
+    #[serde(default = "allowed")]
+    pub change_network: bool,
 }
 
 /// A key as listed (never the secret).
@@ -46,6 +58,9 @@ pub struct KeyInfo {
     pub name: Option<String>,
     /// Admin key.
     pub admin: bool,
+    /// May change a live sandbox's network policy and secrets.
+    #[serde(default = "allowed")]
+    pub change_network: bool,
     /// Creation time (RFC 3339).
     pub created_at: String,
     /// Revocation time, if revoked.

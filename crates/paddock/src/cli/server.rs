@@ -75,6 +75,10 @@ pub enum KeysCommand {
         /// May manage keys and tenants and read every tenant's audit log.
         #[arg(long)]
         admin: bool,
+        /// May not change a live sandbox's network policy or secrets after creating it (`PUT
+        /// /v1/sandboxes/{id}/network` is refused with `forbidden`); keys may by default.
+        #[arg(long)]
+        no_change_network: bool,
         /// Print the key in E2B's spelling (`e2b_` and hex, for `E2B_API_KEY`); both spellings work
         /// on both APIs.
         #[arg(long, conflicts_with = "json")]
@@ -125,5 +129,24 @@ mod tests {
         for bad in ["", "0s", "soon", "-1m"] {
             assert!(parse_human_duration(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn keys_create_takes_no_change_network() {
+        use clap::Parser;
+        let create = |extra: &[&str]| {
+            let args = [&["paddock", "keys", "create", "--tenant", "t"][..], extra].concat();
+            match crate::cli::Cli::try_parse_from(args).map(|c| c.command) {
+                Ok(crate::cli::Command::Keys {
+                    command:
+                        KeysCommand::Create {
+                            no_change_network, ..
+                        },
+                }) => no_change_network,
+                other => panic!("not keys create: {other:?}"),
+            }
+        };
+        assert!(!create(&[]));
+        assert!(create(&["--no-change-network"]));
     }
 }

@@ -242,6 +242,7 @@ details! {
         key_id: String,
         for_tenant: String,
         admin: bool,
+        change_network: bool,
     }
 
     /// A tenant's quota set.

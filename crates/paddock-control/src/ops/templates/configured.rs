@@ -110,6 +110,7 @@ impl SandboxService {
             tenant: ADMIN_TENANT.to_owned(),
             key_id: "server-config".to_owned(),
             admin: true,
+            change_network: true,
         };
         let source = configured_source(t);
         // The operator's tenant exists once an admin key does; a fresh store may not have it yet.

@@ -11,6 +11,7 @@ mod files;
 mod lifecycle;
 mod limits;
 mod listener;
+mod network_keys;
 mod path_attacks;
 mod quotas;
 mod snapshots;

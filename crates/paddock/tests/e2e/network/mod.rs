@@ -3,3 +3,4 @@
 
 mod audit;
 mod egress;
+mod reachable;

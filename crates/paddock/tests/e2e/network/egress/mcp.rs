@@ -1,6 +1,8 @@
-//! MCP's URL transfers (`file_download_url`, `file_upload_url`) on a networked sandbox: the sandbox
+//! MCP on networked sandboxes. URL transfers (`file_download_url`, `file_upload_url`): the sandbox
 //! itself fetches and sends, so its policy decides what is reachable (an allowed host answers, any
-//! other is refused by the egress proxy), and the bytes land where the tools say.
+//! other is refused by the egress proxy), and the bytes land where the tools say. The network
+//! tools: an allowlist the operator's deny list makes useless is refused at `sandbox_create`, and
+//! `network_set` changes a policy only for a key allowed to.
 
 use serde_json::json;
 
@@ -85,7 +87,45 @@ fn url_transfers_go_through_the_sandboxs_own_network_policy() {
         )
         .await);
         assert!(bad.starts_with("invalid_request:"), "{bad}");
+
+        // An allowlist inside the operator's deny list is refused at create, naming the rule.
+        let shadowed = error_text(&call(
+            &client,
+            "sandbox_create",
+            json!({"network_allow": ["allowed.test", "10.1.2.0/24"]}),
+        )
+        .await);
+        assert!(shadowed.starts_with("invalid_request: network.allow[1]:"), "{shadowed}");
+
+        // The policy changes for this key, not for one made without the permission.
+        let changed = ok(&call(
+            &client,
+            "network_set",
+            json!({"sandbox_id": id, "policy": {"allow": [{"domain": "other.test"}]}}),
+        )
+        .await);
+        assert_eq!(changed["policy"]["allow"], json!([{"domain": "other.test"}]), "{changed}");
+        let made = h
+            .admin
+            .post(
+                "/v1/keys",
+                json!({"tenant": "mcpurl", "name": "agent", "change_network": false}),
+            )
+            .await
+            .ok(201);
+        let limited = connect(&service, made["key"].as_str().expect("a key")).await;
+        let forbidden = error_text(&call(
+            &limited,
+            "network_set",
+            json!({"sandbox_id": id, "policy": {"allow": [{"domain": "allowed.test"}]}}),
+        )
+        .await);
+        assert!(forbidden.starts_with("forbidden:"), "{forbidden}");
+        let kept = ok(&call(&limited, "network_get", json!({"sandbox_id": id})).await);
+        assert_eq!(kept["policy"]["allow"], json!([{"domain": "other.test"}]), "{kept}");
+
         ok(&call(&client, "sandbox_kill", json!({"sandbox_id": id})).await);
         client.cancel().await.expect("closed");
+        limited.cancel().await.expect("closed");
     });
 }
