@@ -129,9 +129,9 @@ mod values;
 
 pub use audit::AuditSettings;
 pub use e2b::E2bSettings;
-pub use mcp::McpEndpointSettings;
 pub use http::{HttpSettings, API_FD_OVERHEAD};
 use layers::LimitsLayer;
+pub use mcp::McpEndpointSettings;
 pub use ports::PortsSettings;
 pub use registry::RegistrySettings;
 pub(crate) use values::{human_duration, Human, Rootfs, Size};

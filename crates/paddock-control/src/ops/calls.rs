@@ -53,7 +53,11 @@ impl ToolCallOutcome {
 
 impl SandboxService {
     /// Appends the `mcp.call` row of a tool call `p` made.
-    pub async fn record_tool_call(&self, p: &Principal, call: ToolCallRecord<'_>) -> Result<(), ServiceError> {
+    pub async fn record_tool_call(
+        &self,
+        p: &Principal,
+        call: ToolCallRecord<'_>,
+    ) -> Result<(), ServiceError> {
         let text = call.arguments.to_string();
         let detail = audit::ToolCall {
             tool: call.tool.to_owned(),

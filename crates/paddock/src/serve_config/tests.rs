@@ -605,7 +605,10 @@ fn the_mcp_section_loads_validates_and_round_trips() {
     for (text, named) in [
         ("[mcp]\npublic_url = \"ftp://x\"\n", "mcp.public_url"),
         ("[mcp]\nallowed_hosts = [\"https://x/\"]\n", "mcp.allowed_hosts"),
-        ("[mcp]\nallowed_origins = [\"https://x/path\"]\n", "mcp.allowed_origins"),
+        (
+            "[mcp]\nallowed_origins = [\"https://x/path\"]\n",
+            "mcp.allowed_origins",
+        ),
         ("[mcp]\nmax_sessions = 0\n", "mcp.max_sessions"),
         ("[mcp]\nsessions = 3\n", "sessions"),
     ] {

@@ -12,8 +12,8 @@ mod backend;
 pub mod crash;
 mod env;
 pub mod harness;
-pub mod mcp;
 mod host;
+pub mod mcp;
 pub mod registry;
 pub mod server;
 
