@@ -1,7 +1,8 @@
 """The official MCP Python SDK (`mcp` on PyPI, pinned in requirements-mcp.txt) driving paddock's MCP
 server in both protocol generations (`initialize`-based 2025-11-25 and stateless 2026-07-28): list
-tools, call each, structured results, a non-zero exit as data, failures as `isError`, progress
-while a command runs, tenancy, and the transport's own refusals.
+tools, call each one (its structured result checked, by this script and by the SDK against the
+tool's output schema), a non-zero exit as data, failures as `isError`, progress while a command
+runs, tenancy, and the transport's own refusals.
 
 Transports (the first argument):
 - `http` (default): `paddock serve`'s `/mcp` at PADDOCK_MCP_URL, with PADDOCK_API_KEY and
@@ -26,7 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 TRANSPORT = sys.argv[1] if len(sys.argv) > 1 else "http"
 KEY = os.environ.get("PADDOCK_API_KEY", "")
 OTHER = os.environ.get("PADDOCK_OTHER_KEY")
-# The tools this check calls (the exact list is checked by paddock-mcp's own tests).
+# The tools the agent's scenario calls (every other listed tool gets one call too).
 USED = {"checkpoint", "file_edit", "file_list", "file_read", "file_write", "rollback", "run_command",
         "sandbox_create", "sandbox_kill", "sandbox_list"}
 
@@ -52,8 +53,94 @@ def error_text(result):
     return result.content[0].text
 
 
+class Recording:
+    """A client that notes the name of every tool called through it."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.called = set()
+
+    async def call_tool(self, name, arguments=None, **kwargs):
+        self.called.add(name)
+        return await self.inner.call_tool(name, arguments, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+async def until(c, tool, args, done, what):
+    """Calls `tool` until `done` holds of its result (paced; a minute's deadline as a safety net)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while True:
+        result = ok(await c.call_tool(tool, args))
+        if done(result):
+            return result
+        assert loop.time() < deadline, (what, result)
+        await asyncio.sleep(0.05)
+
+
+def ok_or_error(result, codes):
+    """A result, or a failure with one of `codes` (what this server's setup may answer)."""
+    if result.is_error:
+        text = error_text(result)
+        assert text.split(":")[0] in codes, text
+        return None
+    return ok(result)
+
+
+async def every_other_tool(c, sid):
+    """One call of each tool the scenario does not call, each checked (the SDK also checks every
+    structured result against the tool's output schema)."""
+    info = ok(await c.call_tool("sandbox_info", {"sandbox_id": sid}))
+    assert info["state"] == "running" and info["sandbox_id"] == sid, info
+    ok(await c.call_tool("sandbox_extend", {"sandbox_id": sid, "timeout_secs": 600}))
+    # A background process: stdin written and closed, output read from offsets, exit seen.
+    pid = ok(await c.call_tool("process_start", {"sandbox_id": sid, "command": "cat", "stdin_open": True}))["pid"]
+    ok(await c.call_tool("process_write", {"sandbox_id": sid, "pid": pid, "data": "hello\n", "close": True}))
+    read = {"sandbox_id": sid, "pid": pid, "stdout_from": 0, "stderr_from": 0}
+    ended = await until(c, "process_read", read, lambda r: not r["running"], "cat's end")
+    assert (ended["stdout"], ended["exit_code"]) == ("hello\n", 0), ended
+    sleeper = ok(await c.call_tool("process_start", {"sandbox_id": sid, "command": "sleep 600"}))["pid"]
+    assert sleeper in [p["pid"] for p in ok(await c.call_tool("process_list", {"sandbox_id": sid}))["processes"]]
+    ok(await c.call_tool("process_signal", {"sandbox_id": sid, "pid": sleeper, "signal": "TERM"}))
+    read = {"sandbox_id": sid, "pid": sleeper, "stdout_from": 0, "stderr_from": 0}
+    killed = await until(c, "process_read", read, lambda r: not r["running"], "the sleeper's end")
+    assert killed["exit_code"] == 143, killed
+    # Paths.
+    assert ok(await c.call_tool("file_stat", {"sandbox_id": sid, "path": "/home/user/proj/main.py"}))["kind"] == "file"
+    ok(await c.call_tool("file_mkdir", {"sandbox_id": sid, "path": "/home/user/proj/sub"}))
+    ok(await c.call_tool("file_move", {"sandbox_id": sid, "from": "/home/user/proj/main.py", "to": "/home/user/proj/sub/main.py"}))
+    ok(await c.call_tool("file_remove", {"sandbox_id": sid, "path": "/home/user/proj/sub", "recursive": True}))
+    # State: a named snapshot, a checkpoint committed, a fork (removed again).
+    snap = ok(await c.call_tool("snapshot_create", {"sandbox_id": sid, "name": "s1"}))
+    listed = ok(await c.call_tool("snapshot_list", {"sandbox_id": sid}))
+    assert snap["snapshot_id"] in [s["snapshot_id"] for s in listed["snapshots"]], listed
+    ok(await c.call_tool("checkpoint", {"sandbox_id": sid}))
+    ok(await c.call_tool("commit", {"sandbox_id": sid}))
+    forks = ok(await c.call_tool("sandbox_fork", {"sandbox_id": sid, "count": 1}))["sandboxes"]
+    assert len(forks) == 1, forks
+    ok(await c.call_tool("sandbox_kill", {"sandbox_id": forks[0]["sandbox_id"]}))
+    # A code cell on the host's kernels.
+    cell = ok(await c.call_tool("run_code", {"sandbox_id": sid, "code": "6 * 7"}))
+    assert cell["results"][0]["text"] == "42", cell
+    # This sandbox has no network: the network tools and URL transfers answer with a failure
+    # (a URL on the sandbox's own loopback, so nothing could leave it anyway).
+    ok_or_error(await c.call_tool("network_get", {"sandbox_id": sid}), {"invalid_request"})
+    ok_or_error(await c.call_tool("network_set", {"sandbox_id": sid, "policy": {"allow": []}}),
+                {"invalid_request", "unsupported"})
+    url = ok_or_error(await c.call_tool("port_url", {"sandbox_id": sid, "port": 8000}), {"unsupported"})
+    if url is not None:
+        assert url["url"].endswith(f"/v1/sandboxes/{sid}/ports/8000/http/"), url
+    for tool, args in [("file_download_url", {"url": "http://127.0.0.1:9/x", "path": "/tmp/x"}),
+                       ("file_upload_url", {"url": "http://127.0.0.1:9/x", "path": "/home/user/proj/calc.py"})]:
+        failed = error_text(await c.call_tool(tool, dict(args, sandbox_id=sid)))
+        assert failed.split(":")[0] in ("unavailable", "unsupported"), failed
+
+
 async def scenario(mode):
-    async with client(KEY, mode) as c:
+    async with client(KEY, mode) as plain:
+        c = Recording(plain)
         tools = (await c.list_tools()).tools
         assert USED <= {t.name for t in tools}, [t.name for t in tools]
         assert all(t.output_schema for t in tools), tools
@@ -97,6 +184,7 @@ async def scenario(mode):
         assert (passed["exit_code"], passed["stdout"]) == (0, "passed\n"), passed
         names = [e["name"] for e in ok(await c.call_tool("file_list", {"sandbox_id": sid, "path": "/home/user/proj"}))["entries"]]
         assert {"calc.py", "main.py", "test_calc.py"} <= set(names), names
+        await every_other_tool(c, sid)
         if OTHER is not None:
             # Another key's tenant: the sandbox is not there.
             async with client(OTHER, mode) as other:
@@ -107,6 +195,8 @@ async def scenario(mode):
         assert [s["sandbox_id"] for s in listed["sandboxes"]] == [sid], listed
         ok(await c.call_tool("sandbox_kill", {"sandbox_id": sid}))
         assert ok(await c.call_tool("sandbox_list", {}))["sandboxes"] == []
+        # Every tool the server lists was called.
+        assert c.called == {t.name for t in tools}, sorted({t.name for t in tools} - c.called)
     print("ok:", mode, flush=True)
 
 
