@@ -18,13 +18,9 @@ use rmcp::{tool, tool_router, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::{failure, sandbox_id, wire_name, MAX_OUTPUT};
+use crate::tools::{failure, sandbox_id, time_limit, wire_name, MAX_OUTPUT};
 use crate::PaddockMcp;
 
-/// A cell's time limit when `run_code` names none.
-pub const DEFAULT_CELL_TIMEOUT_SECS: u64 = 60;
-/// The longest time limit `run_code` accepts.
-const MAX_CELL_TIMEOUT_SECS: u64 = 3600;
 /// Bytes of the results' text `run_code` returns, all results together.
 const MAX_RESULT_TEXT: usize = 64 * 1024;
 /// The most images `run_code` returns.
@@ -227,12 +223,7 @@ impl PaddockMcp {
     ) -> Result<CallToolResult, String> {
         let p = self.principal(&ctx)?;
         let id = sandbox_id(&args.sandbox_id)?;
-        let timeout = args.timeout_secs.unwrap_or(DEFAULT_CELL_TIMEOUT_SECS);
-        if timeout == 0 || timeout > MAX_CELL_TIMEOUT_SECS {
-            return Err(format!(
-                "invalid_request: timeout_secs: between 1 and {MAX_CELL_TIMEOUT_SECS}"
-            ));
-        }
+        let timeout = time_limit(args.timeout_secs)?;
         let request = RunCodeRequest {
             code: args.code,
             language: args.language,

@@ -7,7 +7,7 @@
 //! messages and its Streamable HTTP client transport sends them (the `initialize` handshake and
 //! session of the older generation, or the 2026-07-28 generation's per-request headers, and
 //! cancellation by closing a request's stream); every message the server sends back goes to
-//! stdout. Sends run concurrently, so a long tool call never holds up the next request.
+//! stdout. The client's messages reach the server in the order it sent them.
 //!
 //! What it does not do: write anything but protocol messages to stdout (logs go to stderr), keep
 //! running once stdin closes, or authenticate (the server does, with the key it is given).
@@ -15,7 +15,7 @@
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{IntoTransport, StreamableHttpClientTransport, Transport};
 use rmcp::{RoleClient, RoleServer, ServiceExt as _};
-use tokio::task::JoinSet;
+use tokio::sync::mpsc;
 
 use crate::PaddockMcp;
 
@@ -54,7 +54,17 @@ pub async fn relay(url: &str, api_key: &str) -> Result<(), StdioError> {
         StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(api_key.to_owned());
     let mut server: StreamableHttpClientTransport<_> = StreamableHttpClientTransport::from_config(config);
     let mut client = IntoTransport::<RoleServer, std::io::Error, _>::into_transport(rmcp::transport::stdio());
-    let mut sends = JoinSet::new();
+    // The client's messages go to the server in the order it sent them (a session's
+    // `notifications/initialized` before its next request): one task sends them one after the
+    // other. A send ends once the server has taken the message (a request's answer streams on
+    // afterwards), so a long tool call does not hold up the next message.
+    let (queue, mut queued) = mpsc::channel::<SendFuture>(SEND_QUEUE);
+    let mut sender = tokio::spawn(async move {
+        while let Some(send) = queued.recv().await {
+            send.await?;
+        }
+        Ok::<(), String>(())
+    });
     let failure = |message: String| StdioError::Server {
         url: url.to_owned(),
         message,
@@ -63,7 +73,11 @@ pub async fn relay(url: &str, api_key: &str) -> Result<(), StdioError> {
         tokio::select! {
             from_client = Transport::<RoleServer>::receive(&mut client) => match from_client {
                 Some(message) => {
-                    sends.spawn(Transport::<RoleClient>::send(&mut server, message));
+                    let send = Transport::<RoleClient>::send(&mut server, message);
+                    let send: SendFuture = Box::pin(async move { send.await.map_err(|e| e.to_string()) });
+                    if queue.send(send).await.is_err() {
+                        break Err(failure("the relay's sender stopped".to_owned()));
+                    }
                 }
                 None => break Ok(()),
             },
@@ -75,16 +89,22 @@ pub async fn relay(url: &str, api_key: &str) -> Result<(), StdioError> {
                 }
                 None => break Ok(()),
             },
-            Some(sent) = sends.join_next() => match sent {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => break Err(failure(e.to_string())),
+            sent = &mut sender => match sent {
+                Ok(Ok(())) => break Ok(()),
+                Ok(Err(e)) => break Err(failure(e)),
                 Err(e) => break Err(failure(e.to_string())),
             },
         }
     };
-    sends.abort_all();
+    sender.abort();
     if let Err(e) = Transport::<RoleClient>::close(&mut server).await {
         tracing::debug!(error = %e, "closing the relay's session");
     }
     result
 }
+
+/// A send of one client message to the server, started in order.
+type SendFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send>>;
+
+/// Client messages waiting to be sent (reading stdin waits beyond this).
+const SEND_QUEUE: usize = 64;

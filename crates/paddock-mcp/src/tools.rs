@@ -23,9 +23,9 @@ use crate::files::count_lines;
 use crate::progress::Progress;
 use crate::PaddockMcp;
 
-/// A command's time limit when `run_command` names none.
+/// A command's, cell's or transfer's time limit when the call names none.
 pub const DEFAULT_COMMAND_TIMEOUT_SECS: u64 = 60;
-/// The longest time limit `run_command` accepts.
+/// The longest time limit those tools accept.
 const MAX_COMMAND_TIMEOUT_SECS: u64 = 3600;
 /// Bytes of each output stream `run_command` returns (the command runs to its end either way).
 pub const MAX_OUTPUT: usize = 256 * 1024;
@@ -129,6 +129,18 @@ pub(crate) fn failure(e: ServiceError) -> String {
         Some(field) => format!("{}: {field}: {}", e.code.as_str(), e.message),
         None => format!("{}: {}", e.code.as_str(), e.message),
     }
+}
+
+/// A call's `timeout_secs`: [`DEFAULT_COMMAND_TIMEOUT_SECS`] when absent, refused outside 1 to
+/// [`MAX_COMMAND_TIMEOUT_SECS`].
+pub(crate) fn time_limit(secs: Option<u64>) -> Result<u64, String> {
+    let secs = secs.unwrap_or(DEFAULT_COMMAND_TIMEOUT_SECS);
+    if secs == 0 || secs > MAX_COMMAND_TIMEOUT_SECS {
+        return Err(format!(
+            "invalid_request: timeout_secs: between 1 and {MAX_COMMAND_TIMEOUT_SECS}"
+        ));
+    }
+    Ok(secs)
 }
 
 pub(crate) fn sandbox_id(text: &str) -> Result<SandboxId, String> {
@@ -287,12 +299,7 @@ impl PaddockMcp {
     ) -> Result<Json<CommandResult>, String> {
         let p = self.principal(&ctx)?;
         let id = sandbox_id(&args.sandbox_id)?;
-        let timeout = args.timeout_secs.unwrap_or(DEFAULT_COMMAND_TIMEOUT_SECS);
-        if timeout == 0 || timeout > MAX_COMMAND_TIMEOUT_SECS {
-            return Err(format!(
-                "invalid_request: timeout_secs: between 1 and {MAX_COMMAND_TIMEOUT_SECS}"
-            ));
-        }
+        let timeout = time_limit(args.timeout_secs)?;
         let request = ExecRequest {
             shell: Some(args.command),
             cwd: args.cwd,

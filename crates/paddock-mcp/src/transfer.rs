@@ -16,11 +16,8 @@ use rmcp::{tool, tool_router, Json, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::{sandbox_id, DEFAULT_COMMAND_TIMEOUT_SECS};
+use crate::tools::{sandbox_id, time_limit};
 use crate::PaddockMcp;
-
-/// The longest time limit the transfer tools accept.
-const MAX_TRANSFER_SECS: u64 = 3600;
 
 /// The download, by whichever client the sandbox has: `$1` the URL, `$2` the file.
 const DOWNLOAD: &str = r#"set -eu
@@ -116,16 +113,6 @@ fn web_url(url: &str) -> Result<&str, String> {
         ));
     }
     Ok(url)
-}
-
-fn time_limit(secs: Option<u64>) -> Result<u64, String> {
-    let secs = secs.unwrap_or(DEFAULT_COMMAND_TIMEOUT_SECS);
-    if secs == 0 || secs > MAX_TRANSFER_SECS {
-        return Err(format!(
-            "invalid_request: timeout_secs: between 1 and {MAX_TRANSFER_SECS}"
-        ));
-    }
-    Ok(secs)
 }
 
 /// The failure a transfer command's end means.
@@ -248,6 +235,7 @@ mod tests {
         }
         assert_eq!(time_limit(None), Ok(60));
         assert!(time_limit(Some(0)).is_err() && time_limit(Some(3601)).is_err());
+        assert_eq!(time_limit(Some(3600)), Ok(3600));
     }
 
     #[test]

@@ -293,15 +293,6 @@ const fn no_fixture_tool(check: &'static str) -> KnownFailure {
     }
 }
 
-/// A caching check of a list method paddock does not offer (it declares only `tools`).
-const fn no_such_list(check: &'static str) -> KnownFailure {
-    KnownFailure {
-        check,
-        message: "returned JSON-RPC error -32601",
-        why: "paddock has no prompts or resources (it declares only the tools capability)",
-    }
-}
-
 /// Every server scenario of `--spec-version 2025-11-25` that applies to a server without the suite's
 /// fixture tools, prompts and resources. Not run, because they call fixture tools, prompts or
 /// resources (or `logging/setLevel`, which paddock does not offer) and so fail on any server but
@@ -339,11 +330,7 @@ const SCENARIOS_2026_07_28: &[Scenario] = &[
     pass("sep-2164-resource-not-found"),
     Scenario {
         name: "caching",
-        known_failures: &[
-            no_such_list("sep-2549-prompts-list-caching-hints"),
-            no_such_list("sep-2549-resources-list-caching-hints"),
-            no_such_list("sep-2549-resources-templates-list-caching-hints"),
-        ],
+        known_failures: &[],
     },
     pass("http-header-validation"),
     pass("input-required-result-unsupported-methods"),
