@@ -90,6 +90,17 @@ pub enum AgentClientError {
     /// The connection is closed (the agent exited, or the socket broke).
     #[error("the agent connection is closed")]
     Closed,
+    /// The request does not fit in one message of the protocol (a command, its environment and
+    /// settings together over [`paddock_protocol::MAX_HEADER_LEN`] bytes): nothing was sent.
+    #[error("{op} is {len} bytes encoded, more than the {max} one request may be")]
+    TooLarge {
+        /// The request.
+        op: &'static str,
+        /// Its encoded size.
+        len: usize,
+        /// The most one request may be.
+        max: usize,
+    },
 }
 
 impl AgentClientError {
@@ -669,10 +680,15 @@ impl AgentClient {
     ) -> Result<Answer, AgentClientError> {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let mut frame = Vec::new();
-        encode_frame(&ClientMessage { id, request }, payload, &mut frame).map_err(|err| {
-            AgentClientError::Protocol {
+        encode_frame(&ClientMessage { id, request }, payload, &mut frame).map_err(|err| match err {
+            paddock_protocol::FrameError::HeaderTooLarge(len) => AgentClientError::TooLarge {
+                op,
+                len,
+                max: paddock_protocol::MAX_HEADER_LEN,
+            },
+            err => AgentClientError::Protocol {
                 detail: format!("cannot encode {op}: {err}"),
-            }
+            },
         })?;
         let (tx, rx) = oneshot::channel();
         {

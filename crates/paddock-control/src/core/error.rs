@@ -176,6 +176,13 @@ pub(crate) fn process_error(what: &'static str, pid: u32, e: AgentClientError) -
             format!("the sandbox did not answer in time ({what})"),
         ),
         AgentClientError::Closed => ServiceError::new(ErrorCode::SandboxNotRunning, "the sandbox has ended"),
+        AgentClientError::TooLarge { len, max, .. } => ServiceError::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "the command with its environment and settings is {len} bytes, more than the {max} a \
+                 request may be: write a long script to a file and run the file"
+            ),
+        ),
         _ => ServiceError::internal(what, &e),
     }
 }

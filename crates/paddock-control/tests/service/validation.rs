@@ -110,6 +110,11 @@ async fn process_requests_name_their_bad_field() {
     ] {
         refused(exec(request).await, ErrorCode::InvalidRequest, field);
     }
+    // A command too long for one request of the agent's protocol: refused as too large, not as an
+    // internal error, and nothing started.
+    let e = error(exec(json!({"shell": format!("echo {}", "x".repeat(70 * 1024))})).await);
+    assert_eq!(e.code, ErrorCode::PayloadTooLarge, "{e:?}");
+    assert!(e.message.contains("write a long script to a file"), "{e:?}");
     let s = &f.service;
     refused(
         s.set_timeout(&f.a, &id, SetTimeoutRequest { timeout_secs: 0 })
