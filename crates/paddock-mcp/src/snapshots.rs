@@ -1,12 +1,13 @@
 //! The tools of a sandbox's saved states beyond `checkpoint` and `rollback` (in `steps.rs`): take a
-//! named snapshot, list snapshots, keep a step (`commit` drops its checkpoint), and fork a sandbox
-//! into copies that start from its files. Each a thin translation onto the service, as in
-//! `tools.rs`.
+//! named snapshot, list and delete snapshots, keep a step (`commit` drops its checkpoint), and fork
+//! a sandbox into copies that start from its files. Each a thin translation onto the service, as
+//! in `tools.rs`.
 //!
-//! What it does not do: delete, export or import snapshots, or create a sandbox from one (the
-//! `/v1` API does); list more than one page of snapshots (it says when there are more).
+//! What it does not do: export or import snapshots, or create a sandbox from one (the `/v1` API
+//! does); list more than one page of snapshots (it says when there are more).
 
 use paddock_types::api::{CreateSnapshotRequest, ForkRequest, ListSnapshotsQuery, SnapshotInfo};
+use paddock_types::SnapshotId;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, Json, RoleServer};
@@ -54,6 +55,21 @@ pub struct SnapshotListArgs {
     /// Only the snapshots of this sandbox (default: all of yours).
     #[serde(default)]
     pub sandbox_id: Option<String>,
+}
+
+/// `snapshot_delete`'s arguments.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotDeleteArgs {
+    /// The snapshot or checkpoint (from `snapshot_create`, `checkpoint` or `snapshot_list`).
+    pub snapshot_id: String,
+}
+
+/// `snapshot_delete`'s result.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SnapshotDeleted {
+    /// The snapshot removed (its storage is freed).
+    pub snapshot_id: String,
 }
 
 /// `snapshot_list`'s result.
@@ -157,6 +173,27 @@ impl PaddockMcp {
         Ok(Json(SnapshotList {
             snapshots: list.snapshots.into_iter().map(snapshot_summary).collect(),
             truncated: list.next_cursor.is_some(),
+        }))
+    }
+
+    #[tool(
+        name = "snapshot_delete",
+        description = "Delete one of your snapshots or checkpoints and free its storage. A sandbox cannot roll back to it afterwards.",
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = false)
+    )]
+    async fn snapshot_delete(
+        &self,
+        ctx: RequestContext<RoleServer>,
+        Parameters(args): Parameters<SnapshotDeleteArgs>,
+    ) -> Result<Json<SnapshotDeleted>, String> {
+        let p = self.principal(&ctx)?;
+        let id = args
+            .snapshot_id
+            .parse::<SnapshotId>()
+            .map_err(|e| format!("invalid_request: snapshot_id: {e}"))?;
+        self.service.delete_snapshot(&p, &id).await.map_err(failure)?;
+        Ok(Json(SnapshotDeleted {
+            snapshot_id: args.snapshot_id,
         }))
     }
 

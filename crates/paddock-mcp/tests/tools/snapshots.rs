@@ -1,4 +1,4 @@
-//! `snapshot_create`, `snapshot_list`, `commit` and `sandbox_fork`: a named snapshot kept through
+//! `snapshot_create`, `snapshot_list`, `snapshot_delete`, `commit` and `sandbox_fork`: a named snapshot kept through
 //! a rollback to it, a step committed (its checkpoint dropped, its changes kept), copies that start
 //! from the source's files, and another tenant's calls answered as for a missing sandbox.
 
@@ -127,6 +127,25 @@ async fn snapshots_commits_and_forks_keep_and_copy_a_sandboxs_files() {
     assert_eq!(theirs["snapshots"], json!([]), "{theirs}");
     let theirs = structured(&call(&other, "snapshot_list", json!({"sandbox_id": id})).await);
     assert_eq!(theirs["snapshots"], json!([]), "{theirs}");
+
+    // Deleting a snapshot: not another tenant's; then gone, and a rollback to it fails.
+    let refused = failed(&call(&other, "snapshot_delete", json!({"snapshot_id": snap_id})).await);
+    assert!(refused.starts_with("snapshot_not_found:"), "{refused}");
+    let malformed = failed(&call(&client, "snapshot_delete", json!({"snapshot_id": "../x"})).await);
+    assert!(malformed.starts_with("invalid_request:"), "{malformed}");
+    let deleted = structured(&call(&client, "snapshot_delete", json!({"snapshot_id": snap_id})).await);
+    assert_eq!(deleted, json!({"snapshot_id": snap_id}));
+    let listed = structured(&call(&client, "snapshot_list", json!({})).await);
+    assert_eq!(listed["snapshots"], json!([]), "{listed}");
+    let gone = failed(
+        &call(
+            &client,
+            "rollback",
+            json!({"sandbox_id": id, "checkpoint_id": snap_id}),
+        )
+        .await,
+    );
+    assert!(gone.starts_with("snapshot_not_found:"), "{gone}");
 
     for sandbox in copies.iter().chain([&id]) {
         structured(&call(&client, "sandbox_kill", json!({"sandbox_id": sandbox})).await);

@@ -44,6 +44,7 @@ pub const TOOLS: &[&str] = &[
     "sandbox_kill",
     "sandbox_list",
     "snapshot_create",
+    "snapshot_delete",
     "snapshot_list",
 ];
 

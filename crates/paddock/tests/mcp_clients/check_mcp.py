@@ -118,6 +118,9 @@ async def every_other_tool(c, sid):
     assert snap["snapshot_id"] in [s["snapshot_id"] for s in listed["snapshots"]], listed
     ok(await c.call_tool("checkpoint", {"sandbox_id": sid}))
     ok(await c.call_tool("commit", {"sandbox_id": sid}))
+    ok(await c.call_tool("snapshot_delete", {"snapshot_id": snap["snapshot_id"]}))
+    listed = ok(await c.call_tool("snapshot_list", {"sandbox_id": sid}))
+    assert snap["snapshot_id"] not in [s["snapshot_id"] for s in listed["snapshots"]], listed
     forks = ok(await c.call_tool("sandbox_fork", {"sandbox_id": sid, "count": 1}))["sandboxes"]
     assert len(forks) == 1, forks
     ok(await c.call_tool("sandbox_kill", {"sandbox_id": forks[0]["sandbox_id"]}))
