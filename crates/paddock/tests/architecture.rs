@@ -59,6 +59,14 @@ fn crate_dependencies_follow_the_layering() {
         "paddock-protocol",
         &["paddock-sys", "paddock-runtime", "tokio", "libc", "rustix", "nix"],
     );
+    // Approval policies are data and a pure decision: no I/O, no other paddock crate.
+    let policy_deps = deps("paddock-policy");
+    assert!(
+        policy_deps
+            .iter()
+            .all(|d| !d.starts_with("paddock") && d != "tokio"),
+        "paddock-policy depends only on its pattern and serde crates: {policy_deps:?}"
+    );
     // The agent lives next to untrusted workloads: never the host-side runtime (or later control,
     // store, api).
     forbid(
