@@ -56,15 +56,17 @@ pub use tools::{
 const INSTRUCTIONS: &str = "paddock runs each sandbox as a disposable Linux machine. Create one \
 with sandbox_create (it ends by itself after timeout_secs), run commands in it with run_command, \
 read, write, list and edit its files with file_read, file_write, file_list and file_edit (and \
-file_stat, file_mkdir, file_move, file_remove), run servers and other long-running commands in \
-the background with process_start (then process_read, process_write, process_signal, \
-process_list), see a sandbox's state and limits with sandbox_info, save \
-its files with checkpoint and return to them with rollback (commit keeps a step and drops its \
-checkpoint; snapshot_create saves a named state, sandbox_fork copies a sandbox to try \
-alternatives), run notebook-style cells with run_code, read or change its egress policy with \
-network_get and network_set, get the URL of a server it runs with port_url, and remove it with \
-sandbox_kill when the task is done. Nothing you do in a sandbox reaches the host or other \
-sandboxes; its network is what the sandbox's policy allows.";
+file_stat, file_mkdir, file_move, file_remove; file_download_url and file_upload_url move files \
+to and from URLs its network allows), run servers and other long-running commands in the \
+background with process_start (then process_read, process_write, process_signal, process_list), \
+see a sandbox's state and limits with sandbox_info, save its files with checkpoint and return to \
+them with rollback (commit keeps a step and drops its checkpoint; snapshot_create, snapshot_list \
+and snapshot_delete keep named states; sandbox_fork copies a sandbox to try alternatives), run \
+notebook-style cells with run_code, read or change its egress policy with network_get and \
+network_set, get the URL of a server it runs with port_url, and remove it with sandbox_kill when \
+the task is done. Its files are also resources (paddock://sandbox/{id}/file/{path}) you can \
+subscribe to, and the prompt sandbox_rules explains the rules. Nothing you do in a sandbox \
+reaches the host or other sandboxes; its network is what the sandbox's policy allows.";
 
 /// What the operator configures of the MCP front-end beyond the service.
 #[derive(Debug, Clone, Default)]
