@@ -183,7 +183,7 @@ pub(crate) fn panic_response(payload: Box<dyn Any + Send + 'static>) -> Response
 mod tests {
     use super::*;
 
-    const ALL_CODES: [ErrorCode; 27] = [
+    const ALL_CODES: [ErrorCode; 28] = [
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::InvalidRequest,
@@ -211,6 +211,7 @@ mod tests {
         ErrorCode::SecretNotFound,
         ErrorCode::VolumeExists,
         ErrorCode::VolumeInUse,
+        ErrorCode::PolicyNotFound,
     ];
 
     async fn body_json(response: Response) -> serde_json::Value {
@@ -226,7 +227,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_code_is_answered_with_its_status_and_body() {
-        let expected: [(ErrorCode, u16); 27] = [
+        let expected: [(ErrorCode, u16); 28] = [
             (ErrorCode::Unauthorized, 401),
             (ErrorCode::Forbidden, 403),
             (ErrorCode::InvalidRequest, 400),
@@ -254,6 +255,7 @@ mod tests {
             (ErrorCode::SecretNotFound, 404),
             (ErrorCode::VolumeExists, 409),
             (ErrorCode::VolumeInUse, 409),
+            (ErrorCode::PolicyNotFound, 404),
         ];
         assert_eq!(expected.map(|(c, _)| c), ALL_CODES);
         for (code, status) in expected {

@@ -18,8 +18,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::rest::{
-    admin, code, files, meta, network, ports, processes, sandboxes, snapshot_transfer, snapshots, templates,
-    volumes, ws,
+    admin, code, files, meta, network, policies, ports, processes, sandboxes, snapshot_transfer, snapshots,
+    templates, volumes, ws,
 };
 use crate::{observe, ApiError};
 
@@ -89,6 +89,16 @@ where
         .routes(routes!(network::get_network, network::set_network))
         .routes(routes!(network::create_secret, network::list_secrets))
         .routes(routes!(network::delete_secret))
+        .routes(routes!(
+            policies::get_tenant_policy,
+            policies::set_tenant_policy,
+            policies::delete_tenant_policy
+        ))
+        .routes(routes!(
+            policies::get_sandbox_policy,
+            policies::set_sandbox_policy,
+            policies::delete_sandbox_policy
+        ))
         .routes(routes!(processes::exec))
         .routes(routes!(code::run_code))
         .routes(routes!(code::create_context, code::list_contexts))
@@ -161,6 +171,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         (name = "files", description = "Files inside a sandbox"),
         (name = "snapshots", description = "Snapshots of a sandbox's files (never its memory), forks, checkpoint / rollback / commit, pause, stop and resume"),
         (name = "network", description = "Sandbox networks through paddock's egress proxy: policies, recent connections, and secrets injected into requests to bound hosts"),
+        (name = "policies", description = "Approval policies: which exec requests, file writes and network destinations a person must approve, for the tenant and for one sandbox (set and deleted with an approver or admin key)"),
         (name = "templates", description = "Templates sandboxes start from: the server's, and those built from registry images for the caller"),
         (name = "volumes", description = "Named volumes: persistent storage shared by the sandboxes that mount it, outliving them; not part of a sandbox's snapshots or diffs"),
         (name = "admin", description = "Audit log, API keys and tenants"),
@@ -297,6 +308,12 @@ mod tests {
         ("POST", "/v1/secrets"),
         ("GET", "/v1/secrets"),
         ("DELETE", "/v1/secrets/{secret_name}"),
+        ("GET", "/v1/policy"),
+        ("PUT", "/v1/policy"),
+        ("DELETE", "/v1/policy"),
+        ("GET", "/v1/sandboxes/{id}/policy"),
+        ("PUT", "/v1/sandboxes/{id}/policy"),
+        ("DELETE", "/v1/sandboxes/{id}/policy"),
     ];
 
     const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];

@@ -78,6 +78,7 @@ fn valid_request(method: &Method, template: &str) -> (&'static str, &'static str
         ("POST", "resize") => r#"{"rows": 10, "cols": 20}"#,
         ("POST", "signal") => r#"{"signal": "TERM"}"#,
         ("POST", "timeout") => r#"{"timeout_secs": 60}"#,
+        ("PUT", "policy") => r#"{"policy": {"default": "allow"}}"#,
         _ => "{}",
     };
     ("", body)

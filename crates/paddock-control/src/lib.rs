@@ -32,5 +32,6 @@ pub use crate::ops::calls::{ToolCallOutcome, ToolCallRecord, INLINE_ARGUMENTS};
 pub use crate::ops::code::{CodeStream, CollectedCell};
 pub use crate::ops::files::accounts::{AccountUser, SandboxAccounts};
 pub use crate::ops::files::WriteFileOptions;
+pub use crate::ops::policies::PolicyScope;
 pub use crate::ops::ports::PortDoor;
 pub use crate::plan::code::{code_language, code_languages};

@@ -35,6 +35,8 @@ pub struct ApiKeyRecord {
     pub admin: bool,
     /// May change a live sandbox's network policy and secrets (`set_network`).
     pub change_network: bool,
+    /// May set and delete its tenant's approval policies (admin keys are made with it).
+    pub approver: bool,
     pub created_at_ms: i64,
     pub revoked_at_ms: Option<i64>,
     pub last_used_at_ms: Option<i64>,
@@ -47,7 +49,7 @@ impl ApiKeyRecord {
 }
 
 const KEY_COLUMNS: &str =
-    "id, tenant, name, admin, created_at_ms, revoked_at_ms, last_used_at_ms, change_network";
+    "id, tenant, name, admin, created_at_ms, revoked_at_ms, last_used_at_ms, change_network, approver";
 
 /// What a key may do beyond its tenant's sandboxes: the permissions chosen when it is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,14 +58,18 @@ pub struct KeyPermissions {
     pub admin: bool,
     /// Change a live sandbox's network policy and secrets.
     pub change_network: bool,
+    /// Set and delete the tenant's approval policies.
+    pub approver: bool,
 }
 
 impl KeyPermissions {
-    /// A tenant's key with today's defaults (`change_network` allowed), admin or not.
+    /// A tenant's key with today's defaults (`change_network` allowed; `approver` only for an
+    /// admin key), admin or not.
     pub fn with_admin(admin: bool) -> Self {
         Self {
             admin,
             change_network: true,
+            approver: admin,
         }
     }
 }
@@ -106,7 +112,7 @@ impl Store {
             .query_row(
                 &format!("SELECT {KEY_COLUMNS}, secret_hash FROM api_keys WHERE id = ?1"),
                 [id],
-                |row| Ok((read_key_row(row)?, row.get::<_, Vec<u8>>(8)?)),
+                |row| Ok((read_key_row(row)?, row.get::<_, Vec<u8>>(9)?)),
             )
             .optional()
             .map_err(StoreError::read("api key"))?;
@@ -214,6 +220,7 @@ fn read_key_row(row: &Row<'_>) -> rusqlite::Result<ApiKeyRecord> {
         revoked_at_ms: row.get(5)?,
         last_used_at_ms: row.get(6)?,
         change_network: row.get(7)?,
+        approver: row.get(8)?,
     })
 }
 
@@ -261,6 +268,7 @@ fn create_api_key(
     let KeyPermissions {
         admin,
         change_network,
+        approver,
     } = permissions;
     let mut rng = rand::rng(); // ThreadRng: a CSPRNG seeded from the OS
     let mut secret = [0u8; SECRET_BYTES];
@@ -272,8 +280,9 @@ fn create_api_key(
         rng.fill_bytes(&mut id_bytes);
         let id = hex::encode(id_bytes);
         let inserted = conn.execute(
-            "INSERT INTO api_keys (id, tenant, name, admin, secret_hash, created_at_ms, change_network)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO api_keys
+               (id, tenant, name, admin, secret_hash, created_at_ms, change_network, approver)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             (
                 &id,
                 tenant,
@@ -282,6 +291,7 @@ fn create_api_key(
                 secret_hash.as_slice(),
                 now_ms,
                 change_network,
+                approver,
             ),
         );
         match inserted {
@@ -293,6 +303,7 @@ fn create_api_key(
                     name: name.to_owned(),
                     admin,
                     change_network,
+                    approver,
                     created_at_ms: now_ms,
                     revoked_at_ms: None,
                     last_used_at_ms: None,

@@ -1,5 +1,5 @@
 //! The control plane's embedded state: one SQLite database (WAL) holding tenants and their quotas, API
-//! keys, sandbox records, snapshot and volume records and the append-only, hash-chained audit log.
+//! keys, sandbox records, snapshot and volume records, approval policies and the append-only, hash-chained audit log.
 //!
 //! This crate is the only place in paddock that speaks SQL: its API is everything the control plane gets,
 //! and no `rusqlite` type appears in it. Every call is synchronous and short; async callers wrap it in
@@ -35,6 +35,7 @@ mod list;
 mod migrate;
 mod network;
 mod open;
+mod policies;
 mod quota;
 mod sandboxes;
 mod shm;
@@ -55,6 +56,7 @@ pub use list::SandboxFilter;
 pub use migrate::SCHEMA_VERSION;
 pub use network::{SandboxNetworkRecord, SecretInfo, SecretRecord};
 pub use open::{SpaceStatus, Store, StoreTx};
+pub use policies::ApprovalPolicyRecord;
 pub use quota::{first_exceeded, Claim, QuotaRequest};
 pub use sandboxes::{NewSandbox, SandboxRecord, SandboxState, UnknownSandboxState};
 pub use shm::SHM_DIRECTORY;

@@ -71,10 +71,14 @@ const MIGRATIONS: &[Migration] = &[
         version: 13,
         sql: include_str!("../migrations/0013_key_network_change.sql"),
     },
+    Migration {
+        version: 14,
+        sql: include_str!("../migrations/0014_approval_policies.sql"),
+    },
 ];
 
 /// The schema version this binary writes and understands.
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

@@ -220,6 +220,7 @@ fn the_network_change_permission_is_kept_and_on_by_default() {
     let limited = paddock_store::KeyPermissions {
         admin: false,
         change_network: false,
+        approver: false,
     };
     let (record, key) = store
         .create_api_key_with("acme", "agent", limited, T0)
@@ -244,4 +245,33 @@ fn the_network_change_permission_is_kept_and_on_by_default() {
             .change_network
     };
     assert_eq!((by_name("ci"), by_name("agent")), (true, false));
+}
+
+#[test]
+fn the_approver_permission_is_kept_and_off_by_default_but_for_admin_keys() {
+    let store = store();
+    let (plain, _) = store.create_api_key("acme", "ci", false, T0).expect("create");
+    assert!(!plain.approver, "keys may not approve unless made so");
+    let (admin, _) = store.create_api_key("acme", "root", true, T0).expect("create");
+    assert!(admin.approver, "admin keys are made approvers");
+    let approver = paddock_store::KeyPermissions {
+        admin: false,
+        change_network: true,
+        approver: true,
+    };
+    let (record, key) = store
+        .create_api_key_with("acme", "reviewer", approver, T0)
+        .expect("create");
+    assert!(record.approver && !record.admin);
+    let authed = store
+        .authenticate(&key, T0 + 1)
+        .expect("authenticate")
+        .expect("valid key");
+    assert!(authed.approver);
+    let listed = store.list_api_keys(Some("acme")).expect("list");
+    let by_name = |n: &str| listed.iter().find(|k| k.name == n).expect("listed").approver;
+    assert_eq!(
+        (by_name("ci"), by_name("root"), by_name("reviewer")),
+        (false, true, true)
+    );
 }

@@ -302,3 +302,29 @@ fn version_12_keys_may_change_networks() {
     assert_eq!(keys.len(), 1);
     assert!(keys[0].change_network, "{keys:?}");
 }
+
+/// Keys made before the approver permission existed may not set approval policies, and a version
+/// 13 database gains the empty policy table.
+#[test]
+fn version_13_keys_are_not_approvers() {
+    let db = TempDb::new();
+    {
+        let raw = db.raw();
+        raw.execute_batch(include_str!("../migrations/0001_init.sql"))
+            .expect("schema 1");
+        raw.execute_batch(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL) STRICT;
+             INSERT INTO schema_migrations VALUES (1, 0);
+             INSERT INTO tenants (name, created_at_ms) VALUES ('acme', 0);
+             INSERT INTO api_keys (id, tenant, name, admin, secret_hash, created_at_ms)
+               VALUES ('0123456789ab', 'acme', 'old', 1, zeroblob(32), 1);",
+        )
+        .expect("version 1 rows");
+    }
+    let store = db.open();
+    assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
+    let keys = store.list_api_keys(Some("acme")).expect("list");
+    assert_eq!(keys.len(), 1);
+    assert!(!keys[0].approver, "{keys:?}");
+    assert_eq!(store.get_approval_policy("acme", None).expect("get"), None);
+}

@@ -29,12 +29,15 @@ pub fn keys(config: &ServeConfig, command: KeysCommand) -> anyhow::Result<ExitCo
             name,
             admin,
             no_change_network,
+            approver,
             e2b,
             json,
         } => {
             let permissions = KeyPermissions {
                 admin,
                 change_network: !no_change_network,
+                // An admin may do everything an approver may: its key says so.
+                approver: approver || admin,
             };
             let output = if json {
                 KeyOutput::Json
@@ -84,6 +87,7 @@ fn create(
         key,
         admin: record.admin,
         change_network: record.change_network,
+        approver: record.approver,
     };
     if output == KeyOutput::Json {
         print_json(&created)?;
@@ -93,8 +97,13 @@ fn create(
             _ => println!("{}", created.key),
         }
         eprintln!(
-            "paddock: {}key {} for tenant {} created{}; it is shown only this once",
+            "paddock: {}{}key {} for tenant {} created{}; it is shown only this once",
             if created.admin { "admin " } else { "" },
+            if created.approver && !created.admin {
+                "approver "
+            } else {
+                ""
+            },
             created.id,
             created.tenant,
             if created.change_network {
@@ -188,6 +197,7 @@ fn audit_row(action: &str, tenant: &str, record: &ApiKeyRecord, now: i64) -> New
             "key_id": record.id,
             "admin": record.admin,
             "change_network": record.change_network,
+            "approver": record.approver,
             "via": "cli",
         }),
     }
@@ -200,6 +210,7 @@ fn key_info(r: &ApiKeyRecord) -> KeyInfo {
         name: (!r.name.is_empty()).then(|| r.name.clone()),
         admin: r.admin,
         change_network: r.change_network,
+        approver: r.approver,
         created_at: rfc3339(r.created_at_ms),
         revoked_at: r.revoked_at_ms.map(rfc3339),
         last_used_at: r.last_used_at_ms.map(rfc3339),
@@ -230,6 +241,7 @@ mod tests {
             let permissions = KeyPermissions {
                 admin: false,
                 change_network,
+                approver: false,
             };
             create(&store, "acme", Some(name), permissions, KeyOutput::Json).expect("created");
         }
@@ -255,6 +267,40 @@ mod tests {
         };
         assert_eq!(
             (recorded("limited"), recorded("full")),
+            (false.into(), true.into())
+        );
+    }
+
+    #[test]
+    fn keys_create_records_the_approver_permission() {
+        let store = Store::open_in_memory().expect("store");
+        for (name, approver) in [("plain", false), ("reviewer", true)] {
+            let permissions = KeyPermissions {
+                admin: false,
+                change_network: true,
+                approver,
+            };
+            create(&store, "acme", Some(name), permissions, KeyOutput::Json).expect("created");
+        }
+        let keys = store.list_api_keys(Some("acme")).expect("list");
+        let key = |name: &str| keys.iter().find(|k| k.name == name).expect("listed");
+        assert!(!key("plain").approver && key("reviewer").approver, "{keys:?}");
+        let rows = store
+            .query_audit(&paddock_store::AuditFilter {
+                action: Some("key.create".into()),
+                limit: 10,
+                ..Default::default()
+            })
+            .expect("audit");
+        let recorded = |name: &str| {
+            let row = rows
+                .iter()
+                .find(|r| r.detail["key_id"] == key(name).id.as_str())
+                .expect("its row");
+            row.detail["approver"].clone()
+        };
+        assert_eq!(
+            (recorded("plain"), recorded("reviewer")),
             (false.into(), true.into())
         );
     }

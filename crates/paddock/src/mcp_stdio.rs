@@ -122,6 +122,7 @@ fn local_principal(store: &Store) -> anyhow::Result<Principal> {
         key_id: record.id,
         admin: false,
         change_network: record.change_network,
+        approver: record.approver,
     })
 }
 

@@ -6,6 +6,7 @@ pub(crate) mod code;
 pub(crate) mod files;
 pub(crate) mod meta;
 pub(crate) mod network;
+pub(crate) mod policies;
 pub(crate) mod ports;
 pub(crate) mod processes;
 pub(crate) mod sandboxes;

@@ -70,6 +70,7 @@ impl SandboxService {
             key_id: via.to_owned(),
             admin: false,
             change_network: true,
+            approver: false,
         })
     }
 

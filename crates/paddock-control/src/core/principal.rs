@@ -13,6 +13,9 @@ pub struct Principal {
     /// this permission is refused there with `forbidden`. Paddock's own principals (recovery, the
     /// operator's templates, a sandbox's door) keep it: they act as keys did before it existed.
     pub change_network: bool,
+    /// May set and delete the tenant's approval policies (`set_policy`, `delete_policy`; an admin
+    /// may too). Paddock's own principals do not: they never change a policy.
+    pub approver: bool,
 }
 
 /// The tenant of the bootstrap admin key, which also owns the templates the server's

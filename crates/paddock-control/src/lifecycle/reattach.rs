@@ -75,6 +75,7 @@ impl SandboxService {
             key_id: String::new(),
             admin: false,
             change_network: true,
+            approver: false,
         };
         let rows = match self.process_rows(&sb.id).await {
             Ok(rows) => rows,

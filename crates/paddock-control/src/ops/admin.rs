@@ -67,6 +67,7 @@ fn key_info(k: ApiKeyRecord) -> KeyInfo {
         name: Some(k.name).filter(|n| !n.is_empty()),
         admin: k.admin,
         change_network: k.change_network,
+        approver: k.approver,
         created_at: rfc3339(k.created_at_ms),
         revoked_at: k.revoked_at_ms.map(rfc3339),
         last_used_at: k.last_used_at_ms.map(rfc3339),
@@ -101,6 +102,7 @@ impl SandboxService {
                 key_id: k.id,
                 admin: k.admin,
                 change_network: k.change_network,
+                approver: k.approver,
             }),
             None => {
                 // The key id part (never the secret) helps tell a revoked key from garbage.
@@ -148,6 +150,7 @@ impl SandboxService {
             key,
             admin: true,
             change_network: record.change_network,
+            approver: record.approver,
         }))
     }
 
@@ -162,6 +165,8 @@ impl SandboxService {
         let permissions = KeyPermissions {
             admin: req.admin,
             change_network: req.change_network,
+            // An admin may do everything an approver may: its key says so.
+            approver: req.approver || req.admin,
         };
         let tenant = req.tenant.clone();
         let row = AuditEntry::ok(p, AuditAction::KeyCreate, None).pending();
@@ -174,6 +179,7 @@ impl SandboxService {
                         for_tenant: record.tenant.clone(),
                         admin: permissions.admin,
                         change_network: permissions.change_network,
+                        approver: permissions.approver,
                     });
                     audit::append(tx, &row)?;
                     Ok::<_, StoreError>((record, key))
@@ -187,6 +193,7 @@ impl SandboxService {
             key,
             admin: permissions.admin,
             change_network: permissions.change_network,
+            approver: permissions.approver,
         })
     }
 

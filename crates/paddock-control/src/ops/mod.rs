@@ -1,5 +1,5 @@
 //! Floor 3, the operations: one module per area of the API (sandboxes, exec, environment, files,
-//! snapshots, steps, fork, diff, transfer, volumes, network, secrets, admin), and the record of a
+//! snapshots, steps, fork, diff, transfer, volumes, network, secrets, approval policies, admin), and the record of a
 //! front-end's calls (`calls`). Each uses the floors
 //! below and never another operation's module (`tests/layers.rs` checks both).
 //!
@@ -14,6 +14,7 @@ pub(crate) mod exec;
 pub(crate) mod files;
 pub(crate) mod fork;
 pub(crate) mod network;
+pub(crate) mod policies;
 pub(crate) mod ports;
 pub(crate) mod sandboxes;
 pub(crate) mod secrets;

@@ -12,6 +12,7 @@ fn key(tenant: &str, admin: bool) -> CreateKeyRequest {
         name: Some(format!("{tenant} key")),
         admin,
         change_network: true,
+        approver: false,
     }
 }
 
@@ -129,6 +130,7 @@ async fn keys_and_tenants_are_the_admins_and_a_revoked_key_is_refused() {
                 name: Some("n".repeat(300)),
                 admin: false,
                 change_network: true,
+                approver: false,
             },
         )
         .await,

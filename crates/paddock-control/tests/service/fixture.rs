@@ -78,6 +78,7 @@ impl Fixture {
                 key_id: String::new(),
                 admin: true,
                 change_network: true,
+                approver: true,
             },
         };
         let mut fixture = Self {
@@ -103,6 +104,7 @@ impl Fixture {
                     name: None,
                     admin: false,
                     change_network: true,
+                    approver: false,
                 },
             )
             .await

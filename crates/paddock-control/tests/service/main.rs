@@ -12,6 +12,7 @@ mod files;
 mod fixture;
 mod lifecycle;
 mod network;
+mod policies;
 mod pools;
 mod ports;
 mod processes;

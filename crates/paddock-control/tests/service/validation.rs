@@ -306,6 +306,7 @@ async fn file_list_and_admin_requests_name_their_bad_field() {
                 name: None,
                 admin: false,
                 change_network: true,
+                approver: false,
             },
         )
         .await,

@@ -58,6 +58,7 @@ impl Env {
                             name: None,
                             admin: false,
                             change_network: true,
+                            approver: false,
                         },
                     )
                     .await

@@ -59,7 +59,16 @@ CREATE TABLE api_keys (
     created_at_ms   INTEGER NOT NULL,
     revoked_at_ms   INTEGER,
     last_used_at_ms INTEGER
-, change_network INTEGER NOT NULL DEFAULT 1 CHECK (change_network IN (0, 1))) STRICT;
+, change_network INTEGER NOT NULL DEFAULT 1 CHECK (change_network IN (0, 1)), approver INTEGER NOT NULL DEFAULT 0 CHECK (approver IN (0, 1))) STRICT;
+
+-- table approval_policies
+CREATE TABLE approval_policies (
+    tenant        TEXT NOT NULL REFERENCES tenants(name),
+    sandbox_id    TEXT NOT NULL DEFAULT '',
+    spec          TEXT NOT NULL CHECK (json_valid(spec)),
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant, sandbox_id)
+) STRICT;
 
 -- table audit
 CREATE TABLE audit (

@@ -94,6 +94,8 @@ pub enum ErrorCode {
     /// The language's kernel could not be started in this sandbox (its template lacks it, or it
     /// failed at start), or the context's kernel died: restart the context (422).
     KernelUnavailable,
+    /// No approval policy is set for the tenant or the sandbox (404).
+    PolicyNotFound,
 }
 
 impl ErrorCode {
@@ -140,6 +142,7 @@ impl ErrorCode {
             Self::BuildFailed => "build_failed",
             Self::ContextNotFound => "context_not_found",
             Self::KernelUnavailable => "kernel_unavailable",
+            Self::PolicyNotFound => "policy_not_found",
         }
     }
 
@@ -163,7 +166,8 @@ impl ErrorCode {
             | Self::SecretNotFound
             | Self::TemplateNotFound
             | Self::ImageNotFound
-            | Self::ContextNotFound => 404,
+            | Self::ContextNotFound
+            | Self::PolicyNotFound => 404,
             Self::SandboxNotRunning
             | Self::AlreadyExists
             | Self::DirectoryNotEmpty
@@ -227,6 +231,7 @@ mod tests {
             ErrorCode::BuildFailed,
             ErrorCode::ContextNotFound,
             ErrorCode::KernelUnavailable,
+            ErrorCode::PolicyNotFound,
         ] {
             let json = serde_json::to_string(&code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

@@ -20,6 +20,11 @@ pub struct CreateKeyRequest {
     /// to `false` for a key whose sandboxes must keep the network they were created with.
     #[serde(default = "allowed")]
     pub change_network: bool,
+    /// May set and delete the tenant's approval policies (`PUT`/`DELETE /v1/policy` and
+    /// `/v1/sandboxes/{id}/policy`; refused with `forbidden` otherwise). Not allowed when absent;
+    /// an admin key may do everything an approver may, and is made one.
+    #[serde(default)]
+    pub approver: bool,
 }
 
 fn allowed() -> bool {
@@ -44,6 +49,9 @@ pub struct CreatedKey {
     /// May change a live sandbox's network policy and secrets.
     #[serde(default = "allowed")]
     pub change_network: bool,
+    /// May set and delete the tenant's approval policies.
+    #[serde(default)]
+    pub approver: bool,
 }
 
 /// A key as listed (never the secret).
@@ -61,6 +69,9 @@ pub struct KeyInfo {
     /// May change a live sandbox's network policy and secrets.
     #[serde(default = "allowed")]
     pub change_network: bool,
+    /// May set and delete the tenant's approval policies.
+    #[serde(default)]
+    pub approver: bool,
     /// Creation time (RFC 3339).
     pub created_at: String,
     /// Revocation time, if revoked.

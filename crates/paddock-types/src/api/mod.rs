@@ -14,6 +14,7 @@ mod files;
 mod keys;
 mod lists;
 mod network;
+mod policies;
 mod sandboxes;
 mod snapshots;
 mod templates;
@@ -37,6 +38,7 @@ pub use lists::{AuditPage, KeyList, ProcessList, TenantList};
 pub use network::{
     CreateSecretRequest, NetworkEvent, SandboxNetworkInfo, SecretInfo, SecretList, SetNetworkRequest,
 };
+pub use policies::{ApprovalPolicyInfo, SetApprovalPolicyRequest};
 pub use sandboxes::{
     CreateSandboxRequest, LimitsRequest, ListSandboxesQuery, OnTimeout, SandboxInfo, SandboxList,
     SandboxStateBody, SandboxUsageBody, SetTimeoutRequest,

@@ -79,6 +79,10 @@ pub enum KeysCommand {
         /// /v1/sandboxes/{id}/network` is refused with `forbidden`); keys may by default.
         #[arg(long)]
         no_change_network: bool,
+        /// May set and delete the tenant's approval policies (`PUT`/`DELETE /v1/policy` and
+        /// `/v1/sandboxes/{id}/policy`); keys may not by default, admin keys always may.
+        #[arg(long)]
+        approver: bool,
         /// Print the key in E2B's spelling (`e2b_` and hex, for `E2B_API_KEY`); both spellings work
         /// on both APIs.
         #[arg(long, conflicts_with = "json")]
@@ -148,5 +152,21 @@ mod tests {
         };
         assert!(!create(&[]));
         assert!(create(&["--no-change-network"]));
+    }
+
+    #[test]
+    fn keys_create_takes_approver() {
+        use clap::Parser;
+        let create = |extra: &[&str]| {
+            let args = [&["paddock", "keys", "create", "--tenant", "t"][..], extra].concat();
+            match crate::cli::Cli::try_parse_from(args).map(|c| c.command) {
+                Ok(crate::cli::Command::Keys {
+                    command: KeysCommand::Create { approver, .. },
+                }) => approver,
+                other => panic!("not keys create: {other:?}"),
+            }
+        };
+        assert!(!create(&[]));
+        assert!(create(&["--approver"]));
     }
 }

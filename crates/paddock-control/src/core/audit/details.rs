@@ -243,6 +243,7 @@ details! {
         for_tenant: String,
         admin: bool,
         change_network: bool,
+        approver: bool,
     }
 
     /// A tenant's quota set.
@@ -268,6 +269,20 @@ details! {
     /// A secret deleted.
     SecretDeleted for [SecretDelete] {
         name: String,
+    }
+
+    /// An approval policy set (`scope`: `tenant`, or `sandbox` for the row's sandbox): how many
+    /// rules it has and a digest of the stored JSON, not the policy itself.
+    PolicySet for [PolicySet] {
+        scope: &'static str,
+        rules: u64,
+        spec_sha256: String,
+        spec_bytes: u64,
+    }
+
+    /// An approval policy deleted.
+    PolicyDeleted for [PolicyDelete] {
+        scope: &'static str,
     }
 
     /// A sandbox's network policy and injected secrets set.

@@ -67,6 +67,8 @@ actions! {
     NetworkPolicy => "network.policy",
     NetworkRefused => "network.refused",
     NetworkSuppressed => "network.suppressed",
+    PolicyDelete => "policy.delete",
+    PolicySet => "policy.set",
     ProcessAttach => "process.attach",
     ProcessDiff => "process.diff",
     ProcessExit => "process.exit",

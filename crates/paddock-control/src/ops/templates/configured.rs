@@ -111,6 +111,7 @@ impl SandboxService {
             key_id: "server-config".to_owned(),
             admin: true,
             change_network: true,
+            approver: false,
         };
         let source = configured_source(t);
         // The operator's tenant exists once an admin key does; a fresh store may not have it yet.

@@ -3,6 +3,7 @@
 //! parent; teardown kills every sandbox and checks nothing was left behind. Below the modules: the
 //! constants and archives the areas share.
 
+mod approval_policies;
 mod archives;
 mod audit;
 mod code;

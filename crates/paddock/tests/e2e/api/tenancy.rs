@@ -326,6 +326,13 @@ fn probes_for(method: &str, template: &str) -> Option<Vec<Probe>> {
                 .json(json!({"policy": {"allow": [{"domain": "evil.test"}]}})),
             http(Method::PUT, "/v1/sandboxes/{id}/network").json(json!({"secrets": ["GH"]})),
         ],
+        ("GET", "/v1/sandboxes/{id}/policy") => vec![http(Method::GET, "/v1/sandboxes/{id}/policy")],
+        ("PUT", "/v1/sandboxes/{id}/policy") => {
+            vec![http(Method::PUT, "/v1/sandboxes/{id}/policy").json(json!({"policy": {"default": "allow"}}))]
+        }
+        ("DELETE", "/v1/sandboxes/{id}/policy") => {
+            vec![http(Method::DELETE, "/v1/sandboxes/{id}/policy")]
+        }
         ("GET", "/v1/sandboxes/{id}/diff") => vec![
             http(Method::GET, "/v1/sandboxes/{id}/diff"),
             http(Method::GET, "/v1/sandboxes/{id}/diff").query("text", "true"),
@@ -359,7 +366,11 @@ fn tenant_isolation_over_every_endpoint() {
     let h = Harness::start();
     h.block_on(async {
         let a = h.admin.new_tenant("tenant-a").await;
-        let b = h.admin.new_tenant("tenant-b").await;
+        // B may do everything a key can (approval policies too), so each route meets its lookup.
+        let b = h
+            .admin
+            .new_tenant_with("tenant-b", json!({"approver": true}))
+            .await;
         let id = a.create_sandbox(json!({"labels": {"owner": "a"}})).await;
         let pid = a
             .exec_background(

@@ -146,13 +146,16 @@ impl Client {
 
     /// A new key for `tenant` (admin only), registered for teardown.
     pub async fn new_tenant(&self, tenant: &str) -> Client {
-        let created = self
-            .post(
-                "/v1/keys",
-                json!({"tenant": tenant, "name": format!("{tenant} key")}),
-            )
-            .await
-            .ok(201);
+        self.new_tenant_with(tenant, json!({})).await
+    }
+
+    /// [`Self::new_tenant`] with a key made with `permissions` too (`{"approver": true}`).
+    pub async fn new_tenant_with(&self, tenant: &str, permissions: Value) -> Client {
+        let mut request = json!({"tenant": tenant, "name": format!("{tenant} key")});
+        for (k, v) in permissions.as_object().expect("permissions are an object") {
+            request[k] = v.clone();
+        }
+        let created = self.post("/v1/keys", request).await.ok(201);
         let key = created["key"].as_str().expect("key").to_owned();
         self.registry
             .lock()
