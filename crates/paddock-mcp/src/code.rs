@@ -18,7 +18,7 @@ use rmcp::{tool, tool_router, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::{failure, sandbox_id, time_limit, wire_name, MAX_OUTPUT};
+use crate::tools::{failure, head, sandbox_id, time_limit, wire_name, MAX_OUTPUT};
 use crate::PaddockMcp;
 
 /// Bytes of the results' text `run_code` returns, all results together.
@@ -103,10 +103,7 @@ fn joined_capped(pieces: &[String], cap: usize) -> (String, bool) {
     if text.len() <= cap {
         return (text, false);
     }
-    let mut end = cap;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = head(&text, cap).len();
     text.truncate(end);
     (text, true)
 }

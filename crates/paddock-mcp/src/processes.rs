@@ -18,7 +18,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::sandboxes::SandboxArgs;
-use crate::tools::{append_capped, complete_utf8_len, failure, sandbox_id};
+use crate::tools::{append_capped, complete_utf8_len, failure, head, sandbox_id};
 use crate::PaddockMcp;
 
 /// The most processes `process_list` returns (the newest).
@@ -224,10 +224,7 @@ fn command_text(command: ProcessCommand) -> String {
         ProcessCommand::Argv { argv } => argv.join(" "),
     };
     if text.len() > MAX_LISTED_COMMAND {
-        let at = (0..=MAX_LISTED_COMMAND)
-            .rev()
-            .find(|i| text.is_char_boundary(*i))
-            .unwrap_or(0);
+        let at = head(&text, MAX_LISTED_COMMAND).len();
         text.truncate(at);
         text.push('…');
     }

@@ -14,6 +14,8 @@ use rmcp::service::{Peer, RequestContext};
 use rmcp::RoleServer;
 use tokio::time::Instant;
 
+use crate::tools::tail;
+
 /// The least time between two notifications.
 pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
 
@@ -89,11 +91,7 @@ fn last_line(output: &[u8]) -> String {
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .trim();
-    let mut start = line.len().saturating_sub(MAX_MESSAGE);
-    while !line.is_char_boundary(start) {
-        start += 1;
-    }
-    line[start..].to_owned()
+    tail(line, MAX_MESSAGE).to_owned()
 }
 
 #[cfg(test)]

@@ -13,7 +13,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use base64::Engine as _;
 use paddock_control::Principal;
 use paddock_types::api::WatchEventKind;
 use paddock_types::SandboxId;
@@ -24,7 +23,7 @@ use rmcp::service::Peer;
 use rmcp::RoleServer;
 use tokio::task::AbortHandle;
 
-use crate::tools::failure;
+use crate::tools::{decode, failure, Decoded};
 use crate::PaddockMcp;
 
 /// The template of every file resource.
@@ -132,11 +131,10 @@ impl PaddockMcp {
         uri: &str,
     ) -> Result<ReadResourceResult, ErrorData> {
         let (id, path) = parse_file_uri(uri).map_err(resource_error)?;
-        let (bytes, _, _) = self.read_capped(p, &id, &path).await.map_err(resource_error)?;
-        let contents = match String::from_utf8(bytes) {
-            Ok(text) => ResourceContents::text(text, uri).with_mime_type("text/plain"),
-            Err(e) => {
-                let blob = base64::engine::general_purpose::STANDARD.encode(e.into_bytes());
+        let (bytes, _, truncated) = self.read_capped(p, &id, &path).await.map_err(resource_error)?;
+        let contents = match decode(bytes, truncated) {
+            Decoded::Text(text) => ResourceContents::text(text, uri).with_mime_type("text/plain"),
+            Decoded::Base64(blob) => {
                 ResourceContents::blob(blob, uri).with_mime_type("application/octet-stream")
             }
         };

@@ -285,6 +285,48 @@ pub(crate) fn complete_utf8_len(bytes: &[u8]) -> usize {
     bytes.len()
 }
 
+/// The longest start of `text` of at most `max` bytes that ends between characters.
+pub(crate) fn head(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// The longest end of `text` of at most `max` bytes that starts between characters.
+pub(crate) fn tail(text: &str, max: usize) -> &str {
+    let mut start = text.len().saturating_sub(max);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+/// A file's first bytes as a client gets them: text when they are UTF-8, else base64.
+pub(crate) enum Decoded {
+    /// UTF-8 text (when the read was cut inside a character, without that character's start).
+    Text(String),
+    /// Standard base64 of the bytes.
+    Base64(String),
+}
+
+/// Decodes the first bytes of a file, `truncated` when they are not all of it (a cut that fell
+/// inside a character leaves the text text).
+pub(crate) fn decode(mut bytes: Vec<u8>, truncated: bool) -> Decoded {
+    let text_len = if truncated {
+        complete_utf8_len(&bytes)
+    } else {
+        bytes.len()
+    };
+    if std::str::from_utf8(&bytes[..text_len]).is_err() {
+        use base64::Engine as _;
+        return Decoded::Base64(base64::engine::general_purpose::STANDARD.encode(&bytes));
+    }
+    bytes.truncate(text_len);
+    Decoded::Text(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 #[tool_router(vis = "pub(crate)")]
 impl PaddockMcp {
     #[tool(
@@ -329,27 +371,13 @@ impl PaddockMcp {
                 .await?;
             return Ok(Json(lines));
         }
-        let (mut bytes, size, truncated) = self.read_capped(&p, &id, &args.path).await?;
-        // A cut text stays text: the cap may fall inside a character.
-        let text_len = if truncated {
-            complete_utf8_len(&bytes)
-        } else {
-            bytes.len()
-        };
-        let (content, encoding, total_lines) = match std::str::from_utf8(&bytes[..text_len]) {
-            Ok(text) => {
+        let (bytes, size, truncated) = self.read_capped(&p, &id, &args.path).await?;
+        let (content, encoding, total_lines) = match decode(bytes, truncated) {
+            Decoded::Text(text) => {
                 let total = (!truncated).then(|| count_lines(text.as_bytes()));
-                bytes.truncate(text_len);
-                (String::from_utf8_lossy(&bytes).into_owned(), "utf-8", total)
+                (text, "utf-8", total)
             }
-            Err(_) => {
-                use base64::Engine as _;
-                (
-                    base64::engine::general_purpose::STANDARD.encode(&bytes),
-                    "base64",
-                    None,
-                )
-            }
+            Decoded::Base64(encoded) => (encoded, "base64", None),
         };
         Ok(Json(FileContent {
             content,
@@ -381,5 +409,27 @@ impl PaddockMcp {
             path: args.path,
             bytes,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode, head, tail, Decoded};
+
+    #[test]
+    fn heads_and_tails_cut_between_characters() {
+        assert_eq!(
+            (head("héllo", 2), head("héllo", 3), head("ab", 9)),
+            ("h", "hé", "ab")
+        );
+        assert_eq!((tail("hé", 1), tail("éa", 2), tail("ab", 9)), ("", "a", "ab"));
+    }
+
+    #[test]
+    fn a_capped_read_is_text_even_cut_inside_a_character_else_base64() {
+        let cut = "aé".as_bytes()[..2].to_vec();
+        assert!(matches!(decode(cut.clone(), true), Decoded::Text(t) if t == "a"));
+        assert!(matches!(decode(cut, false), Decoded::Base64(b) if b == "YcM="));
+        assert!(matches!(decode(vec![0xff, b'a'], true), Decoded::Base64(_)));
     }
 }

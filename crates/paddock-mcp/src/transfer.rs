@@ -16,7 +16,7 @@ use rmcp::{tool, tool_router, Json, RoleServer};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::tools::{sandbox_id, time_limit};
+use crate::tools::{sandbox_id, tail, time_limit};
 use crate::PaddockMcp;
 
 /// The download, by whichever client the sandbox has: `$1` the URL, `$2` the file.
@@ -117,12 +117,7 @@ fn web_url(url: &str) -> Result<&str, String> {
 
 /// The failure a transfer command's end means.
 fn transfer_failure(what: &str, exit: i32, timed_out: bool, stderr: &str) -> String {
-    let detail = stderr.trim();
-    let mut start = detail.len().saturating_sub(1000);
-    while !detail.is_char_boundary(start) {
-        start += 1;
-    }
-    let detail = &detail[start..];
+    let detail = tail(stderr.trim(), 1000);
     match (timed_out, exit) {
         (true, _) => format!("timeout: the {what} did not finish within its time limit"),
         (false, 127) => format!("unsupported: {detail}"),
