@@ -279,23 +279,29 @@ fn version_6_secrets_are_bound_to_authorization_only() {
     assert!(!listed[0].query);
 }
 
+/// A database at schema version 1 holding one key of tenant `acme` (an admin key when `admin`).
+fn version_1_with_a_key(admin: bool) -> TempDb {
+    let db = TempDb::new();
+    let raw = db.raw();
+    raw.execute_batch(include_str!("../migrations/0001_init.sql"))
+        .expect("schema 1");
+    raw.execute_batch(&format!(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL) STRICT;
+         INSERT INTO schema_migrations VALUES (1, 0);
+         INSERT INTO tenants (name, created_at_ms) VALUES ('acme', 0);
+         INSERT INTO api_keys (id, tenant, name, admin, secret_hash, created_at_ms)
+           VALUES ('0123456789ab', 'acme', 'old', {}, zeroblob(32), 1);",
+        u8::from(admin)
+    ))
+    .expect("version 1 rows");
+    drop(raw);
+    db
+}
+
 /// Keys made before the network-change permission existed keep today's behaviour: they may.
 #[test]
 fn version_12_keys_may_change_networks() {
-    let db = TempDb::new();
-    {
-        let raw = db.raw();
-        raw.execute_batch(include_str!("../migrations/0001_init.sql"))
-            .expect("schema 1");
-        raw.execute_batch(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL) STRICT;
-             INSERT INTO schema_migrations VALUES (1, 0);
-             INSERT INTO tenants (name, created_at_ms) VALUES ('acme', 0);
-             INSERT INTO api_keys (id, tenant, name, admin, secret_hash, created_at_ms)
-               VALUES ('0123456789ab', 'acme', 'old', 0, zeroblob(32), 1);",
-        )
-        .expect("version 1 rows");
-    }
+    let db = version_1_with_a_key(false);
     let store = db.open();
     assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
     let keys = store.list_api_keys(Some("acme")).expect("list");
@@ -307,20 +313,7 @@ fn version_12_keys_may_change_networks() {
 /// 13 database gains the empty policy table.
 #[test]
 fn version_13_keys_are_not_approvers() {
-    let db = TempDb::new();
-    {
-        let raw = db.raw();
-        raw.execute_batch(include_str!("../migrations/0001_init.sql"))
-            .expect("schema 1");
-        raw.execute_batch(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at_ms INTEGER NOT NULL) STRICT;
-             INSERT INTO schema_migrations VALUES (1, 0);
-             INSERT INTO tenants (name, created_at_ms) VALUES ('acme', 0);
-             INSERT INTO api_keys (id, tenant, name, admin, secret_hash, created_at_ms)
-               VALUES ('0123456789ab', 'acme', 'old', 1, zeroblob(32), 1);",
-        )
-        .expect("version 1 rows");
-    }
+    let db = version_1_with_a_key(true);
     let store = db.open();
     assert_eq!(store.schema_version().expect("version"), SCHEMA_VERSION);
     let keys = store.list_api_keys(Some("acme")).expect("list");

@@ -234,23 +234,26 @@ fn now_ms() -> i64 {
 mod tests {
     use super::*;
 
-    #[test]
-    fn keys_create_records_the_network_change_permission() {
+    /// Makes two keys of `acme` with `permissions` but for one flag, off and on (`set`); checks
+    /// the store kept the flag (`stored`) and each `key.create` row's detail `field` says it.
+    fn records_a_permission(
+        field: &str,
+        set: fn(&mut KeyPermissions, bool),
+        stored: fn(&paddock_store::ApiKeyRecord) -> bool,
+    ) {
         let store = Store::open_in_memory().expect("store");
-        for (name, change_network) in [("limited", false), ("full", true)] {
-            let permissions = KeyPermissions {
+        for (name, on) in [("off", false), ("on", true)] {
+            let mut permissions = KeyPermissions {
                 admin: false,
-                change_network,
+                change_network: true,
                 approver: false,
             };
+            set(&mut permissions, on);
             create(&store, "acme", Some(name), permissions, KeyOutput::Json).expect("created");
         }
         let keys = store.list_api_keys(Some("acme")).expect("list");
         let key = |name: &str| keys.iter().find(|k| k.name == name).expect("listed");
-        assert!(
-            !key("limited").change_network && key("full").change_network,
-            "{keys:?}"
-        );
+        assert!(!stored(key("off")) && stored(key("on")), "{field}: {keys:?}");
         let rows = store
             .query_audit(&paddock_store::AuditFilter {
                 action: Some("key.create".into()),
@@ -263,45 +266,26 @@ mod tests {
                 .iter()
                 .find(|r| r.detail["key_id"] == key(name).id.as_str())
                 .expect("its row");
-            row.detail["change_network"].clone()
+            row.detail[field].clone()
         };
         assert_eq!(
-            (recorded("limited"), recorded("full")),
-            (false.into(), true.into())
+            (recorded("off"), recorded("on")),
+            (false.into(), true.into()),
+            "{field}"
+        );
+    }
+
+    #[test]
+    fn keys_create_records_the_network_change_permission() {
+        records_a_permission(
+            "change_network",
+            |p, on| p.change_network = on,
+            |k| k.change_network,
         );
     }
 
     #[test]
     fn keys_create_records_the_approver_permission() {
-        let store = Store::open_in_memory().expect("store");
-        for (name, approver) in [("plain", false), ("reviewer", true)] {
-            let permissions = KeyPermissions {
-                admin: false,
-                change_network: true,
-                approver,
-            };
-            create(&store, "acme", Some(name), permissions, KeyOutput::Json).expect("created");
-        }
-        let keys = store.list_api_keys(Some("acme")).expect("list");
-        let key = |name: &str| keys.iter().find(|k| k.name == name).expect("listed");
-        assert!(!key("plain").approver && key("reviewer").approver, "{keys:?}");
-        let rows = store
-            .query_audit(&paddock_store::AuditFilter {
-                action: Some("key.create".into()),
-                limit: 10,
-                ..Default::default()
-            })
-            .expect("audit");
-        let recorded = |name: &str| {
-            let row = rows
-                .iter()
-                .find(|r| r.detail["key_id"] == key(name).id.as_str())
-                .expect("its row");
-            row.detail["approver"].clone()
-        };
-        assert_eq!(
-            (recorded("plain"), recorded("reviewer")),
-            (false.into(), true.into())
-        );
+        records_a_permission("approver", |p, on| p.approver = on, |k| k.approver);
     }
 }
