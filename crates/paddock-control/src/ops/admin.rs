@@ -11,6 +11,7 @@ use paddock_types::{ByteSize, CpuQuota};
 
 use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::lock;
+use crate::core::principal::Permission;
 use crate::core::time::{now_ms, parse_rfc3339, rfc3339};
 use crate::{Principal, SandboxService, ServiceError};
 
@@ -22,15 +23,11 @@ const MAX_TENANT_LEN: usize = 64;
 const AUDIT_PAGE_BYTES: usize = 8 << 20;
 
 fn forbidden(what: &str) -> ServiceError {
-    ServiceError::new(ErrorCode::Forbidden, format!("{what} needs an admin key"))
+    Permission::Admin.refusal(what)
 }
 
 fn require_admin(p: &Principal, what: &str) -> Result<(), ServiceError> {
-    if p.admin {
-        Ok(())
-    } else {
-        Err(forbidden(what))
-    }
+    p.require(Permission::Admin, what)
 }
 
 /// Tenant names: 1-64 of `[a-z0-9_-]`, starting with a letter or digit.

@@ -9,11 +9,12 @@
 
 use paddock_egress::SandboxCaKey;
 use paddock_store::{AuditFilter, SandboxNetworkRecord};
-use paddock_types::api::{ErrorCode, NetworkEvent, SandboxNetworkInfo, SetNetworkRequest};
+use paddock_types::api::{NetworkEvent, SandboxNetworkInfo, SetNetworkRequest};
 use paddock_types::SandboxId;
 
 use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::live::lock;
+use crate::core::principal::Permission;
 use crate::core::time::{now_ms, rfc3339};
 use crate::plan::network::{decode_policy, secret_names, NetworkPlan};
 use crate::{Principal, SandboxService, ServiceError};
@@ -98,15 +99,7 @@ impl SandboxService {
         id: &SandboxId,
         req: SetNetworkRequest,
     ) -> Result<SandboxNetworkInfo, ServiceError> {
-        // Before any lookup, so the answer is the same whichever sandbox the id names (and like
-        // `require_admin`, a refusal writes no row: nothing was attempted).
-        if !p.change_network {
-            return Err(ServiceError::new(
-                ErrorCode::Forbidden,
-                "changing a sandbox's network needs a key that may change networks (this key was made \
-                 with change_network false)",
-            ));
-        }
+        p.require(Permission::ChangeNetwork, "changing a sandbox's network")?;
         self.owned_record(p, id).await?;
         let mut row = self.network_row(id).await?;
         // Every check before the one write: a refused request changes nothing.

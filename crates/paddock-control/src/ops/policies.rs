@@ -14,6 +14,7 @@ use paddock_types::SandboxId;
 use sha2::Digest as _;
 
 use crate::core::audit::{self, AuditAction, AuditEntry};
+use crate::core::principal::Permission;
 use crate::core::time::{now_ms, rfc3339};
 use crate::{Principal, SandboxService, ServiceError};
 
@@ -41,18 +42,6 @@ impl PolicyScope {
             PolicyScope::Sandbox(_) => "sandbox",
         }
     }
-}
-
-/// Refuses a key that may not change approval policies (before any lookup, so the answer is the
-/// same whichever scope the request names, and, like `require_admin`, without an audit row).
-fn require_approver(p: &Principal, doing: &str) -> Result<(), ServiceError> {
-    if p.approver || p.admin {
-        return Ok(());
-    }
-    Err(ServiceError::new(
-        ErrorCode::Forbidden,
-        format!("{doing} needs an approver or admin key (this key was made without approver)"),
-    ))
 }
 
 fn policy_not_found(scope: &PolicyScope) -> ServiceError {
@@ -90,7 +79,7 @@ impl SandboxService {
         scope: &PolicyScope,
         req: SetApprovalPolicyRequest,
     ) -> Result<ApprovalPolicyInfo, ServiceError> {
-        require_approver(p, "setting an approval policy")?;
+        p.require(Permission::Approve, "setting an approval policy")?;
         self.check_policy_scope(p, scope).await?;
         let spec: PolicySpec =
             serde_json::from_value(req.policy).map_err(|e| ServiceError::invalid("policy", e.to_string()))?;
@@ -148,7 +137,7 @@ impl SandboxService {
     /// `policy_not_found` (and no row) if none was set.
     #[tracing::instrument(skip_all, fields(tenant = %p.tenant, scope = scope.name()))]
     pub async fn delete_policy(&self, p: &Principal, scope: &PolicyScope) -> Result<(), ServiceError> {
-        require_approver(p, "deleting an approval policy")?;
+        p.require(Permission::Approve, "deleting an approval policy")?;
         self.check_policy_scope(p, scope).await?;
         let (tenant, sandbox) = (p.tenant.clone(), scope.sandbox().map(str::to_owned));
         let entry = AuditEntry::ok(p, AuditAction::PolicyDelete, scope.sandbox())
