@@ -249,7 +249,9 @@ impl ServerHandler for PaddockMcp {
     }
 
     /// `subscriptions/listen` (2026-07-28): a watch per accepted file, for as long as the
-    /// subscription lasts.
+    /// subscription lasts. rmcp acknowledges the subscription before this runs, so a change made
+    /// between the acknowledgement and the watch would go unheard: once every watch is in place,
+    /// each file gets one `resources/updated` ("read it now"), after which every change is heard.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let p = self
             .principal(context.request_context())
@@ -260,10 +262,10 @@ impl ServerHandler for PaddockMcp {
             .clone()
             .unwrap_or_default();
         let mut watches = Vec::new();
-        for uri in uris {
+        for uri in &uris {
             let sink = context.sink().clone();
             let watch = self
-                .watch_file(&p, &uri, move |uri| {
+                .watch_file(&p, uri, move |uri| {
                     let sink = sink.clone();
                     async move { sink.notify_resource_updated(uri).await.is_ok() }
                 })
@@ -274,6 +276,11 @@ impl ServerHandler for PaddockMcp {
                     watches.iter().for_each(tokio::task::JoinHandle::abort);
                     return Err(e);
                 }
+            }
+        }
+        for uri in uris {
+            if context.sink().notify_resource_updated(uri).await.is_err() {
+                break;
             }
         }
         context.cancelled().await;

@@ -140,6 +140,16 @@ async fn files_are_resources_that_can_be_read_and_watched() {
         Some(vec![uri.clone()]),
         "only a sandbox file is accepted"
     );
+    // Once its watch is in place, the file gets one update ("read it now"): the acknowledgement
+    // comes before the watch, so a change in between is not lost. After it, writes are heard.
+    let live = tokio::time::timeout(Duration::from_secs(60), listening.next())
+        .await
+        .expect("the watch in place within a minute")
+        .expect("the subscription lives");
+    match live {
+        Some(ServerNotification::ResourceUpdatedNotification(n)) => assert_eq!(n.params.uri, uri),
+        other => panic!("not a resource update: {other:?}"),
+    }
     structured(
         &call(
             &client,
