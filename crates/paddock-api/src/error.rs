@@ -28,6 +28,7 @@ impl ApiError {
                 code,
                 message: message.into(),
                 field: None,
+                approval_id: None,
             },
         }
     }
@@ -183,7 +184,7 @@ pub(crate) fn panic_response(payload: Box<dyn Any + Send + 'static>) -> Response
 mod tests {
     use super::*;
 
-    const ALL_CODES: [ErrorCode; 28] = [
+    const ALL_CODES: [ErrorCode; 34] = [
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::InvalidRequest,
@@ -212,6 +213,12 @@ mod tests {
         ErrorCode::VolumeExists,
         ErrorCode::VolumeInUse,
         ErrorCode::PolicyNotFound,
+        ErrorCode::PolicyDenied,
+        ErrorCode::ApprovalPending,
+        ErrorCode::ApprovalRejected,
+        ErrorCode::ApprovalExpired,
+        ErrorCode::ApprovalNotFound,
+        ErrorCode::ApprovalDecided,
     ];
 
     async fn body_json(response: Response) -> serde_json::Value {
@@ -227,7 +234,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_code_is_answered_with_its_status_and_body() {
-        let expected: [(ErrorCode, u16); 28] = [
+        let expected: [(ErrorCode, u16); 34] = [
             (ErrorCode::Unauthorized, 401),
             (ErrorCode::Forbidden, 403),
             (ErrorCode::InvalidRequest, 400),
@@ -256,6 +263,12 @@ mod tests {
             (ErrorCode::VolumeExists, 409),
             (ErrorCode::VolumeInUse, 409),
             (ErrorCode::PolicyNotFound, 404),
+            (ErrorCode::PolicyDenied, 403),
+            (ErrorCode::ApprovalPending, 409),
+            (ErrorCode::ApprovalRejected, 403),
+            (ErrorCode::ApprovalExpired, 410),
+            (ErrorCode::ApprovalNotFound, 404),
+            (ErrorCode::ApprovalDecided, 409),
         ];
         assert_eq!(expected.map(|(c, _)| c), ALL_CODES);
         for (code, status) in expected {

@@ -13,7 +13,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use paddock_control::{ExecOutput, ExecStream, OutputStream, WatchStream};
-use paddock_types::api::{CodeEvent, ExecEvent, StreamData, WatchEvent, WatchEventKind};
+use paddock_types::api::{ApprovalEvent, CodeEvent, ExecEvent, StreamData, WatchEvent, WatchEventKind};
 use serde::Serialize;
 
 use crate::negotiate::StreamFormat;
@@ -65,6 +65,32 @@ pub(crate) fn exec_event(output: ExecOutput) -> ExecEvent {
         }
         ExecOutput::Exit(info) => ExecEvent::Exit(info),
         ExecOutput::Error { code, message } => ExecEvent::Error { code, message },
+    }
+}
+
+impl EventSource for paddock_control::ApprovalStream {
+    type Event = ApprovalEvent;
+
+    // Cancel-safe: the only await is a channel receive.
+    fn next_event(&mut self) -> impl Future<Output = Option<ApprovalEvent>> + Send {
+        self.recv()
+    }
+}
+
+impl StreamEvent for ApprovalEvent {
+    fn sse_name(&self) -> &'static str {
+        match self.event.as_str() {
+            "requested" => "requested",
+            "approved" => "approved",
+            "rejected" => "rejected",
+            "expired" => "expired",
+            "used" => "used",
+            _ => "changed",
+        }
+    }
+
+    fn is_last(&self) -> bool {
+        false
     }
 }
 

@@ -17,8 +17,8 @@ mod plan;
 pub use paddock_runtime::ExportOptions;
 
 pub use crate::core::config::{
-    DebianBase, ImagesConfig, NetworkAuditConfig, NetworkConfig, PortsConfig, RecipeBuild, ServiceConfig,
-    TemplateConfig, DEFAULT_COLLECT_BUDGET,
+    ApprovalsConfig, DebianBase, ImagesConfig, NetworkAuditConfig, NetworkConfig, PortsConfig, RecipeBuild,
+    ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET,
 };
 pub use crate::core::error::ServiceError;
 pub use crate::core::output::collect::{CollectedOutput, COLLECT_LIMIT};
@@ -28,6 +28,7 @@ pub use crate::core::ports::PortStream;
 pub use crate::core::principal::Principal;
 pub use crate::core::service::SandboxService;
 pub use crate::ops::admin::ADMIN_TENANT;
+pub use crate::ops::approvals::ApprovalStream;
 pub use crate::ops::calls::{ToolCallOutcome, ToolCallRecord, INLINE_ARGUMENTS};
 pub use crate::ops::code::{CodeStream, CollectedCell};
 pub use crate::ops::files::accounts::{AccountUser, SandboxAccounts};

@@ -303,6 +303,7 @@ impl PaddockMcp {
             parents: args.parents,
             mode: None,
             user: None,
+            approval_id: None,
         };
         let entry = self.service.make_dir(&p, &id, request).await.map_err(failure)?;
         Ok(Json(file_info(entry)))
@@ -321,7 +322,7 @@ impl PaddockMcp {
         let p = self.principal(&ctx)?;
         let id = sandbox_id(&args.sandbox_id)?;
         self.service
-            .remove_file(&p, &id, &args.path, args.recursive)
+            .remove_file(&p, &id, &args.path, args.recursive, None)
             .await
             .map_err(failure)?;
         Ok(Json(Removed { path: args.path }))
@@ -342,6 +343,7 @@ impl PaddockMcp {
         let request = RenameRequest {
             from: args.from,
             to: args.to,
+            approval_id: None,
         };
         let entry = self
             .service

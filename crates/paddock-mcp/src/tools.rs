@@ -248,6 +248,7 @@ impl PaddockMcp {
             mode: None,
             user: None,
             parents,
+            approval_id: None,
         };
         let written = self
             .service

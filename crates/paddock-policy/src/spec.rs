@@ -36,6 +36,10 @@ pub struct PolicySpec {
     /// The rules, in order.
     #[serde(default)]
     pub rules: Vec<RuleSpec>,
+    /// Whether the key that asked may approve its own request. Read only from the tenant's policy
+    /// (a sandbox's cannot grant it); off unless set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub self_approval: bool,
 }
 
 /// One rule: a verdict and what it matches (exactly one of `exec`, `file`, `network`).

@@ -192,6 +192,7 @@ fn a_faulty_policy_is_refused_whole_naming_the_rule_and_field() {
             };
             MAX_RULES + 1
         ],
+        self_approval: false,
     };
     assert_eq!(compile(too_many).expect_err("refused").field, "rules");
     for unknown in [
@@ -368,6 +369,7 @@ fn spec_of(default: usize, rules: &[RuleIndices]) -> PolicySpec {
     PolicySpec {
         default: VERDICTS[default % 3],
         rules: rules.iter().map(|&(k, v, a, b, c)| rule(k, v, a, b, c)).collect(),
+        self_approval: false,
     }
 }
 

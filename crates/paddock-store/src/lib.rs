@@ -24,6 +24,7 @@
 //! anything), no interpretation of a sandbox's spec (stored as the caller's JSON), no clock of its own,
 //! and no authorization decisions beyond "this key text is valid".
 
+mod approvals;
 mod audit;
 mod audit_hash;
 mod audit_prune;
@@ -46,6 +47,7 @@ mod transition;
 mod verify;
 mod volumes;
 
+pub use approvals::{ApprovalDecision, ApprovalRecord, ApprovalUse};
 pub use audit::{AuditFilter, AuditRecord, NewAuditEntry};
 pub use audit_hash::{audit_hash, AuditFields, GENESIS_HASH};
 pub use audit_prune::{pruned_ranges_digest, NetworkRetention, PruneReport, PrunedRange, PRUNE_ACTION};

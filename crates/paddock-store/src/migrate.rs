@@ -75,10 +75,14 @@ const MIGRATIONS: &[Migration] = &[
         version: 14,
         sql: include_str!("../migrations/0014_approval_policies.sql"),
     },
+    Migration {
+        version: 15,
+        sql: include_str!("../migrations/0015_approvals.sql"),
+    },
 ];
 
 /// The schema version this binary writes and understands.
-pub const SCHEMA_VERSION: i64 = 14;
+pub const SCHEMA_VERSION: i64 = 15;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

@@ -88,6 +88,13 @@
 //! allowed_hosts = ["paddock.example"]
 //! max_sessions = 1024
 //!
+//! # The approvals queue and its signed webhook (see `serve_config/approvals.rs`).
+//! [approvals]
+//! ttl = "1h"
+//! wait = "60s"
+//! webhook_url = "https://ops.example/paddock"
+//! webhook_secret_file = "/etc/paddock/webhook.key"
+//!
 //! # Image registries templates are pulled from (see `serve_config/registry.rs`).
 //! [registry]
 //! ca_file = "/etc/paddock/registry-ca.pem"
@@ -118,6 +125,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::cli::{GlobalArgs, ServeArgs};
 use crate::config::{Config, DEFAULT_CGROUP_PARENT, DEFAULT_POOL_SIZE, DEFAULT_STATE_DIR};
 
+mod approvals;
 mod audit;
 mod e2b;
 mod http;
@@ -127,6 +135,7 @@ mod ports;
 mod registry;
 mod values;
 
+pub use approvals::ApprovalsSettings;
 pub use audit::AuditSettings;
 pub use e2b::E2bSettings;
 pub use http::{HttpSettings, API_FD_OVERHEAD};
@@ -212,6 +221,8 @@ pub struct ServeConfig {
     pub e2b: E2bSettings,
     /// The MCP endpoint.
     pub mcp: McpEndpointSettings,
+    /// The approvals queue and its webhook.
+    pub approvals: ApprovalsSettings,
     /// Connections to sandboxes' own ports.
     pub ports: PortsSettings,
     /// How templates are pulled from image registries.
@@ -375,6 +386,7 @@ impl ServeConfig {
             collect_budget_bytes: self.http.collected_output_budget.as_u64(),
             network_audit: self.audit.network_audit(),
             ports: self.ports.ports_config(),
+            approvals: self.approvals.approvals_config(),
             images: paddock_control::ImagesConfig {
                 pull_dir: Some(self.state_dir.join("pulls")),
                 pull: self.registry.pull_options(),

@@ -38,6 +38,10 @@ pub struct WriteFileQuery {
     /// Owner if the file is created (the sandbox's default user when absent).
     #[serde(default)]
     pub user: Option<String>,
+    /// The approval the write runs under, when the sandbox's approval policy asks (the id an
+    /// `approval_pending` answer named, once approved).
+    #[serde(default)]
+    pub approval_id: Option<String>,
 }
 
 /// `DELETE .../files` query.
@@ -50,6 +54,21 @@ pub struct RemoveFileQuery {
     /// Remove a non-empty directory with everything in it.
     #[serde(default)]
     pub recursive: bool,
+    /// The approval the removal runs under, when the sandbox's approval policy asks.
+    #[serde(default)]
+    pub approval_id: Option<String>,
+}
+
+/// `PUT .../files/tar` query.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct UploadTarQuery {
+    /// Absolute path of the directory to unpack into (made if missing).
+    pub path: String,
+    /// The approval the upload runs under, when the sandbox's approval policy asks.
+    #[serde(default)]
+    pub approval_id: Option<String>,
 }
 
 /// `GET .../files/watch` query.
@@ -156,6 +175,7 @@ pub(crate) async fn write_file(
         mode: q.mode.as_deref().map(parse_mode).transpose()?,
         user: q.user,
         parents: false,
+        approval_id: q.approval_id,
     };
     let written = service
         .write_file(&p, &id, &q.path, options, body_stream(body))
@@ -181,7 +201,9 @@ pub(crate) async fn remove_file(
     SandboxPath(id): SandboxPath,
     ApiQuery(q): ApiQuery<RemoveFileQuery>,
 ) -> Result<StatusCode, ApiError> {
-    service.remove_file(&p, &id, &q.path, q.recursive).await?;
+    service
+        .remove_file(&p, &id, &q.path, q.recursive, q.approval_id.as_deref())
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -299,7 +321,7 @@ pub(crate) async fn download_tar(
     put,
     path = "/v1/sandboxes/{id}/files/tar",
     tag = "files",
-    params(("id" = String, Path, description = "Sandbox id"), FilePathQuery),
+    params(("id" = String, Path, description = "Sandbox id"), UploadTarQuery),
     request_body(description = "A tar archive", content(("application/x-tar"))),
     responses(
         (status = 204, description = "Unpacked"),
@@ -311,10 +333,12 @@ pub(crate) async fn upload_tar(
     Auth(p): Auth,
     State(service): State<SandboxService>,
     SandboxPath(id): SandboxPath,
-    ApiQuery(q): ApiQuery<FilePathQuery>,
+    ApiQuery(q): ApiQuery<UploadTarQuery>,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
-    service.upload_tar(&p, &id, &q.path, body_stream(body)).await?;
+    service
+        .upload_tar(&p, &id, &q.path, q.approval_id.as_deref(), body_stream(body))
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

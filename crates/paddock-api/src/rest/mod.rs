@@ -2,6 +2,7 @@
 //! call into `SandboxService`; none holds a business rule.
 
 pub(crate) mod admin;
+pub(crate) mod approvals;
 pub(crate) mod code;
 pub(crate) mod files;
 pub(crate) mod meta;

@@ -44,6 +44,34 @@ pub struct ServiceConfig {
     pub ports: PortsConfig,
     /// How templates are built from images: where pulls land, how registries are reached, bounds.
     pub images: ImagesConfig,
+    /// The approvals queue: how long a request waits for a person, and its bounds.
+    pub approvals: ApprovalsConfig,
+}
+
+/// The approvals queue's configuration.
+#[derive(Debug, Clone)]
+pub struct ApprovalsConfig {
+    /// How long a pending approval waits for a person before it expires (and how long an approved
+    /// one may be used).
+    pub ttl: Duration,
+    /// How long a held request waits for a decision before it is answered `approval_pending` (the
+    /// default, and the most a request's `approval_wait_ms` may ask).
+    pub wait: Duration,
+    /// Approvals a tenant may have pending at once (`quota_exceeded` past it).
+    pub max_pending_per_tenant: u64,
+    /// Decided approvals kept per tenant (the oldest go first); the audit log keeps every decision.
+    pub keep_decided_per_tenant: u32,
+}
+
+impl Default for ApprovalsConfig {
+    fn default() -> Self {
+        Self {
+            ttl: Duration::from_secs(3600),
+            wait: Duration::from_secs(60),
+            max_pending_per_tenant: 256,
+            keep_decided_per_tenant: 1000,
+        }
+    }
 }
 
 /// Building templates from images.
@@ -307,6 +335,7 @@ impl Default for ServiceConfig {
             network_audit: NetworkAuditConfig::default(),
             ports: PortsConfig::default(),
             images: ImagesConfig::default(),
+            approvals: ApprovalsConfig::default(),
         }
     }
 }

@@ -18,6 +18,9 @@ pub struct ServiceError {
     pub message: String,
     /// The request field at fault (`invalid_request`), or the quota that refused (`quota_exceeded`).
     pub field: Option<String>,
+    /// The approval a held request waits on (`approval_pending`, `approval_rejected`,
+    /// `approval_expired`).
+    pub approval_id: Option<String>,
 }
 
 impl ServiceError {
@@ -27,6 +30,7 @@ impl ServiceError {
             code,
             message: message.into(),
             field: None,
+            approval_id: None,
         }
     }
 
@@ -36,6 +40,15 @@ impl ServiceError {
             code: ErrorCode::InvalidRequest,
             message: message.into(),
             field: Some(field.into()),
+            approval_id: None,
+        }
+    }
+
+    /// An error about the held request's approval `id`.
+    pub fn approval(code: ErrorCode, id: &str, message: impl Into<String>) -> Self {
+        Self {
+            approval_id: Some(id.to_owned()),
+            ..Self::new(code, message)
         }
     }
 
@@ -101,6 +114,7 @@ impl ServiceError {
             code: self.code,
             message: self.message.clone(),
             field: self.field.clone(),
+            approval_id: self.approval_id.clone(),
         }
     }
 }
@@ -227,6 +241,7 @@ pub(crate) fn quota_exceeded(what: &'static str, limit: u64, requested_total: u6
             show(requested_total)
         ),
         field: Some(what.to_owned()),
+        approval_id: None,
     }
 }
 

@@ -7,6 +7,8 @@
 
 pub(crate) mod access;
 pub(crate) mod activity;
+pub(crate) mod approval_state;
+pub(crate) mod approvals;
 pub(crate) mod audit;
 pub(crate) mod backend;
 pub(crate) mod config;

@@ -55,6 +55,10 @@ pub(crate) struct Inner {
     /// The configured templates the server built (from an image or a recipe): name to template
     /// id, once ready. Sandboxes of one absent here cannot be made yet.
     pub(crate) built_templates: Mutex<HashMap<String, paddock_types::TemplateId>>,
+    /// The approvals queue's change events.
+    pub(crate) approvals: crate::core::approval_state::Queue,
+    /// Compiled approval policies by scope.
+    pub(crate) policies: crate::core::approval_state::PolicyCache,
 }
 
 impl SandboxService {
@@ -166,6 +170,7 @@ pub(crate) fn store_error(what: &'static str, e: StoreError) -> ServiceError {
             code: ErrorCode::AlreadyExists,
             message: format!("secret {id:?} exists; delete it first to replace it"),
             field: Some("name".into()),
+            approval_id: None,
         },
         other => ServiceError::internal(what, &other),
     }

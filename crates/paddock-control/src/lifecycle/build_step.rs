@@ -46,6 +46,7 @@ impl SandboxService {
             background: false,
             pty: false,
             tag: Some(command.tag.to_owned()),
+            approval_id: None,
         };
         self.audit(AuditEntry::ok(p, AuditAction::ProcessStart, Some(id.as_str())).detail(detail))
             .await?;

@@ -1,5 +1,5 @@
 //! The reaper: expires sandboxes whose timeout passed (or pauses or stops them, as asked), ends
-//! those whose agent died, and purges old history.
+//! those whose agent died, expires approvals no one decided in time, and purges old history.
 
 use std::time::Duration;
 
@@ -38,6 +38,9 @@ impl SandboxService {
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "reaper cannot read the store"),
+            }
+            if let Err(e) = self.sweep_approvals().await {
+                tracing::warn!(error = %e, "expiring approvals failed");
             }
             let dead: Vec<SandboxId> = lock(&self.inner.live)
                 .values()

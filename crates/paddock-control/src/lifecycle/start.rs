@@ -68,6 +68,8 @@ impl SandboxService {
                 port_gate: Arc::default(),
                 port_audit: Mutex::new(port_audit),
                 built_templates: Mutex::new(HashMap::new()),
+                approvals: crate::core::approval_state::Queue::new(),
+                policies: Default::default(),
             }),
         };
         let mut tasks = Vec::new();

@@ -69,6 +69,7 @@ impl SandboxService {
             background: true,
             pty: false,
             tag: Some("start".into()),
+            approval_id: None,
         };
         // The row is the sandbox's tenant's (none for a warm sandbox, which no tenant has yet).
         let sid = id.to_string();

@@ -1,11 +1,12 @@
 //! Floor 3, the operations: one module per area of the API (sandboxes, exec, environment, files,
-//! snapshots, steps, fork, diff, transfer, volumes, network, secrets, approval policies, admin), and the record of a
+//! snapshots, steps, fork, diff, transfer, volumes, network, secrets, approval policies, the approvals queue, admin), and the record of a
 //! front-end's calls (`calls`). Each uses the floors
 //! below and never another operation's module (`tests/layers.rs` checks both).
 //!
 //! Shared steps do not live here: when two operations need the same step, it moves down a floor.
 
 pub(crate) mod admin;
+pub(crate) mod approvals;
 pub(crate) mod calls;
 pub(crate) mod code;
 pub(crate) mod diff;

@@ -4,8 +4,8 @@
 //! the fault under `policy.`) and the stored text is always one that compiles. Setting and deleting
 //! need an approver (or admin) key; any key of the tenant may read.
 //!
-//! What it does not do (yet): apply a policy to exec, file or network requests, or hold an `ask`
-//! for a person; nothing reads these policies but `get_policy`.
+//! What it does not do: apply a policy (`core/approvals` does, from the cache this forgets a
+//! scope's entry of after each change) or hold an `ask` for a person.
 
 use paddock_policy::PolicySpec;
 use paddock_store::ApprovalPolicyRecord;
@@ -110,6 +110,7 @@ impl SandboxService {
             })
         })
         .await?;
+        self.forget_policy(&p.tenant, scope.sandbox());
         policy_info(&record)
     }
 
@@ -154,6 +155,7 @@ impl SandboxService {
                 })
             })
             .await?;
+        self.forget_policy(&p.tenant, scope.sandbox());
         if deleted {
             Ok(())
         } else {

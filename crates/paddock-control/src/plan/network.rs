@@ -77,6 +77,7 @@ impl SandboxService {
                 code: ErrorCode::SecretNotFound,
                 message: format!("no secret {missing:?}; create it with POST /v1/secrets"),
                 field: Some("secrets".into()),
+                approval_id: None,
             });
         }
         Ok(names)

@@ -62,7 +62,7 @@ async fn every_operation_writes_its_row_in_order() {
     .await
     .expect("rename");
     expected.push("file.rename");
-    s.remove_file(p, &id, "/home/user/d/a.txt", false)
+    s.remove_file(p, &id, "/home/user/d/a.txt", false, None)
         .await
         .expect("remove");
     expected.push("file.remove");

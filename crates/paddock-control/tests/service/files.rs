@@ -79,13 +79,14 @@ async fn file_operations_record_their_rows_and_answer_the_agents_errors() {
         .await
         .expect("rename");
     assert_eq!(moved.path, "/home/user/d/a.txt");
-    s.remove_file(&f.a, &id, "/home/user/d/a.txt", false)
+    s.remove_file(&f.a, &id, "/home/user/d/a.txt", false, None)
         .await
         .expect("remove");
     let private = WriteFileOptions {
         mode: Some(0o600),
         user: Some("root".into()),
         parents: false,
+        approval_id: None,
     };
     s.write_file(&f.a, &id, "/tmp/p", private, bytes_body(b"x"))
         .await
@@ -111,7 +112,7 @@ async fn file_operations_record_their_rows_and_answer_the_agents_errors() {
         ErrorCode::AlreadyExists
     );
     assert_eq!(
-        code(s.remove_file(&f.a, &id, "/home/user/d", false).await),
+        code(s.remove_file(&f.a, &id, "/home/user/d", false, None).await),
         ErrorCode::DirectoryNotEmpty
     );
     assert_eq!(
@@ -138,13 +139,14 @@ async fn file_operations_record_their_rows_and_answer_the_agents_errors() {
         mode: None,
         user: Some("ghost".into()),
         parents: false,
+        approval_id: None,
     };
     let e = error(s.write_file(&f.a, &id, "/tmp/g", ghost, bytes_body(b"x")).await);
     assert_eq!(
         (e.code, e.field.as_deref()),
         (ErrorCode::InvalidRequest, Some("user"))
     );
-    s.remove_file(&f.a, &id, "/home/user/d", true)
+    s.remove_file(&f.a, &id, "/home/user/d", true, None)
         .await
         .expect("remove -r");
 
@@ -286,7 +288,7 @@ async fn tar_downloads_and_uploads_run_tar_in_the_sandbox() {
     .await
     .expect("the archive");
     f.service
-        .upload_tar(&f.a, &id, "/tmp/copy", bytes_body(&archive))
+        .upload_tar(&f.a, &id, "/tmp/copy", None, bytes_body(&archive))
         .await
         .expect("upload");
     assert_eq!(
@@ -294,13 +296,25 @@ async fn tar_downloads_and_uploads_run_tar_in_the_sandbox() {
         "one\ntwo\n"
     );
     f.service
-        .upload_tar(&f.a, &id, "/tmp/more", bytes_body(&tar_of(&[("x.txt", b"x")])))
+        .upload_tar(
+            &f.a,
+            &id,
+            "/tmp/more",
+            None,
+            bytes_body(&tar_of(&[("x.txt", b"x")])),
+        )
         .await
         .expect("upload");
     assert_eq!(f.sh(&f.a, &id, "cat /tmp/more/x.txt").await, "x");
     let e = error(
         f.service
-            .upload_tar(&f.a, &id, "/tmp/bad", bytes_body(b"not a tar archive at all"))
+            .upload_tar(
+                &f.a,
+                &id,
+                "/tmp/bad",
+                None,
+                bytes_body(b"not a tar archive at all"),
+            )
             .await,
     );
     assert_eq!(e.code, ErrorCode::InvalidRequest, "{e:?}");
@@ -368,7 +382,7 @@ async fn a_watch_reports_changes_made_through_the_api_and_ends_with_its_director
         ]
     );
     f.service
-        .remove_file(&f.a, &id, "/home/user/w", true)
+        .remove_file(&f.a, &id, "/home/user/w", true, None)
         .await
         .expect("rm -r");
     let last = loop {

@@ -7,6 +7,7 @@
 //! audit chain at its end.
 
 mod admin;
+mod approvals;
 mod audit;
 mod files;
 mod fixture;

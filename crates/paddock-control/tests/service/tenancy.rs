@@ -107,7 +107,7 @@ async fn sandbox_route(f: &Fixture, route: &str, id: &SandboxId, pid: u32) -> Re
             .make_dir(p, id, body(json!({"path": "/home/user/b-dir", "parents": true})))
             .await
             .map(drop),
-        "remove" => s.remove_file(p, id, "/home/user", true).await,
+        "remove" => s.remove_file(p, id, "/home/user", true, None).await,
         "rename" => s
             .rename_file(
                 p,
@@ -117,7 +117,7 @@ async fn sandbox_route(f: &Fixture, route: &str, id: &SandboxId, pid: u32) -> Re
             .await
             .map(drop),
         "tar_download" => s.download_tar(p, id, "/home/user").await.map(drop),
-        "tar_upload" => s.upload_tar(p, id, "/home/user", bytes_body(b"")).await,
+        "tar_upload" => s.upload_tar(p, id, "/home/user", None, bytes_body(b"")).await,
         "watch" => s.watch_dir(p, id, "/home/user", true).await.map(drop),
         "snapshot" => s
             .create_snapshot(p, id, body(json!({"name": "b's"})))

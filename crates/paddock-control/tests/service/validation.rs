@@ -227,6 +227,7 @@ async fn file_list_and_admin_requests_name_their_bad_field() {
                 mode: Some(0o10000),
                 user: None,
                 parents: false,
+                approval_id: None,
             },
             bytes_body(b"x"),
         )
@@ -241,7 +242,7 @@ async fn file_list_and_admin_requests_name_their_bad_field() {
         "mode",
     );
     refused(
-        s.remove_file(&f.a, &id, "/", true).await,
+        s.remove_file(&f.a, &id, "/", true, None).await,
         ErrorCode::InvalidPath,
         "path",
     );

@@ -255,6 +255,7 @@ async fn mkdir_all(
         parents: true,
         mode: Some(0o755),
         user: Some(user.name.clone()),
+        approval_id: None,
     };
     state
         .service
@@ -295,6 +296,7 @@ async fn move_entry(
         let request = RenameRequest {
             from: source.clone(),
             to: destination.clone(),
+            approval_id: None,
         };
         let moved = state
             .service
@@ -319,7 +321,7 @@ async fn remove(
         let path = resolve_path(&msg.path, &user.home)?;
         match state
             .service
-            .remove_file(&caller.principal, &caller.id, &path, true)
+            .remove_file(&caller.principal, &caller.id, &path, true, None)
             .await
         {
             // `rm -rf`: a missing path is no error.

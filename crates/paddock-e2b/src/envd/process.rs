@@ -163,6 +163,8 @@ async fn start_process(
         background: true,
         tag: msg.tag,
         pty,
+        approval_id: None,
+        approval_wait_ms: None,
     };
     let started = state
         .service

@@ -20,6 +20,7 @@ async fn write(env: &Env, id: &SandboxId, path: &str, data: &'static [u8]) {
         mode: Some(0o644),
         user: Some("user".into()),
         parents: false,
+        approval_id: None,
     };
     env.service
         .write_file(&env.a, id, path, options, body)

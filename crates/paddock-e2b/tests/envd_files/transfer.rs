@@ -193,7 +193,7 @@ async fn a_full_disk_answers_507_even_to_a_small_body_that_inflates() {
     // What was written before the disk filled stays (as envd's); with it gone, the same inside a
     // multipart body.
     env.service
-        .remove_file(&env.a, &id, "/home/user/bomb", false)
+        .remove_file(&env.a, &id, "/home/user/bomb", false, None)
         .await
         .expect("remove");
     let form = gzip(&multipart(&[(

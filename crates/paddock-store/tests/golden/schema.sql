@@ -3,6 +3,12 @@
 -- index api_keys_tenant
 CREATE INDEX api_keys_tenant ON api_keys(tenant);
 
+-- index approvals_by_tenant
+CREATE INDEX approvals_by_tenant ON approvals (tenant, created_at_ms);
+
+-- index approvals_open
+CREATE INDEX approvals_open ON approvals (state, expires_at_ms) WHERE state IN ('pending', 'approved');
+
 -- index audit_action
 CREATE INDEX audit_action ON audit(action, seq);
 
@@ -68,6 +74,28 @@ CREATE TABLE approval_policies (
     spec          TEXT NOT NULL CHECK (json_valid(spec)),
     updated_at_ms INTEGER NOT NULL,
     PRIMARY KEY (tenant, sandbox_id)
+) STRICT;
+
+-- table approvals
+CREATE TABLE approvals (
+    id             TEXT PRIMARY KEY,
+    tenant         TEXT NOT NULL REFERENCES tenants(name),
+    sandbox_id     TEXT,
+    kind           TEXT NOT NULL CHECK (kind IN ('exec', 'file', 'network', 'execution')),
+    summary        TEXT NOT NULL,
+    request        TEXT NOT NULL CHECK (json_valid(request)),
+    request_sha256 TEXT NOT NULL,
+    policy_scope   TEXT NOT NULL CHECK (policy_scope IN ('tenant', 'sandbox')),
+    rule           INTEGER,
+    reason         TEXT,
+    requested_by   TEXT NOT NULL,
+    state          TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'rejected', 'expired')),
+    created_at_ms  INTEGER NOT NULL,
+    expires_at_ms  INTEGER NOT NULL,
+    decided_at_ms  INTEGER,
+    decided_by     TEXT,
+    note           TEXT,
+    used_at_ms     INTEGER
 ) STRICT;
 
 -- table audit

@@ -96,6 +96,21 @@ pub enum ErrorCode {
     KernelUnavailable,
     /// No approval policy is set for the tenant or the sandbox (404).
     PolicyNotFound,
+    /// The sandbox's approval policy denies the request; the message names the rule (403).
+    PolicyDenied,
+    /// The approval policy asks a person first: the request waits in the approvals queue and
+    /// nothing of it has run; `approval_id` names the approval to poll (`GET /v1/approvals/{id}`)
+    /// and, once approved, to send back with the same request (409).
+    ApprovalPending,
+    /// A person rejected the request's approval; nothing of it ran (403).
+    ApprovalRejected,
+    /// The request's approval expired (or was already used) before it could run; nothing of it
+    /// ran (410).
+    ApprovalExpired,
+    /// No such approval for this tenant (404; also for other tenants' approvals).
+    ApprovalNotFound,
+    /// The approval was already decided (approved, rejected or expired) (409).
+    ApprovalDecided,
 }
 
 impl ErrorCode {
@@ -143,6 +158,12 @@ impl ErrorCode {
             Self::ContextNotFound => "context_not_found",
             Self::KernelUnavailable => "kernel_unavailable",
             Self::PolicyNotFound => "policy_not_found",
+            Self::PolicyDenied => "policy_denied",
+            Self::ApprovalPending => "approval_pending",
+            Self::ApprovalRejected => "approval_rejected",
+            Self::ApprovalExpired => "approval_expired",
+            Self::ApprovalNotFound => "approval_not_found",
+            Self::ApprovalDecided => "approval_decided",
         }
     }
 
@@ -150,7 +171,8 @@ impl ErrorCode {
     pub fn http_status(self) -> u16 {
         match self {
             Self::Unauthorized => 401,
-            Self::Forbidden | Self::PermissionDenied => 403,
+            Self::Forbidden | Self::PermissionDenied | Self::PolicyDenied | Self::ApprovalRejected => 403,
+            Self::ApprovalExpired => 410,
             Self::InvalidRequest
             | Self::NotADirectory
             | Self::IsADirectory
@@ -167,14 +189,17 @@ impl ErrorCode {
             | Self::TemplateNotFound
             | Self::ImageNotFound
             | Self::ContextNotFound
-            | Self::PolicyNotFound => 404,
+            | Self::PolicyNotFound
+            | Self::ApprovalNotFound => 404,
             Self::SandboxNotRunning
             | Self::AlreadyExists
             | Self::DirectoryNotEmpty
             | Self::VolumeExists
             | Self::VolumeInUse
             | Self::TemplateExists
-            | Self::TemplateInUse => 409,
+            | Self::TemplateInUse
+            | Self::ApprovalPending
+            | Self::ApprovalDecided => 409,
             Self::QuotaExceeded => 429,
             Self::NoSpace => 507,
             Self::PayloadTooLarge | Self::ImageTooLarge => 413,
@@ -200,6 +225,10 @@ pub struct ApiErrorBody {
     /// refused (`quota_exceeded`), e.g. `max_snapshots`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// The approval a held request waits on (`approval_pending`, `approval_rejected`,
+    /// `approval_expired`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
 }
 
 #[cfg(test)]
@@ -232,6 +261,12 @@ mod tests {
             ErrorCode::ContextNotFound,
             ErrorCode::KernelUnavailable,
             ErrorCode::PolicyNotFound,
+            ErrorCode::PolicyDenied,
+            ErrorCode::ApprovalPending,
+            ErrorCode::ApprovalRejected,
+            ErrorCode::ApprovalExpired,
+            ErrorCode::ApprovalNotFound,
+            ErrorCode::ApprovalDecided,
         ] {
             let json = serde_json::to_string(&code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

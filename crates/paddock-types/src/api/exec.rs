@@ -45,6 +45,16 @@ pub struct ExecRequest {
     /// Run under a pseudo-terminal of this size (stdout and stderr then arrive as one `pty` stream).
     #[serde(default)]
     pub pty: Option<PtySizeBody>,
+    /// The approval this request runs under, when its approval policy says `ask`: the id an
+    /// earlier `approval_pending` answer named, once a person approved it. The request must be the
+    /// same as the one approved (its other fields hash the same); an approval runs it once.
+    #[serde(default)]
+    pub approval_id: Option<String>,
+    /// When the policy says `ask`: how long to wait for a person before answering
+    /// `approval_pending` (milliseconds; default and cap: the server's `[approvals] wait`).
+    /// Nothing runs while it waits; a caller that goes away leaves the approval pending.
+    #[serde(default)]
+    pub approval_wait_ms: Option<u64>,
 }
 
 /// A terminal size.

@@ -72,6 +72,10 @@ pub struct MkdirRequest {
     /// Owner (the sandbox's default user when absent).
     #[serde(default)]
     pub user: Option<String>,
+    /// The approval it runs under, when the sandbox's approval policy asks (the id an
+    /// `approval_pending` answer named, once approved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
 }
 
 /// `POST .../files/rename`.
@@ -82,6 +86,9 @@ pub struct RenameRequest {
     pub from: String,
     /// New path.
     pub to: String,
+    /// The approval it runs under, when the sandbox's approval policy asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
 }
 
 /// What happened to a watched path.

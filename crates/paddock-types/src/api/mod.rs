@@ -5,6 +5,7 @@
 //! COMPATIBILITY.md says how they may evolve (fields are only ever added, optional, with defaults).
 //! Requests refuse unknown fields so a typo is an error, not a silently ignored option.
 
+mod approvals;
 mod audit;
 mod code;
 mod cursor;
@@ -20,6 +21,10 @@ mod snapshots;
 mod templates;
 mod volumes;
 
+pub use approvals::{
+    ApprovalEvent, ApprovalInfo, ApprovalKind, ApprovalList, ApprovalState, DecideApprovalRequest,
+    ListApprovalsQuery,
+};
 pub use audit::{AuditQuery, AuditRecord, AuditVerification, BrokenAuditRow};
 pub use code::{
     CodeError, CodeEvent, CodeResult, CodeRunResult, CodeStatus, ContextInfo, ContextList, ContextState,

@@ -53,6 +53,8 @@ pub fn exec_request(args: &ExecArgs, pty: Option<PtySizeBody>) -> ExecRequest {
         background: args.background,
         tag: args.tag.clone(),
         pty,
+        approval_id: None,
+        approval_wait_ms: None,
     }
 }
 

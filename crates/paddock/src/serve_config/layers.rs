@@ -45,6 +45,7 @@ pub(super) fn to_toml(cfg: &ServeConfig) -> anyhow::Result<String> {
         audit: Some(cfg.audit.clone()),
         e2b: Some(cfg.e2b.clone()),
         mcp: Some(cfg.mcp.clone()),
+        approvals: Some(cfg.approvals.clone()),
         ports: Some(cfg.ports.clone()),
         registry: Some(cfg.registry.clone()),
         default_limits: LimitsLayer::from(&cfg.default_limits),
@@ -109,6 +110,8 @@ struct Layer {
     e2b: Option<E2bSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     mcp: Option<McpEndpointSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    approvals: Option<ApprovalsSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ports: Option<PortsSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -327,6 +330,7 @@ impl Layer {
             audit: top.audit.or(self.audit),
             e2b: top.e2b.or(self.e2b),
             mcp: top.mcp.or(self.mcp),
+            approvals: top.approvals.or(self.approvals),
             ports: top.ports.or(self.ports),
             registry: top.registry.or(self.registry),
             default_limits: self.default_limits.overlay(top.default_limits),
@@ -443,6 +447,8 @@ impl Layer {
         e2b.validate()?;
         let mcp = self.mcp.unwrap_or_default();
         mcp.validate()?;
+        let approvals = self.approvals.unwrap_or_default();
+        approvals.validate()?;
         let ports = self.ports.unwrap_or_default();
         ports.validate()?;
         let registry = self.registry.unwrap_or_default();
@@ -481,6 +487,7 @@ impl Layer {
             audit,
             e2b,
             mcp,
+            approvals,
             ports,
             registry,
         })
@@ -641,6 +648,7 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         audit: None,
         e2b: None,
         mcp: None,
+        approvals: None,
         ports: None,
         registry: None,
         default_limits: LimitsLayer {

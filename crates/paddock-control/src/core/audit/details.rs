@@ -285,6 +285,38 @@ details! {
         scope: &'static str,
     }
 
+    /// A request an approval policy refused (`scope`: whose policy; `rule`: absent for the
+    /// policy's default): what it was, in one line.
+    PolicyDenied for [PolicyDeny] {
+        kind: &'static str,
+        summary: String,
+        scope: &'static str,
+        rule: Option<u32>,
+        reason: Option<String>,
+    }
+
+    /// A request held for a person: the approval's id, what it is (the request itself is in the
+    /// approval, its digest here), and the rule that asked.
+    ApprovalRequested for [ApprovalRequest] {
+        approval_id: String,
+        kind: &'static str,
+        summary: String,
+        request_sha256: String,
+        scope: &'static str,
+        rule: Option<u32>,
+        reason: Option<String>,
+        expires_at: String,
+    }
+
+    /// A person's decision (the row's key decided), or the expiry: which approval, whose request.
+    ApprovalDecided for [ApprovalApprove, ApprovalReject, ApprovalExpire] {
+        approval_id: String,
+        kind: String,
+        summary: String,
+        requested_by: String,
+        note: Option<String>,
+    }
+
     /// A sandbox's network policy and injected secrets set.
     NetworkPolicySet for [NetworkPolicy] {
         policy: serde_json::Value,
@@ -433,6 +465,9 @@ details! {
         background: bool,
         pty: bool,
         tag: Option<String>,
+        /// The approval it runs under (absent when no policy asked).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        approval_id: Option<String>,
     }
 
     /// What an exit row repeats of its process, when known: the exec id of its start row, and the

@@ -46,6 +46,10 @@ macro_rules! actions {
 }
 
 actions! {
+    ApprovalApprove => "approval.approve",
+    ApprovalExpire => "approval.expire",
+    ApprovalReject => "approval.reject",
+    ApprovalRequest => "approval.request",
     AuditPrune => "audit.prune",
     AuthFailed => "auth.failed",
     CodeContext => "code.context",
@@ -68,6 +72,7 @@ actions! {
     NetworkRefused => "network.refused",
     NetworkSuppressed => "network.suppressed",
     PolicyDelete => "policy.delete",
+    PolicyDeny => "policy.deny",
     PolicySet => "policy.set",
     ProcessAttach => "process.attach",
     ProcessDiff => "process.diff",

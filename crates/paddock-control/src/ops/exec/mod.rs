@@ -23,6 +23,10 @@ use paddock_types::api::{
 };
 use tokio::sync::mpsc;
 
+use paddock_policy::{Action, ExecAction};
+use paddock_types::api::ApprovalKind;
+
+use crate::core::approvals::{Asked, Gated};
 use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::error::process_error;
 use crate::core::output::events::{exit_info, ExecOutput};
@@ -95,7 +99,78 @@ fn command_body(c: &CommandSpec) -> ProcessCommand {
     }
 }
 
+/// What an exec request is, as an approval policy sees it and a person approves it.
+fn exec_action<'a>(
+    command: &'a CommandSpec,
+    joined: &'a (String, String),
+    cwd: &'a str,
+    user: &'a str,
+    pty: bool,
+) -> Action<'a> {
+    let (program, args, command) = match command {
+        CommandSpec::Argv { argv } => (argv[0].as_str(), joined.0.as_str(), joined.1.as_str()),
+        CommandSpec::Shell { script } => ("/bin/sh", joined.0.as_str(), script.as_str()),
+    };
+    Action::Exec(ExecAction {
+        program,
+        args,
+        command,
+        cwd,
+        user,
+        pty,
+    })
+}
+
+/// The arguments after the program, and the whole command line, each joined by single spaces (a
+/// shell request's arguments: `-c` and its script).
+fn joined(command: &CommandSpec) -> (String, String) {
+    match command {
+        CommandSpec::Argv { argv } => (argv[1..].join(" "), argv.join(" ")),
+        CommandSpec::Shell { script } => (format!("-c {script}"), script.clone()),
+    }
+}
+
 impl SandboxService {
+    /// The approval policy's check of an exec request (see `core/approvals/gate.rs`): what it
+    /// runs as, where, and under a terminal or not, all as requested (the sandbox's defaults where
+    /// the request leaves them out).
+    async fn gate_exec(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+        req: &ExecRequest,
+        command: &CommandSpec,
+        spec: &crate::core::live::StoredSpec,
+    ) -> Result<Gated, ServiceError> {
+        let joined = joined(command);
+        let user = req.user.clone().unwrap_or_else(|| spec.user.clone());
+        let cwd = req
+            .cwd
+            .clone()
+            .or(spec.workdir.clone())
+            .unwrap_or_else(|| "/".to_owned());
+        let action = exec_action(command, &joined, &cwd, &user, req.pty.is_some());
+        let asked = || Asked {
+            kind: ApprovalKind::Exec,
+            summary: joined.1.clone(),
+            request: serde_json::to_value(ExecRequest {
+                approval_id: None,
+                approval_wait_ms: None,
+                ..req.clone()
+            })
+            .unwrap_or_default(),
+        };
+        self.gate(
+            p,
+            Some(id.as_str()),
+            &[action],
+            asked,
+            req.approval_id.as_deref(),
+            req.approval_wait_ms.map(std::time::Duration::from_millis),
+        )
+        .await
+    }
+
     /// Starts a process. Foreground: the stream carries its output and exit. Background: it keeps
     /// running on its own; read it later with [`SandboxService::attach_process`].
     #[tracing::instrument(skip_all, fields(sandbox_id = %id))]
@@ -116,8 +191,10 @@ impl SandboxService {
             ));
         }
         let pty = req.pty.map(pty_size).transpose()?;
+        let spec = self.owned_live(p, id).await?.spec();
+        let gated = self.gate_exec(p, id, &req, &command, &spec).await?;
+        // Looked up again: a request held for a person does not hold the sandbox meanwhile.
         let sb = self.owned_live(p, id).await?;
-        let spec = sb.spec();
         // The request's own variables override the sandbox's.
         let mut env = self.process_env(&sb);
         env.extend(req.env.clone());
@@ -148,6 +225,7 @@ impl SandboxService {
             background: req.background,
             pty: pty.is_some(),
             tag: req.tag.clone(),
+            approval_id: gated.approval_id,
         };
         if let Err(e) = self
             .audit(AuditEntry::ok(p, AuditAction::ProcessStart, Some(id)).detail(detail))

@@ -3,12 +3,14 @@
 //! sandbox as the sandbox's user, so neither can reach a host path.
 
 pub(crate) mod accounts;
+mod gate;
 pub(crate) mod watch;
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::StreamExt;
+use paddock_policy::FileOp;
 use paddock_protocol::{CommandSpec, FileKind, FileStat, SpawnRequest, Stream, MAX_PAYLOAD_LEN};
 use paddock_runtime::agent_client::{AgentClientError, MkdirOptions, ProcessEvent, WriteOptions};
 use paddock_types::api::{
@@ -35,6 +37,8 @@ pub struct WriteFileOptions {
     pub user: Option<String>,
     /// Create missing parent directories first (mode 0o755, owned by `user`), as E2B's uploads do.
     pub parents: bool,
+    /// The approval the write runs under, when the sandbox's approval policy asks.
+    pub approval_id: Option<String>,
 }
 
 /// Maps an agent error on a file operation to the API's codes.
@@ -68,6 +72,7 @@ pub(crate) fn check_path(field: &str, path: &str) -> Result<(), ServiceError> {
             code: ErrorCode::InvalidPath,
             message: format!("{path:?} is not an absolute path"),
             field: Some(field.to_owned()),
+            approval_id: None,
         });
     }
     if path.contains('\0') || path.len() > MAX_PATH {
@@ -75,6 +80,7 @@ pub(crate) fn check_path(field: &str, path: &str) -> Result<(), ServiceError> {
             code: ErrorCode::InvalidPath,
             message: "paths cannot contain NUL bytes or exceed 4096 bytes".into(),
             field: Some(field.to_owned()),
+            approval_id: None,
         });
     }
     Ok(())
@@ -211,6 +217,18 @@ impl SandboxService {
         if options.mode.is_some_and(|m| m > 0o7777) {
             return Err(ServiceError::invalid("mode", "mode must be at most 0o7777"));
         }
+        self.owned_live(p, id).await?;
+        let request = serde_json::json!({
+            "op": "write", "path": path, "mode": options.mode, "user": options.user, "parents": options.parents,
+        });
+        self.gate_file(
+            p,
+            id,
+            &[(FileOp::Write, path)],
+            request,
+            options.approval_id.as_deref(),
+        )
+        .await?;
         let sb = self.owned_live(p, id).await?;
         // Writing into a fifo or a device would block or fail late: only files (new or existing).
         match sb.client.stat(path).await {
@@ -347,6 +365,18 @@ impl SandboxService {
         if req.mode.is_some_and(|m| m > 0o7777) {
             return Err(ServiceError::invalid("mode", "mode must be at most 0o7777"));
         }
+        self.owned_live(p, id).await?;
+        let request = serde_json::json!({
+            "op": "mkdir", "path": req.path, "mode": req.mode, "user": req.user, "parents": req.parents,
+        });
+        self.gate_file(
+            p,
+            id,
+            &[(FileOp::Write, &req.path)],
+            request,
+            req.approval_id.as_deref(),
+        )
+        .await?;
         let sb = self.owned_live(p, id).await?;
         let options = MkdirOptions {
             parents: req.parents,
@@ -378,6 +408,7 @@ impl SandboxService {
         id: &SandboxId,
         path: &str,
         recursive: bool,
+        approval_id: Option<&str>,
     ) -> Result<(), ServiceError> {
         check_path("path", path)?;
         if path.trim_end_matches('/').is_empty() {
@@ -385,8 +416,13 @@ impl SandboxService {
                 code: ErrorCode::InvalidPath,
                 message: "the root directory cannot be removed".into(),
                 field: Some("path".into()),
+                approval_id: None,
             });
         }
+        self.owned_live(p, id).await?;
+        let request = serde_json::json!({"op": "remove", "path": path, "recursive": recursive});
+        self.gate_file(p, id, &[(FileOp::Delete, path)], request, approval_id)
+            .await?;
         let sb = self.owned_live(p, id).await?;
         sb.client
             .remove(path, recursive)
@@ -410,6 +446,14 @@ impl SandboxService {
     ) -> Result<FileEntry, ServiceError> {
         check_path("from", &req.from)?;
         check_path("to", &req.to)?;
+        self.owned_live(p, id).await?;
+        let request = serde_json::json!({"op": "rename", "from": req.from, "to": req.to});
+        let parts = [
+            (FileOp::Delete, req.from.as_str()),
+            (FileOp::Write, req.to.as_str()),
+        ];
+        self.gate_file(p, id, &parts, request, req.approval_id.as_deref())
+            .await?;
         let sb = self.owned_live(p, id).await?;
         sb.client
             .rename(&req.from, &req.to)
@@ -520,9 +564,14 @@ impl SandboxService {
         p: &Principal,
         id: &SandboxId,
         path: &str,
+        approval_id: Option<&str>,
         mut body: ByteStream,
     ) -> Result<(), ServiceError> {
         check_path("path", path)?;
+        self.owned_live(p, id).await?;
+        let request = serde_json::json!({"op": "untar", "path": path});
+        self.gate_file(p, id, &[(FileOp::Write, path)], request, approval_id)
+            .await?;
         let sb = self.owned_live(p, id).await?;
         let mkdir = MkdirOptions {
             parents: true,

@@ -280,6 +280,7 @@ mod tests {
                 code,
                 message: "m".into(),
                 field: field.map(str::to_owned),
+                approval_id: None,
             };
             FilesError::from_service(e, &id, "/p").status()
         };

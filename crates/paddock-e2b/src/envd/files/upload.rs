@@ -192,6 +192,7 @@ async fn write_one(
         mode: None,
         user: Some(caller.user.clone()),
         parents: true,
+        approval_id: None,
     };
     state
         .service

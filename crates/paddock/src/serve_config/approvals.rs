@@ -1,0 +1,173 @@
+//! The `[approvals]` section: how long a request held by an approval policy waits, the queue's
+//! bounds, and the webhook told of its changes. File only; every key has a default.
+//!
+//! ```toml
+//! [approvals]
+//! ttl = "1h"                      # a pending approval expires after this (and an approved one must be used by then)
+//! wait = "60s"                    # how long a held request waits for a decision before answering approval_pending
+//! max_pending_per_tenant = 256    # pending approvals a tenant may have at once
+//! keep_decided_per_tenant = 1000  # decided approvals kept per tenant (the audit log keeps every decision)
+//! webhook_url = "https://ops.example/paddock"   # POSTed each queue change (none: no webhook)
+//! webhook_secret_file = "/etc/paddock/webhook.key"  # HMAC-SHA256 key of the Paddock-Signature header
+//! webhook_attempts = 6            # deliveries tried per change, with back-off from 1 s doubling
+//! ```
+//!
+//! What it does not configure: the policies (set per tenant and sandbox through `/v1/policy`) or
+//! who may approve (keys made with `--approver`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use paddock_control::ApprovalsConfig;
+use serde::{Deserialize, Serialize};
+
+/// The `[approvals]` section, resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalsSettings {
+    #[serde(default = "d::ttl", with = "super::human_duration")]
+    pub ttl: Duration,
+    #[serde(default = "d::wait", with = "super::human_duration")]
+    pub wait: Duration,
+    #[serde(default = "d::max_pending")]
+    pub max_pending_per_tenant: u64,
+    #[serde(default = "d::keep_decided")]
+    pub keep_decided_per_tenant: u32,
+    /// Where each queue change is POSTed; `None`: no webhook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_url: Option<String>,
+    /// A file holding the webhook's HMAC key (read at start; required with `webhook_url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Deliveries tried per change before it is recorded as failed.
+    #[serde(default = "d::attempts")]
+    pub webhook_attempts: u32,
+}
+
+mod d {
+    use std::time::Duration;
+
+    pub fn ttl() -> Duration {
+        paddock_control::ApprovalsConfig::default().ttl
+    }
+    pub fn wait() -> Duration {
+        paddock_control::ApprovalsConfig::default().wait
+    }
+    pub fn max_pending() -> u64 {
+        paddock_control::ApprovalsConfig::default().max_pending_per_tenant
+    }
+    pub fn keep_decided() -> u32 {
+        paddock_control::ApprovalsConfig::default().keep_decided_per_tenant
+    }
+    pub fn attempts() -> u32 {
+        6
+    }
+}
+
+impl Default for ApprovalsSettings {
+    fn default() -> Self {
+        Self {
+            ttl: d::ttl(),
+            wait: d::wait(),
+            max_pending_per_tenant: d::max_pending(),
+            keep_decided_per_tenant: d::keep_decided(),
+            webhook_url: None,
+            webhook_secret_file: None,
+            webhook_attempts: d::attempts(),
+        }
+    }
+}
+
+impl ApprovalsSettings {
+    /// Checks the ranges and the webhook's pairing; the error names the key.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let second = Duration::from_secs(1);
+        if self.ttl < second || self.ttl > Duration::from_secs(30 * 24 * 3600) {
+            anyhow::bail!("approvals.ttl: must be between 1s and 30days");
+        }
+        if self.wait > self.ttl || self.wait > Duration::from_secs(3600) {
+            anyhow::bail!("approvals.wait: must be at most ttl and at most 1h");
+        }
+        if self.max_pending_per_tenant == 0 || self.max_pending_per_tenant > 1_000_000 {
+            anyhow::bail!("approvals.max_pending_per_tenant: must be between 1 and 1000000");
+        }
+        if self.keep_decided_per_tenant > 1_000_000 {
+            anyhow::bail!("approvals.keep_decided_per_tenant: must be at most 1000000");
+        }
+        if self.webhook_attempts == 0 || self.webhook_attempts > 20 {
+            anyhow::bail!("approvals.webhook_attempts: must be between 1 and 20");
+        }
+        match (&self.webhook_url, &self.webhook_secret_file) {
+            (Some(url), Some(_)) => {
+                let parsed = reqwest::Url::parse(url)
+                    .map_err(|e| anyhow::anyhow!("approvals.webhook_url: {url:?}: {e}"))?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    anyhow::bail!("approvals.webhook_url: {url:?} is not an http(s) URL");
+                }
+            }
+            (Some(_), None) => {
+                anyhow::bail!(
+                    "approvals.webhook_secret_file: required with webhook_url (every delivery is signed)"
+                )
+            }
+            (None, Some(_)) => anyhow::bail!("approvals.webhook_url: webhook_secret_file is set without it"),
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    /// The service's part.
+    pub fn approvals_config(&self) -> ApprovalsConfig {
+        ApprovalsConfig {
+            ttl: self.ttl,
+            wait: self.wait,
+            max_pending_per_tenant: self.max_pending_per_tenant,
+            keep_decided_per_tenant: self.keep_decided_per_tenant,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_faults_name_their_key() {
+        ApprovalsSettings::default().validate().expect("defaults");
+        for (settings, key) in [
+            (
+                ApprovalsSettings {
+                    wait: Duration::from_secs(7200),
+                    ttl: Duration::from_secs(3600),
+                    ..Default::default()
+                },
+                "approvals.wait",
+            ),
+            (
+                ApprovalsSettings {
+                    webhook_url: Some("http://127.0.0.1:9/hook".into()),
+                    ..Default::default()
+                },
+                "approvals.webhook_secret_file",
+            ),
+            (
+                ApprovalsSettings {
+                    webhook_url: Some("ftp://x/".into()),
+                    webhook_secret_file: Some("/k".into()),
+                    ..Default::default()
+                },
+                "approvals.webhook_url",
+            ),
+            (
+                ApprovalsSettings {
+                    max_pending_per_tenant: 0,
+                    ..Default::default()
+                },
+                "approvals.max_pending_per_tenant",
+            ),
+        ] {
+            let e = settings.validate().expect_err(key).to_string();
+            assert!(e.starts_with(key), "{e}");
+        }
+    }
+}
