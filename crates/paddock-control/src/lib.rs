@@ -21,6 +21,9 @@ pub use crate::core::config::{
     ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET,
 };
 pub use crate::core::error::ServiceError;
+pub use crate::core::executor::{
+    BoxFuture, CappedLogs, ExecutionSpec, Executor, ExecutorError, ExecutorStatus, Finished, Outcome,
+};
 pub use crate::core::output::collect::{CollectedOutput, COLLECT_LIMIT};
 pub use crate::core::output::events::{ExecOutput, OutputStream};
 pub use crate::core::output::streams::{ByteStream, ExecStream, FileDownload, WatchStream};
@@ -28,7 +31,7 @@ pub use crate::core::ports::PortStream;
 pub use crate::core::principal::Principal;
 pub use crate::core::service::SandboxService;
 pub use crate::ops::admin::ADMIN_TENANT;
-pub use crate::ops::approvals::ApprovalStream;
+pub use crate::ops::approvals::{ApprovalStream, WebhookDelivery};
 pub use crate::ops::calls::{ToolCallOutcome, ToolCallRecord, INLINE_ARGUMENTS};
 pub use crate::ops::code::{CodeStream, CollectedCell};
 pub use crate::ops::files::accounts::{AccountUser, SandboxAccounts};

@@ -11,9 +11,9 @@ mod network;
 mod server;
 
 pub use client::{
-    AuditArgs, AuditCommand, CodeArgs, CpArgs, CreateArgs, ExecArgs, LogsArgs, LsArgs, NetworkCmdArgs,
-    PortForwardArgs, SandboxCommand, SecretCommand, ShellArgs, SnapshotCommand, StartArgs, TemplateCommand,
-    VolumeCommand,
+    ApprovalCommand, ApprovalsLsArgs, AuditArgs, AuditCommand, CodeArgs, CpArgs, CreateArgs, ExecArgs,
+    LogsArgs, LsArgs, NetworkCmdArgs, PolicyCommand, PortForwardArgs, SandboxCommand, SecretCommand,
+    ShellArgs, SnapshotCommand, StartArgs, TemplateCommand, VolumeCommand,
 };
 pub use network::NetworkArgs;
 pub use server::{parse_human_duration, ConfigCommand, KeysCommand, ServeArgs};
@@ -104,6 +104,17 @@ pub enum Command {
     Secret {
         #[command(subcommand)]
         command: SecretCommand,
+    },
+    /// The approvals queue: requests an approval policy holds for a person, to list, watch,
+    /// approve or reject.
+    Approvals {
+        #[command(subcommand)]
+        command: ApprovalCommand,
+    },
+    /// Approval policies: which exec and file changes run, wait for a person, or are refused.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
     },
     /// Read (through the API) or verify (on the server host) the audit log.
     Audit(AuditArgs),

@@ -125,13 +125,24 @@ fn list(store: &Store, tenant: Option<&str>, json: bool) -> anyhow::Result<ExitC
         print_json(&list)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut table = Table::new(["ID", "TENANT", "NAME", "ADMIN", "CREATED", "REVOKED", "LAST USED"]);
+    let mut table = Table::new([
+        "ID",
+        "TENANT",
+        "NAME",
+        "ADMIN",
+        "APPROVER",
+        "CREATED",
+        "REVOKED",
+        "LAST USED",
+    ]);
+    let yes_no = |b: bool| if b { "yes" } else { "no" }.to_owned();
     for k in &list.keys {
         table.row([
             k.id.clone(),
             k.tenant.clone(),
             k.name.clone().unwrap_or_default(),
-            if k.admin { "yes" } else { "no" }.to_owned(),
+            yes_no(k.admin),
+            yes_no(k.approver),
             k.created_at.clone(),
             k.revoked_at.clone().unwrap_or_else(|| "-".into()),
             k.last_used_at.clone().unwrap_or_else(|| "-".into()),

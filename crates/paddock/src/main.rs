@@ -15,6 +15,7 @@ mod serve;
 mod serve_config;
 mod serve_http;
 mod serve_mcp;
+mod serve_webhook;
 mod tty;
 
 use std::collections::BTreeMap;
@@ -96,6 +97,8 @@ fn main() -> ExitCode {
             | Command::Volume { .. }
             | Command::Template { .. }
             | Command::Secret { .. }
+            | Command::Approvals { .. }
+            | Command::Policy { .. }
             | Command::Audit(_)
             | Command::Keys { .. }
     );
@@ -160,6 +163,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Volume { .. }
         | Command::Template { .. }
         | Command::Secret { .. }
+        | Command::Approvals { .. }
+        | Command::Policy { .. }
         | Command::Audit(_) => {
             return dispatch_client(cli);
         }
@@ -211,6 +216,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Volume { .. }
         | Command::Template { .. }
         | Command::Secret { .. }
+        | Command::Approvals { .. }
+        | Command::Policy { .. }
         | Command::Audit(_) => {
             unreachable!("dispatched above")
         }
@@ -235,6 +242,8 @@ fn dispatch_client(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Volume { command } => client::volume(&client_state_dir(&cli.global, config), command),
         Command::Template { command } => client::template(&client_state_dir(&cli.global, config), command),
         Command::Secret { command } => client::secret(&client_state_dir(&cli.global, config), command),
+        Command::Approvals { command } => client::approvals(&client_state_dir(&cli.global, config), command),
+        Command::Policy { command } => client::policy(&client_state_dir(&cli.global, config), command),
         _ => unreachable!("only client commands come here"),
     }
 }

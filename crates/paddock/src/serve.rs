@@ -69,6 +69,7 @@ pub(crate) async fn start_service(
         .await
         .context("failed to start the sandbox service")?;
     service.ensure_configured_templates();
+    crate::serve_webhook::start(&service, &config.approvals)?;
     Ok(service)
 }
 

@@ -44,6 +44,21 @@ impl ApprovalStream {
     }
 }
 
+/// One webhook delivery of a queue change, as the server's webhook sender reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookDelivery {
+    /// The delivery's id (its `Paddock-Delivery` header).
+    pub delivery: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Whether the receiver answered 2xx.
+    pub delivered: bool,
+    /// The last answer's HTTP status.
+    pub status: Option<u16>,
+    /// The last failure (no answer, or a non-2xx one).
+    pub error: Option<String>,
+}
+
 fn approval_not_found(id: &str) -> ServiceError {
     ServiceError::new(ErrorCode::ApprovalNotFound, format!("approval {id} not found"))
 }
@@ -104,6 +119,30 @@ impl SandboxService {
             rx: self.approval_events(),
             tenant: p.tenant.clone(),
         }
+    }
+
+    /// Records what became of one queue change's webhook delivery (`approval.webhook`, outcome
+    /// `ok` or `failed`), a row of the approval's tenant.
+    pub async fn record_webhook_delivery(
+        &self,
+        event: &ApprovalEvent,
+        d: WebhookDelivery,
+    ) -> Result<(), ServiceError> {
+        let entry = AuditEntry::system(
+            AuditAction::ApprovalWebhook,
+            Some(event.tenant.clone()),
+            event.approval.sandbox_id.as_deref(),
+        )
+        .outcome(if d.delivered { "ok" } else { "failed" })
+        .detail(audit::ApprovalWebhookSent {
+            approval_id: event.approval.id.clone(),
+            event: event.event.clone(),
+            delivery: d.delivery,
+            attempts: d.attempts,
+            status: d.status,
+            error: d.error,
+        });
+        self.audit(entry).await
     }
 
     /// `GET /v1/approvals/{id}`.

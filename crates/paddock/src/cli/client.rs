@@ -1,5 +1,5 @@
 //! Syntax of the HTTP client commands: `paddock sandbox ...`, `paddock snapshot ...`, `paddock volume
-//! ...` and `paddock audit ...`.
+//! ...`, `paddock approvals ...`, `paddock policy ...` and `paddock audit ...`.
 
 use std::time::Duration;
 
@@ -523,9 +523,129 @@ pub struct ExecArgs {
     /// A shell command line, run with /bin/sh -c.
     #[arg(long)]
     pub shell: Option<String>,
+    /// Run under this approval: the id an `approval_pending` answer named, once approved (`paddock
+    /// approvals approve ID`). The command must be the very one approved; it runs once.
+    #[arg(long, value_name = "ID")]
+    pub approval: Option<String>,
+    /// When an approval policy asks a person first: how long to wait for a decision before failing
+    /// with `approval_pending` (e.g. 0s, 2m) [default and at most: the server's].
+    #[arg(long, value_name = "DURATION", value_parser = parse_wait)]
+    pub approval_wait: Option<Duration>,
     /// The program and its arguments.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// `paddock approvals ...`.
+#[derive(Debug, Subcommand)]
+pub enum ApprovalCommand {
+    /// List approvals, newest first; `--watch` then prints each change as it happens.
+    #[command(alias = "list")]
+    Ls(ApprovalsLsArgs),
+    /// Show one approval: the exact request, the rule that asked, and where it stands.
+    #[command(alias = "get")]
+    Show {
+        /// Approval id (apr_...).
+        id: String,
+        /// Print the API's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve a pending request: it may run once (needs an approver key other than the one that
+    /// asked).
+    Approve {
+        /// Approval id (apr_...).
+        id: String,
+        /// A note for the audit log and whoever asked.
+        #[arg(long)]
+        note: Option<String>,
+    },
+    /// Reject a pending request: it never runs (needs an approver key).
+    Reject {
+        /// Approval id (apr_...).
+        id: String,
+        /// A note for the audit log and whoever asked.
+        #[arg(long)]
+        note: Option<String>,
+    },
+}
+
+/// `paddock approvals ls`.
+#[derive(Debug, Args)]
+pub struct ApprovalsLsArgs {
+    /// Only approvals in this state (`--watch` then prints every change: most are one leaving it).
+    #[arg(long, value_enum)]
+    pub state: Option<ApprovalStateArg>,
+    /// Only this sandbox's.
+    #[arg(long, value_name = "ID")]
+    pub sandbox: Option<String>,
+    /// At most this many [default: the server's, 100].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: Option<u32>,
+    /// After the list, print each change of the queue as it happens, until interrupted.
+    #[arg(long, short = 'w')]
+    pub watch: bool,
+    /// Print the API's JSON (with `--watch`: the list, then each change, one JSON object a line).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--state` of `paddock approvals ls`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApprovalStateArg {
+    /// Waiting for a person.
+    Pending,
+    /// Approved (it may run once).
+    Approved,
+    /// Rejected.
+    Rejected,
+    /// Not decided, or not used, in time.
+    Expired,
+}
+
+impl From<ApprovalStateArg> for paddock_types::api::ApprovalState {
+    fn from(a: ApprovalStateArg) -> Self {
+        match a {
+            ApprovalStateArg::Pending => Self::Pending,
+            ApprovalStateArg::Approved => Self::Approved,
+            ApprovalStateArg::Rejected => Self::Rejected,
+            ApprovalStateArg::Expired => Self::Expired,
+        }
+    }
+}
+
+/// `paddock policy ...`: the tenant's approval policy, or with `--sandbox` one sandbox's.
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Print the policy as JSON (`policy_not_found` if none is set).
+    Get {
+        /// The sandbox's own policy instead of the tenant's.
+        #[arg(long, value_name = "ID")]
+        sandbox: Option<String>,
+        /// Print the API's JSON (with `sandbox_id` and `updated_at`) instead of the policy alone.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set (or replace) the policy from a JSON file (`-`: stdin), e.g. `{"default": "allow",
+    /// "rules": [{"verdict": "ask", "exec": {"program": {"glob": "git"}}}]}` (needs an approver key).
+    Set {
+        /// The policy's JSON file, or `-` for stdin.
+        #[arg(value_name = "FILE")]
+        file: std::path::PathBuf,
+        /// The sandbox's own policy instead of the tenant's.
+        #[arg(long, value_name = "ID")]
+        sandbox: Option<String>,
+        /// Print the API's JSON (the policy as stored).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete the policy (needs an approver key).
+    #[command(alias = "rm")]
+    Delete {
+        /// The sandbox's own policy instead of the tenant's.
+        #[arg(long, value_name = "ID")]
+        sandbox: Option<String>,
+    },
 }
 
 /// `paddock sandbox shell`.
@@ -604,6 +724,11 @@ pub enum AuditCommand {
     },
 }
 
+/// Parses a wait as `--timeout` does, zero included (`0s`: do not wait).
+pub fn parse_wait(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim()).or_else(|_| parse_human_duration(s))
+}
+
 /// `k=v` (the key must not be empty).
 /// Parses `VOLUME:PATH[:ro|:rw]` (the path is checked by the server).
 pub fn parse_volume_mount(s: &str) -> Result<VolumeMountRequest, String> {
@@ -661,6 +786,130 @@ mod tests {
         ] {
             assert!(parse_volume_mount(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    /// The command `paddock <args>` parses to.
+    fn parse(args: &[&str]) -> Result<crate::cli::Command, clap::Error> {
+        use clap::Parser;
+        crate::cli::Cli::try_parse_from([&["paddock"][..], args].concat()).map(|c| c.command)
+    }
+
+    #[test]
+    fn approvals_commands() {
+        use crate::cli::Command;
+        match parse(&[
+            "approvals",
+            "ls",
+            "--state",
+            "pending",
+            "--sandbox",
+            "sb-1",
+            "--limit",
+            "5",
+            "--watch",
+            "--json",
+        ]) {
+            Ok(Command::Approvals {
+                command: ApprovalCommand::Ls(a),
+            }) => {
+                assert_eq!(
+                    (a.state, a.sandbox.as_deref(), a.limit, a.watch, a.json),
+                    (Some(ApprovalStateArg::Pending), Some("sb-1"), Some(5), true, true)
+                );
+            }
+            other => panic!("not approvals ls: {other:?}"),
+        }
+        match parse(&["approvals", "approve", "apr_1", "--note", "fine"]) {
+            Ok(Command::Approvals {
+                command: ApprovalCommand::Approve { id, note },
+            }) => assert_eq!((id.as_str(), note.as_deref()), ("apr_1", Some("fine"))),
+            other => panic!("not approvals approve: {other:?}"),
+        }
+        assert!(matches!(
+            parse(&["approvals", "reject", "apr_1"]),
+            Ok(Command::Approvals {
+                command: ApprovalCommand::Reject { note: None, .. }
+            })
+        ));
+        assert!(matches!(
+            parse(&["approvals", "show", "apr_1", "--json"]),
+            Ok(Command::Approvals {
+                command: ApprovalCommand::Show { json: true, .. }
+            })
+        ));
+        for bad in [
+            &["approvals", "ls", "--state", "done"][..],
+            &["approvals", "ls", "--limit", "0"],
+            &["approvals", "ls", "--limit", "1001"],
+            &["approvals", "approve"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn policy_commands() {
+        use crate::cli::Command;
+        match parse(&["policy", "set", "-", "--sandbox", "sb-1"]) {
+            Ok(Command::Policy {
+                command: PolicyCommand::Set { file, sandbox, json },
+            }) => assert_eq!(
+                (file, sandbox.as_deref(), json),
+                (std::path::PathBuf::from("-"), Some("sb-1"), false)
+            ),
+            other => panic!("not policy set: {other:?}"),
+        }
+        assert!(matches!(
+            parse(&["policy", "get"]),
+            Ok(Command::Policy {
+                command: PolicyCommand::Get {
+                    sandbox: None,
+                    json: false
+                }
+            })
+        ));
+        assert!(matches!(
+            parse(&["policy", "delete", "--sandbox", "sb-1"]),
+            Ok(Command::Policy {
+                command: PolicyCommand::Delete { sandbox: Some(_) }
+            })
+        ));
+        assert!(parse(&["policy", "set"]).is_err(), "set needs a file");
+    }
+
+    #[test]
+    fn exec_takes_an_approval() {
+        use crate::cli::Command;
+        let exec = |extra: &[&str]| {
+            let args = [
+                &["sandbox", "exec", "sb-1"][..],
+                extra,
+                &["--", "touch", "/tmp/x"],
+            ]
+            .concat();
+            match parse(&args) {
+                Ok(Command::Sandbox {
+                    command: SandboxCommand::Exec(a),
+                }) => (a.approval, a.approval_wait),
+                other => panic!("not sandbox exec: {other:?}"),
+            }
+        };
+        assert_eq!(exec(&[]), (None, None));
+        assert_eq!(
+            exec(&["--approval", "apr_1", "--approval-wait", "0s"]),
+            (Some("apr_1".to_owned()), Some(Duration::ZERO))
+        );
+        assert_eq!(exec(&["--approval-wait", "2m"]).1, Some(Duration::from_secs(120)));
+        assert!(parse(&["sandbox", "exec", "sb-1", "--approval-wait", "soon", "--", "true"]).is_err());
+    }
+
+    #[test]
+    fn waits() {
+        assert_eq!(parse_wait("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_wait("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_wait("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_wait("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert!(parse_wait("-1s").is_err());
     }
 
     #[test]

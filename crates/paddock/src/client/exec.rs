@@ -7,7 +7,7 @@ use anyhow::Context;
 use bytes::{Buf, BytesMut};
 use futures_util::StreamExt;
 use paddock_types::api::{
-    AttachQuery, ExecEvent, ExecRequest, ExecResult, ExitInfo, PtySizeBody, StreamData,
+    AttachQuery, ErrorCode, ExecEvent, ExecRequest, ExecResult, ExitInfo, PtySizeBody, StreamData,
 };
 use reqwest::header::ACCEPT;
 use reqwest::{Method, Response};
@@ -53,12 +53,38 @@ pub fn exec_request(args: &ExecArgs, pty: Option<PtySizeBody>) -> ExecRequest {
         background: args.background,
         tag: args.tag.clone(),
         pty,
-        approval_id: None,
-        approval_wait_ms: None,
+        approval_id: args.approval.clone(),
+        approval_wait_ms: args
+            .approval_wait
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
     }
 }
 
 pub async fn exec(client: &ApiClient, args: ExecArgs) -> anyhow::Result<ExitCode> {
+    run_exec(client, args).await.map_err(explain_pending)
+}
+
+/// An `approval_pending` answer said for this command line: which approval, how to approve it and
+/// how to run the command under it.
+fn explain_pending(e: anyhow::Error) -> anyhow::Error {
+    let Some(failure) = e.downcast_ref::<ApiFailure>() else {
+        return e;
+    };
+    match &failure.approval_id {
+        Some(id) if failure.code == ErrorCode::ApprovalPending.as_str() => ApiFailure {
+            message: format!(
+                "approval {id} is pending: the approval policy asks a person first and nothing has run; \
+                 once it is approved (`paddock approvals approve {id}`, with an approver key), run this \
+                 command again with `--approval {id}`"
+            ),
+            ..failure.clone()
+        }
+        .into(),
+        _ => e,
+    }
+}
+
+async fn run_exec(client: &ApiClient, args: ExecArgs) -> anyhow::Result<ExitCode> {
     if args.interactive {
         return super::attach::exec_interactive(client, &args).await;
     }
@@ -268,6 +294,22 @@ mod tests {
         assert_eq!(exit_code(&exit(137, Some(9), true)), 124, "a timeout wins");
         assert_eq!(exit_code(&exit(300, None, false)), 255);
         assert_eq!(exit_code(&exit(-1, None, false)), 1);
+    }
+
+    #[test]
+    fn a_pending_approval_says_how_to_run_it() {
+        let body = br#"{"code":"approval_pending","message":"held","approval_id":"apr_x"}"#;
+        let e = explain_pending(ApiFailure::from_answer(reqwest::StatusCode::CONFLICT, body).into());
+        let text = e.to_string();
+        assert!(
+            text.contains("paddock approvals approve apr_x")
+                && text.contains("--approval apr_x")
+                && text.ends_with("(approval_pending)"),
+            "{text}"
+        );
+        let body = br#"{"code":"approval_expired","message":"approval apr_x expired","approval_id":"apr_x"}"#;
+        let e = explain_pending(ApiFailure::from_answer(reqwest::StatusCode::GONE, body).into());
+        assert_eq!(e.to_string(), "approval apr_x expired (approval_expired)");
     }
 
     #[test]

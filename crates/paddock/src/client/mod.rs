@@ -3,11 +3,13 @@
 //! and the API's exact JSON with `--json`. An error answer becomes an [`ApiFailure`], printed as
 //! `paddock: <message> (<code>)` with exit status 1.
 
+mod approvals;
 mod attach;
 mod code;
 mod cp;
 mod exec;
 mod network;
+mod policy;
 mod port_forward;
 mod sandboxes;
 mod snapshot_transfer;
@@ -32,7 +34,10 @@ use serde::Serialize;
 
 pub use table::Table;
 
-use crate::cli::{SandboxCommand, SecretCommand, SnapshotCommand, TemplateCommand, VolumeCommand};
+use crate::cli::{
+    ApprovalCommand, PolicyCommand, SandboxCommand, SecretCommand, SnapshotCommand, TemplateCommand,
+    VolumeCommand,
+};
 
 /// The server's address when `PADDOCK_URL` is not set.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:7420";
@@ -46,6 +51,9 @@ pub struct ApiFailure {
     pub code: String,
     /// The message.
     pub message: String,
+    /// The approval a held request waits on (`approval_pending`, `approval_rejected`,
+    /// `approval_expired`).
+    pub approval_id: Option<String>,
 }
 
 impl ApiFailure {
@@ -53,6 +61,7 @@ impl ApiFailure {
         Self {
             code: code.into(),
             message: message.into(),
+            approval_id: None,
         }
     }
 
@@ -64,7 +73,10 @@ impl ApiFailure {
                     Some(field) => format!("{field}: {}", b.message),
                     None => b.message,
                 };
-                Self::new(b.code.as_str(), message)
+                Self {
+                    approval_id: b.approval_id,
+                    ..Self::new(b.code.as_str(), message)
+                }
             }
             Err(_) => {
                 let text = String::from_utf8_lossy(body);
@@ -360,6 +372,38 @@ pub fn secret(state_dir: &Path, command: SecretCommand) -> anyhow::Result<ExitCo
     })
 }
 
+/// Runs a `paddock approvals` command.
+pub fn approvals(state_dir: &Path, command: ApprovalCommand) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_environment(state_dir)?;
+    block_on(async move {
+        match command {
+            ApprovalCommand::Ls(args) => approvals::list(&client, args).await,
+            ApprovalCommand::Show { id, json } => approvals::show(&client, &id, json).await,
+            ApprovalCommand::Approve { id, note } => {
+                approvals::decide(&client, &id, approvals::Decision::Approve, note).await
+            }
+            ApprovalCommand::Reject { id, note } => {
+                approvals::decide(&client, &id, approvals::Decision::Reject, note).await
+            }
+        }
+    })
+}
+
+/// Runs a `paddock policy` command.
+pub fn policy(state_dir: &Path, command: PolicyCommand) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_environment(state_dir)?;
+    block_on(async move {
+        match command {
+            PolicyCommand::Get { sandbox, json } => policy::get(&client, sandbox.as_deref(), json).await,
+            PolicyCommand::Set { file, sandbox, json } => {
+                let policy = policy::read_policy(&file)?;
+                policy::set(&client, sandbox.as_deref(), policy, json).await
+            }
+            PolicyCommand::Delete { sandbox } => policy::delete(&client, sandbox.as_deref()).await,
+        }
+    })
+}
+
 /// Runs `fut` on a single-threaded runtime.
 pub fn block_on<T>(fut: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -384,6 +428,12 @@ mod tests {
         let body = br#"{"code":"invalid_request","message":"too big","field":"limits.memory"}"#;
         let f = ApiFailure::from_answer(reqwest::StatusCode::BAD_REQUEST, body);
         assert_eq!(f.to_string(), "limits.memory: too big (invalid_request)");
+        let body = br#"{"code":"approval_pending","message":"held","approval_id":"apr_1"}"#;
+        let f = ApiFailure::from_answer(reqwest::StatusCode::CONFLICT, body);
+        assert_eq!(
+            (f.to_string(), f.approval_id.as_deref()),
+            ("held (approval_pending)".to_owned(), Some("apr_1"))
+        );
         let f = ApiFailure::from_answer(reqwest::StatusCode::BAD_GATEWAY, b"upstream down");
         assert_eq!(
             f.to_string(),

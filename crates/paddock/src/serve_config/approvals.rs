@@ -9,7 +9,8 @@
 //! keep_decided_per_tenant = 1000  # decided approvals kept per tenant (the audit log keeps every decision)
 //! webhook_url = "https://ops.example/paddock"   # POSTed each queue change (none: no webhook)
 //! webhook_secret_file = "/etc/paddock/webhook.key"  # HMAC-SHA256 key of the Paddock-Signature header
-//! webhook_attempts = 6            # deliveries tried per change, with back-off from 1 s doubling
+//! webhook_attempts = 6            # deliveries tried per change ...
+//! webhook_backoff = "1s"          # ... waiting this long after the first failure, doubling (at most 5 min)
 //! ```
 //!
 //! What it does not configure: the policies (set per tenant and sandbox through `/v1/policy`) or
@@ -42,6 +43,9 @@ pub struct ApprovalsSettings {
     /// Deliveries tried per change before it is recorded as failed.
     #[serde(default = "d::attempts")]
     pub webhook_attempts: u32,
+    /// The wait after a failed delivery, doubled after each further one.
+    #[serde(default = "d::backoff", with = "super::human_duration")]
+    pub webhook_backoff: Duration,
 }
 
 mod d {
@@ -62,6 +66,9 @@ mod d {
     pub fn attempts() -> u32 {
         6
     }
+    pub fn backoff() -> Duration {
+        Duration::from_secs(1)
+    }
 }
 
 impl Default for ApprovalsSettings {
@@ -74,6 +81,7 @@ impl Default for ApprovalsSettings {
             webhook_url: None,
             webhook_secret_file: None,
             webhook_attempts: d::attempts(),
+            webhook_backoff: d::backoff(),
         }
     }
 }
@@ -96,6 +104,10 @@ impl ApprovalsSettings {
         }
         if self.webhook_attempts == 0 || self.webhook_attempts > 20 {
             anyhow::bail!("approvals.webhook_attempts: must be between 1 and 20");
+        }
+        if self.webhook_backoff < Duration::from_millis(10) || self.webhook_backoff > Duration::from_secs(300)
+        {
+            anyhow::bail!("approvals.webhook_backoff: must be between 10ms and 5min");
         }
         match (&self.webhook_url, &self.webhook_secret_file) {
             (Some(url), Some(_)) => {

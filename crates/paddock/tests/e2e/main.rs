@@ -4,6 +4,7 @@
 //! (`TestEnv::new`, or the API harness), which fails unless it runs as root: CI does.
 
 mod api;
+mod approvals;
 mod attacks;
 mod cli;
 mod crash;

@@ -317,6 +317,17 @@ details! {
         note: Option<String>,
     }
 
+    /// A queue change delivered to the operator's webhook, or given up on: which approval and
+    /// change, how many attempts, the last HTTP status or error.
+    ApprovalWebhookSent for [ApprovalWebhook] {
+        approval_id: String,
+        event: String,
+        delivery: String,
+        attempts: u32,
+        status: Option<u16>,
+        error: Option<String>,
+    }
+
     /// A sandbox's network policy and injected secrets set.
     NetworkPolicySet for [NetworkPolicy] {
         policy: serde_json::Value,

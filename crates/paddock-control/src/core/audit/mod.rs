@@ -50,6 +50,7 @@ actions! {
     ApprovalExpire => "approval.expire",
     ApprovalReject => "approval.reject",
     ApprovalRequest => "approval.request",
+    ApprovalWebhook => "approval.webhook",
     AuditPrune => "audit.prune",
     AuthFailed => "auth.failed",
     CodeContext => "code.context",

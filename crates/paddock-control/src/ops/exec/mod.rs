@@ -150,15 +150,22 @@ impl SandboxService {
             .or(spec.workdir.clone())
             .unwrap_or_else(|| "/".to_owned());
         let action = exec_action(command, &joined, &cwd, &user, req.pty.is_some());
-        let asked = || Asked {
-            kind: ApprovalKind::Exec,
-            summary: joined.1.clone(),
-            request: serde_json::to_value(ExecRequest {
+        let asked = || {
+            let mut request = serde_json::to_value(ExecRequest {
                 approval_id: None,
                 approval_wait_ms: None,
                 ..req.clone()
             })
-            .unwrap_or_default(),
+            .unwrap_or_default();
+            // A terminal's size is not what a person approves: a retry from another window runs.
+            if request["pty"].is_object() {
+                request["pty"] = serde_json::Value::Bool(true);
+            }
+            Asked {
+                kind: ApprovalKind::Exec,
+                summary: joined.1.clone(),
+                request,
+            }
         };
         self.gate(
             p,

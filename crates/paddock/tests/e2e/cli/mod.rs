@@ -1,6 +1,7 @@
-//! The command line: `paddock run` as a tool, the client against a scripted server, and the client
-//! against a real `paddock serve`.
+//! The command line: `paddock run` as a tool, the client against a scripted server, the client
+//! against a real `paddock serve`, and the approvals queue driven from the client.
 
+mod approvals;
 mod client;
 mod run;
 mod serve;

@@ -26,6 +26,13 @@ impl Reply {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 
+    /// The body as JSON, whatever the status (an error's `{code, message}` too).
+    #[track_caller]
+    pub fn json_any(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("HTTP {}: not JSON ({e}): {}", self.status, self.text()))
+    }
+
     /// The lines of an NDJSON body.
     #[track_caller]
     pub fn ndjson(&self) -> Vec<Value> {
