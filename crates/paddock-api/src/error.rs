@@ -184,7 +184,7 @@ pub(crate) fn panic_response(payload: Box<dyn Any + Send + 'static>) -> Response
 mod tests {
     use super::*;
 
-    const ALL_CODES: [ErrorCode; 34] = [
+    const ALL_CODES: [ErrorCode; 35] = [
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
         ErrorCode::InvalidRequest,
@@ -219,6 +219,7 @@ mod tests {
         ErrorCode::ApprovalExpired,
         ErrorCode::ApprovalNotFound,
         ErrorCode::ApprovalDecided,
+        ErrorCode::ExecutionNotFound,
     ];
 
     async fn body_json(response: Response) -> serde_json::Value {
@@ -234,7 +235,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_code_is_answered_with_its_status_and_body() {
-        let expected: [(ErrorCode, u16); 34] = [
+        let expected: [(ErrorCode, u16); 35] = [
             (ErrorCode::Unauthorized, 401),
             (ErrorCode::Forbidden, 403),
             (ErrorCode::InvalidRequest, 400),
@@ -269,6 +270,7 @@ mod tests {
             (ErrorCode::ApprovalExpired, 410),
             (ErrorCode::ApprovalNotFound, 404),
             (ErrorCode::ApprovalDecided, 409),
+            (ErrorCode::ExecutionNotFound, 404),
         ];
         assert_eq!(expected.map(|(c, _)| c), ALL_CODES);
         for (code, status) in expected {

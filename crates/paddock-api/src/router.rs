@@ -18,8 +18,8 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::rest::{
-    admin, approvals, code, files, meta, network, policies, ports, processes, sandboxes, snapshot_transfer,
-    snapshots, templates, volumes, ws,
+    admin, approvals, code, executions, files, meta, network, policies, ports, processes, sandboxes,
+    snapshot_transfer, snapshots, templates, volumes, ws,
 };
 use crate::{observe, ApiError};
 
@@ -104,6 +104,9 @@ where
         .routes(routes!(approvals::get_approval))
         .routes(routes!(approvals::approve))
         .routes(routes!(approvals::reject))
+        .routes(routes!(executions::create_execution, executions::list_executions))
+        .routes(routes!(executions::get_execution))
+        .routes(routes!(executions::cancel_execution))
         .routes(routes!(processes::exec))
         .routes(routes!(code::run_code))
         .routes(routes!(code::create_context, code::list_contexts))
@@ -177,6 +180,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         (name = "snapshots", description = "Snapshots of a sandbox's files (never its memory), forks, checkpoint / rollback / commit, pause, stop and resume"),
         (name = "network", description = "Sandbox networks through paddock's egress proxy: policies, recent connections, and secrets injected into requests to bound hosts"),
         (name = "approvals", description = "The approvals queue: requests an approval policy held for a person, listed, streamed as they change, approved (by an approver key other than the one that asked) or rejected"),
+        (name = "executions", description = "Approved executions: a command proposed for a person to approve, run once afterwards on the server's executor (a fresh sandbox, or a Kubernetes Job), with its state, exit code and capped logs"),
         (name = "policies", description = "Approval policies: which exec requests, file writes and network destinations a person must approve, for the tenant and for one sandbox (set and deleted with an approver or admin key)"),
         (name = "templates", description = "Templates sandboxes start from: the server's, and those built from registry images for the caller"),
         (name = "volumes", description = "Named volumes: persistent storage shared by the sandboxes that mount it, outliving them; not part of a sandbox's snapshots or diffs"),
@@ -325,6 +329,10 @@ mod tests {
         ("GET", "/v1/approvals/{approval_id}"),
         ("POST", "/v1/approvals/{approval_id}/approve"),
         ("POST", "/v1/approvals/{approval_id}/reject"),
+        ("POST", "/v1/executions"),
+        ("GET", "/v1/executions"),
+        ("GET", "/v1/executions/{execution_id}"),
+        ("POST", "/v1/executions/{execution_id}/cancel"),
     ];
 
     const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];
@@ -353,6 +361,7 @@ mod tests {
             .replace("{volume_id}", "data")
             .replace("{secret_name}", "GH")
             .replace("{approval_id}", "apr_1")
+            .replace("{execution_id}", "ex-1")
     }
 
     async fn call(app: &Router, method: &str, path: &str) -> (StatusCode, serde_json::Value) {

@@ -17,8 +17,8 @@ mod plan;
 pub use paddock_runtime::ExportOptions;
 
 pub use crate::core::config::{
-    ApprovalsConfig, DebianBase, ImagesConfig, NetworkAuditConfig, NetworkConfig, PortsConfig, RecipeBuild,
-    ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET,
+    ApprovalsConfig, DebianBase, ExecutionsConfig, ImagesConfig, NetworkAuditConfig, NetworkConfig,
+    PortsConfig, RecipeBuild, ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET,
 };
 pub use crate::core::error::ServiceError;
 pub use crate::core::executor::{

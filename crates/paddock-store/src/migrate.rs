@@ -79,10 +79,14 @@ const MIGRATIONS: &[Migration] = &[
         version: 15,
         sql: include_str!("../migrations/0015_approvals.sql"),
     },
+    Migration {
+        version: 16,
+        sql: include_str!("../migrations/0016_executions.sql"),
+    },
 ];
 
 /// The schema version this binary writes and understands.
-pub const SCHEMA_VERSION: i64 = 15;
+pub const SCHEMA_VERSION: i64 = 16;
 
 const CREATE_VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       INTEGER PRIMARY KEY,

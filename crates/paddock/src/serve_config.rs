@@ -95,6 +95,11 @@
 //! webhook_url = "https://ops.example/paddock"
 //! webhook_secret_file = "/etc/paddock/webhook.key"
 //!
+//! # Approved executions (see `serve_config/executions.rs`); PADDOCK_EXECUTION_BACKEND sets backend.
+//! [executions]
+//! backend = "sandbox"
+//! log_limit = "1M"
+//!
 //! # Image registries templates are pulled from (see `serve_config/registry.rs`).
 //! [registry]
 //! ca_file = "/etc/paddock/registry-ca.pem"
@@ -128,6 +133,7 @@ use crate::config::{Config, DEFAULT_CGROUP_PARENT, DEFAULT_POOL_SIZE, DEFAULT_ST
 mod approvals;
 mod audit;
 mod e2b;
+mod executions;
 mod http;
 mod layers;
 mod mcp;
@@ -138,6 +144,7 @@ mod values;
 pub use approvals::ApprovalsSettings;
 pub use audit::AuditSettings;
 pub use e2b::E2bSettings;
+pub use executions::{ExecutionBackend, ExecutionsSettings};
 pub use http::{HttpSettings, API_FD_OVERHEAD};
 use layers::LimitsLayer;
 pub use mcp::McpEndpointSettings;
@@ -223,6 +230,8 @@ pub struct ServeConfig {
     pub mcp: McpEndpointSettings,
     /// The approvals queue and its webhook.
     pub approvals: ApprovalsSettings,
+    /// Approved executions: where they run, their bounds.
+    pub executions: ExecutionsSettings,
     /// Connections to sandboxes' own ports.
     pub ports: PortsSettings,
     /// How templates are pulled from image registries.
@@ -387,6 +396,7 @@ impl ServeConfig {
             network_audit: self.audit.network_audit(),
             ports: self.ports.ports_config(),
             approvals: self.approvals.approvals_config(),
+            executions: self.executions.executions_config(),
             images: paddock_control::ImagesConfig {
                 pull_dir: Some(self.state_dir.join("pulls")),
                 pull: self.registry.pull_options(),

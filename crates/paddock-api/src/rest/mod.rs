@@ -4,6 +4,7 @@
 pub(crate) mod admin;
 pub(crate) mod approvals;
 pub(crate) mod code;
+pub(crate) mod executions;
 pub(crate) mod files;
 pub(crate) mod meta;
 pub(crate) mod network;

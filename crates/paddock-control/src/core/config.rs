@@ -46,6 +46,36 @@ pub struct ServiceConfig {
     pub images: ImagesConfig,
     /// The approvals queue: how long a request waits for a person, and its bounds.
     pub approvals: ApprovalsConfig,
+    /// Approved executions: their timeouts, logs and bounds.
+    pub executions: ExecutionsConfig,
+}
+
+/// Approved executions' configuration (the executor itself is given to the running service with
+/// `SandboxService::set_executor`; the built-in `sandbox` one otherwise).
+#[derive(Debug, Clone)]
+pub struct ExecutionsConfig {
+    /// The timeout of an execution whose request names none.
+    pub default_timeout: Duration,
+    /// The longest timeout a request may name.
+    pub max_timeout: Duration,
+    /// The most output kept per execution (stdout and stderr together).
+    pub log_limit: u64,
+    /// How often a running execution's executor is asked where it stands.
+    pub poll_interval: Duration,
+    /// Ended executions kept per tenant (the oldest go first; the audit log keeps every step).
+    pub keep_ended_per_tenant: u32,
+}
+
+impl Default for ExecutionsConfig {
+    fn default() -> Self {
+        Self {
+            default_timeout: Duration::from_secs(600),
+            max_timeout: Duration::from_secs(6 * 3600),
+            log_limit: 1 << 20,
+            poll_interval: Duration::from_millis(250),
+            keep_ended_per_tenant: 1000,
+        }
+    }
 }
 
 /// The approvals queue's configuration.
@@ -336,6 +366,7 @@ impl Default for ServiceConfig {
             ports: PortsConfig::default(),
             images: ImagesConfig::default(),
             approvals: ApprovalsConfig::default(),
+            executions: ExecutionsConfig::default(),
         }
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod backend;
 pub(crate) mod config;
 pub(crate) mod contexts;
 pub(crate) mod error;
+pub(crate) mod execution_state;
 pub(crate) mod executor;
 pub(crate) mod live;
 pub(crate) mod metrics;

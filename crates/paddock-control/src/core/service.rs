@@ -59,6 +59,8 @@ pub(crate) struct Inner {
     pub(crate) approvals: crate::core::approval_state::Queue,
     /// Compiled approval policies by scope.
     pub(crate) policies: crate::core::approval_state::PolicyCache,
+    /// Approved executions' executor, runs and cancel switches.
+    pub(crate) executions: crate::core::execution_state::ExecutionsState,
 }
 
 impl SandboxService {

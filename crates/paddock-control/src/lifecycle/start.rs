@@ -70,6 +70,7 @@ impl SandboxService {
                 built_templates: Mutex::new(HashMap::new()),
                 approvals: crate::core::approval_state::Queue::new(),
                 policies: Default::default(),
+                executions: Default::default(),
             }),
         };
         let mut tasks = Vec::new();
@@ -79,6 +80,7 @@ impl SandboxService {
         // Retention also runs without an egress proxy: a server that had one may have left rows.
         tasks.push(tokio::spawn(service.clone().run_audit_retention()));
         tasks.push(tokio::spawn(service.clone().run_port_audit()));
+        tasks.push(tokio::spawn(service.clone().run_executions()));
         // What must be done before a request can make storage; the sandboxes themselves are
         // recovered while the API serves (`recovery.rs`).
         let recovery = service.begin_recovery().await?;

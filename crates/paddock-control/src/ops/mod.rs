@@ -12,6 +12,7 @@ pub(crate) mod code;
 pub(crate) mod diff;
 pub(crate) mod environment;
 pub(crate) mod exec;
+pub(crate) mod executions;
 pub(crate) mod files;
 pub(crate) mod fork;
 pub(crate) mod network;

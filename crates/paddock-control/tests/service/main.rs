@@ -9,6 +9,7 @@
 mod admin;
 mod approvals;
 mod audit;
+mod executions;
 mod files;
 mod fixture;
 mod lifecycle;

@@ -27,6 +27,15 @@ CREATE INDEX audit_tenant ON audit(tenant, seq);
 -- index audit_ts
 CREATE INDEX audit_ts ON audit(ts_ms);
 
+-- index executions_by_approval
+CREATE INDEX executions_by_approval ON executions (approval_id);
+
+-- index executions_by_tenant
+CREATE INDEX executions_by_tenant ON executions (tenant, created_at_ms);
+
+-- index executions_open
+CREATE INDEX executions_open ON executions (state) WHERE state IN ('pending_approval', 'running');
+
 -- index intents_sandbox
 CREATE INDEX intents_sandbox ON intents(sandbox_id);
 
@@ -122,6 +131,32 @@ CREATE TABLE audit_pruned (
     last_hash  TEXT NOT NULL,
     -- The `audit.prune` row that recorded the range (always later than the range).
     anchor_seq INTEGER NOT NULL
+) STRICT;
+
+-- table executions
+CREATE TABLE executions (
+    id             TEXT PRIMARY KEY,
+    tenant         TEXT NOT NULL REFERENCES tenants(name),
+    client_id      TEXT,
+    session_id     TEXT,
+    task_id        TEXT,
+    description    TEXT NOT NULL,
+    spec           TEXT NOT NULL CHECK (json_valid(spec)),
+    executor       TEXT NOT NULL,
+    approval_id    TEXT NOT NULL,
+    requested_by   TEXT NOT NULL,
+    state          TEXT NOT NULL CHECK (state IN ('pending_approval', 'rejected', 'running',
+                                                  'succeeded', 'failed', 'timed_out', 'cancelled')),
+    object         TEXT,
+    exit_code      INTEGER,
+    logs           BLOB,
+    logs_truncated INTEGER NOT NULL DEFAULT 0 CHECK (logs_truncated IN (0, 1)),
+    message        TEXT,
+    approved_by    TEXT,
+    created_at_ms  INTEGER NOT NULL,
+    started_at_ms  INTEGER,
+    finished_at_ms INTEGER,
+    UNIQUE (tenant, client_id)
 ) STRICT;
 
 -- table intents

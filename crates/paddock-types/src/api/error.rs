@@ -111,6 +111,8 @@ pub enum ErrorCode {
     ApprovalNotFound,
     /// The approval was already decided (approved, rejected or expired) (409).
     ApprovalDecided,
+    /// No such execution for this tenant (404; also for other tenants' executions).
+    ExecutionNotFound,
 }
 
 impl ErrorCode {
@@ -164,6 +166,7 @@ impl ErrorCode {
             Self::ApprovalExpired => "approval_expired",
             Self::ApprovalNotFound => "approval_not_found",
             Self::ApprovalDecided => "approval_decided",
+            Self::ExecutionNotFound => "execution_not_found",
         }
     }
 
@@ -190,7 +193,8 @@ impl ErrorCode {
             | Self::ImageNotFound
             | Self::ContextNotFound
             | Self::PolicyNotFound
-            | Self::ApprovalNotFound => 404,
+            | Self::ApprovalNotFound
+            | Self::ExecutionNotFound => 404,
             Self::SandboxNotRunning
             | Self::AlreadyExists
             | Self::DirectoryNotEmpty
@@ -267,6 +271,7 @@ mod tests {
             ErrorCode::ApprovalExpired,
             ErrorCode::ApprovalNotFound,
             ErrorCode::ApprovalDecided,
+            ErrorCode::ExecutionNotFound,
         ] {
             let json = serde_json::to_string(&code).expect("serializes");
             assert_eq!(json, format!("\"{}\"", code.as_str()));

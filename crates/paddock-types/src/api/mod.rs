@@ -11,6 +11,7 @@ mod code;
 mod cursor;
 mod error;
 mod exec;
+mod executions;
 mod files;
 mod keys;
 mod lists;
@@ -34,6 +35,9 @@ pub use error::{ApiErrorBody, ErrorCode};
 pub use exec::{
     AttachQuery, ExecEvent, ExecRequest, ExecResult, ExitInfo, KillRequest, ProcessCommand, ProcessInfo,
     PtySizeBody, SignalRequest, StreamData, StreamDataError,
+};
+pub use executions::{
+    CreateExecutionRequest, ExecutionInfo, ExecutionList, ExecutionState, ListExecutionsQuery,
 };
 pub use files::{
     FileEntry, FileKindBody, FileList, MkdirRequest, RenameRequest, WatchEvent, WatchEventKind, WrittenFile,

@@ -46,6 +46,8 @@ pub(super) fn to_toml(cfg: &ServeConfig) -> anyhow::Result<String> {
         e2b: Some(cfg.e2b.clone()),
         mcp: Some(cfg.mcp.clone()),
         approvals: Some(cfg.approvals.clone()),
+        executions: Some(cfg.executions.clone()),
+        execution_backend: None,
         ports: Some(cfg.ports.clone()),
         registry: Some(cfg.registry.clone()),
         default_limits: LimitsLayer::from(&cfg.default_limits),
@@ -112,6 +114,11 @@ struct Layer {
     mcp: Option<McpEndpointSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     approvals: Option<ApprovalsSettings>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    executions: Option<ExecutionsSettings>,
+    /// `PADDOCK_EXECUTION_BACKEND`: replaces `[executions] backend` alone.
+    #[serde(skip)]
+    execution_backend: Option<ExecutionBackend>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ports: Option<PortsSettings>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -331,6 +338,8 @@ impl Layer {
             e2b: top.e2b.or(self.e2b),
             mcp: top.mcp.or(self.mcp),
             approvals: top.approvals.or(self.approvals),
+            executions: top.executions.or(self.executions),
+            execution_backend: top.execution_backend.or(self.execution_backend),
             ports: top.ports.or(self.ports),
             registry: top.registry.or(self.registry),
             default_limits: self.default_limits.overlay(top.default_limits),
@@ -449,6 +458,11 @@ impl Layer {
         mcp.validate()?;
         let approvals = self.approvals.unwrap_or_default();
         approvals.validate()?;
+        let mut executions = self.executions.unwrap_or_default();
+        if let Some(backend) = self.execution_backend {
+            executions.backend = backend;
+        }
+        executions.validate()?;
         let ports = self.ports.unwrap_or_default();
         ports.validate()?;
         let registry = self.registry.unwrap_or_default();
@@ -488,6 +502,7 @@ impl Layer {
             e2b,
             mcp,
             approvals,
+            executions,
             ports,
             registry,
         })
@@ -612,6 +627,7 @@ fn env_layer(env: &BTreeMap<String, String>) -> anyhow::Result<Layer> {
         reaper_interval: get(env, "PADDOCK_REAPER_INTERVAL", duration)?,
         history_retention: get(env, "PADDOCK_HISTORY_RETENTION", duration)?,
         max_import: get(env, "PADDOCK_MAX_IMPORT", size)?,
+        execution_backend: get(env, "PADDOCK_EXECUTION_BACKEND", ExecutionBackend::parse)?,
         default_limits: limits("DEFAULT")?,
         max_limits: limits("MAX")?,
         templates,
@@ -649,6 +665,8 @@ fn flag_layer(global: &GlobalArgs, log: Option<&str>, args: &ServeArgs) -> Layer
         e2b: None,
         mcp: None,
         approvals: None,
+        executions: None,
+        execution_backend: None,
         ports: None,
         registry: None,
         default_limits: LimitsLayer {

@@ -39,6 +39,43 @@ pub(crate) struct Gated {
     pub(crate) approval_id: Option<String>,
 }
 
+/// A pending approval about to be queued: its row and its `approval.request` audit row, written
+/// together by [`Pending::write`] (alone, or with the row of what waits on it).
+pub(crate) struct Pending {
+    pub(crate) record: ApprovalRecord,
+    entry: paddock_store::NewAuditEntry,
+}
+
+/// The queue's bounds: pending approvals per tenant, decided ones kept per tenant.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ApprovalLimits {
+    max_pending: u64,
+    keep_decided: u32,
+}
+
+impl Pending {
+    /// Writes the approval and its row in `tx`; `quota_exceeded` (`max_pending_approvals`) when
+    /// the tenant has as many pending as it may.
+    pub(crate) fn write(
+        &self,
+        tx: &paddock_store::StoreTx<'_>,
+        limits: ApprovalLimits,
+    ) -> Result<(), paddock_store::StoreError> {
+        let pending = tx.pending_approvals(&self.record.tenant)?;
+        if pending >= limits.max_pending {
+            return Err(paddock_store::StoreError::QuotaExceeded {
+                what: "max_pending_approvals",
+                limit: limits.max_pending,
+                requested_total: pending + 1,
+                tenant: self.record.tenant.clone(),
+            });
+        }
+        tx.insert_approval(&self.record, limits.keep_decided)?;
+        audit::append(tx, &self.entry)?;
+        Ok(())
+    }
+}
+
 /// Refuse a request when its approval is not usable; `id` names it in the answer.
 fn unusable(id: &str, why: ApprovalUse) -> ServiceError {
     match why {
@@ -46,7 +83,7 @@ fn unusable(id: &str, why: ApprovalUse) -> ServiceError {
         ApprovalUse::NotFound => {
             ServiceError::new(ErrorCode::ApprovalNotFound, format!("approval {id} not found"))
         }
-        ApprovalUse::Pending => pending(id),
+        ApprovalUse::Pending => still_pending(id),
         ApprovalUse::Rejected => ServiceError::approval(
             ErrorCode::ApprovalRejected,
             id,
@@ -72,7 +109,7 @@ fn unusable(id: &str, why: ApprovalUse) -> ServiceError {
     }
 }
 
-fn pending(id: &str) -> ServiceError {
+fn still_pending(id: &str) -> ServiceError {
     ServiceError::approval(
         ErrorCode::ApprovalPending,
         id,
@@ -90,6 +127,69 @@ pub(crate) fn request_sha256(request: &serde_json::Value) -> String {
 }
 
 impl SandboxService {
+    /// The queue's bounds, as configured.
+    pub(crate) fn approval_limits(&self) -> ApprovalLimits {
+        let config = &self.inner.config.approvals;
+        ApprovalLimits {
+            max_pending: config.max_pending_per_tenant,
+            keep_decided: config.keep_decided_per_tenant,
+        }
+    }
+
+    /// A new pending approval of `asked` (hashing `sha`) by `p`, for `sandbox` if it is about one,
+    /// asked by `scope`'s policy (its rule `rule`, for `reason`); not yet written.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "each a distinct part of the approval row"
+    )]
+    pub(crate) fn pending_approval(
+        &self,
+        p: &Principal,
+        sandbox: Option<&str>,
+        asked: Asked,
+        sha: String,
+        scope: &'static str,
+        rule: Option<u32>,
+        reason: Option<String>,
+    ) -> Pending {
+        let now = now_ms();
+        let ttl = i64::try_from(self.inner.config.approvals.ttl.as_millis()).unwrap_or(i64::MAX);
+        let record = ApprovalRecord {
+            id: new_approval_id(),
+            tenant: p.tenant.clone(),
+            sandbox_id: sandbox.map(str::to_owned),
+            kind: asked.kind.as_str().to_owned(),
+            summary: asked.summary.clone(),
+            request: asked.request.to_string(),
+            request_sha256: sha.clone(),
+            policy_scope: scope.to_owned(),
+            rule: rule.map(i64::from),
+            reason: reason.clone(),
+            requested_by: p.key_id.clone(),
+            state: ApprovalState::Pending.as_str().to_owned(),
+            created_at_ms: now,
+            expires_at_ms: now.saturating_add(ttl),
+            decided_at_ms: None,
+            decided_by: None,
+            note: None,
+            used_at_ms: None,
+        };
+        let entry = AuditEntry::ok(p, AuditAction::ApprovalRequest, sandbox)
+            .outcome(ErrorCode::ApprovalPending.as_str())
+            .detail(audit::ApprovalRequested {
+                approval_id: record.id.clone(),
+                kind: asked.kind.as_str(),
+                summary: asked.summary,
+                request_sha256: sha,
+                scope,
+                rule,
+                reason,
+                expires_at: rfc3339(record.expires_at_ms),
+            })
+            .into_row();
+        Pending { record, entry }
+    }
+
     /// Checks `actions` (the parts of one request, in `sandbox`, or for the tenant) against the effective policy: `Ok` when
     /// it may run now, with the approval it runs under; an error (and nothing run) otherwise.
     /// `asked` describes it for a person, only called when a policy asks or denies. `approval_id`
@@ -161,8 +261,8 @@ impl SandboxService {
                 let wait = wait
                     .unwrap_or(self.inner.config.approvals.wait)
                     .min(self.inner.config.approvals.wait);
-                self.hold(p, sandbox, asked, sha, effective.scope, rule, reason, wait)
-                    .await
+                let pending = self.pending_approval(p, sandbox, asked, sha, effective.scope, rule, reason);
+                self.hold(p, pending, wait).await
             }
         }
     }
@@ -203,78 +303,19 @@ impl SandboxService {
 
     /// Queues a new approval for the request and waits up to `wait` for a person: approved, it
     /// is used (and the request goes on); anything else, or no decision in time, leaves it unrun.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one call site, each a distinct part of the approval row"
-    )]
-    async fn hold(
-        &self,
-        p: &Principal,
-        sandbox: Option<&str>,
-        asked: Asked,
-        sha: String,
-        scope: &'static str,
-        rule: Option<u32>,
-        reason: Option<String>,
-        wait: Duration,
-    ) -> Result<Gated, ServiceError> {
-        let config = &self.inner.config.approvals;
-        let now = now_ms();
-        let record = ApprovalRecord {
-            id: new_approval_id(),
-            tenant: p.tenant.clone(),
-            sandbox_id: sandbox.map(str::to_owned),
-            kind: asked.kind.as_str().to_owned(),
-            summary: asked.summary.clone(),
-            request: asked.request.to_string(),
-            request_sha256: sha.clone(),
-            policy_scope: scope.to_owned(),
-            rule: rule.map(i64::from),
-            reason: reason.clone(),
-            requested_by: p.key_id.clone(),
-            state: ApprovalState::Pending.as_str().to_owned(),
-            created_at_ms: now,
-            expires_at_ms: now.saturating_add(i64::try_from(config.ttl.as_millis()).unwrap_or(i64::MAX)),
-            decided_at_ms: None,
-            decided_by: None,
-            note: None,
-            used_at_ms: None,
-        };
-        let entry = AuditEntry::ok(p, AuditAction::ApprovalRequest, sandbox)
-            .outcome(ErrorCode::ApprovalPending.as_str())
-            .detail(audit::ApprovalRequested {
-                approval_id: record.id.clone(),
-                kind: asked.kind.as_str(),
-                summary: asked.summary,
-                request_sha256: sha.clone(),
-                scope,
-                rule,
-                reason,
-                expires_at: rfc3339(record.expires_at_ms),
-            })
-            .into_row();
+    /// Queues a new approval for the request and waits up to `wait` for a person: approved, it
+    /// is used (and the request goes on); anything else, or no decision in time, leaves it unrun.
+    async fn hold(&self, p: &Principal, pending: Pending, wait: Duration) -> Result<Gated, ServiceError> {
+        let sha = pending.record.request_sha256.clone();
+        let sandbox = pending.record.sandbox_id.clone();
+        let sandbox = sandbox.as_deref();
+        let now = pending.record.created_at_ms;
         // Listening before the row exists: no decision can come between the two.
         let mut events = self.approval_events();
-        let (stored, max_pending, keep) = (
-            record.clone(),
-            config.max_pending_per_tenant,
-            config.keep_decided_per_tenant,
-        );
+        let record = pending.record.clone();
+        let limits = self.approval_limits();
         self.db("queue an approval", move |s| {
-            s.transaction(|tx| {
-                let pending = tx.pending_approvals(&stored.tenant)?;
-                if pending >= max_pending {
-                    return Err(paddock_store::StoreError::QuotaExceeded {
-                        what: "max_pending_approvals",
-                        limit: max_pending,
-                        requested_total: pending + 1,
-                        tenant: stored.tenant.clone(),
-                    });
-                }
-                tx.insert_approval(&stored, keep)?;
-                audit::append(tx, &entry)?;
-                Ok(())
-            })
+            s.transaction(|tx| pending.write(tx, limits))
         })
         .await?;
         self.announce_approval("requested", &record);
@@ -285,7 +326,7 @@ impl SandboxService {
         loop {
             let until = deadline.min(expiry);
             let decided = match tokio::time::timeout_at(until, events.recv()).await {
-                Err(_) if until < expiry => return Err(pending(&id)),
+                Err(_) if until < expiry => return Err(still_pending(&id)),
                 Ok(Ok(event)) if event.approval.id == id => event.approval.state,
                 Ok(Ok(_)) => continue,
                 // Its time is up (expired now, unless a decision came first), fallen behind, or

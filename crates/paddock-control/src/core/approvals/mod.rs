@@ -15,7 +15,7 @@
 mod gate;
 mod policies;
 
-pub(crate) use gate::{Asked, Gated};
+pub(crate) use gate::{request_sha256, Asked, Gated};
 
 use paddock_store::ApprovalRecord;
 use paddock_types::api::{ApprovalEvent, ApprovalInfo, ApprovalKind, ApprovalState};

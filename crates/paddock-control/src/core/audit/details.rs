@@ -328,6 +328,47 @@ details! {
         error: Option<String>,
     }
 
+    /// An approved execution asked for: what it runs and where, and the approval it waits on.
+    ExecutionRequested for [ExecutionRequest] {
+        execution_id: String,
+        approval_id: String,
+        executor: &'static str,
+        description: String,
+        command: Vec<String>,
+        args: Vec<String>,
+        template: Option<String>,
+        image: Option<String>,
+        session_id: Option<String>,
+        task_id: Option<String>,
+        timeout_secs: u64,
+    }
+
+    /// An approved execution started on its executor (the row's key: the executor's own), with
+    /// who approved it.
+    ExecutionStarted for [ExecutionStart] {
+        execution_id: String,
+        approval_id: String,
+        approved_by: Option<String>,
+        executor: String,
+    }
+
+    /// An approved execution ended: how, its exit code, the executor's object, its logs' size.
+    ExecutionFinished for [ExecutionFinish] {
+        execution_id: String,
+        state: &'static str,
+        exit_code: Option<i64>,
+        object: Option<String>,
+        logs_bytes: u64,
+        logs_truncated: bool,
+        message: Option<String>,
+    }
+
+    /// An execution cancelled (the row's key cancelled it), from the state it was in.
+    ExecutionCancelled for [ExecutionCancel] {
+        execution_id: String,
+        from: String,
+    }
+
     /// A sandbox's network policy and injected secrets set.
     NetworkPolicySet for [NetworkPolicy] {
         policy: serde_json::Value,

@@ -187,6 +187,37 @@ impl SandboxService {
         id: &SandboxId,
         req: ExecRequest,
     ) -> Result<ExecStream, ServiceError> {
+        self.exec_gated(p, id, req, None).await
+    }
+
+    /// [`SandboxService::exec`] of a request a person already approved elsewhere (an approved
+    /// execution's command): no policy check, and `approval_id` in its start row.
+    pub(crate) async fn exec_approved(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+        req: ExecRequest,
+        approval_id: String,
+    ) -> Result<ExecStream, ServiceError> {
+        self.exec_gated(
+            p,
+            id,
+            req,
+            Some(Gated {
+                approval_id: Some(approval_id),
+            }),
+        )
+        .await
+    }
+
+    /// Starts a process: checked against the approval policy unless `approved` says how it was.
+    async fn exec_gated(
+        &self,
+        p: &Principal,
+        id: &SandboxId,
+        req: ExecRequest,
+        approved: Option<Gated>,
+    ) -> Result<ExecStream, ServiceError> {
         let started = Instant::now();
         let command = command_of(&req)?;
         crate::plan::create::check_env("env", &req.env)?;
@@ -199,7 +230,10 @@ impl SandboxService {
         }
         let pty = req.pty.map(pty_size).transpose()?;
         let spec = self.owned_live(p, id).await?.spec();
-        let gated = self.gate_exec(p, id, &req, &command, &spec).await?;
+        let gated = match approved {
+            Some(gated) => gated,
+            None => self.gate_exec(p, id, &req, &command, &spec).await?,
+        };
         // Looked up again: a request held for a person does not hold the sandbox meanwhile.
         let sb = self.owned_live(p, id).await?;
         // The request's own variables override the sandbox's.

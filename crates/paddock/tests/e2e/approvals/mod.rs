@@ -3,6 +3,7 @@
 //! and restart with nothing run on its own; a workload inside the sandbox cannot change or bypass
 //! its policy.
 
+mod executions;
 mod restart;
 mod webhook;
 
