@@ -42,3 +42,13 @@ if [ -f "$mcp_js/package-lock.json" ]; then
     cp "$mcp_js/package-lock.json" "$mcp_js/node_modules/.package-lock.json.installed"
   fi
 fi
+# kubernetes-validate (PyPI, pinned with its dependencies): Kubernetes' JSON schemas, offline, for
+# paddock-kube's schema tests (crates/paddock-kube/tests/kube/schema.rs).
+req=crates/paddock-kube/tests/requirements-kubernetes-validate.txt
+venv="$out/python-kubernetes-validate"
+if ! { [ -x "$venv/bin/python" ] && cmp -s "$req" "$venv/requirements.txt"; }; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$req"
+  cp "$req" "$venv/requirements.txt"
+fi

@@ -125,6 +125,9 @@ pub(crate) struct Shared {
     pub(crate) descriptors: Arc<Semaphore>,
     /// How many descriptors that budget started with.
     descriptor_budget: usize,
+    /// Who is asked about destinations a sandbox's approval policy holds for a person (unset:
+    /// nobody; they are refused as any uncovered destination).
+    pub(crate) asker: std::sync::OnceLock<Arc<dyn crate::NetworkAsker>>,
 }
 
 /// One sandbox's live state.
@@ -253,9 +256,15 @@ impl Egress {
                 connect_timeout: config.connect_timeout,
                 upstream_tls: Arc::new(upstream),
                 provider,
+                asker: std::sync::OnceLock::new(),
             }),
             sandboxes: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Sets who is asked about destinations held for a person (once; later calls are ignored).
+    pub fn set_asker(&self, asker: Arc<dyn crate::NetworkAsker>) {
+        let _ = self.shared.asker.set(asker);
     }
 
     /// Start serving sandbox `id` under `policy`, with listeners on `bind` (free ports) and a fresh CA.

@@ -16,6 +16,7 @@
 //! does, pointing the sandbox at the addresses [`SandboxEgress`] reports), store policies or secrets
 //! (the control plane does), or carry UDP other than DNS (refused by the namespace's rules).
 
+mod ask;
 mod audit;
 mod dns;
 mod egress;
@@ -29,6 +30,7 @@ mod proxy;
 mod resolve;
 pub mod sniff;
 
+pub use ask::NetworkAsker;
 pub use audit::{AuditRecord, AuditSink, ConnectionRecord, Cut, DnsRecord, Door};
 pub use egress::{Egress, EgressConfig, SandboxEgress, SandboxListen};
 pub use error::EgressError;

@@ -16,7 +16,7 @@ pub use client::{
     ShellArgs, SnapshotCommand, StartArgs, TemplateCommand, VolumeCommand,
 };
 pub use network::NetworkArgs;
-pub use server::{parse_human_duration, ConfigCommand, KeysCommand, ServeArgs};
+pub use server::{parse_human_duration, ConfigCommand, K8sCommand, KeysCommand, ServeArgs};
 
 /// paddock: a self-hosted execution sandbox for AI agents.
 #[derive(Debug, Parser)]
@@ -70,6 +70,11 @@ pub enum Command {
     /// tool server: relayed to a server's /mcp (PADDOCK_URL, PADDOCK_API_KEY), or with --local an
     /// embedded service on this host (root).
     Mcp(McpArgs),
+    /// Kubernetes: the manifests the kubernetes-job executor of approved executions needs.
+    K8s {
+        #[command(subcommand)]
+        command: K8sCommand,
+    },
     /// Inspect the server configuration.
     Config {
         #[command(subcommand)]

@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{AuditCommand, Cli, Command, ConfigCommand, PoolCommand, ServeArgs};
+use cli::{AuditCommand, Cli, Command, ConfigCommand, K8sCommand, PoolCommand, ServeArgs};
 use serve_config::ServeConfig;
 
 /// Exit code for errors of paddock itself (bad input, sandbox creation failure), as `docker run` does.
@@ -157,6 +157,23 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", config.to_toml()?);
             return Ok(ExitCode::SUCCESS);
         }
+        Command::K8s {
+            command: K8sCommand::Manifests(args),
+        } => {
+            let config = serve_config(&cli, &args.serve)?;
+            let options = paddock_kube::ManifestOptions {
+                server_account: args.server_account.clone(),
+                server_namespace: args.server_namespace.clone(),
+                api_server_cidrs: args.api_server_cidrs.clone(),
+            };
+            let manifests = paddock_kube::Manifests::build(&config.executions.kubernetes, &options);
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&manifests.to_json())?);
+            } else {
+                print!("{}", manifests.to_yaml());
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         Command::Keys { .. }
         | Command::Sandbox { .. }
         | Command::Snapshot { .. }
@@ -210,6 +227,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(_)
         | Command::Mcp(_)
         | Command::Config { .. }
+        | Command::K8s { .. }
         | Command::Keys { .. }
         | Command::Sandbox { .. }
         | Command::Snapshot { .. }

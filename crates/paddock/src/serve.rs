@@ -70,6 +70,13 @@ pub(crate) async fn start_service(
         .context("failed to start the sandbox service")?;
     service.ensure_configured_templates();
     crate::serve_webhook::start(&service, &config.approvals)?;
+    if config.executions.backend == crate::serve_config::ExecutionBackend::KubernetesJob {
+        // Refuse to serve rather than run approved executions somewhere other than configured.
+        let executor = paddock_kube::KubernetesJobExecutor::connect(config.executions.kubernetes.clone())
+            .await
+            .context("executions.backend is kubernetes-job, but no cluster is configured (KUBECONFIG or in-cluster)")?;
+        service.set_executor(std::sync::Arc::new(executor));
+    }
     Ok(service)
 }
 

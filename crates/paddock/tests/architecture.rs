@@ -179,6 +179,19 @@ fn crate_dependencies_follow_the_layering() {
     {
         forbid(c, &["paddock-registry"]);
     }
+    // The kubernetes-job executor implements the control plane's `Executor` trait: among paddock's
+    // crates it knows only paddock-control, and only the binary wires it in.
+    let kube_deps = deps("paddock-kube");
+    assert!(
+        kube_deps
+            .iter()
+            .filter(|d| d.starts_with("paddock"))
+            .all(|d| d == "paddock-control"),
+        "paddock-kube depends on no paddock crate but paddock-control: {kube_deps:?}"
+    );
+    for c in table.keys().filter(|c| c.as_str() != "paddock") {
+        forbid(c, &["paddock-kube"]);
+    }
     // Only the binary may use anyhow.
     for c in table.keys().filter(|c| c.as_str() != "paddock") {
         forbid(c, &["anyhow"]);

@@ -73,6 +73,11 @@ impl SandboxService {
                 executions: Default::default(),
             }),
         };
+        if let Some(egress) = &service.inner.egress {
+            egress.set_asker(Arc::new(crate::core::approvals::network::NetworkAsk(
+                Arc::downgrade(&service.inner),
+            )));
+        }
         let mut tasks = Vec::new();
         if let Some((rx, sink)) = egress_audit {
             tasks.push(tokio::spawn(service.clone().run_network_audit(rx, sink)));

@@ -47,6 +47,9 @@ pub enum Rule {
     },
     /// No allow rule matched (the default).
     NoAllowRule,
+    /// No allow rule matched, the approval policy asked a person, and the person approved this
+    /// connection.
+    Approved,
     /// The name was allowed but the address is not one paddock's DNS answered for it (or the name
     /// does not resolve to it): no DNS rebinding, no connecting to a name's lookalike address.
     NotResolvedForName,
@@ -71,6 +74,7 @@ impl fmt::Display for Rule {
             Self::TenantDeny { index } => write!(f, "deny[{index}]"),
             Self::TenantAllow { index } => write!(f, "allow[{index}]"),
             Self::NoAllowRule => f.write_str("no allow rule"),
+            Self::Approved => f.write_str("approved by a person"),
             Self::NotResolvedForName => f.write_str("address not resolved for name"),
             Self::Unreadable { reason } => write!(f, "unreadable: {reason}"),
             Self::Unresolvable => f.write_str("unresolvable"),

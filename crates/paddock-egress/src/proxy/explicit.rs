@@ -247,10 +247,27 @@ async fn choose(
     };
     report.name = Some(name.clone());
     let by_name = decide_name(&policy, name);
+    let mut approved = None;
     if !by_name.allowed {
-        report.decision = Some(by_name);
-        return None;
+        // Not covered: held for a person when the sandbox's approval policy says so; approved,
+        // this connection goes on as if one more allow rule named exactly this host and port.
+        let asked = match (by_name.rule == Rule::NoAllowRule, shared.asker.get()) {
+            (true, Some(asker)) => asker.ask(&sandbox.id, name, port).await,
+            _ => false,
+        };
+        match asked
+            .then(|| crate::ask::with_approved(&policy, name, port))
+            .flatten()
+        {
+            Some(extended) => approved = Some(std::sync::Arc::new(extended)),
+            None => {
+                report.decision = Some(by_name);
+                return None;
+            }
+        }
     }
+    let approved_index = approved.as_ref().map(|_| policy.allow().len());
+    let policy = approved.unwrap_or(policy);
     let Some(ips) = sandbox.resolve(shared, name).await else {
         report.decision = Some(Decision::deny(Rule::Unresolvable));
         return None;
@@ -268,7 +285,13 @@ async fn choose(
         );
         if d.allowed {
             report.ip = Some(ip);
-            report.decision = Some(d);
+            report.decision = Some(match d.rule {
+                Rule::TenantAllow { index } if Some(index) == approved_index => Decision {
+                    allowed: true,
+                    rule: Rule::Approved,
+                },
+                _ => d,
+            });
             return Some(ip);
         }
         first_refusal.get_or_insert((ip, d));

@@ -57,6 +57,35 @@ pub struct ServeArgs {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum K8sCommand {
+    /// Print what a cluster administrator applies once for the kubernetes-job executor (`kubectl
+    /// apply -f -`): the executions' namespace, their pods' service account, a Role and RoleBinding
+    /// for the account `paddock serve` uses, and a default-deny egress NetworkPolicy (DNS, and the
+    /// API server when --api-server-cidr is given). Names come from [executions.kubernetes].
+    Manifests(K8sManifestsArgs),
+}
+
+/// `paddock k8s manifests` options.
+#[derive(Debug, Args)]
+pub struct K8sManifestsArgs {
+    /// The service account `paddock serve` runs as (the RoleBinding's subject).
+    #[arg(long, default_value = "paddock")]
+    pub server_account: String,
+    /// That account's namespace.
+    #[arg(long, default_value = "paddock-system")]
+    pub server_namespace: String,
+    /// An address range of the API server the executions' pods may reach (TCP 443 and 6443);
+    /// repeat for several. None: DNS only.
+    #[arg(long = "api-server-cidr", value_name = "CIDR")]
+    pub api_server_cidrs: Vec<ipnet::IpNet>,
+    /// Print a JSON list instead of YAML documents.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Print the resolved server configuration (defaults, file, PADDOCK_* variables, flags) as TOML.
     Show(ServeArgs),

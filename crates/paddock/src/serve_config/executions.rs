@@ -9,6 +9,11 @@
 //! log_limit = "1M"             # output kept per execution; past it, logs are cut and say so
 //! poll_interval = "250ms"      # how often a running execution's executor is asked where it stands
 //! keep_ended_per_tenant = 1000 # ended executions kept per tenant (the audit log keeps every step)
+//!
+//! [executions.kubernetes]      # the kubernetes-job executor (see paddock-kube's JobSettings)
+//! namespace = "paddock-executions"
+//! service_account = "paddock-executor"
+//! runtime_class_name = "gvisor"
 //! ```
 //!
 //! What it does not configure: who approves (approver keys) or how long an approval waits
@@ -58,6 +63,9 @@ pub struct ExecutionsSettings {
     pub poll_interval: Duration,
     #[serde(default = "d::keep_ended")]
     pub keep_ended_per_tenant: u32,
+    /// The Jobs of the `kubernetes-job` executor.
+    #[serde(default)]
+    pub kubernetes: paddock_kube::JobSettings,
 }
 
 mod d {
@@ -94,6 +102,7 @@ impl Default for ExecutionsSettings {
             log_limit: d::log_limit(),
             poll_interval: d::poll_interval(),
             keep_ended_per_tenant: d::keep_ended(),
+            kubernetes: paddock_kube::JobSettings::default(),
         }
     }
 }
@@ -113,6 +122,7 @@ impl ExecutionsSettings {
         if self.poll_interval < Duration::from_millis(10) || self.poll_interval > Duration::from_secs(60) {
             anyhow::bail!("executions.poll_interval: must be between 10ms and 1m");
         }
+        self.kubernetes.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(())
     }
 

@@ -13,6 +13,7 @@
 //! what is approved (the gated operation goes on itself once `gate` returns).
 
 mod gate;
+pub(crate) mod network;
 mod policies;
 
 pub(crate) use gate::{request_sha256, Asked, Gated};

@@ -8,6 +8,7 @@
 //! Below: the stand-in for the outside world and what a policy lets through; the command line and
 //! attacks on the proxy in the modules.
 
+mod approvals;
 mod attacks;
 mod cli;
 mod mcp;
