@@ -8,7 +8,7 @@
 //! restrictive matching verdict wins, its first rule is reported, no match gives the default.
 //!
 //! What it does not do: any I/O; store, change or audit a policy; hold an `ask` for a person (the
-//! control plane's approvals queue will); or see anything from inside a sandbox (the caller
+//! control plane's approvals queue does); or see anything from inside a sandbox (the caller
 //! describes the action from what the API was asked, which the workload cannot change).
 
 mod compile;

@@ -34,19 +34,32 @@ impl Store {
     }
 
     /// Deletes the records of sandboxes that ended before `before_ms` (housekeeping: ended rows are kept
-    /// as history until then). Their audit rows stay. Returns how many were deleted.
+    /// as history until then), with their approval policies. Their audit rows stay. Returns how many
+    /// were deleted.
     pub fn purge_ended_sandboxes(&self, before_ms: i64) -> Result<u64, StoreError> {
-        let deleted = self
-            .conn()
-            .execute(
-                &format!(
-                    "DELETE FROM sandboxes
-                     WHERE state IN {ENDED_STATES_SQL} AND COALESCE(ended_at_ms, created_at_ms) < ?1"
-                ),
-                [before_ms],
-            )
-            .map_err(StoreError::write("sandbox purge"))?;
-        Ok(deleted as u64)
+        self.transaction(|tx| {
+            tx.tx
+                .execute(
+                    &format!(
+                        "DELETE FROM approval_policies WHERE sandbox_id IN (
+                           SELECT id FROM sandboxes
+                           WHERE state IN {ENDED_STATES_SQL} AND COALESCE(ended_at_ms, created_at_ms) < ?1)"
+                    ),
+                    [before_ms],
+                )
+                .map_err(StoreError::write("sandbox purge"))?;
+            let deleted = tx
+                .tx
+                .execute(
+                    &format!(
+                        "DELETE FROM sandboxes
+                         WHERE state IN {ENDED_STATES_SQL} AND COALESCE(ended_at_ms, created_at_ms) < ?1"
+                    ),
+                    [before_ms],
+                )
+                .map_err(StoreError::write("sandbox purge"))?;
+            Ok(deleted as u64)
+        })
     }
 }
 

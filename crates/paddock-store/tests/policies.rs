@@ -1,7 +1,10 @@
 //! Approval policies: one per tenant and one per sandbox, set with their audit row in one
 //! transaction, replaced, read back and deleted.
 
-use paddock_store::{ApprovalPolicyRecord, AuditFilter, NewAuditEntry, Store, StoreError};
+mod support;
+
+use paddock_store::{ApprovalPolicyRecord, AuditFilter, NewAuditEntry, SandboxState, Store, StoreError};
+use support::new_sandbox;
 
 fn store() -> Store {
     let store = Store::open_in_memory().expect("open");
@@ -108,4 +111,21 @@ fn a_spec_that_is_not_json_is_refused() {
     let s = store();
     let refused = s.transaction(|tx| tx.put_approval_policy(&policy("acme", None, "not json", 5)));
     assert!(refused.is_err());
+}
+
+#[test]
+fn a_sandbox_policy_is_purged_with_its_sandbox_and_the_tenant_policy_stays() {
+    let s = store();
+    s.insert_sandbox(&new_sandbox("sb-1", Some("acme"), SandboxState::Running))
+        .expect("sandbox");
+    put(&s, &policy("acme", None, r#"{"default":"allow"}"#, 1));
+    put(&s, &policy("acme", Some("sb-1"), r#"{"default":"deny"}"#, 2));
+    assert_eq!(s.purge_ended_sandboxes(100).expect("purge"), 0);
+    assert!(s.get_approval_policy("acme", Some("sb-1")).expect("get").is_some());
+    assert!(s
+        .transition_sandbox("sb-1", &[SandboxState::Running], SandboxState::Killed, 10, Some("test"))
+        .expect("end"));
+    assert_eq!(s.purge_ended_sandboxes(100).expect("purge"), 1);
+    assert_eq!(s.get_approval_policy("acme", Some("sb-1")).expect("get"), None);
+    assert!(s.get_approval_policy("acme", None).expect("get").is_some());
 }

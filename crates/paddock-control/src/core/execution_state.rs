@@ -20,6 +20,8 @@ pub(crate) struct ExecutionsState {
     pub(crate) runs: Mutex<HashMap<String, Option<Finished>>>,
     /// The follower of each running execution, by id.
     pub(crate) cancels: Mutex<HashMap<String, Follower>>,
+    /// Woken when a sandbox executor's run ends, so its follower need not wait for its next poll.
+    pub(crate) run_ended: tokio::sync::Notify,
 }
 
 /// A running execution's follower: a switch that cancels it, and one it turns when it has

@@ -284,11 +284,26 @@ impl SandboxService {
         let started = tokio::time::Instant::now();
         let deadline = spec.timeout + DEADLINE_GRACE;
         let mut failures = 0;
+        let notify = &self.inner.executions.run_ended;
+        let arm = || {
+            let mut ended = Box::pin(notify.notified());
+            ended.as_mut().enable();
+            ended
+        };
+        let mut ended = arm();
+        let mut first = true;
         loop {
-            let cancelled = tokio::select! {
-                () = cancel.cancelled() => true,
-                () = tokio::time::sleep(self.inner.config.executions.poll_interval) => false,
+            let cancelled = if std::mem::take(&mut first) {
+                cancel.is_cancelled()
+            } else {
+                tokio::select! {
+                    () = cancel.cancelled() => true,
+                    () = &mut ended => false,
+                    () = tokio::time::sleep(self.inner.config.executions.poll_interval) => false,
+                }
             };
+            // Armed before the status read below: a run that ends after that read wakes the wait.
+            ended = arm();
             if cancelled || started.elapsed() > deadline {
                 if let Err(e) = executor.cancel(&object).await {
                     tracing::warn!(error = %e, execution = %ex.id, "the executor could not cancel");

@@ -95,6 +95,7 @@ impl SandboxExecutor {
             if let Some(slot) = lock(&service.inner.executions.runs).get_mut(&key) {
                 *slot = Some(done);
             }
+            service.inner.executions.run_ended.notify_waiters();
         });
         Ok(object)
     }
