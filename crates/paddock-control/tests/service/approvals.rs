@@ -441,3 +441,41 @@ async fn file_api_writes_and_deletes_are_held_the_same_way() {
     assert_eq!(listed.approvals.len(), 3);
     f.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_request_is_kept_as_its_size_and_still_runs_only_as_itself() {
+    let f = Fixture::with(|c| c.approvals.wait = Duration::ZERO).await;
+    let approver = key(&f, true).await;
+    let id = f.create(&f.a, json!({})).await.id;
+    let ask_cat = json!({"default": "allow", "rules": [
+        {"verdict": "ask", "exec": {"program": {"glob": "cat"}}}]});
+    set_policy(&f, &approver, &PolicyScope::Tenant, ask_cat).await;
+    let stdin = "x".repeat(200 * 1024);
+    let request = json!({"argv": ["cat"], "stdin": stdin});
+    let approval = error(f.exec(&f.a, &id, request.clone()).await)
+        .approval_id
+        .expect("pending");
+    let info = f.service.get_approval(&approver, &approval).await.expect("get");
+    assert_eq!(
+        info.request["bytes"].as_u64().map(|b| b > 200 * 1024),
+        Some(true),
+        "{:?}",
+        info.request
+    );
+    assert!(info.request.get("stdin").is_none());
+    f.service
+        .approve(&approver, &approval, DecideApprovalRequest::default())
+        .await
+        .expect("approved");
+    // The same request with other stdin is another request.
+    let mut other = request.clone();
+    other["stdin"] = json!("y");
+    other["approval_id"] = json!(approval);
+    assert_eq!(code(f.exec(&f.a, &id, other).await), ErrorCode::InvalidRequest);
+    let mut same = request;
+    same["approval_id"] = json!(approval);
+    let ran = f.exec(&f.a, &id, same).await.expect("runs");
+    assert_eq!(ran.exit.map(|e| e.exit_code), Some(0));
+    assert_eq!(ran.stdout.len(), 200 * 1024);
+    f.finish().await;
+}

@@ -39,6 +39,24 @@ pub(crate) struct Gated {
     pub(crate) approval_id: Option<String>,
 }
 
+/// The most of a request an approval keeps (a larger one is kept as its size; its hash is of the
+/// whole, so only the very request still runs under it).
+const MAX_STORED_REQUEST: usize = 64 * 1024;
+/// The longest one-line summary kept (cut at a character boundary, marked with `…`).
+const MAX_SUMMARY: usize = 1024;
+
+/// `text` cut to at most `max` bytes at a character boundary, marked when cut.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// A pending approval about to be queued: its row and its `approval.request` audit row, written
 /// together by [`Pending::write`] (alone, or with the row of what waits on it).
 pub(crate) struct Pending {
@@ -154,13 +172,22 @@ impl SandboxService {
     ) -> Pending {
         let now = now_ms();
         let ttl = i64::try_from(self.inner.config.approvals.ttl.as_millis()).unwrap_or(i64::MAX);
+        let summary = cut(&asked.summary, MAX_SUMMARY);
+        let mut request = asked.request.to_string();
+        if request.len() > MAX_STORED_REQUEST {
+            request = serde_json::json!({
+                "omitted": format!("the request is larger than {MAX_STORED_REQUEST} bytes"),
+                "bytes": request.len(),
+            })
+            .to_string();
+        }
         let record = ApprovalRecord {
             id: new_approval_id(),
             tenant: p.tenant.clone(),
             sandbox_id: sandbox.map(str::to_owned),
             kind: asked.kind.as_str().to_owned(),
-            summary: asked.summary.clone(),
-            request: asked.request.to_string(),
+            summary: summary.clone(),
+            request,
             request_sha256: sha.clone(),
             policy_scope: scope.to_owned(),
             rule: rule.map(i64::from),
@@ -179,7 +206,7 @@ impl SandboxService {
             .detail(audit::ApprovalRequested {
                 approval_id: record.id.clone(),
                 kind: asked.kind.as_str(),
-                summary: asked.summary,
+                summary,
                 request_sha256: sha,
                 scope,
                 rule,
