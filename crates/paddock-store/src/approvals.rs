@@ -177,6 +177,18 @@ impl StoreTx<'_> {
             .map_err(StoreError::read("approvals"))
     }
 
+    /// How many of `tenant`'s approvals about sandbox `sandbox_id` are pending.
+    pub fn pending_approvals_of_sandbox(&self, tenant: &str, sandbox_id: &str) -> Result<u64, StoreError> {
+        self.tx
+            .query_row(
+                "SELECT count(*) FROM approvals WHERE tenant = ?1 AND sandbox_id = ?2 AND state = 'pending'",
+                [tenant, sandbox_id],
+                |row| row.get::<_, i64>(0),
+            )
+            .map(|n| n.unsigned_abs())
+            .map_err(StoreError::read("approvals"))
+    }
+
     /// Adds a pending approval (creating its tenant if needed), then drops the tenant's oldest
     /// decided approvals past the newest `keep_decided`.
     pub fn insert_approval(&self, r: &ApprovalRecord, keep_decided: u32) -> Result<(), StoreError> {

@@ -121,9 +121,18 @@ fn a_sandbox_policy_is_purged_with_its_sandbox_and_the_tenant_policy_stays() {
     put(&s, &policy("acme", None, r#"{"default":"allow"}"#, 1));
     put(&s, &policy("acme", Some("sb-1"), r#"{"default":"deny"}"#, 2));
     assert_eq!(s.purge_ended_sandboxes(100).expect("purge"), 0);
-    assert!(s.get_approval_policy("acme", Some("sb-1")).expect("get").is_some());
     assert!(s
-        .transition_sandbox("sb-1", &[SandboxState::Running], SandboxState::Killed, 10, Some("test"))
+        .get_approval_policy("acme", Some("sb-1"))
+        .expect("get")
+        .is_some());
+    assert!(s
+        .transition_sandbox(
+            "sb-1",
+            &[SandboxState::Running],
+            SandboxState::Killed,
+            10,
+            Some("test")
+        )
         .expect("end"));
     assert_eq!(s.purge_ended_sandboxes(100).expect("purge"), 1);
     assert_eq!(s.get_approval_policy("acme", Some("sb-1")).expect("get"), None);

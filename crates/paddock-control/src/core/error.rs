@@ -229,6 +229,8 @@ pub(crate) fn quota_exceeded(what: &'static str, limit: u64, requested_total: u6
         "max_cpus" => "CPUs of running sandboxes",
         "max_snapshots" => "snapshots (checkpoints and imports included)",
         "max_volumes" => "volumes",
+        "max_pending_approvals" => "approvals waiting for a person",
+        "max_pending_approvals_per_sandbox" => "approvals waiting for a person about one sandbox",
         "max_templates" => "templates (built and being built)",
         "max_storage" => "storage (sandbox disks, snapshots, volumes and templates)",
         other => other,

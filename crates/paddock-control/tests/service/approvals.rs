@@ -479,3 +479,63 @@ async fn a_large_request_is_kept_as_its_size_and_still_runs_only_as_itself() {
     assert_eq!(ran.stdout.len(), 200 * 1024);
     f.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_approvals_are_bounded_per_sandbox_and_per_tenant() {
+    let f = Fixture::with(|c| {
+        c.approvals.wait = Duration::ZERO;
+        c.approvals.max_pending_per_tenant = 40;
+    })
+    .await;
+    let approver = key(&f, true).await;
+    let id = f.create(&f.a, json!({})).await.id;
+    let other = f.create(&f.a, json!({})).await.id;
+    set_policy(&f, &approver, &PolicyScope::Tenant, ask_touch()).await;
+    let touch = |n: usize| json!({"argv": ["touch", format!("/tmp/{n}")]});
+    for n in 0..32 {
+        assert_eq!(
+            code(f.exec(&f.a, &id, touch(n)).await),
+            ErrorCode::ApprovalPending
+        );
+    }
+    let e = error(f.exec(&f.a, &id, touch(32)).await);
+    assert_eq!(
+        (e.code, e.field.as_deref()),
+        (
+            ErrorCode::QuotaExceeded,
+            Some("max_pending_approvals_per_sandbox")
+        )
+    );
+    for n in 0..8 {
+        assert_eq!(
+            code(f.exec(&f.a, &other, touch(n)).await),
+            ErrorCode::ApprovalPending
+        );
+    }
+    let e = error(f.exec(&f.a, &other, touch(8)).await);
+    assert_eq!(
+        (e.code, e.field.as_deref()),
+        (ErrorCode::QuotaExceeded, Some("max_pending_approvals"))
+    );
+    // Deciding one frees its place.
+    let first = f
+        .service
+        .list_approvals(
+            &approver,
+            body(json!({"state": "pending", "sandbox_id": id.as_str()})),
+        )
+        .await
+        .expect("list")
+        .approvals
+        .pop()
+        .expect("one");
+    f.service
+        .reject(&approver, &first.id, DecideApprovalRequest::default())
+        .await
+        .expect("rejected");
+    assert_eq!(
+        code(f.exec(&f.a, &other, touch(9)).await),
+        ErrorCode::ApprovalPending
+    );
+    f.finish().await;
+}

@@ -42,6 +42,8 @@ pub(crate) struct Gated {
 /// The most of a request an approval keeps (a larger one is kept as its size; its hash is of the
 /// whole, so only the very request still runs under it).
 const MAX_STORED_REQUEST: usize = 64 * 1024;
+/// Approvals one sandbox may have pending at once.
+const MAX_PENDING_PER_SANDBOX: u64 = 32;
 /// The longest one-line summary kept (cut at a character boundary, marked with `…`).
 const MAX_SUMMARY: usize = 1024;
 
@@ -79,6 +81,18 @@ impl Pending {
         tx: &paddock_store::StoreTx<'_>,
         limits: ApprovalLimits,
     ) -> Result<(), paddock_store::StoreError> {
+        if let Some(sandbox) = &self.record.sandbox_id {
+            // One sandbox (whose workload can make network asks) cannot fill its tenant's queue.
+            let pending = tx.pending_approvals_of_sandbox(&self.record.tenant, sandbox)?;
+            if pending >= MAX_PENDING_PER_SANDBOX {
+                return Err(paddock_store::StoreError::QuotaExceeded {
+                    what: "max_pending_approvals_per_sandbox",
+                    limit: MAX_PENDING_PER_SANDBOX,
+                    requested_total: pending + 1,
+                    tenant: self.record.tenant.clone(),
+                });
+            }
+        }
         let pending = tx.pending_approvals(&self.record.tenant)?;
         if pending >= limits.max_pending {
             return Err(paddock_store::StoreError::QuotaExceeded {
