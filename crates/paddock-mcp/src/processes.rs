@@ -47,6 +47,10 @@ pub struct ProcessStartArgs {
     /// sandbox ends).
     #[serde(default)]
     pub timeout_secs: Option<u64>,
+    /// When a previous call failed with approval_pending: the approval id it named, once a person
+    /// approved it; send the same command again with it.
+    #[serde(default)]
+    pub approval_id: Option<String>,
 }
 
 /// `process_start`'s result.
@@ -257,6 +261,7 @@ impl PaddockMcp {
             stdin_open: args.stdin_open,
             timeout_ms,
             background: true,
+            approval_id: args.approval_id,
             ..ExecRequest::default()
         };
         let started = self.service.exec(&p, &id, request).await.map_err(failure)?;

@@ -46,6 +46,10 @@ pub struct RunCommandArgs {
     /// Seconds before the command is killed (default 60, at most 3600).
     #[serde(default)]
     pub timeout_secs: Option<u64>,
+    /// When a previous call failed with approval_pending: the approval id it named, once a person
+    /// approved it; send the same command again with it.
+    #[serde(default)]
+    pub approval_id: Option<String>,
 }
 
 /// `run_command`'s result. A non-zero `exit_code` is the command's answer, not a tool failure.
@@ -123,12 +127,18 @@ pub struct FileWritten {
     pub bytes: u64,
 }
 
-/// A service error as a tool failure: the stable code, then the message.
+/// A service error as a tool failure: the stable code, then the message. An error about an
+/// approval (`approval_pending`, ...) names its id, which the model needs to send the call again
+/// once a person approved it.
 pub(crate) fn failure(e: ServiceError) -> String {
-    match &e.field {
+    let mut text = match &e.field {
         Some(field) => format!("{}: {field}: {}", e.code.as_str(), e.message),
         None => format!("{}: {}", e.code.as_str(), e.message),
+    };
+    if let Some(id) = e.approval_id.as_deref().filter(|id| !e.message.contains(id)) {
+        text.push_str(&format!(" (approval_id {id})"));
     }
+    text
 }
 
 /// A call's `timeout_secs`: [`DEFAULT_COMMAND_TIMEOUT_SECS`] when absent, refused outside 1 to
@@ -347,6 +357,7 @@ impl PaddockMcp {
             shell: Some(args.command),
             cwd: args.cwd,
             timeout_ms: Some(timeout * 1000),
+            approval_id: args.approval_id,
             ..ExecRequest::default()
         };
         self.run_collected(&ctx, &p, &id, request, timeout)
@@ -415,7 +426,27 @@ impl PaddockMcp {
 
 #[cfg(test)]
 mod tests {
-    use super::{decode, head, tail, Decoded};
+    use paddock_control::ServiceError;
+    use paddock_types::api::ErrorCode;
+
+    use super::{decode, failure, head, tail, Decoded};
+
+    #[test]
+    fn an_approval_failure_names_its_approval_once() {
+        let named = ServiceError::approval(
+            ErrorCode::ApprovalPending,
+            "apr_1",
+            "approval apr_1 is pending and nothing has run",
+        );
+        assert_eq!(
+            failure(named),
+            "approval_pending: approval apr_1 is pending and nothing has run"
+        );
+        let unnamed = ServiceError::approval(ErrorCode::ApprovalPending, "apr_2", "held");
+        assert_eq!(failure(unnamed), "approval_pending: held (approval_id apr_2)");
+        let plain = ServiceError::invalid("timeout_ms", "too long");
+        assert_eq!(failure(plain), "invalid_request: timeout_ms: too long");
+    }
 
     #[test]
     fn heads_and_tails_cut_between_characters() {

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 use paddock_types::{ByteSize, CpuQuota, EnvVar, MountSpec, SandboxPath, UserSpec};
 
 mod client;
+mod executions;
 mod network;
 mod server;
 
@@ -15,6 +16,7 @@ pub use client::{
     LogsArgs, LsArgs, NetworkCmdArgs, PolicyCommand, PortForwardArgs, SandboxCommand, SecretCommand,
     ShellArgs, SnapshotCommand, StartArgs, TemplateCommand, VolumeCommand,
 };
+pub use executions::{ExecutionCommand, ProposeArgs};
 pub use network::NetworkArgs;
 pub use server::{parse_human_duration, ConfigCommand, K8sCommand, KeysCommand, ServeArgs};
 
@@ -115,6 +117,13 @@ pub enum Command {
     Approvals {
         #[command(subcommand)]
         command: ApprovalCommand,
+    },
+    /// Approved executions: commands proposed for a person to approve, run once on the server's
+    /// executor after the approval.
+    #[command(alias = "executions")]
+    Execution {
+        #[command(subcommand)]
+        command: ExecutionCommand,
     },
     /// Approval policies: which exec and file changes run, wait for a person, or are refused.
     Policy {

@@ -98,6 +98,7 @@ fn main() -> ExitCode {
             | Command::Template { .. }
             | Command::Secret { .. }
             | Command::Approvals { .. }
+            | Command::Execution { .. }
             | Command::Policy { .. }
             | Command::Audit(_)
             | Command::Keys { .. }
@@ -181,6 +182,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Template { .. }
         | Command::Secret { .. }
         | Command::Approvals { .. }
+        | Command::Execution { .. }
         | Command::Policy { .. }
         | Command::Audit(_) => {
             return dispatch_client(cli);
@@ -235,6 +237,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         | Command::Template { .. }
         | Command::Secret { .. }
         | Command::Approvals { .. }
+        | Command::Execution { .. }
         | Command::Policy { .. }
         | Command::Audit(_) => {
             unreachable!("dispatched above")
@@ -261,6 +264,7 @@ fn dispatch_client(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Template { command } => client::template(&client_state_dir(&cli.global, config), command),
         Command::Secret { command } => client::secret(&client_state_dir(&cli.global, config), command),
         Command::Approvals { command } => client::approvals(&client_state_dir(&cli.global, config), command),
+        Command::Execution { command } => client::executions(&client_state_dir(&cli.global, config), command),
         Command::Policy { command } => client::policy(&client_state_dir(&cli.global, config), command),
         _ => unreachable!("only client commands come here"),
     }

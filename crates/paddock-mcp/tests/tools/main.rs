@@ -5,6 +5,7 @@
 
 mod support;
 // Other tools, one module each (they share `support`).
+mod approvals;
 mod calls;
 mod code;
 mod files;

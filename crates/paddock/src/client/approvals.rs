@@ -239,7 +239,7 @@ fn describe(a: &ApprovalInfo) -> anyhow::Result<String> {
 }
 
 /// `text` on one line (control characters as spaces), cut to `max` characters.
-fn one_line(text: &str, max: usize) -> String {
+pub(super) fn one_line(text: &str, max: usize) -> String {
     let flat: String = text
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
@@ -253,7 +253,7 @@ fn one_line(text: &str, max: usize) -> String {
 }
 
 /// How long ago the RFC 3339 time `at` was (`12s`, `5m`, `3h`, `2d`); `?` if it does not parse.
-fn since(at: &str, now: SystemTime) -> String {
+pub(super) fn since(at: &str, now: SystemTime) -> String {
     match humantime::parse_rfc3339_weak(at) {
         Ok(t) => short(now.duration_since(t).unwrap_or_default()),
         Err(_) => "?".to_owned(),

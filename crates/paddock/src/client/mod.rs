@@ -8,6 +8,7 @@ mod attach;
 mod code;
 mod cp;
 mod exec;
+mod executions;
 mod network;
 mod policy;
 mod port_forward;
@@ -35,8 +36,8 @@ use serde::Serialize;
 pub use table::Table;
 
 use crate::cli::{
-    ApprovalCommand, PolicyCommand, SandboxCommand, SecretCommand, SnapshotCommand, TemplateCommand,
-    VolumeCommand,
+    ApprovalCommand, ExecutionCommand, PolicyCommand, SandboxCommand, SecretCommand, SnapshotCommand,
+    TemplateCommand, VolumeCommand,
 };
 
 /// The server's address when `PADDOCK_URL` is not set.
@@ -385,6 +386,19 @@ pub fn approvals(state_dir: &Path, command: ApprovalCommand) -> anyhow::Result<E
             ApprovalCommand::Reject { id, note } => {
                 approvals::decide(&client, &id, approvals::Decision::Reject, note).await
             }
+        }
+    })
+}
+
+/// Runs a `paddock execution` command.
+pub fn executions(state_dir: &Path, command: ExecutionCommand) -> anyhow::Result<ExitCode> {
+    let client = ApiClient::from_environment(state_dir)?;
+    block_on(async move {
+        match command {
+            ExecutionCommand::Propose(args) => executions::propose(&client, args).await,
+            ExecutionCommand::Ls { limit, json } => executions::list(&client, limit, json).await,
+            ExecutionCommand::Show { id, json } => executions::show(&client, &id, json).await,
+            ExecutionCommand::Cancel { id, json } => executions::cancel(&client, &id, json).await,
         }
     })
 }
