@@ -132,7 +132,7 @@ def main():
                           {"argv": ["echo", "approved"], "approval_wait_ms": 60000}, accept="application/x-ndjson")
                 assert r.status == 200, (r.status, r.read()[:300])
                 while True:
-                    line = r.fp.readline()
+                    line = r.readline()
                     if not line:
                         break
                     event = json.loads(line)
