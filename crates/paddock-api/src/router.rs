@@ -104,6 +104,7 @@ where
         .routes(routes!(approvals::get_approval))
         .routes(routes!(approvals::approve))
         .routes(routes!(approvals::reject))
+        .routes(routes!(approvals::callback))
         .routes(routes!(executions::create_execution, executions::list_executions))
         .routes(routes!(executions::get_execution))
         .routes(routes!(executions::cancel_execution))
@@ -167,7 +168,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         version = "v1",
         description = "The paddock control plane: disposable Linux sandboxes for AI agents. Every \
             endpoint but `/healthz` needs an API key, as `Authorization: Bearer <key>` or `X-API-Key: \
-            <key>`. Every error is an `ApiErrorBody` whose `code` is stable.",
+            <key>` (an approval callback is signed with the webhook's key instead). Every error is an `ApiErrorBody` whose `code` is stable.",
         license(name = "Apache-2.0", identifier = "Apache-2.0"),
     ),
     modifiers(&SecuritySchemes),
@@ -329,6 +330,7 @@ mod tests {
         ("GET", "/v1/approvals/{approval_id}"),
         ("POST", "/v1/approvals/{approval_id}/approve"),
         ("POST", "/v1/approvals/{approval_id}/reject"),
+        ("POST", "/v1/approvals/{approval_id}/callback"),
         ("POST", "/v1/executions"),
         ("GET", "/v1/executions"),
         ("GET", "/v1/executions/{execution_id}"),

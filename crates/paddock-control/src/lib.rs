@@ -16,9 +16,10 @@ mod plan;
 
 pub use paddock_runtime::ExportOptions;
 
+pub use crate::core::approvals::signature::{sign_webhook, verify_webhook};
 pub use crate::core::config::{
-    ApprovalsConfig, DebianBase, ExecutionsConfig, ImagesConfig, NetworkAuditConfig, NetworkConfig,
-    PortsConfig, RecipeBuild, ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET,
+    ApprovalsConfig, CallbackKey, DebianBase, ExecutionsConfig, ImagesConfig, NetworkAuditConfig,
+    NetworkConfig, PortsConfig, RecipeBuild, ServiceConfig, TemplateConfig, DEFAULT_COLLECT_BUDGET,
 };
 pub use crate::core::error::ServiceError;
 pub use crate::core::executor::{

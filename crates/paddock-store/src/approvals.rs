@@ -116,6 +116,19 @@ impl Store {
         get_approval(&self.conn(), tenant, id)
     }
 
+    /// The approval `id`, whichever tenant's it is (for a caller that proves itself otherwise than
+    /// by a tenant's key: the signed webhook callback).
+    pub fn find_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+        self.conn()
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM approvals WHERE id = ?1"),
+                [id],
+                record,
+            )
+            .optional()
+            .map_err(StoreError::read("approval"))
+    }
+
     /// `tenant`'s approvals, newest first: only those in `state` and of `sandbox_id` when given,
     /// at most `limit`.
     pub fn list_approvals(

@@ -395,7 +395,7 @@ impl ServeConfig {
             collect_budget_bytes: self.http.collected_output_budget.as_u64(),
             network_audit: self.audit.network_audit(),
             ports: self.ports.ports_config(),
-            approvals: self.approvals.approvals_config(),
+            approvals: self.approvals.approvals_config()?,
             executions: self.executions.executions_config(),
             images: paddock_control::ImagesConfig {
                 pull_dir: Some(self.state_dir.join("pulls")),

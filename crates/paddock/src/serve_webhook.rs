@@ -13,15 +13,12 @@
 //! keep order between changes (each has its time and id), or deliver changes the server made
 //! before it started (the queue itself is in the store: list it).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context as _;
-use hmac::{Hmac, Mac};
 use paddock_control::{SandboxService, WebhookDelivery};
 use paddock_types::api::ApprovalEvent;
-use sha2::Sha256;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::Semaphore;
 
@@ -33,8 +30,6 @@ const IN_FLIGHT: usize = 16;
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest wait between attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
-/// The largest key file accepted.
-const MAX_KEY_FILE: u64 = 4096;
 
 /// Where and how deliveries go.
 struct Webhook {
@@ -45,51 +40,15 @@ struct Webhook {
     client: reqwest::Client,
 }
 
-/// The `Paddock-Signature` header's value for `body` at `t` (unix seconds).
-pub(crate) fn signature(key: &[u8], t: u64, body: &[u8]) -> String {
-    // HMAC accepts keys of any length.
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
-    mac.update(t.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-/// Reads the webhook key: the file's bytes, surrounding whitespace trimmed; at most 4 KiB, at
-/// least 16 bytes.
-fn read_key(path: &Path) -> anyhow::Result<Vec<u8>> {
-    use std::io::Read as _;
-    let file = std::fs::File::open(path)
-        .with_context(|| format!("approvals.webhook_secret_file: cannot open {}", path.display()))?;
-    let mut text = Vec::new();
-    file.take(MAX_KEY_FILE + 1)
-        .read_to_end(&mut text)
-        .with_context(|| format!("approvals.webhook_secret_file: cannot read {}", path.display()))?;
-    if text.len() as u64 > MAX_KEY_FILE {
-        anyhow::bail!(
-            "approvals.webhook_secret_file: {} is larger than {MAX_KEY_FILE} bytes",
-            path.display()
-        );
-    }
-    let key = text.trim_ascii().to_vec();
-    if key.len() < 16 {
-        anyhow::bail!(
-            "approvals.webhook_secret_file: {} holds fewer than 16 bytes of key",
-            path.display()
-        );
-    }
-    Ok(key)
-}
-
 /// Starts delivering the queue's changes when `settings` name a webhook (the key is read now, so
 /// a bad file stops the start).
 pub(crate) fn start(service: &SandboxService, settings: &ApprovalsSettings) -> anyhow::Result<()> {
-    let (Some(url), Some(key_file)) = (&settings.webhook_url, &settings.webhook_secret_file) else {
+    let (Some(url), Some(key)) = (&settings.webhook_url, settings.webhook_key()?) else {
         return Ok(());
     };
     let webhook = Webhook {
         url: reqwest::Url::parse(url).with_context(|| format!("approvals.webhook_url: {url:?}"))?,
-        key: read_key(key_file)?,
+        key,
         attempts: settings.webhook_attempts,
         backoff: settings.webhook_backoff,
         client: reqwest::Client::builder()
@@ -173,7 +132,10 @@ impl Webhook {
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .header("Paddock-Event", &event.event)
                 .header("Paddock-Delivery", &delivery)
-                .header("Paddock-Signature", signature(&self.key, t, &body))
+                .header(
+                    "Paddock-Signature",
+                    paddock_control::sign_webhook(&self.key, t, &body),
+                )
                 .body(body.clone())
                 .send()
                 .await;
@@ -202,32 +164,5 @@ impl Webhook {
             "a webhook delivery was given up on"
         );
         outcome
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_signature_is_hmac_sha256_of_time_dot_body() {
-        // A fixed key and body, checked against Python's hmac module
-        // (`hmac.new(b"Jefe", b"1700000000.{}", "sha256").hexdigest()`).
-        assert_eq!(
-            signature(b"Jefe", 1_700_000_000, b"{}"),
-            "t=1700000000,v1=d3793e2b4103edfbd98cc19591832f5fad701d413db9fcae0ae7dab8184ed207"
-        );
-    }
-
-    #[test]
-    fn key_files_are_bounded_and_trimmed() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("key");
-        std::fs::write(&path, "  0123456789abcdef0123\n").expect("write");
-        assert_eq!(read_key(&path).expect("read"), b"0123456789abcdef0123");
-        std::fs::write(&path, "short").expect("write");
-        assert!(read_key(&path).is_err());
-        std::fs::write(&path, vec![b'k'; 5000]).expect("write");
-        assert!(read_key(&path).is_err());
     }
 }

@@ -125,3 +125,57 @@ pub(crate) async fn reject(
 ) -> Result<Json<ApprovalInfo>, ApiError> {
     Ok(Json(service.reject(&p, &id, req).await?))
 }
+
+/// A decision sent back by the operator's approval system (a chat bot, a ticketing tool), signed
+/// with the webhook's key instead of an API key: `Paddock-Signature: t=<unix time>,v1=<hex
+/// HMAC-SHA256 of "<t>.<body>">` over the exact body `{"decision": "approve"|"reject",
+/// "approver": "who", "note": "..."}`, within five minutes. Recorded as decided by
+/// `webhook:<approver>`.
+#[utoipa::path(
+    post,
+    path = "/v1/approvals/{approval_id}/callback",
+    tag = "approvals",
+    params(
+        ("approval_id" = String, Path, description = "Approval id (apr_...)"),
+        ("Paddock-Signature" = String, Header, description = "t=<unix time>,v1=<hex HMAC-SHA256 of \"<t>.<body>\">"),
+    ),
+    request_body(content = Object, description = "{\"decision\": \"approve\" | \"reject\", \"approver\": \"...\", \"note\": \"...\"}"),
+    responses(
+        (status = 200, description = "Decided", body = ApprovalInfo),
+        (status = "4XX", response = ApiError),
+        (status = "5XX", response = ApiError),
+    ),
+    security(())
+)]
+pub(crate) async fn callback(
+    Signature(signature): Signature,
+    State(service): State<SandboxService>,
+    ApiPath(id): ApiPath<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<ApprovalInfo>, ApiError> {
+    Ok(Json(
+        service.decide_by_callback(&id, Some(&signature), &body).await?,
+    ))
+}
+
+/// The `Paddock-Signature` header, taken before anything else: a request without one is refused
+/// (`401 unauthorized`) as one without an API key is elsewhere.
+pub(crate) struct Signature(String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Signature {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _: &S) -> Result<Self, ApiError> {
+        parts
+            .headers
+            .get("paddock-signature")
+            .and_then(|v| v.to_str().ok())
+            .map(|v| Self(v.to_owned()))
+            .ok_or_else(|| {
+                ApiError::new(
+                    paddock_types::api::ErrorCode::Unauthorized,
+                    "a callback must carry a Paddock-Signature header",
+                )
+            })
+    }
+}

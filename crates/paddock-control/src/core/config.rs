@@ -91,6 +91,19 @@ pub struct ApprovalsConfig {
     pub max_pending_per_tenant: u64,
     /// Decided approvals kept per tenant (the oldest go first); the audit log keeps every decision.
     pub keep_decided_per_tenant: u32,
+    /// The key signed webhook callbacks (`POST /v1/approvals/{id}/callback`) are checked with (the
+    /// webhook's key); `None`: callbacks are refused.
+    pub callback_key: Option<CallbackKey>,
+}
+
+/// An HMAC key, never shown in logs.
+#[derive(Clone)]
+pub struct CallbackKey(pub Vec<u8>);
+
+impl std::fmt::Debug for CallbackKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallbackKey(<redacted>)")
+    }
 }
 
 impl Default for ApprovalsConfig {
@@ -100,6 +113,7 @@ impl Default for ApprovalsConfig {
             wait: Duration::from_secs(60),
             max_pending_per_tenant: 256,
             keep_decided_per_tenant: 1000,
+            callback_key: None,
         }
     }
 }

@@ -44,6 +44,22 @@ impl ApprovalStream {
     }
 }
 
+/// The body of a signed webhook callback: a decision an approval system (a chat bot, a ticketing
+/// tool) sends back on a person's behalf.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallbackDecision {
+    /// `approve` or `reject`.
+    decision: String,
+    /// Who decided, as the approval system knows them (recorded as `webhook:<approver>`).
+    approver: String,
+    #[serde(default)]
+    note: Option<String>,
+}
+
+/// The longest approver name a callback may give.
+const MAX_APPROVER: usize = 128;
+
 /// One webhook delivery of a queue change, as the server's webhook sender reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebhookDelivery {
@@ -143,6 +159,69 @@ impl SandboxService {
             error: d.error,
         });
         self.audit(entry).await
+    }
+
+    /// `POST /v1/approvals/{id}/callback`: a decision signed with the webhook's key (the
+    /// `Paddock-Signature` header over the exact body, within five minutes), on behalf of the
+    /// person the body names; recorded as decided by `webhook:<approver>`. Refused
+    /// (`unauthorized`) unsigned, signed with another key, or stale; `unsupported` when no webhook
+    /// key is configured. Whoever holds the key may decide any tenant's approvals: it is the
+    /// operator's approval system's.
+    #[tracing::instrument(skip_all, fields(approval = %id))]
+    pub async fn decide_by_callback(
+        &self,
+        id: &str,
+        signature: Option<&str>,
+        body: &[u8],
+    ) -> Result<ApprovalInfo, ServiceError> {
+        let Some(key) = &self.inner.config.approvals.callback_key else {
+            return Err(ServiceError::new(
+                ErrorCode::Unsupported,
+                "this server has no webhook key ([approvals] webhook_secret_file): callbacks are refused",
+            ));
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let signature = signature.ok_or_else(|| {
+            ServiceError::new(
+                ErrorCode::Unauthorized,
+                "a callback must carry a Paddock-Signature header",
+            )
+        })?;
+        crate::core::approvals::signature::verify_webhook(&key.0, signature, body, now)
+            .map_err(|why| ServiceError::new(ErrorCode::Unauthorized, format!("callback refused: {why}")))?;
+        let decision: CallbackDecision = serde_json::from_slice(body)
+            .map_err(|e| ServiceError::invalid("body", format!("not a callback decision: {e}")))?;
+        let approved = match decision.decision.as_str() {
+            "approve" => true,
+            "reject" => false,
+            _ => return Err(ServiceError::invalid("decision", "approve or reject")),
+        };
+        if decision.approver.trim().is_empty()
+            || decision.approver.len() > MAX_APPROVER
+            || decision.approver.chars().any(char::is_control)
+        {
+            return Err(ServiceError::invalid(
+                "approver",
+                format!("who decided: 1 to {MAX_APPROVER} bytes, no control characters"),
+            ));
+        }
+        let id_owned = id.to_owned();
+        let record = self
+            .db("read an approval", move |s| s.find_approval(&id_owned))
+            .await?
+            .ok_or_else(|| approval_not_found(id))?;
+        let p = Principal {
+            tenant: record.tenant,
+            key_id: format!("webhook:{}", decision.approver),
+            admin: false,
+            change_network: false,
+            approver: true,
+        };
+        self.decide(&p, id, approved, DecideApprovalRequest { note: decision.note })
+            .await
     }
 
     /// `GET /v1/approvals/{id}`.

@@ -539,3 +539,109 @@ async fn pending_approvals_are_bounded_per_sandbox_and_per_tenant() {
     );
     f.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_callback_decides_for_the_named_person_and_nothing_else_does() {
+    const KEY: &[u8] = b"the-approval-system-key-0123456789";
+    let f = Fixture::with(|c| {
+        c.approvals.wait = Duration::ZERO;
+        c.approvals.callback_key = Some(paddock_control::CallbackKey(KEY.to_vec()));
+    })
+    .await;
+    let approver = key(&f, true).await;
+    let id = f.create(&f.a, json!({})).await.id;
+    set_policy(&f, &approver, &PolicyScope::Tenant, ask_touch()).await;
+    let request = json!({"argv": ["touch", "/tmp/called-back"]});
+    let approval = error(f.exec(&f.a, &id, request.clone()).await)
+        .approval_id
+        .expect("pending");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_secs();
+    let body =
+        json!({"decision": "approve", "approver": "alice@example.com", "note": "ok from chat"}).to_string();
+    let signed = paddock_control::sign_webhook(KEY, now, body.as_bytes());
+    // Unsigned, signed with another key, over another body, or stale: refused, nothing decided.
+    for (signature, what) in [
+        (None, "no signature"),
+        (
+            Some(paddock_control::sign_webhook(
+                b"another-key-0123456789",
+                now,
+                body.as_bytes(),
+            )),
+            "another key",
+        ),
+        (
+            Some(paddock_control::sign_webhook(KEY, now - 3600, body.as_bytes())),
+            "stale",
+        ),
+    ] {
+        let e = error(
+            f.service
+                .decide_by_callback(&approval, signature.as_deref(), body.as_bytes())
+                .await,
+        );
+        assert_eq!(e.code, ErrorCode::Unauthorized, "{what}: {e:?}");
+    }
+    let tampered = body.replace("approve", "reject");
+    assert_eq!(
+        code(
+            f.service
+                .decide_by_callback(&approval, Some(&signed), tampered.as_bytes())
+                .await
+        ),
+        ErrorCode::Unauthorized
+    );
+    assert_eq!(
+        f.service
+            .get_approval(&approver, &approval)
+            .await
+            .expect("get")
+            .state,
+        ApprovalState::Pending
+    );
+    let decided = f
+        .service
+        .decide_by_callback(&approval, Some(&signed), body.as_bytes())
+        .await
+        .expect("decided");
+    assert_eq!(decided.state, ApprovalState::Approved);
+    assert_eq!(decided.decided_by.as_deref(), Some("webhook:alice@example.com"));
+    // The same callback again (a replay) finds it decided.
+    assert_eq!(
+        code(
+            f.service
+                .decide_by_callback(&approval, Some(&signed), body.as_bytes())
+                .await
+        ),
+        ErrorCode::ApprovalDecided
+    );
+    let mut retry = request;
+    retry["approval_id"] = json!(approval);
+    assert_eq!(
+        f.exec(&f.a, &id, retry)
+            .await
+            .expect("runs")
+            .exit
+            .map(|e| e.exit_code),
+        Some(0)
+    );
+    let row = f.rows("approval.approve").await.pop().expect("the row");
+    assert_eq!(row.key_id.as_deref(), Some("webhook:alice@example.com"));
+    assert_eq!(row.detail["note"], "ok from chat");
+    f.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_webhook_key_callbacks_are_refused() {
+    let f = Fixture::start().await;
+    let e = error(
+        f.service
+            .decide_by_callback("apr_x", Some("t=1,v1=00"), b"{}")
+            .await,
+    );
+    assert_eq!(e.code, ErrorCode::Unsupported);
+    f.finish().await;
+}

@@ -22,6 +22,9 @@ use std::time::Duration;
 use paddock_control::ApprovalsConfig;
 use serde::{Deserialize, Serialize};
 
+/// The largest webhook key file accepted.
+const MAX_KEY_FILE: u64 = 4096;
+
 /// The `[approvals]` section, resolved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,20 +131,78 @@ impl ApprovalsSettings {
         Ok(())
     }
 
-    /// The service's part.
-    pub fn approvals_config(&self) -> ApprovalsConfig {
-        ApprovalsConfig {
+    /// The service's part (the webhook's key file is read here: it also checks signed callbacks).
+    pub fn approvals_config(&self) -> anyhow::Result<ApprovalsConfig> {
+        Ok(ApprovalsConfig {
             ttl: self.ttl,
             wait: self.wait,
             max_pending_per_tenant: self.max_pending_per_tenant,
             keep_decided_per_tenant: self.keep_decided_per_tenant,
+            callback_key: self.webhook_key()?.map(paddock_control::CallbackKey),
+        })
+    }
+
+    /// The webhook's HMAC key, when one is configured: the file's bytes, surrounding whitespace
+    /// trimmed; at most 4 KiB, at least 16 bytes.
+    pub fn webhook_key(&self) -> anyhow::Result<Option<Vec<u8>>> {
+        use std::io::Read as _;
+        let Some(path) = &self.webhook_secret_file else {
+            return Ok(None);
+        };
+        let file = std::fs::File::open(path).map_err(|e| {
+            anyhow::anyhow!(
+                "approvals.webhook_secret_file: cannot open {}: {e}",
+                path.display()
+            )
+        })?;
+        let mut text = Vec::new();
+        file.take(MAX_KEY_FILE + 1).read_to_end(&mut text).map_err(|e| {
+            anyhow::anyhow!(
+                "approvals.webhook_secret_file: cannot read {}: {e}",
+                path.display()
+            )
+        })?;
+        if text.len() as u64 > MAX_KEY_FILE {
+            anyhow::bail!(
+                "approvals.webhook_secret_file: {} is larger than {MAX_KEY_FILE} bytes",
+                path.display()
+            );
         }
+        let key = text.trim_ascii().to_vec();
+        if key.len() < 16 {
+            anyhow::bail!(
+                "approvals.webhook_secret_file: {} holds fewer than 16 bytes of key",
+                path.display()
+            );
+        }
+        Ok(Some(key))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_files_are_bounded_and_trimmed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("key");
+        let settings = ApprovalsSettings {
+            webhook_url: Some("http://127.0.0.1:9/hook".into()),
+            webhook_secret_file: Some(path.clone()),
+            ..Default::default()
+        };
+        std::fs::write(&path, "  0123456789abcdef0123\n").expect("write");
+        assert_eq!(
+            settings.webhook_key().expect("read"),
+            Some(b"0123456789abcdef0123".to_vec())
+        );
+        std::fs::write(&path, "short").expect("write");
+        assert!(settings.webhook_key().is_err());
+        std::fs::write(&path, vec![b'k'; 5000]).expect("write");
+        assert!(settings.webhook_key().is_err());
+        assert_eq!(ApprovalsSettings::default().webhook_key().expect("none"), None);
+    }
 
     #[test]
     fn defaults_are_valid_and_faults_name_their_key() {

@@ -15,6 +15,7 @@
 mod gate;
 pub(crate) mod network;
 mod policies;
+pub(crate) mod signature;
 
 pub(crate) use gate::{request_sha256, Asked, Gated};
 

@@ -2,7 +2,8 @@
 //! operator's receiver (a real HTTP server on 127.0.0.1) signed with HMAC-SHA256 (verified by the
 //! receiver with Python's own hmac), retried after the receiver's 503s with the same delivery id,
 //! and recorded (`approval.webhook`, attempts and status); the approval and its use follow; the
-//! SSE stream `GET /v1/approvals/events` tells the tenant's approver the same.
+//! SSE stream `GET /v1/approvals/events` tells the tenant's approver the same; and the approval
+//! system's signed callback decides for a person (a forged one is refused).
 
 use futures_util::StreamExt as _;
 use reqwest::Method;
@@ -134,17 +135,75 @@ async fn queue_changes_reach_a_signed_webhook_retried_until_it_answers_and_the_e
     assert!(exists(&api, &plain, &id, "/tmp/hooked").await);
     assert_eq!(receiver.next()["event"], "used");
 
+    // The approval system answers: a decision signed with the same key, no API key.
+    let (status, pending) = exec(
+        &api,
+        &plain,
+        &id,
+        &json!({"argv": ["touch", "/tmp/called-back"], "approval_wait_ms": 0}),
+    )
+    .await;
+    assert_eq!(status, 409, "{pending}");
+    let second = pending["approval_id"].as_str().expect("named").to_owned();
+    assert_eq!(receiver.next()["event"], "requested");
+    let body = json!({"decision": "approve", "approver": "alice@example.com"}).to_string();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_secs();
+    let key = std::fs::read_to_string(&key_file).expect("key");
+    let callback = |signature: String| {
+        reqwest::Client::new()
+            .post(format!("{}/v1/approvals/{second}/callback", api.base()))
+            .header("Paddock-Signature", signature)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone())
+            .send()
+    };
+    let forged = callback(paddock_control::sign_webhook(
+        b"not-the-key-0123456789",
+        now,
+        body.as_bytes(),
+    ))
+    .await
+    .expect("answered");
+    assert_eq!(forged.status(), 401);
+    let decided = callback(paddock_control::sign_webhook(
+        key.trim().as_bytes(),
+        now,
+        body.as_bytes(),
+    ))
+    .await
+    .expect("answered");
+    assert_eq!(decided.status(), 200);
+    let decided: serde_json::Value = decided.json().await.expect("json");
+    assert_eq!(decided["decided_by"], "webhook:alice@example.com", "{decided}");
+    assert_eq!(receiver.next()["event"], "approved");
+    let (status, ran) = exec(
+        &api,
+        &plain,
+        &id,
+        &json!({"argv": ["touch", "/tmp/called-back"], "approval_id": second}),
+    )
+    .await;
+    assert_eq!(
+        (status, ran["exit"]["exit_code"].as_i64()),
+        (200, Some(0)),
+        "{ran}"
+    );
+    assert_eq!(receiver.next()["event"], "used");
+
     // Every delivery is recorded, with its attempts.
     let mut rows = Vec::new();
     let recorded = wait_for(DELIVERY_DEADLINE, async || {
         rows = api.audit_rows(&admin, "action=approval.webhook").await;
-        rows.len() == 3
+        rows.len() == 6
     })
     .await;
     assert!(recorded, "{rows:#?}");
     let requested = rows
         .iter()
-        .find(|r| r["detail"]["event"] == "requested")
+        .find(|r| r["detail"]["event"] == "requested" && r["detail"]["approval_id"] == approval.as_str())
         .expect("the requested delivery's row");
     assert_eq!(
         (
