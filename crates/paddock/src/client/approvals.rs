@@ -1,12 +1,11 @@
 //! `paddock approvals ls | show | approve | reject`: the approvals queue (`/v1/approvals`), and
 //! `ls --watch`, which follows its changes (`GET /v1/approvals/events`, Server-Sent Events).
 
+use super::lines::Lines;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
-use bytes::{Buf, BytesMut};
-use futures_util::StreamExt;
 use paddock_types::api::{
     ApprovalEvent, ApprovalInfo, ApprovalList, ApprovalState, DecideApprovalRequest, ListApprovalsQuery,
 };
@@ -21,8 +20,6 @@ use crate::cli::ApprovalsLsArgs;
 const SUMMARY_WIDTH: usize = 48;
 /// The widest summary in a `--watch` line.
 const WATCH_SUMMARY_WIDTH: usize = 100;
-/// The longest SSE line accepted (an event carries one approval, its request included).
-const MAX_LINE: usize = 16 << 20;
 
 pub async fn list(client: &ApiClient, args: ApprovalsLsArgs) -> anyhow::Result<ExitCode> {
     // Listening before listing: a change in between is printed (perhaps twice), never missed.
@@ -288,50 +285,28 @@ fn short(d: Duration) -> String {
 /// The `data` of each Server-Sent Event of a response body, as the events arrive (comments, such
 /// as the server's keep-alives, and other fields are skipped).
 struct SseStream {
-    body: futures_util::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
-    buf: BytesMut,
+    lines: Lines,
     frame: SseFrame,
-    done: bool,
 }
 
 impl SseStream {
     fn new(response: Response) -> Self {
         Self {
-            body: response.bytes_stream().boxed(),
-            buf: BytesMut::new(),
+            lines: Lines::new(response),
             frame: SseFrame::default(),
-            done: false,
         }
     }
 
     /// The next event's data; `None` at the end of the body (an unfinished event is dropped, as
     /// the SSE specification says).
     async fn next(&mut self) -> anyhow::Result<Option<String>> {
-        loop {
-            if let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
-                let line = self.buf.split_to(end);
-                self.buf.advance(1);
-                let line =
-                    std::str::from_utf8(&line).context("the server sent an event that is not UTF-8")?;
-                if let Some(data) = self.frame.line(line.strip_suffix('\r').unwrap_or(line)) {
-                    return Ok(Some(data));
-                }
-                continue;
-            }
-            if self.done {
-                return Ok(None);
-            }
-            match self.body.next().await {
-                Some(chunk) => {
-                    self.buf
-                        .extend_from_slice(&chunk.context("failed to read the stream")?);
-                    if self.buf.len() > MAX_LINE {
-                        anyhow::bail!("the server sent a line longer than {MAX_LINE} bytes");
-                    }
-                }
-                None => self.done = true,
+        while let Some(line) = self.lines.next().await? {
+            let line = std::str::from_utf8(&line).context("the server sent an event that is not UTF-8")?;
+            if let Some(data) = self.frame.line(line.strip_suffix('\r').unwrap_or(line)) {
+                return Ok(Some(data));
             }
         }
+        Ok(None)
     }
 }
 

@@ -1,11 +1,10 @@
 //! `paddock sandbox exec` (foreground over NDJSON, `--json`, `-d` background; `-i` goes through a
 //! WebSocket, see `attach.rs`) and `paddock sandbox logs`.
 
+use super::lines::Lines;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use bytes::{Buf, BytesMut};
-use futures_util::StreamExt;
 use paddock_types::api::{
     AttachQuery, ErrorCode, ExecEvent, ExecRequest, ExecResult, ExitInfo, PtySizeBody, StreamData,
 };
@@ -203,66 +202,25 @@ impl Output {
 }
 
 /// Newline-delimited JSON values read from a response body as they arrive.
-pub struct NdjsonStream {
-    body: futures_util::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
-    buf: BytesMut,
-    done: bool,
-}
-
-/// The longest line accepted (a server sends output in chunks far smaller).
-const MAX_LINE: usize = 16 << 20;
-
-impl std::fmt::Debug for NdjsonStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NdjsonStream")
-            .field("buffered", &self.buf.len())
-            .field("done", &self.done)
-            .finish_non_exhaustive()
-    }
-}
+#[derive(Debug)]
+pub struct NdjsonStream(Lines);
 
 impl NdjsonStream {
     pub fn new(response: Response) -> Self {
-        Self {
-            body: response.bytes_stream().boxed(),
-            buf: BytesMut::new(),
-            done: false,
-        }
+        Self(Lines::new(response))
     }
 
-    /// The next value; `None` at the end of the body.
+    /// The next value; `None` at the end of the body (blank lines are skipped).
     pub async fn next<T: DeserializeOwned>(&mut self) -> anyhow::Result<Option<T>> {
-        loop {
-            if let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
-                let line = self.buf.split_to(end);
-                self.buf.advance(1);
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                return serde_json::from_slice(&line)
-                    .map(Some)
-                    .context("the server sent a line this client does not understand");
+        while let Some(line) = self.0.next().await? {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
             }
-            if self.done {
-                if self.buf.iter().all(u8::is_ascii_whitespace) {
-                    return Ok(None);
-                }
-                let line = self.buf.split();
-                return serde_json::from_slice(&line)
-                    .map(Some)
-                    .context("the server sent a line this client does not understand");
-            }
-            match self.body.next().await {
-                Some(chunk) => {
-                    self.buf
-                        .extend_from_slice(&chunk.context("failed to read the stream")?);
-                    if self.buf.len() > MAX_LINE {
-                        anyhow::bail!("the server sent a line longer than {MAX_LINE} bytes");
-                    }
-                }
-                None => self.done = true,
-            }
+            return serde_json::from_slice(&line)
+                .map(Some)
+                .context("the server sent a line this client does not understand");
         }
+        Ok(None)
     }
 }
 

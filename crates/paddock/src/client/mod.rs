@@ -9,6 +9,7 @@ mod code;
 mod cp;
 mod exec;
 mod executions;
+mod lines;
 mod network;
 mod policy;
 mod port_forward;

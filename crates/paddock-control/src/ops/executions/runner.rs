@@ -131,24 +131,14 @@ impl SandboxService {
 
     /// Records a pending execution `rejected` (its approval was rejected or expired).
     async fn close_unstarted(&self, ex: &ExecutionRecord, message: &'static str) -> Result<(), ServiceError> {
-        let (tenant, id) = (ex.tenant.clone(), ex.id.clone());
-        let entry = self.finish_entry(ex, ExecutionState::Rejected, None, 0, false, Some(message));
-        self.db("close an execution", move |s| {
-            s.transaction(|tx| {
-                let change = ExecutionChange {
-                    from: &["pending_approval"],
-                    to: "rejected",
-                    message: Some(message),
-                    finished_at_ms: Some(now_ms()),
-                    ..Default::default()
-                };
-                if tx.change_execution(&tenant, &id, &change)? {
-                    audit::append(tx, &entry)?;
-                }
-                Ok(())
-            })
-        })
-        .await
+        let end = End {
+            state: ExecutionState::Rejected,
+            exit_code: None,
+            logs: None,
+            truncated: false,
+            message: Some(message.to_owned()),
+        };
+        self.record_end(ex, "pending_approval", end).await
     }
 
     /// Starts an approved execution: uses its approval and marks it running in one transaction
@@ -335,51 +325,43 @@ impl SandboxService {
         }
     }
 
-    fn finish_entry(
-        &self,
-        ex: &ExecutionRecord,
-        state: ExecutionState,
-        exit_code: Option<i64>,
-        logs_bytes: u64,
-        logs_truncated: bool,
-        message: Option<&str>,
-    ) -> paddock_store::NewAuditEntry {
-        AuditEntry::system(AuditAction::ExecutionFinish, Some(ex.tenant.clone()), None)
-            .outcome(state.as_str())
-            .detail(audit::ExecutionFinished {
-                execution_id: ex.id.clone(),
-                state: state.as_str(),
-                exit_code,
-                object: ex.object.clone(),
-                logs_bytes,
-                logs_truncated,
-                message: message.map(str::to_owned),
-            })
-            .into_row()
+    /// Records how a running execution ended.
+    async fn finish_execution(&self, ex: &ExecutionRecord, done: Finished) -> Result<(), ServiceError> {
+        let end = End {
+            state: outcome_state(done.outcome),
+            exit_code: done.exit_code.map(i64::from),
+            logs: Some(done.logs),
+            truncated: done.truncated,
+            message: done.message,
+        };
+        self.record_end(ex, "running", end).await
     }
 
-    /// Records how a running execution ended, with its `execution.finish` row.
-    async fn finish_execution(&self, ex: &ExecutionRecord, done: Finished) -> Result<(), ServiceError> {
-        let state = outcome_state(done.outcome);
-        let exit_code = done.exit_code.map(i64::from);
-        let entry = self.finish_entry(
-            ex,
-            state,
-            exit_code,
-            done.logs.len() as u64,
-            done.truncated,
-            done.message.as_deref(),
-        );
+    /// Moves `ex` from `from` to its final state with what it ended with, and its
+    /// `execution.finish` row, in one transaction; nothing if it had left `from` already.
+    async fn record_end(&self, ex: &ExecutionRecord, from: &'static str, end: End) -> Result<(), ServiceError> {
+        let entry = AuditEntry::system(AuditAction::ExecutionFinish, Some(ex.tenant.clone()), None)
+            .outcome(end.state.as_str())
+            .detail(audit::ExecutionFinished {
+                execution_id: ex.id.clone(),
+                state: end.state.as_str(),
+                exit_code: end.exit_code,
+                object: ex.object.clone(),
+                logs_bytes: end.logs.as_ref().map_or(0, |l| l.len() as u64),
+                logs_truncated: end.truncated,
+                message: end.message.clone(),
+            })
+            .into_row();
         let (tenant, id) = (ex.tenant.clone(), ex.id.clone());
         self.db("record an execution's end", move |s| {
             s.transaction(|tx| {
                 let change = ExecutionChange {
-                    from: &["running"],
-                    to: state.as_str(),
-                    exit_code,
-                    logs: Some(&done.logs),
-                    logs_truncated: Some(done.truncated),
-                    message: done.message.as_deref(),
+                    from: &[from],
+                    to: end.state.as_str(),
+                    exit_code: end.exit_code,
+                    logs: end.logs.as_deref(),
+                    logs_truncated: Some(end.truncated),
+                    message: end.message.as_deref(),
                     finished_at_ms: Some(now_ms()),
                     ..Default::default()
                 };
@@ -391,4 +373,13 @@ impl SandboxService {
         })
         .await
     }
+}
+
+/// How an execution ended, as recorded.
+struct End {
+    state: ExecutionState,
+    exit_code: Option<i64>,
+    logs: Option<Vec<u8>>,
+    truncated: bool,
+    message: Option<String>,
 }
