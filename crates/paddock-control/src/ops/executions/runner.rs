@@ -339,7 +339,12 @@ impl SandboxService {
 
     /// Moves `ex` from `from` to its final state with what it ended with, and its
     /// `execution.finish` row, in one transaction; nothing if it had left `from` already.
-    async fn record_end(&self, ex: &ExecutionRecord, from: &'static str, end: End) -> Result<(), ServiceError> {
+    async fn record_end(
+        &self,
+        ex: &ExecutionRecord,
+        from: &'static str,
+        end: End,
+    ) -> Result<(), ServiceError> {
         let entry = AuditEntry::system(AuditAction::ExecutionFinish, Some(ex.tenant.clone()), None)
             .outcome(end.state.as_str())
             .detail(audit::ExecutionFinished {
