@@ -15,7 +15,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// What a rule (or the default) says of an action.
+/// What a rule (or the default) says of an action, ordered from the least restrictive to the
+/// most (`decide` and the control plane's gate both pick the greatest).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {

@@ -249,16 +249,11 @@ impl SandboxService {
             return Ok(Gated { approval_id: None });
         };
         // Of several parts of one request (a move's source and target), the most restrictive
-        // decides, as of several rules.
-        let rank = |v: Verdict| match v {
-            Verdict::Allow => 0,
-            Verdict::Ask => 1,
-            Verdict::Deny => 2,
-        };
+        // decides, as of several rules (`Verdict`'s order), the first of equals reported.
         let Some(decision) = actions
             .iter()
             .map(|a| paddock_policy::decide(&effective.policy, a))
-            .reduce(|a, b| if rank(b.verdict) > rank(a.verdict) { b } else { a })
+            .reduce(|a, b| if b.verdict > a.verdict { b } else { a })
         else {
             return Ok(Gated { approval_id: None });
         };
@@ -342,8 +337,6 @@ impl SandboxService {
         }
     }
 
-    /// Queues a new approval for the request and waits up to `wait` for a person: approved, it
-    /// is used (and the request goes on); anything else, or no decision in time, leaves it unrun.
     /// Queues a new approval for the request and waits up to `wait` for a person: approved, it
     /// is used (and the request goes on); anything else, or no decision in time, leaves it unrun.
     async fn hold(&self, p: &Principal, pending: Pending, wait: Duration) -> Result<Gated, ServiceError> {
