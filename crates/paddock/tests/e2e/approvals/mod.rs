@@ -41,6 +41,39 @@ pub async fn approver_key(api: &Api, admin: &str, tenant: &str) -> (String, Stri
     )
 }
 
+/// A tenant whose policy asks before any `touch`: a plain key with a sandbox, and an approver.
+pub struct Asking {
+    pub plain: String,
+    pub approver: String,
+    pub approver_id: String,
+    pub sandbox: String,
+}
+
+/// Makes [`Asking`] for `tenant`: its keys, the tenant policy [`ask_touch`], the plain key's sandbox.
+pub async fn asking_tenant(api: &Api, admin: &str, tenant: &str) -> Asking {
+    let plain = api.create_key(admin, tenant).await;
+    let (approver, approver_id) = approver_key(api, admin, tenant).await;
+    api.request(
+        &approver,
+        Method::PUT,
+        "/v1/policy",
+        Some(&json!({"policy": ask_touch()})),
+        None,
+    )
+    .await
+    .json();
+    let sandbox = api.create_sandbox(&plain, &json!({})).await["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    Asking {
+        plain,
+        approver,
+        approver_id,
+        sandbox,
+    }
+}
+
 /// An exec request answered as one JSON document: its status and body.
 pub async fn exec(api: &Api, key: &str, id: &str, req: &Value) -> (u16, Value) {
     let reply = api

@@ -9,7 +9,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::json;
 
-use super::{approver_key, ask_touch, exec, exists};
+use super::{approver_key, ask_touch, asking_tenant, exec, exists, Asking};
 use crate::support::server::{wait_for, Server};
 use crate::support::TestEnv;
 
@@ -19,21 +19,12 @@ async fn a_pending_approval_survives_a_crash_and_nothing_runs_without_an_explici
     let server = Server::start(&env, &[], "info");
     let api = server.api();
     let admin = server.admin_key.clone();
-    let plain = api.create_key(&admin, "crashy").await;
-    let (approver, approver_id) = approver_key(&api, &admin, "crashy").await;
-    api.request(
-        &approver,
-        Method::PUT,
-        "/v1/policy",
-        Some(&json!({"policy": ask_touch()})),
-        None,
-    )
-    .await
-    .json();
-    let id = api.create_sandbox(&plain, &json!({})).await["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let Asking {
+        plain,
+        approver,
+        approver_id,
+        sandbox: id,
+    } = asking_tenant(&api, &admin, "crashy").await;
 
     // A caller waits on a held exec when the server dies.
     let (waiting_api, waiting_key, waiting_id) = (api.clone(), plain.clone(), id.clone());

@@ -6,10 +6,9 @@
 //! system's signed callback decides for a person (a forged one is refused).
 
 use futures_util::StreamExt as _;
-use reqwest::Method;
 use serde_json::json;
 
-use super::{approver_key, ask_touch, exec, exists, Receiver, DELIVERY_DEADLINE};
+use super::{asking_tenant, exec, exists, Asking, Receiver, DELIVERY_DEADLINE};
 use crate::support::server::{wait_for, Server};
 use crate::support::TestEnv;
 
@@ -34,21 +33,12 @@ async fn queue_changes_reach_a_signed_webhook_retried_until_it_answers_and_the_e
     let server = Server::start(&env, &["--config", config.to_str().expect("utf-8")], "info");
     let api = server.api();
     let admin = server.admin_key.clone();
-    let plain = api.create_key(&admin, "hooked").await;
-    let (approver, approver_id) = approver_key(&api, &admin, "hooked").await;
-    api.request(
-        &approver,
-        Method::PUT,
-        "/v1/policy",
-        Some(&json!({"policy": ask_touch()})),
-        None,
-    )
-    .await
-    .json();
-    let id = api.create_sandbox(&plain, &json!({})).await["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
+    let Asking {
+        plain,
+        approver,
+        approver_id,
+        sandbox: id,
+    } = asking_tenant(&api, &admin, "hooked").await;
 
     // The approver listens to the queue before anything is asked.
     let events = reqwest::Client::new()

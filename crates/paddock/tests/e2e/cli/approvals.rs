@@ -5,39 +5,18 @@
 //! command once, and a second rerun is refused with `approval_expired`.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::{harness_client, harness_run, ok};
 use crate::support::harness::Harness;
-use crate::support::{assert_code, paddock_bin, stderr, stdout};
+use crate::support::{assert_code, stderr};
 
 /// A safety net only: each awaited line is expected within moments.
 const LINE_DEADLINE: Duration = Duration::from_secs(60);
-
-/// `paddock` as a client of `h` with `key`.
-fn client(h: &Harness, key: &str) -> Command {
-    let mut c = Command::new(paddock_bin());
-    c.env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("PADDOCK_URL", &h.base)
-        .env("PADDOCK_API_KEY", key)
-        .env("PADDOCK_STATE_DIR", "/nonexistent/paddock-state")
-        .stdin(Stdio::null());
-    c
-}
-
-fn run(h: &Harness, key: &str, args: &[&str]) -> Output {
-    client(h, key).args(args).output().expect("paddock runs")
-}
-
-#[track_caller]
-fn ok(o: &Output) -> String {
-    assert_code(o, 0);
-    stdout(o)
-}
 
 /// The one-line error of a failed client command (exit status 1).
 #[track_caller]
@@ -60,7 +39,7 @@ struct Watcher {
 
 impl Watcher {
     fn start(h: &Harness, key: &str) -> Watcher {
-        let mut child = client(h, key)
+        let mut child = harness_client(h, key)
             .args(["approvals", "ls", "--watch", "--json"])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -124,7 +103,7 @@ fn an_approver_approves_a_held_exec_and_the_rerun_runs_it_once() {
     // The approver sets the tenant's policy from stdin; a plain key may read it.
     let policy = json!({"default": "allow", "rules": [
         {"verdict": "ask", "exec": {"program": {"glob": "touch"}}}]});
-    let mut set = client(&h, &approver_key)
+    let mut set = harness_client(&h, &approver_key)
         .args(["policy", "set", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -138,9 +117,13 @@ fn an_approver_approves_a_held_exec_and_the_rerun_runs_it_once() {
         .expect("write the policy");
     let o = set.wait_with_output().expect("wait");
     assert_eq!(ok(&o), "policy of the tenant set\n");
-    let shown: Value = serde_json::from_str(&ok(&run(&h, &plain_key, &["policy", "get"]))).expect("JSON");
+    let shown: Value =
+        serde_json::from_str(&ok(&harness_run(&h, &plain_key, &["policy", "get"]))).expect("JSON");
     assert_eq!(shown, policy);
-    fails(&run(&h, &plain_key, &["policy", "delete"]), &["(forbidden)"]);
+    fails(
+        &harness_run(&h, &plain_key, &["policy", "delete"]),
+        &["(forbidden)"],
+    );
 
     // Watching first: its first line (the list) is printed once it listens.
     let watcher = Watcher::start(&h, &approver_key);
@@ -157,8 +140,8 @@ fn an_approver_approves_a_held_exec_and_the_rerun_runs_it_once() {
         "touch",
         "/tmp/x",
     ];
-    let err = fails(&run(&h, &plain_key, &exec), &["(approval_pending)"]);
-    let listed: Value = serde_json::from_str(&ok(&run(
+    let err = fails(&harness_run(&h, &plain_key, &exec), &["(approval_pending)"]);
+    let listed: Value = serde_json::from_str(&ok(&harness_run(
         &h,
         &approver_key,
         &["approvals", "ls", "--state", "pending", "--json"],
@@ -183,7 +166,7 @@ fn an_approver_approves_a_held_exec_and_the_rerun_runs_it_once() {
     }
     let requested = watcher.until("requested", &apr);
     assert_eq!(requested["summary"], "touch /tmp/x", "{requested}");
-    let o = run(
+    let o = harness_run(
         &h,
         &plain_key,
         &["sandbox", "exec", &id, "--", "test", "-e", "/tmp/x"],
@@ -191,7 +174,7 @@ fn an_approver_approves_a_held_exec_and_the_rerun_runs_it_once() {
     assert_code(&o, 1);
 
     // The table, for a person.
-    let table = ok(&run(&h, &approver_key, &["approvals", "ls"]));
+    let table = ok(&harness_run(&h, &approver_key, &["approvals", "ls"]));
     let mut lines = table.lines();
     let header = lines.next().expect("header");
     for column in [
@@ -216,7 +199,7 @@ fn an_approver_approves_a_held_exec_and_the_rerun_runs_it_once() {
     );
 
     // The approver approves it; a second decision is refused in one line.
-    let o = run(&h, &approver_key, &["approvals", "approve", &apr, "--note", "ok"]);
+    let o = harness_run(&h, &approver_key, &["approvals", "approve", &apr, "--note", "ok"]);
     assert_eq!(ok(&o), format!("approved {apr}\n"));
     let approved = watcher.until("approved", &apr);
     assert_eq!(
@@ -225,7 +208,7 @@ fn an_approver_approves_a_held_exec_and_the_rerun_runs_it_once() {
         "{approved}"
     );
     fails(
-        &run(&h, &approver_key, &["approvals", "reject", &apr]),
+        &harness_run(&h, &approver_key, &["approvals", "reject", &apr]),
         &["(approval_decided)"],
     );
 
@@ -240,23 +223,29 @@ fn an_approver_approves_a_held_exec_and_the_rerun_runs_it_once() {
         "touch",
         "/tmp/x",
     ];
-    ok(&run(&h, &plain_key, &rerun));
-    ok(&run(
+    ok(&harness_run(&h, &plain_key, &rerun));
+    ok(&harness_run(
         &h,
         &plain_key,
         &["sandbox", "exec", &id, "--", "test", "-e", "/tmp/x"],
     ));
     watcher.until("used", &apr);
-    fails(&run(&h, &plain_key, &rerun), &["(approval_expired)", &apr]);
+    fails(
+        &harness_run(&h, &plain_key, &rerun),
+        &["(approval_expired)", &apr],
+    );
 
     // Every field of it, as JSON and for a person.
-    let shown: Value =
-        serde_json::from_str(&ok(&run(&h, &plain_key, &["approvals", "show", &apr, "--json"])))
-            .expect("JSON");
+    let shown: Value = serde_json::from_str(&ok(&harness_run(
+        &h,
+        &plain_key,
+        &["approvals", "show", &apr, "--json"],
+    )))
+    .expect("JSON");
     assert_eq!(shown["state"], "approved", "{shown}");
     assert!(shown["used_at"].is_string(), "{shown}");
     assert_eq!(shown["request"]["argv"], json!(["touch", "/tmp/x"]), "{shown}");
-    let text = ok(&run(&h, &plain_key, &["approvals", "show", &apr]));
+    let text = ok(&harness_run(&h, &plain_key, &["approvals", "show", &apr]));
     for needle in [
         format!("id             {apr}"),
         "note           ok".to_owned(),
@@ -266,16 +255,19 @@ fn an_approver_approves_a_held_exec_and_the_rerun_runs_it_once() {
     }
     assert!(!text.contains("used           -"), "used is shown: {text}");
     fails(
-        &run(&h, &plain_key, &["approvals", "show", "apr_missing"]),
+        &harness_run(&h, &plain_key, &["approvals", "show", "apr_missing"]),
         &["(approval_not_found)"],
     );
 
     // The policy goes; nothing is held any more.
     assert_eq!(
-        ok(&run(&h, &approver_key, &["policy", "delete"])),
+        ok(&harness_run(&h, &approver_key, &["policy", "delete"])),
         "policy of the tenant deleted\n"
     );
-    fails(&run(&h, &plain_key, &["policy", "get"]), &["(policy_not_found)"]);
-    ok(&run(&h, &plain_key, &exec));
+    fails(
+        &harness_run(&h, &plain_key, &["policy", "get"]),
+        &["(policy_not_found)"],
+    );
+    ok(&harness_run(&h, &plain_key, &exec));
     drop(watcher);
 }

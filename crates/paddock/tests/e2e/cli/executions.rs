@@ -5,40 +5,19 @@
 //! waiting proposal is cancelled: it never runs, and its waiter says so in one line.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::{harness_client, harness_run, ok};
 use crate::support::harness::Harness;
-use crate::support::{assert_code, paddock_bin, stderr, stdout, wait_until};
+use crate::support::{assert_code, stderr, wait_until};
 
 /// Safety nets only: a line is expected within moments, an approved execution within seconds.
 const LINE_DEADLINE: Duration = Duration::from_secs(60);
 const RUN_DEADLINE: Duration = Duration::from_secs(180);
-
-/// `paddock` as a client of `h` with `key`.
-fn client(h: &Harness, key: &str) -> Command {
-    let mut c = Command::new(paddock_bin());
-    c.env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("PADDOCK_URL", &h.base)
-        .env("PADDOCK_API_KEY", key)
-        .env("PADDOCK_STATE_DIR", "/nonexistent/paddock-state")
-        .stdin(Stdio::null());
-    c
-}
-
-fn run(h: &Harness, key: &str, args: &[&str]) -> Output {
-    client(h, key).args(args).output().expect("paddock runs")
-}
-
-#[track_caller]
-fn ok(o: &Output) -> String {
-    assert_code(o, 0);
-    stdout(o)
-}
 
 #[track_caller]
 fn ok_json(o: &Output) -> Value {
@@ -55,7 +34,7 @@ struct Waiter {
 
 impl Waiter {
     fn start(h: &Harness, key: &str, args: &[&str]) -> Waiter {
-        let mut child = client(h, key)
+        let mut child = harness_client(h, key)
             .args(["execution", "propose", "--wait"])
             .args(args)
             .stdout(Stdio::piped())
@@ -159,7 +138,7 @@ fn a_proposed_execution_runs_once_approved_and_the_waiter_exits_with_its_code() 
         ],
     );
     let (ex, apr) = waiter.proposed();
-    let listed = ok_json(&run(&h, &plain_key, &["execution", "ls", "--json"]));
+    let listed = ok_json(&harness_run(&h, &plain_key, &["execution", "ls", "--json"]));
     let ours = &listed["executions"][0];
     assert_eq!(
         (&ours["id"], &ours["approval_id"], &ours["state"]),
@@ -172,7 +151,7 @@ fn a_proposed_execution_runs_once_approved_and_the_waiter_exits_with_its_code() 
         "{listed}"
     );
     assert_eq!(ours["request"]["timeout_secs"], 120, "{listed}");
-    let table = ok(&run(&h, &plain_key, &["execution", "ls"]));
+    let table = ok(&harness_run(&h, &plain_key, &["execution", "ls"]));
     let mut lines = table.lines();
     let header = lines.next().expect("header");
     for column in [
@@ -197,13 +176,17 @@ fn a_proposed_execution_runs_once_approved_and_the_waiter_exits_with_its_code() 
     );
 
     // The approver approves it; the waiter prints the logs and exits with the command's code.
-    let o = run(&h, &approver_key, &["approvals", "approve", &apr, "--note", "ok"]);
+    let o = harness_run(&h, &approver_key, &["approvals", "approve", &apr, "--note", "ok"]);
     assert_eq!(ok(&o), format!("approved {apr}\n"));
     let (code, out, err) = waiter.end();
     assert_eq!((code, out.as_str()), (Some(4), "hello\n"), "stderr: {err:?}");
     assert!(err.is_empty(), "nothing more on stderr: {err:?}");
 
-    let shown = ok_json(&run(&h, &plain_key, &["execution", "show", &ex, "--json"]));
+    let shown = ok_json(&harness_run(
+        &h,
+        &plain_key,
+        &["execution", "show", &ex, "--json"],
+    ));
     assert_eq!(
         (
             &shown["state"],
@@ -219,7 +202,7 @@ fn a_proposed_execution_runs_once_approved_and_the_waiter_exits_with_its_code() 
         (&json!("t-1"), &json!("hello\n"), &json!("sandbox")),
         "{shown}"
     );
-    let text = ok(&run(&h, &plain_key, &["execution", "show", &ex]));
+    let text = ok(&harness_run(&h, &plain_key, &["execution", "show", &ex]));
     for needle in [
         format!("id             {ex}\n"),
         "state          failed\n".to_owned(),
@@ -240,7 +223,7 @@ fn a_proposed_execution_runs_once_approved_and_the_waiter_exits_with_its_code() 
     let (second, second_apr) = waiter.proposed();
     assert_ne!(second, ex);
     assert_eq!(
-        ok(&run(&h, &plain_key, &["execution", "cancel", &second])),
+        ok(&harness_run(&h, &plain_key, &["execution", "cancel", &second])),
         format!("cancelled {second}\n")
     );
     let (code, out, err) = waiter.end();
@@ -250,10 +233,14 @@ fn a_proposed_execution_runs_once_approved_and_the_waiter_exits_with_its_code() 
         err[0].starts_with(&format!("paddock: execution {second} was cancelled")),
         "{err:?}"
     );
-    let shown = ok_json(&run(&h, &plain_key, &["execution", "show", &second, "--json"]));
+    let shown = ok_json(&harness_run(
+        &h,
+        &plain_key,
+        &["execution", "show", &second, "--json"],
+    ));
     assert_eq!(shown["state"], "cancelled", "{shown}");
     assert!(shown.get("exit_code").is_none(), "{shown}");
-    let approval = ok_json(&run(
+    let approval = ok_json(&harness_run(
         &h,
         &approver_key,
         &["approvals", "show", &second_apr, "--json"],
@@ -261,10 +248,10 @@ fn a_proposed_execution_runs_once_approved_and_the_waiter_exits_with_its_code() 
     assert_eq!(approval["state"], "rejected", "{approval}");
     // Cancelling an ended one leaves it as it is; an unknown one is an error in one line.
     assert_eq!(
-        ok(&run(&h, &plain_key, &["execution", "cancel", &ex])),
+        ok(&harness_run(&h, &plain_key, &["execution", "cancel", &ex])),
         format!("execution {ex} had already ended: failed\n")
     );
-    let o = run(&h, &plain_key, &["execution", "show", "ex-missing"]);
+    let o = harness_run(&h, &plain_key, &["execution", "show", "ex-missing"]);
     assert_code(&o, 1);
     assert!(stderr(&o).contains("(execution_not_found)"), "{}", stderr(&o));
 }
