@@ -154,6 +154,13 @@ pub trait SandboxBackend: Send + Sync + std::fmt::Debug {
     fn create_sandbox(&self, spec: &SandboxSpec) -> Result<SandboxHandle, RuntimeError>;
     /// Kills every process of the sandbox and removes everything it created.
     fn destroy_sandbox(&self, handle: SandboxHandle) -> Result<(), RuntimeError>;
+    /// Waits (at most `timeout`) for teardown steps a destroy or stop left running in the
+    /// background (a networked sandbox's link, on the native backend); whether none is left. A
+    /// server calls it before it exits; what a crash interrupts instead, gc finishes.
+    fn settle_teardowns(&self, timeout: std::time::Duration) -> bool {
+        let _ = timeout;
+        true
+    }
     /// Reclaims what crashed runs left behind; returns the ids reclaimed. Every sandbox whose owner
     /// is gone counts, so a restarted server adopts the sandboxes it wants to keep first.
     fn collect_garbage(&self) -> Result<Vec<String>, RuntimeError>;

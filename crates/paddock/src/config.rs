@@ -22,6 +22,12 @@ pub fn default_agent() -> anyhow::Result<PathBuf> {
     Ok(exe.with_file_name("paddock-agent"))
 }
 
+/// `paddock-setup` (the setup shim's executable) next to this binary.
+pub fn setup_binary() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot locate the paddock binary")?;
+    Ok(exe.with_file_name("paddock-setup"))
+}
+
 /// Configuration shared by the commands.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -68,7 +74,7 @@ impl Config {
 
     /// Opens the native backend.
     pub fn open_backend(&self, die_with_parent: bool) -> anyhow::Result<NativeBackend> {
-        let setup_binary = std::env::current_exe().context("cannot locate the paddock binary")?;
+        let setup_binary = setup_binary()?;
         let config = NativeConfig {
             state_dir: self.state_dir.clone(),
             pool_size: self.pool_size,

@@ -1,5 +1,6 @@
 //! The `paddock` binary: the command line (`run`, `gc`, `pool`, the control plane `serve`, its client
-//! commands `sandbox` and `audit`, and `keys`), and the hidden `__setup` entry point of the setup shim.
+//! commands `sandbox` and `audit`, and `keys`). The setup shim is its own small binary,
+//! `paddock-setup` (`src/bin/paddock-setup.rs`).
 //!
 //! Errors are rendered here, once, as a single line: `paddock: <message>: <cause>: ...`; an API error
 //! reads `paddock: <message> (<code>)`.
@@ -62,11 +63,6 @@ fn exit_status_of(e: &anyhow::Error, client_command: bool) -> u8 {
 }
 
 fn main() -> ExitCode {
-    // The setup shim must stay single-threaded and must not initialize anything else first.
-    if std::env::args_os().nth(1).is_some_and(|a| a == "__setup") {
-        let code = paddock_runtime::native::setup::run_setup_shim();
-        return ExitCode::from(code as u8);
-    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

@@ -261,23 +261,46 @@ fn no_sql_outside_the_store() {
     assert!(offenders.is_empty(), "SQL outside paddock-store: {offenders:?}");
 }
 
-/// `PT_INTERP` absent: the agent binary needs no dynamic loader, so it runs in any root file system.
+/// `PT_INTERP` absent: the agent binary needs no dynamic loader, so it runs in any root file system;
+/// nor does the setup shim's (built the same way).
 #[test]
-fn the_agent_is_statically_linked() {
-    let agent = PathBuf::from(env!("CARGO_BIN_EXE_paddock")).with_file_name("paddock-agent");
-    let elf = std::fs::read(&agent).unwrap_or_else(|e| panic!("read {}: {e}", agent.display()));
-    assert_eq!(&elf[..4], b"\x7fELF");
-    assert_eq!(elf[4], 2, "64-bit ELF expected");
-    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
-    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().expect("8 bytes")) as usize;
-    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
-    let interp = (0..phnum).any(|i| {
-        let ph = phoff + i * phentsize;
-        u32::from_le_bytes(elf[ph..ph + 4].try_into().expect("4 bytes")) == 3
-    });
+fn the_agent_and_the_setup_shim_are_statically_linked() {
+    let dir = PathBuf::from(env!("CARGO_BIN_EXE_paddock"));
+    for binary in [
+        dir.with_file_name("paddock-agent"),
+        PathBuf::from(env!("CARGO_BIN_EXE_paddock-setup")),
+    ] {
+        let elf = std::fs::read(&binary).unwrap_or_else(|e| panic!("read {}: {e}", binary.display()));
+        assert_eq!(&elf[..4], b"\x7fELF");
+        assert_eq!(elf[4], 2, "64-bit ELF expected");
+        let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+        let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().expect("8 bytes")) as usize;
+        let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
+        let interp = (0..phnum).any(|i| {
+            let ph = phoff + i * phentsize;
+            u32::from_le_bytes(elf[ph..ph + 4].try_into().expect("4 bytes")) == 3
+        });
+        assert!(
+            !interp,
+            "{} has a PT_INTERP header: it is dynamically linked",
+            binary.display()
+        );
+    }
+}
+
+/// The setup shim, exec'd at every sandbox creation, stays a small binary: it must not link the
+/// server (its HTTP stack, store, clients), whose size and relocations would be paid per creation.
+#[test]
+fn the_setup_shim_does_not_carry_the_server() {
+    let size = |p: PathBuf| {
+        std::fs::metadata(&p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .len()
+    };
+    let paddock = size(PathBuf::from(env!("CARGO_BIN_EXE_paddock")));
+    let setup = size(PathBuf::from(env!("CARGO_BIN_EXE_paddock-setup")));
     assert!(
-        !interp,
-        "{} has a PT_INTERP header: it is dynamically linked",
-        agent.display()
+        setup * 5 < paddock,
+        "paddock-setup is {setup} bytes, more than a fifth of paddock's {paddock}: it links more than the shim"
     );
 }

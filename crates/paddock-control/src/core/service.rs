@@ -107,12 +107,22 @@ impl SandboxService {
         }
     }
 
-    /// Stops the background tasks. Sandboxes keep running; the next start re-adopts them.
+    /// Stops the background tasks and lets the backend finish the teardown steps it runs in the
+    /// background (at most 10 s; gc at the next start finishes what is left). Sandboxes keep
+    /// running; the next start re-adopts them.
     pub async fn shutdown(&self) {
         self.inner.stop.cancel();
         let tasks = std::mem::take(&mut *lock(&self.inner.tasks));
         for task in tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        let settled = self
+            .on_backend("finish background teardowns", |b| {
+                b.settle_teardowns(Duration::from_secs(10))
+            })
+            .await;
+        if !matches!(settled, Ok(true)) {
+            tracing::warn!("background teardowns still running at exit; gc at the next start finishes them");
         }
     }
 

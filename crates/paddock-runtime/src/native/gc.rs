@@ -4,7 +4,8 @@
 //! sandbox whose lock is free (its run directory, cgroups, subvolume) is garbage; so are cgroups and
 //! subvolumes with no run directory at all (a crash between creation steps), the staging subvolume of
 //! an import whose process died (`transfer/staging.rs`), the pool's trash (subvolumes whose deletion
-//! a crash interrupted), a run directory's staging (`run/.new-<name>`) whose creator died (after a
+//! a crash interrupted), the last teardown steps of a destroyed sandbox that a crash interrupted
+//! (`run/.gone-<id>-<n>`, `deferred.rs`), a run directory's staging (`run/.new-<name>`) whose creator died (after a
 //! minute's grace), and the parent cgroups paddock made that hold no sandbox any more
 //! (`cgroup/parents.rs`; `paddock pool destroy` runs gc first, so it removes them too). A sandbox
 //! prepared for a rollback (`<id>.next`) is a sandbox like any other here: its own run directory,
@@ -37,6 +38,16 @@ impl NativeBackend {
                 let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
                     continue;
                 };
+                if id.starts_with(super::deferred::GONE_PREFIX) {
+                    // A destroyed sandbox's last steps (`deferred.rs`); only a crash leaves one
+                    // whose lock is free.
+                    if let Ok(Some(_lock)) = StateLock::try_acquire(&entry.path().join("lock")) {
+                        if let Err(e) = self.finish_gone(&entry.path()) {
+                            tracing::warn!(run_dir = %entry.path().display(), error = %e, "cannot finish a teardown; gc will retry");
+                        }
+                    }
+                    continue;
+                }
                 if id.starts_with(".new-") {
                     // A run directory being created; only a crash leaves one behind for long.
                     let stale = entry

@@ -177,6 +177,14 @@ impl NativeBackend {
         cgroup: &SandboxCgroup,
         run_dir: &Path,
     ) -> Result<(), RuntimeError> {
+        let mut errors = self.remove_cgroups_and_volume(id, cgroup);
+        errors.extend(self.remove_link_and_run_dir(run_dir));
+        teardown_result(errors)
+    }
+
+    /// The first steps of a teardown, which must be done when a destroy returns: the sandbox's
+    /// processes killed and its cgroups removed, then its volume deleted. Returns the errors.
+    pub(super) fn remove_cgroups_and_volume(&self, id: &str, cgroup: &SandboxCgroup) -> Vec<String> {
         let mut errors = Vec::new();
         let t = std::time::Instant::now();
         if let Err(e) = cgroup.kill_all(KILL_DEADLINE).and_then(|()| cgroup.remove()) {
@@ -188,8 +196,13 @@ impl NativeBackend {
             errors.push(e.to_string());
         }
         tracing::debug!(step = "delete volume", us = t.elapsed().as_micros() as u64);
-        // After the processes (none may be left in the namespace) and before the run directory,
-        // which holds the namespace's pin.
+        errors
+    }
+
+    /// The last steps of a teardown, after the processes (none may be left in the namespace): the
+    /// link, then the run directory, which holds the namespace's pin. Returns the errors.
+    pub(super) fn remove_link_and_run_dir(&self, run_dir: &Path) -> Vec<String> {
+        let mut errors = Vec::new();
         let t = std::time::Instant::now();
         let network = BootSpec::read(run_dir).and_then(|b| b.network);
         if let Err(e) = self.unlink_sandbox(run_dir, network.as_ref()) {
@@ -201,11 +214,7 @@ impl NativeBackend {
                 errors.push(format!("failed to remove {}: {e}", run_dir.display()));
             }
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(RuntimeError::Teardown(errors.join("; ")))
-        }
+        errors
     }
 
     /// Reclaims sandbox `id` whose owner is gone (the caller holds its lock, if it has a run dir).
@@ -220,8 +229,17 @@ impl NativeBackend {
     }
 }
 
+/// A teardown's collected errors as its result.
+pub(super) fn teardown_result(errors: Vec<String>) -> Result<(), RuntimeError> {
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(RuntimeError::Teardown(errors.join("; ")))
+    }
+}
+
 /// `e`'s sources, `: `-separated (teardown errors are collected as text).
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut parts = Vec::new();
     let mut source = e.source();
     while let Some(s) = source {
@@ -272,7 +290,7 @@ fn with_user_line(rootfs: &Path, file: &str, line: &str) -> String {
     content
 }
 
-/// A running `<binary> __setup`: the spec goes to its stdin as one JSON line, then
+/// A running setup shim (`paddock-setup`): the spec goes to its stdin as one JSON line, then
 /// [`setup::VOLUME_READY`](super::setup::VOLUME_READY) once the volume exists; it answers with one JSON
 /// line on stdout.
 pub(super) struct Shim {
@@ -292,16 +310,17 @@ impl Drop for Shim {
 }
 
 impl Shim {
-    /// Starts `<binary> __setup`, which waits for its spec on stdin.
+    /// Starts the setup shim's `binary`, which waits for its spec on stdin.
     pub(super) fn start(binary: &Path) -> Result<Self, RuntimeError> {
         let mut child = Command::new(binary)
-            .arg("__setup")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .env_clear()
             .spawn()
-            .map_err(|e| RuntimeError::Setup(format!("cannot start {} __setup: {e}", binary.display())))?;
+            .map_err(|e| {
+                RuntimeError::Setup(format!("cannot start the setup shim {}: {e}", binary.display()))
+            })?;
         let stdin = child.stdin.take();
         Ok(Self {
             child,
@@ -494,27 +513,25 @@ impl NativeBackend {
     pub(super) fn destroy(&self, handle: SandboxHandle) -> Result<(), RuntimeError> {
         let mut sb = super::into_native(handle.inner)?;
         self.discard_prepared(&sb);
-        let sb = &mut sb;
         if !sb.reaped {
-            kill_init(sb);
+            kill_init(&sb);
             let t = std::time::Instant::now();
-            reap(sb);
+            reap(&mut sb);
             tracing::debug!(step = "kill init", us = t.elapsed().as_micros() as u64);
         }
-        self.cleanup(handle.id.as_str(), &sb.cgroup, &sb.run_dir)
+        self.finish_teardown(handle.id.as_str(), sb)
     }
 
     /// [`SandboxBackend::stop_sandbox`](crate::SandboxBackend::stop_sandbox).
     pub(super) fn stop(&self, handle: SandboxHandle) -> Result<(), RuntimeError> {
         let mut sb = super::into_native(handle.inner)?;
         self.discard_prepared(&sb);
-        let sb = &mut sb;
-        self.kill_old(sb, None)?;
+        self.kill_old(&mut sb, None)?;
         crate::fault::point("stop.killed");
         let id = handle.id.as_str();
         // Its files go aside first: a failure after this point loses processes, never files.
         self.pool.keep_stopped(id)?;
         crate::fault::point("stop.kept");
-        self.cleanup(id, &sb.cgroup, &sb.run_dir)
+        self.finish_teardown(id, sb)
     }
 }

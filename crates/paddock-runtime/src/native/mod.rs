@@ -23,6 +23,7 @@
 
 mod adopt;
 mod cgroup;
+mod deferred;
 pub mod diff;
 mod gc;
 mod host;
@@ -72,7 +73,8 @@ pub struct NativeConfig {
     pub ids: IdRange,
     /// The in-sandbox agent binary (static).
     pub agent_binary: PathBuf,
-    /// The binary that runs the setup shim as `<binary> __setup` (normally paddock itself).
+    /// The setup shim's executable (`paddock-setup`, next to `paddock`), started once per sandbox
+    /// with its spec on stdin.
     pub setup_binary: PathBuf,
     /// Name of the parent cgroup sandboxes are created under in every hierarchy.
     pub cgroup_parent: String,
@@ -95,6 +97,8 @@ pub struct NativeBackend {
     io_weight: Option<&'static str>,
     /// The tools that make networked sandboxes' links, or the names of those missing.
     network_tools: Result<network::NetworkTools, String>,
+    /// Teardown steps running in the background (`deferred.rs`).
+    deferred: deferred::Deferred,
 }
 
 impl NativeBackend {
@@ -113,6 +117,13 @@ impl NativeBackend {
                 "the agent binary {} does not exist (build it with `cargo build -p paddock-agent`, or set \
                  PADDOCK_AGENT)",
                 config.agent_binary.display()
+            )));
+        }
+        if !config.setup_binary.is_file() {
+            return Err(RuntimeError::Unsupported(format!(
+                "the setup shim binary {} does not exist (it is built with `cargo build -p paddock`, next \
+                 to `paddock`)",
+                config.setup_binary.display()
             )));
         }
         if setup::owner::OwnerPool::default_pool().overlaps(config.ids) {
@@ -159,6 +170,7 @@ impl NativeBackend {
             cgroups,
             io_weight,
             network_tools,
+            deferred: deferred::Deferred::default(),
         })
     }
 

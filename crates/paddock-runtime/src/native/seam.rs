@@ -28,6 +28,10 @@ impl SandboxBackend for NativeBackend {
         self.collect_garbage_now()
     }
 
+    fn settle_teardowns(&self, timeout: std::time::Duration) -> bool {
+        self.deferred.settle(timeout)
+    }
+
     fn stop_sandbox(&self, handle: SandboxHandle) -> Result<(), RuntimeError> {
         self.stop(handle)
     }

@@ -1,4 +1,4 @@
-//! The setup shim: a fresh, single-threaded process (`paddock __setup`) that builds one sandbox and
+//! The setup shim: a fresh, single-threaded process (the `paddock-setup` binary) that builds one sandbox and
 //! ends by exec'ing the agent as the sandbox's PID 1, as Firecracker's jailer does.
 //!
 //! Protocol with the caller: the [`SetupSpec`] arrives as JSON on stdin; the shim prints one JSON line
@@ -206,7 +206,7 @@ pub const NOFILE_HARD: u64 = 524_288;
 /// starts, clones and maps ids, so the two overlap).
 pub const VOLUME_READY: &str = "volume-ready";
 
-/// Entry point of `paddock __setup`: returns the process exit code.
+/// Entry point of the `paddock-setup` binary: returns the process exit code.
 pub fn run_setup_shim() -> i32 {
     let mut input = io::stdin().lock();
     let mut line = String::new();

@@ -294,3 +294,34 @@ fn a_foreign_state_directory_is_refused_untouched() {
         .collect();
     assert_eq!(names, vec![std::ffi::OsString::from("notes.txt")]);
 }
+
+/// The setup shim is its own binary next to `paddock`: a `paddock` without it refuses to run, in one
+/// line naming it, before making anything.
+#[test]
+fn a_missing_setup_shim_is_refused_in_one_line() {
+    let env = TestEnv::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lonely = dir.path().join("paddock");
+    std::fs::copy(crate::support::paddock_bin(), &lonely).expect("copy paddock");
+    // The test environment's variables (its state directory, agent, cgroup parent), another binary.
+    let envs: Vec<_> = env
+        .cmd()
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+        .collect();
+    let o = std::process::Command::new(&lonely)
+        .env_clear()
+        .envs(envs)
+        .args(["run", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs");
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("paddock-setup") && err.contains("does not exist"),
+        "{err}"
+    );
+    env.assert_clean();
+}

@@ -272,34 +272,38 @@ fn made(env: &TestEnv, handle: &SandboxHandle) -> Made {
 }
 
 /// Asserts nothing of a link is left: its interface (unless another pool's, with another index, took
-/// the slot since), its table (unless one of another subnet's link), its pin.
+/// the slot since), its table (unless one of another subnet's link), its pin (also under the name its
+/// run directory takes while its last teardown steps run in the background, `run/.gone-<id>-<n>`).
+/// Those steps may still be running when a destroy returns: this waits for them, with a deadline.
 fn assert_link_gone(m: &Made) {
-    assert_ne!(
-        interface_index(m.link.slot),
-        Some(m.ifindex),
-        "interface pdk{} left",
-        m.link.slot
-    );
-    if let Some(rules) = table(m.link.slot) {
-        assert!(
-            !rules.contains(&m.link.host_ip.to_string()),
-            "table paddock_{} left: {rules}",
-            m.link.slot
-        );
-    }
+    let id = m
+        .pin
+        .parent()
+        .and_then(|p| p.file_name())
+        .expect("the pin is in a run directory")
+        .to_string_lossy()
+        .into_owned();
+    let pinned = || {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+        mounts
+            .lines()
+            .any(|l| l.contains(&m.pin.display().to_string()) || l.contains(&format!("/.gone-{id}-")))
+    };
+    let interface_left = || interface_index(m.link.slot) == Some(m.ifindex);
+    let table_left = || table(m.link.slot).is_some_and(|rules| rules.contains(&m.link.host_ip.to_string()));
+    wait_until(Duration::from_secs(60), || {
+        !interface_left() && !table_left() && !pinned()
+    });
+    assert!(!interface_left(), "interface pdk{} left", m.link.slot);
+    assert!(!table_left(), "table paddock_{} left", m.link.slot);
     assert!(
         std::fs::symlink_metadata(&m.pin).is_err(),
         "pin {} left",
         m.pin.display()
     );
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
-    assert!(
-        !mounts.contains(&m.pin.display().to_string()),
-        "pin still mounted"
-    );
+    assert!(!pinned(), "pin still mounted");
 }
 
-/// The interfaces a sandbox sees.
 async fn interfaces(client: &AgentClient) -> String {
     ok_as(
         client,

@@ -22,7 +22,7 @@ use paddock_runtime::{RuntimeError, SandboxBackend, SandboxHandle, StorageBacken
 use paddock_types::{ByteSize, RootfsSpec, SandboxId, SandboxSpec, SnapshotId, VolumeSource};
 
 use crate::support::{
-    agent_bin, agent_sh, agent_sh_as, assert_code, connect, host_spec, paddock_bin, shell_request, skip,
+    agent_bin, agent_sh, agent_sh_as, assert_code, connect, host_spec, setup_bin, shell_request, skip,
     test_name, wait_until, GcOnDrop, TestEnv, ID_BASE,
 };
 

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::env::{agent_bin, paddock_bin, TestEnv};
+use super::env::{agent_bin, setup_bin, TestEnv};
 
 /// The native backend's configuration on a state directory and cgroup parent: the pool size the
 /// tests use, the default id range, the built binaries. Sandboxes do not die with their creator:
@@ -15,7 +15,7 @@ pub fn native_config(state: &Path, cgroup_parent: &str) -> paddock_runtime::nati
         pool_size: "8G".parse().expect("size"),
         ids: paddock_runtime::native::IdRange::DEFAULT,
         agent_binary: agent_bin(),
-        setup_binary: paddock_bin(),
+        setup_binary: setup_bin(),
         cgroup_parent: cgroup_parent.to_owned(),
         die_with_parent: false,
         network_subnet: Default::default(),

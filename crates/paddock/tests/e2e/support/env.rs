@@ -13,6 +13,11 @@ pub fn paddock_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_paddock"))
 }
 
+/// The setup shim's executable, built with `paddock` (a second binary of the same package).
+pub fn setup_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_paddock-setup"))
+}
+
 pub fn agent_bin() -> PathBuf {
     let p = paddock_bin().with_file_name("paddock-agent");
     assert!(
@@ -127,9 +132,15 @@ impl TestEnv {
     /// cgroups, or processes of the sandbox uid range.
     pub fn assert_clean(&self) {
         let run = self.state().join("run");
-        let leftovers: Vec<_> = std::fs::read_dir(&run)
-            .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
-            .unwrap_or_default();
+        let leftovers = || -> Vec<_> {
+            std::fs::read_dir(&run)
+                .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default()
+        };
+        // A networked sandbox's last teardown steps (its link, then its run directory, renamed
+        // `.gone-...`) run in the background after its destroy returned: give them a deadline.
+        wait_until(std::time::Duration::from_secs(60), || leftovers().is_empty());
+        let leftovers = leftovers();
         assert!(leftovers.is_empty(), "run dirs left behind: {leftovers:?}");
         for dir in ["pool/sandboxes", "pool/stopped"] {
             let vols: Vec<_> = std::fs::read_dir(self.state().join(dir))

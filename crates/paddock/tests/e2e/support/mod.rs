@@ -19,8 +19,8 @@ pub mod server;
 
 pub use backend::{agent_sh, agent_sh_as, connect, host_spec, native_config, shell_request, GcOnDrop};
 pub use env::{
-    agent_bin, assert_code, paddock_bin, require_root, skip, stderr, stdout, test_name, wait_until, TestEnv,
-    ID_BASE,
+    agent_bin, assert_code, paddock_bin, require_root, setup_bin, skip, stderr, stdout, test_name,
+    wait_until, TestEnv, ID_BASE,
 };
 pub use host::{
     assert_cgroups_are, cgroups, cli_audit_verify, cli_gc, fd_kinds, open_fds, run_dirs, sandbox_processes,

@@ -308,3 +308,137 @@ async fn create_time_with_and_without_network() {
     );
     env.assert_clean();
 }
+
+/// A destroy removes a networked sandbox's processes, cgroups and volume before it returns and its
+/// link in the background, which [`SandboxBackend::settle_teardowns`] waits for; the same id can be
+/// created again at once (its run directory was moved aside first).
+#[tokio::test]
+async fn a_destroyed_link_goes_in_the_background_and_settles() {
+    let env = TestEnv::new();
+    let _gc = GcOnDrop(&env);
+    let backend = backend(&env, "10.252.11.0/24");
+    if !require_network(&backend) {
+        return;
+    }
+    let handle = backend.create_sandbox(&spec("sb-1")).expect("create");
+    let first = made(&env, &handle);
+    backend.destroy_sandbox(handle).expect("destroy");
+    // Done when the destroy returns: no process, no volume, the id free again.
+    assert!(env.processes().is_empty(), "{:?}", env.processes());
+    assert!(!env.state().join("pool/sandboxes/sb-1").exists());
+    let again = backend
+        .create_sandbox(&spec("sb-1"))
+        .expect("the same id again at once");
+    let second = made(&env, &again);
+    backend.destroy_sandbox(again).expect("destroy");
+    assert!(
+        backend.settle_teardowns(Duration::from_secs(60)),
+        "background teardowns settle"
+    );
+    // Settled: gone now, without waiting.
+    for m in [&first, &second] {
+        assert_ne!(interface_index(m.link.slot), Some(m.ifindex));
+        assert!(table(m.link.slot).is_none_or(|r| !r.contains(&m.link.host_ip.to_string())));
+    }
+    let run: Vec<_> = std::fs::read_dir(env.state().join("run"))
+        .expect("run dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(run.is_empty(), "{run:?}");
+    assert_link_gone(&first);
+    assert_link_gone(&second);
+    env.assert_clean();
+}
+
+/// Set (to `<state dir>\n<cgroup parent>`) when this binary runs as the process that creates a
+/// networked sandbox, destroys it and dies (a crash point) in the destroy's background steps.
+const DESTROYER_ENV: &str = "PADDOCK_TEST_NETWORK_DESTROYER";
+
+/// Not a test of its own: the body of the destroying process (a no-op unless [`DESTROYER_ENV`] is
+/// set). It prints the link's slot and interface index, then dies at `teardown.deferred`.
+#[tokio::test]
+async fn helper_destroys_a_networked_sandbox_and_dies() {
+    let Ok(job) = std::env::var(DESTROYER_ENV) else {
+        return;
+    };
+    let (state, parent) = job.split_once('\n').expect("state and parent");
+    let backend = NativeBackend::open(NativeConfig {
+        state_dir: state.into(),
+        cgroup_parent: parent.to_owned(),
+        network_subnet: "10.252.12.0/24".parse().expect("subnet"),
+        ..crate::support::native_config(std::path::Path::new(state), parent)
+    })
+    .expect("open the native backend");
+    let handle = backend.create_sandbox(&spec("sb-crash")).expect("create");
+    let link = link_of(&handle);
+    let ifindex = interface_index(link.slot).expect("the interface");
+    println!("made {} {ifindex} {}", link.slot, link.host_ip);
+    backend.destroy_sandbox(handle).expect("destroy");
+    // The crash point kills this process in the background thread.
+    backend.settle_teardowns(Duration::from_secs(60));
+    panic!("the crash point was not reached");
+}
+
+/// A crash while a destroyed sandbox's link is being removed in the background leaves its run
+/// directory (`.gone-...`, lock free) and link, which gc removes without calling it a sandbox.
+#[tokio::test]
+async fn a_crash_during_a_background_teardown_leaves_the_link_to_gc() {
+    let env = TestEnv::new();
+    let _gc = GcOnDrop(&env);
+    let backend = backend(&env, "10.252.12.0/24");
+    if !require_network(&backend) {
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            &crate::support::test_name(module_path!(), "helper_destroys_a_networked_sandbox_and_dies"),
+            "--exact",
+            "--nocapture",
+        ])
+        .env(
+            DESTROYER_ENV,
+            format!("{}\n{}", env.state().display(), env.cgroup_parent),
+        )
+        .env(paddock_runtime::fault::FAULT_ENV, "teardown.deferred")
+        .output()
+        .expect("run the destroying process");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        stderr.contains("fault point teardown.deferred reached"),
+        "the destroying process did not die at the crash point: {stdout}\n{stderr}"
+    );
+    let made: Vec<&str> = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("made "))
+        .unwrap_or_else(|| panic!("no link reported: {stdout}\n{stderr}"))
+        .split(' ')
+        .collect();
+    let [slot, ifindex, host_ip] = made[..] else {
+        panic!("{made:?}")
+    };
+    let (slot, ifindex): (u32, u32) = (slot.parse().expect("slot"), ifindex.parse().expect("ifindex"));
+    // What the crash left: the run directory moved aside, the link, nothing else.
+    let run: Vec<String> = std::fs::read_dir(env.state().join("run"))
+        .expect("run dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(run.len() == 1 && run[0].starts_with(".gone-sb-crash-"), "{run:?}");
+    assert_eq!(interface_index(slot), Some(ifindex), "the crash left the link");
+    assert!(!env.state().join("pool/sandboxes/sb-crash").exists());
+    let reclaimed = backend.collect_garbage().expect("gc");
+    assert!(
+        reclaimed.is_empty(),
+        "a finished teardown is not a sandbox: {reclaimed:?}"
+    );
+    assert_ne!(interface_index(slot), Some(ifindex), "gc removed the link");
+    assert!(
+        table(slot).is_none_or(|rules| !rules.contains(host_ip)),
+        "gc removed the table"
+    );
+    env.assert_clean();
+}

@@ -232,7 +232,7 @@ async fn helper_creates_a_sandbox_then_exits() {
         pool_size: "8G".parse().expect("size"),
         ids: IdRange::DEFAULT,
         agent_binary: agent_bin(),
-        setup_binary: paddock_bin(),
+        setup_binary: setup_bin(),
         cgroup_parent: parent.to_owned(),
         die_with_parent: false,
         network_subnet: Default::default(),
