@@ -3,7 +3,7 @@
 of the same volume as the peer, in one run.
 
 Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
-    python3 bench/snapshots.py [--runs 20]
+    python3 bench/snapshots.py [--runs 20] [--busy]
 
 For a sandbox holding 10 MB and one holding 1 GB, each in 10,000 files:
   checkpoint: POST .../checkpoint, an agent step (`--step-ms` of think time), POST .../commit (only
@@ -79,6 +79,8 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--step-ms", type=float, default=100.0,
                     help="think time of an agent step between checkpoint and commit/rollback")
+    ap.add_argument("--busy", action="store_true",
+                    help="two busy loops (one per core here) during the measurements (not while filling)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench/snapshots.py needs root")
@@ -89,7 +91,13 @@ def main():
             sb = server.json("POST", "/v1/sandboxes", {"timeout_secs": 3600, "limits": {"disk": "4G"}})
             fill(server, sb["id"], files, size)
             subprocess.run(["sync"], check=True)
-            results[label] = measure(server, sb["id"], args.runs, args.step_ms / 1000)
+            busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if args.busy else 0)]
+            try:
+                results[label] = measure(server, sb["id"], args.runs, args.step_ms / 1000)
+            finally:
+                for p in busy:
+                    p.kill()
+                    p.wait()
     finally:
         server.stop()
         if os.environ.get("BENCH_LOG_FILE"):

@@ -2,7 +2,7 @@
 """Startup latency and idle memory of `paddock run` against bubblewrap, side by side in one run.
 
 Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
-    python3 bench/startup.py [--runs 200] [--idle 50] [--baseline OTHER_BUILD/paddock]
+    python3 bench/startup.py [--runs 200] [--idle 50] [--baseline OTHER_BUILD/paddock] [--busy]
 
 Latency: whole-process wall time of `CMD -- true` and `CMD -- python3 -c pass`, runs interleaved
 (bare, bwrap, paddock, bare, ...), reported as medians, p90 and the paddock/bwrap ratio. With `--baseline`, another paddock build (an
@@ -148,6 +148,8 @@ def main():
     ap.add_argument("--baseline", metavar="PADDOCK_BINARY",
                     help="another paddock build (say, of an older commit) to time in the same runs; its "
                          "paddock-agent must sit next to it")
+    ap.add_argument("--busy", action="store_true",
+                    help="two busy loops (one per core here) during the latency runs")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root")
@@ -162,7 +164,13 @@ def main():
             ENV, PADDOCK_STATE_DIR=tempfile.mkdtemp(prefix="paddock-bench-baseline-", dir="/var/tmp"),
             PADDOCK_CGROUP_PARENT="paddock-bench-baseline")
     try:
-        report = {"latency": latency(args.runs, paddock, baseline)}
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if args.busy else 0)]
+        try:
+            report = {"latency": latency(args.runs, paddock, baseline), "busy": args.busy}
+        finally:
+            for p in busy:
+                p.kill()
+                p.wait()
 
         def all_have(n_min):
             return lambda procs: all(len(descendants(p.pid)) >= n_min for p in procs)
