@@ -18,14 +18,18 @@ pub const DEFAULT_POOL_SIZE: ByteSize = ByteSize::gib(64);
 
 /// `paddock-agent` next to this binary.
 pub fn default_agent() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("cannot locate the paddock binary")?;
-    Ok(exe.with_file_name("paddock-agent"))
+    beside_this_binary("paddock-agent")
 }
 
 /// `paddock-setup` (the setup shim's executable) next to this binary.
-pub fn setup_binary() -> anyhow::Result<PathBuf> {
+fn setup_binary() -> anyhow::Result<PathBuf> {
+    beside_this_binary("paddock-setup")
+}
+
+/// The file `name` in this binary's directory.
+fn beside_this_binary(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot locate the paddock binary")?;
-    Ok(exe.with_file_name("paddock-setup"))
+    Ok(exe.with_file_name(name))
 }
 
 /// Configuration shared by the commands.

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use super::lifecycle::{error_chain, teardown_result};
 use super::network::{netns_pin, remove_link};
+use super::pool::now_nanos;
 use super::sandbox::{BootSpec, NativeSandbox};
 use super::NativeBackend;
 use crate::RuntimeError;
@@ -38,23 +39,26 @@ pub(super) const MAX_IN_FLIGHT: usize = 16;
 pub(super) const GONE_PREFIX: &str = ".gone-";
 
 impl NativeBackend {
-    /// The end of a destroy or stop, once the init is dead: [`Self::cleanup`], except that a
-    /// networked sandbox's link and run directory go on a background thread (see the module docs).
+    /// The end of a destroy or stop, once the init is dead: what [`Self::cleanup`] does, except that
+    /// a networked sandbox's link and run directory go on a background thread (see the module docs).
     pub(super) fn finish_teardown(&self, id: &str, sb: NativeSandbox) -> Result<(), RuntimeError> {
         let network = BootSpec::read(&sb.run_dir).and_then(|b| b.network);
-        let (Some(network), Ok(tools), false) = (network, &self.network_tools, self.config.die_with_parent)
-        else {
-            return self.cleanup(id, &sb.cgroup, &sb.run_dir);
-        };
         let mut errors = self.remove_cgroups_and_volume(id, &sb.cgroup);
+        let (network, tools) = match (network, &self.network_tools) {
+            (Some(network), Ok(tools)) if !self.config.die_with_parent => (network, tools.clone()),
+            (network, _) => {
+                errors.extend(self.remove_link_and_run_dir(&sb.run_dir, network.as_ref()));
+                return teardown_result(errors);
+            }
+        };
         let NativeSandbox { run_dir, _lock, .. } = sb;
         let gone = run_dir.with_file_name(format!("{GONE_PREFIX}{id}-{}", now_nanos()));
         if let Err(e) = fs::rename(&run_dir, &gone) {
             tracing::debug!(error = %e, "cannot move the run directory aside; removing the link in place");
-            errors.extend(self.remove_link_and_run_dir(&run_dir));
+            errors.extend(self.remove_link_and_run_dir(&run_dir, Some(&network)));
             return teardown_result(errors);
         }
-        let (tools, id) = (tools.clone(), id.to_owned());
+        let id = id.to_owned();
         let job = move || {
             // Held until the last step: gc leaves this run directory alone while it is ours.
             let _lock = _lock;
@@ -78,15 +82,9 @@ impl NativeBackend {
     /// Finishes the teardown of a sandbox whose background steps a crash interrupted (gc): its run
     /// directory `run_dir` (`.gone-...`, whose lock the caller holds) and the link it records.
     pub(super) fn finish_gone(&self, run_dir: &Path) -> Result<(), RuntimeError> {
-        teardown_result(self.remove_link_and_run_dir(run_dir))
+        let network = BootSpec::read(run_dir).and_then(|b| b.network);
+        teardown_result(self.remove_link_and_run_dir(run_dir, network.as_ref()))
     }
-}
-
-fn now_nanos() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
 }
 
 /// Background teardowns in flight.

@@ -178,7 +178,8 @@ impl NativeBackend {
         run_dir: &Path,
     ) -> Result<(), RuntimeError> {
         let mut errors = self.remove_cgroups_and_volume(id, cgroup);
-        errors.extend(self.remove_link_and_run_dir(run_dir));
+        let network = BootSpec::read(run_dir).and_then(|b| b.network);
+        errors.extend(self.remove_link_and_run_dir(run_dir, network.as_ref()));
         teardown_result(errors)
     }
 
@@ -200,12 +201,16 @@ impl NativeBackend {
     }
 
     /// The last steps of a teardown, after the processes (none may be left in the namespace): the
-    /// link, then the run directory, which holds the namespace's pin. Returns the errors.
-    pub(super) fn remove_link_and_run_dir(&self, run_dir: &Path) -> Vec<String> {
+    /// link `network` (the run directory's record of it), then the run directory, which holds the
+    /// namespace's pin. Returns the errors.
+    pub(super) fn remove_link_and_run_dir(
+        &self,
+        run_dir: &Path,
+        network: Option<&BootNetwork>,
+    ) -> Vec<String> {
         let mut errors = Vec::new();
         let t = std::time::Instant::now();
-        let network = BootSpec::read(run_dir).and_then(|b| b.network);
-        if let Err(e) = self.unlink_sandbox(run_dir, network.as_ref()) {
+        if let Err(e) = self.unlink_sandbox(run_dir, network) {
             errors.push(format!("{e}: {}", error_chain(&e)));
         }
         tracing::debug!(step = "remove link", us = t.elapsed().as_micros() as u64);

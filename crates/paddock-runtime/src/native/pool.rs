@@ -557,7 +557,8 @@ fn delete_with_qgroup(root: &Path, parent: &Path, name: &str) {
     }
 }
 
-fn now_nanos() -> u128 {
+/// Nanoseconds since the epoch: the suffix that makes a name set aside unique (`trash/`, `run/.gone-`).
+pub(super) fn now_nanos() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())

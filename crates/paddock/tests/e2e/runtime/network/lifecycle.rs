@@ -340,11 +340,7 @@ async fn a_destroyed_link_goes_in_the_background_and_settles() {
         assert_ne!(interface_index(m.link.slot), Some(m.ifindex));
         assert!(table(m.link.slot).is_none_or(|r| !r.contains(&m.link.host_ip.to_string())));
     }
-    let run: Vec<_> = std::fs::read_dir(env.state().join("run"))
-        .expect("run dir")
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
+    let run = crate::support::run_dirs(&env);
     assert!(run.is_empty(), "{run:?}");
     assert_link_gone(&first);
     assert_link_gone(&second);
@@ -364,8 +360,6 @@ async fn helper_destroys_a_networked_sandbox_and_dies() {
     };
     let (state, parent) = job.split_once('\n').expect("state and parent");
     let backend = NativeBackend::open(NativeConfig {
-        state_dir: state.into(),
-        cgroup_parent: parent.to_owned(),
         network_subnet: "10.252.12.0/24".parse().expect("subnet"),
         ..crate::support::native_config(std::path::Path::new(state), parent)
     })
@@ -422,12 +416,11 @@ async fn a_crash_during_a_background_teardown_leaves_the_link_to_gc() {
     };
     let (slot, ifindex): (u32, u32) = (slot.parse().expect("slot"), ifindex.parse().expect("ifindex"));
     // What the crash left: the run directory moved aside, the link, nothing else.
-    let run: Vec<String> = std::fs::read_dir(env.state().join("run"))
-        .expect("run dir")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    assert!(run.len() == 1 && run[0].starts_with(".gone-sb-crash-"), "{run:?}");
+    let run = crate::support::run_dirs(&env);
+    assert!(
+        run.len() == 1 && run.iter().all(|d| d.starts_with(".gone-sb-crash-")),
+        "{run:?}"
+    );
     assert_eq!(interface_index(slot), Some(ifindex), "the crash left the link");
     assert!(!env.state().join("pool/sandboxes/sb-crash").exists());
     let reclaimed = backend.collect_garbage().expect("gc");
