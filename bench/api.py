@@ -43,7 +43,33 @@ def summary(xs):
     return {"p50_ms": round(statistics.median(xs), 3), "p99_ms": round(pct(xs, 0.99), 3), "n": len(xs)}
 
 
-class Server:
+class Client:
+    """One API key over one keep-alive connection."""
+
+    def __init__(self, addr, key):
+        self.addr, self.key = addr, key
+        self.conn = http.client.HTTPConnection(*addr)
+
+    def request(self, method, path, body=None, accept="application/json"):
+        headers = {"Authorization": "Bearer " + self.key, "Accept": accept}
+        data = None
+        if body is not None:
+            data = json.dumps(body)
+            headers["Content-Type"] = "application/json"
+        self.conn.request(method, path, body=data, headers=headers)
+        return self.conn.getresponse()
+
+    def json(self, method, path, body=None, ok=(200, 201, 202, 204)):
+        r = self.request(method, path, body)
+        data = r.read()
+        if r.status not in ok:
+            raise RuntimeError("%s %s -> %d %s" % (method, path, r.status, data[:300]))
+        return json.loads(data) if data else None
+
+
+class Server(Client):
+    """`paddock serve` on its own state directory, as the admin key's client."""
+
     def __init__(self, warm_pool):
         self.state = tempfile.mkdtemp(prefix="paddock-bench-", dir="/var/tmp")
         os.rmdir(self.state)
@@ -74,8 +100,7 @@ class Server:
         self.log = []
         threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
         with open(os.path.join(self.state, "admin.key")) as f:
-            self.key = f.read().strip()
-        self.conn = http.client.HTTPConnection(*self.addr)
+            Client.__init__(self, self.addr, f.read().strip())
 
     def write_config(self, f):
         f.write('listen = "127.0.0.1:0"\ndefault_timeout = "1h"\n')
@@ -91,22 +116,6 @@ class Server:
             headers["Content-Type"] = "application/octet-stream"
         self.conn.request(method, path, body=data, headers=headers)
         return self.conn.getresponse()
-
-    def request(self, method, path, body=None, accept="application/json"):
-        headers = {"Authorization": "Bearer " + self.key, "Accept": accept}
-        data = None
-        if body is not None:
-            data = json.dumps(body)
-            headers["Content-Type"] = "application/json"
-        self.conn.request(method, path, body=data, headers=headers)
-        return self.conn.getresponse()
-
-    def json(self, method, path, body=None, ok=(200, 201, 202, 204)):
-        r = self.request(method, path, body)
-        data = r.read()
-        if r.status not in ok:
-            raise RuntimeError("%s %s -> %d %s" % (method, path, r.status, data[:300]))
-        return json.loads(data) if data else None
 
     def wait_pool(self, n, timeout=300):
         deadline = time.time() + timeout

@@ -17,7 +17,6 @@ Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
     python3 bench/approvals.py [--calls 500] [--approvals 30] [--executions 20]
 """
 import argparse
-import http.client
 import json
 import os
 import statistics
@@ -27,30 +26,6 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import api  # noqa: E402
-
-
-class Client:
-    """One key over one keep-alive connection."""
-
-    def __init__(self, addr, key):
-        self.addr, self.key = addr, key
-        self.conn = http.client.HTTPConnection(*addr)
-
-    def raw(self, method, path, body=None, accept="application/json"):
-        headers = {"Authorization": "Bearer " + self.key, "Accept": accept}
-        data = None
-        if body is not None:
-            data = json.dumps(body)
-            headers["Content-Type"] = "application/json"
-        self.conn.request(method, path, body=data, headers=headers)
-        return self.conn.getresponse()
-
-    def json(self, method, path, body=None, ok=(200, 201, 202, 204)):
-        r = self.raw(method, path, body)
-        data = r.read()
-        if r.status not in ok:
-            raise RuntimeError("%s %s -> %d %s" % (method, path, r.status, data[:300]))
-        return json.loads(data) if data else None
 
 
 def big_policy():
@@ -86,12 +61,12 @@ def main():
     results = {"load_avg_start": [round(x, 2) for x in os.getloadavg()], "cores": os.cpu_count()}
     server = api.Server(warm_pool=0)
     try:
-        admin = Client(server.addr, server.key)
+        admin = api.Client(server.addr, server.key)
         agent_key = admin.json("POST", "/v1/keys", {"tenant": "bench", "name": "agent"})["key"]
         person_key = admin.json("POST", "/v1/keys", {"tenant": "bench", "name": "person", "approver": True})["key"]
         admin.json("PUT", "/v1/tenants/bench/quota", {})
-        agent = Client(server.addr, agent_key)
-        person = Client(server.addr, person_key)
+        agent = api.Client(server.addr, agent_key)
+        person = api.Client(server.addr, person_key)
         plain = agent.json("POST", "/v1/sandboxes", {"timeout_secs": 3600})["id"]
         guarded = agent.json("POST", "/v1/sandboxes", {"timeout_secs": 3600})["id"]
         person.json("PUT", "/v1/sandboxes/%s/policy" % guarded, {"policy": big_policy()})
@@ -127,8 +102,8 @@ def main():
             first = {}
 
             def requester():
-                c = Client(server.addr, agent_key)
-                r = c.raw("POST", "/v1/sandboxes/%s/exec" % held,
+                c = api.Client(server.addr, agent_key)
+                r = c.request("POST", "/v1/sandboxes/%s/exec" % held,
                           {"argv": ["echo", "approved"], "approval_wait_ms": 60000}, accept="application/x-ndjson")
                 assert r.status == 200, (r.status, r.read()[:300])
                 while True:

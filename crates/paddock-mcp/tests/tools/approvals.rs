@@ -8,16 +8,12 @@
 use std::time::Duration;
 
 use paddock_control::{ApprovalsConfig, PolicyScope, Principal, SandboxService, ServiceConfig};
-use paddock_mcp::{McpSettings, PaddockMcp};
-use paddock_runtime::fake::FakeBackend;
-use paddock_runtime::AnyBackend;
-use paddock_store::Store;
 use paddock_types::api::DecideApprovalRequest;
 use rmcp::service::RunningService;
-use rmcp::{RoleClient, ServiceExt as _};
+use rmcp::RoleClient;
 use serde_json::{json, Value};
 
-use crate::support::{call, failed, structured};
+use crate::support::{call, connect, failed, new_key, started, structured};
 
 /// The service on the fake backend, answering a held request at once; a plain key and an
 /// approver key of one tenant.
@@ -29,44 +25,10 @@ async fn service() -> (SandboxService, Principal, Principal) {
         },
         ..ServiceConfig::default()
     };
-    let backend = FakeBackend::new().expect("fake backend");
-    let store = Store::open_in_memory().expect("store");
-    let service = SandboxService::start(config, AnyBackend::Fake(backend), store)
-        .await
-        .expect("service");
-    service.recovered().await;
-    let admin = service
-        .bootstrap_admin_key()
-        .await
-        .expect("bootstrap")
-        .expect("a key");
-    let admin = service.authenticate(&admin.key).await.expect("admin");
-    let mut keys = Vec::new();
-    for approver in [false, true] {
-        let created = service
-            .create_key(
-                &admin,
-                serde_json::from_value(json!({"tenant": "a", "approver": approver})).expect("request"),
-            )
-            .await
-            .expect("key");
-        keys.push(service.authenticate(&created.key).await.expect("tenant key"));
-    }
-    let approver = keys.pop().expect("approver");
-    let plain = keys.pop().expect("plain");
+    let (service, admin) = started(config).await;
+    let plain = new_key(&service, &admin, json!({"tenant": "a", "approver": false})).await;
+    let approver = new_key(&service, &admin, json!({"tenant": "a", "approver": true})).await;
     (service, plain, approver)
-}
-
-/// A client connected to `principal`'s MCP server.
-async fn connect(service: &SandboxService, principal: Principal) -> RunningService<RoleClient, ()> {
-    let (server_end, client_end) = tokio::io::duplex(1 << 20);
-    let server = PaddockMcp::new(service.clone(), principal, McpSettings::default());
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_end).await {
-            let _ = running.waiting().await;
-        }
-    });
-    ().serve(client_end).await.expect("the client connects")
 }
 
 /// The approval id a failure's text names.

@@ -49,9 +49,17 @@ pub const TOOLS: &[&str] = &[
 ];
 
 pub async fn service() -> (SandboxService, Principal, Principal) {
+    let (service, admin) = started(ServiceConfig::default()).await;
+    let a = new_key(&service, &admin, json!({ "tenant": "a" })).await;
+    let b = new_key(&service, &admin, json!({ "tenant": "b" })).await;
+    (service, a, b)
+}
+
+/// The service on the fake backend with `config`, recovered, and its bootstrapped admin.
+pub async fn started(config: ServiceConfig) -> (SandboxService, Principal) {
     let backend = FakeBackend::new().expect("fake backend");
     let store = Store::open_in_memory().expect("store");
-    let service = SandboxService::start(ServiceConfig::default(), AnyBackend::Fake(backend), store)
+    let service = SandboxService::start(config, AnyBackend::Fake(backend), store)
         .await
         .expect("service");
     service.recovered().await;
@@ -61,20 +69,16 @@ pub async fn service() -> (SandboxService, Principal, Principal) {
         .expect("bootstrap")
         .expect("a key");
     let admin = service.authenticate(&admin.key).await.expect("admin");
-    let mut principals = Vec::new();
-    for tenant in ["a", "b"] {
-        let created = service
-            .create_key(
-                &admin,
-                serde_json::from_value(json!({ "tenant": tenant })).expect("request"),
-            )
-            .await
-            .expect("key");
-        principals.push(service.authenticate(&created.key).await.expect("tenant key"));
-    }
-    let b = principals.pop().expect("b");
-    let a = principals.pop().expect("a");
-    (service, a, b)
+    (service, admin)
+}
+
+/// A key `admin` makes from `request` (a key request's JSON), as its principal.
+pub async fn new_key(service: &SandboxService, admin: &Principal, request: Value) -> Principal {
+    let created = service
+        .create_key(admin, serde_json::from_value(request).expect("request"))
+        .await
+        .expect("key");
+    service.authenticate(&created.key).await.expect("tenant key")
 }
 
 /// A client connected to `principal`'s MCP server.
