@@ -276,18 +276,19 @@ fn made(env: &TestEnv, handle: &SandboxHandle) -> Made {
 /// run directory takes while its last teardown steps run in the background, `run/.gone-<id>-<n>`).
 /// Those steps may still be running when a destroy returns: this waits for them, with a deadline.
 fn assert_link_gone(m: &Made) {
-    let id = m
-        .pin
-        .parent()
-        .and_then(|p| p.file_name())
-        .expect("the pin is in a run directory")
-        .to_string_lossy()
-        .into_owned();
+    // `<state>/run/.gone-<id>-`: this environment's run directory only (other tests' sandboxes may
+    // have the same id, and every mount of the host is in the mount table).
+    let run_dir = m.pin.parent().expect("the pin is in a run directory");
+    let id = run_dir.file_name().expect("a sandbox id").to_string_lossy();
+    let gone = run_dir
+        .with_file_name(format!(".gone-{id}-"))
+        .display()
+        .to_string();
     let pinned = || {
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
         mounts
             .lines()
-            .any(|l| l.contains(&m.pin.display().to_string()) || l.contains(&format!("/.gone-{id}-")))
+            .any(|l| l.contains(&m.pin.display().to_string()) || l.contains(&gone))
     };
     let interface_left = || interface_index(m.link.slot) == Some(m.ifindex);
     let table_left = || table(m.link.slot).is_some_and(|rules| rules.contains(&m.link.host_ip.to_string()));
