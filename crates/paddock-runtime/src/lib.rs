@@ -7,7 +7,7 @@
 //! it never silently runs with weaker isolation.
 //!
 //! The native backend (`native/`) builds a sandbox from Linux namespaces, a root file system assembled
-//! from read-only host directories plus a private btrfs subvolume (`native/pool.rs`), cgroup limits
+//! from read-only host directories plus a private btrfs subvolume (`native/pool/`), cgroup limits
 //! (`native/cgroup/`), seccomp, Landlock and no capabilities. The privileged setup happens in a
 //! separate single-threaded process (`native/setup/`), never in the caller. The fake backend
 //! (`fake/`, cargo feature `fake`, debug builds only) keeps sandboxes in memory with an agent double,

@@ -41,7 +41,7 @@ impl NativeBackend {
     /// sandbox being created gets before its cgroups and subvolume: a sandbox being born is never
     /// mistaken for leftovers.
     fn take_ownership(&self, id: &str) -> Result<Ownership, RuntimeError> {
-        let leftovers = self.cgroups.sandbox(id).exists() || self.pool.volume_path(id).exists();
+        let leftovers = self.cgroups.sandbox(id).exists() || self.pool.holds_volume(id);
         let run_dir = self.run_dir(id);
         match StateLock::try_acquire(&run_dir.join("lock")) {
             Ok(Some(lock)) => Ok(Ownership::Taken(lock)),

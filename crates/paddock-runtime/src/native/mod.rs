@@ -3,7 +3,7 @@
 //! State directory layout (default `/var/lib/paddock`):
 //!
 //! ```text
-//! <state>/pool.img, <state>/pool/      the storage pool (see pool.rs)
+//! <state>/pool.img, <state>/pool/      the storage pool (see pool/mod.rs)
 //! <state>/run/<id>/lock                flock held by the process that owns the sandbox
 //! <state>/run/<id>/init.pid            the init's host pid and start time (for adoption, adopt.rs)
 //! <state>/run/<id>/boot.json           rootfs, mounts, volumes, user and network link, to restart the

@@ -45,6 +45,8 @@ pub async fn assert_consistent(env: &TestEnv, api: &Api, admin: &str) {
         .collect();
     assert_eq!(runs, live, "run directories vs the store's live sandboxes");
     assert_eq!(subvolumes(env), live, "subvolumes vs the store's live sandboxes");
+    let staged = names(&env.state().join("pool/incoming"));
+    assert!(staged.is_empty(), "volumes left half-made: {staged:?}");
     assert_eq!(
         names(&env.state().join("pool/stopped")),
         store_ids(env, &["stopped"]),

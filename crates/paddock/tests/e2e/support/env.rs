@@ -187,10 +187,24 @@ impl TestEnv {
 
 impl Drop for TestEnv {
     fn drop(&mut self) {
-        let out = self.cmd().args(["pool", "destroy"]).output();
+        let destroy = || self.cmd().args(["pool", "destroy"]).output();
+        let mut out = destroy();
+        if !out.as_ref().is_ok_and(|o| o.status.success()) {
+            // A failed test can leave sandboxes (its server killed): gc reclaims them, then the
+            // pool can go.
+            let _ = self.cmd().arg("gc").output();
+            out = destroy();
+        }
         match out {
             Ok(o) if o.status.success() => {}
-            Ok(o) => eprintln!("pool destroy failed: {}", String::from_utf8_lossy(&o.stderr)),
+            Ok(o) => {
+                eprintln!("pool destroy failed: {}", String::from_utf8_lossy(&o.stderr));
+                // Never leave the pool mounted on an image the temporary directory deletes.
+                let _ = std::process::Command::new("umount")
+                    .arg("--lazy")
+                    .arg(self.state().join("pool"))
+                    .status();
+            }
             Err(e) => eprintln!("pool destroy failed: {e}"),
         }
         for h in ["memory", "pids", "cpu", "blkio", "unified", ""] {

@@ -9,6 +9,8 @@
 //! <pool>/snapshots/<id>      read-only snapshots of sandboxes/<id> (`sn-...`), owned by nobody but the
 //!                            caller that took them: gc never touches them, `pool destroy` removes them
 //! <pool>/sandboxes/<id>.next the volume of a sandbox prepared for a rollback of <id> (rollback.rs)
+//! <pool>/incoming/<id>/volume a sandbox's volume being made, before it is renamed into `sandboxes/`
+//!                            (`incoming.rs`: concurrent snapshots then share transaction commits)
 //! <pool>/trash/<name>        subvolumes being deleted off the caller's path (a rolled-back volume)
 //! <pool>/stopped/<id>        a stopped sandbox's subvolume (no processes; resumable); its owner is the
 //!                            control plane's record, not a run directory, so gc leaves it alone
@@ -46,6 +48,8 @@ use super::lock::StateLock;
 use super::staging::{self, Area};
 use super::users::IdRange;
 use crate::{RuntimeError, VolumeUsage};
+
+mod incoming;
 
 /// Bumped when the template layout changes, so old templates are rebuilt.
 const TEMPLATE_VERSION: u32 = 2;
@@ -251,7 +255,6 @@ impl StoragePool {
         disk: Option<ByteSize>,
     ) -> Result<PathBuf, RuntimeError> {
         let id = name;
-        let parent = self.root.join("sandboxes");
         let path = self.volume_path(id);
         let source = match (source, rootfs) {
             (VolumeSource::Template, RootfsSpec::Image { template }) => self.existing_image(template)?,
@@ -264,8 +267,7 @@ impl StoragePool {
                 return Ok(path);
             }
         };
-        btrfs::snapshot_subvolume(&source, &parent, id, false)
-            .map_err(pool_err("snapshot a volume into", &path))?;
+        incoming::snapshot_into_place(&self.root, &source, id)?;
         if disk.is_some() {
             if let Err(e) = self.set_disk_limit(id, disk) {
                 let _ = self.delete_volume(id);
@@ -307,8 +309,10 @@ impl StoragePool {
         })
     }
 
-    /// Deletes sandbox `id`'s subvolume and its qgroup. A missing subvolume is not an error.
+    /// Deletes sandbox `id`'s subvolume and its qgroup, and what a crashed create of it left in
+    /// `incoming/`. A missing subvolume is not an error.
     pub fn delete_volume(&self, id: &str) -> Result<(), RuntimeError> {
+        incoming::remove_leftovers(&self.root, id)?;
         let parent = self.root.join("sandboxes");
         let path = parent.join(id);
         if !path.exists() {
@@ -483,14 +487,23 @@ impl StoragePool {
         Ok(ids)
     }
 
-    /// Ids of every sandbox subvolume present.
+    /// Ids of every sandbox subvolume present, and of every sandbox whose create left something in
+    /// `incoming/` (possibly twice).
     pub fn list_volumes(&self) -> Vec<String> {
-        let Ok(rd) = fs::read_dir(self.root.join("sandboxes")) else {
-            return Vec::new();
-        };
-        rd.flatten()
-            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-            .collect()
+        let mut ids = incoming::list(&self.root);
+        if let Ok(rd) = fs::read_dir(self.root.join("sandboxes")) {
+            ids.extend(
+                rd.flatten()
+                    .filter_map(|e| e.file_name().to_str().map(str::to_owned)),
+            );
+        }
+        ids
+    }
+
+    /// Whether anything of sandbox `id`'s volume is in the pool: the volume, or what a crashed
+    /// create of it left.
+    pub fn holds_volume(&self, id: &str) -> bool {
+        self.volume_path(id).exists() || incoming::has_leftovers(&self.root, id)
     }
 
     /// Deletes every snapshot and named volume, unmounts the pool and removes its image and state (refused while
@@ -502,7 +515,7 @@ impl StoragePool {
                 .map(|mut rd| rd.next().is_some())
                 .unwrap_or(false)
         };
-        if holds("sandboxes") || holds("stopped") {
+        if holds("sandboxes") || holds("stopped") || holds("incoming") {
             return Err(RuntimeError::InvalidConfig(format!(
                 "the pool at {} still holds sandboxes (running or stopped); delete them or run `paddock gc` first",
                 root.display()
