@@ -90,6 +90,13 @@ pub fn make_private_recursive() -> io::Result<()> {
         .map_err(|e| with_path(Path::new("/"), "failed to make mounts private under", e))
 }
 
+/// Makes the mount at `target` (alone) private: mounts made under it propagate nowhere, and none
+/// propagate into it.
+pub fn make_private(target: &Path) -> io::Result<()> {
+    rustix::mount::mount_change(target, MountPropagationFlags::PRIVATE)
+        .map_err(|e| with_path(target, "failed to make private", e))
+}
+
 /// Bind-mounts `source` onto `target` (recursively when `recursive`).
 pub fn bind(source: &Path, target: &Path, recursive: bool) -> io::Result<()> {
     let r = if recursive {

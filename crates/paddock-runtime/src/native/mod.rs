@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! <state>/pool.img, <state>/pool/      the storage pool (see pool/mod.rs)
+//! <state>/run/                         a private tmpfs (run_mount.rs)
 //! <state>/run/<id>/lock                flock held by the process that owns the sandbox
 //! <state>/run/<id>/init.pid            the init's host pid and start time (for adoption, adopt.rs)
 //! <state>/run/<id>/boot.json           rootfs, mounts, volumes, user and network link, to restart the
@@ -36,6 +37,7 @@ mod pool;
 mod ports;
 mod resources;
 mod rollback;
+mod run_mount;
 mod sandbox;
 mod seam;
 pub mod setup;
@@ -230,6 +232,7 @@ fn prepare_state_dir(config: &NativeConfig) -> Result<(), RuntimeError> {
         std::os::unix::fs::chown(&dir, None, Some(config.ids.host_gid(0))).map_err(err("chown"))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o710)).map_err(err("chmod"))?;
     }
+    run_mount::mount_if_needed(state, config.ids.host_gid(0))?;
     if !marker.exists() {
         std::fs::write(&marker, "paddock state directory\n").map_err(|source| RuntimeError::State {
             what: "write",

@@ -548,7 +548,7 @@ impl StoragePool {
             fs::remove_file(&image).map_err(pool_err("remove", &image))?;
             let _ = fs::remove_dir(&root);
         }
-        Ok(())
+        super::run_mount::unmount_if_empty(state_dir)
     }
 }
 

@@ -143,3 +143,117 @@ fn gc_and_pool_destroy_remove_the_parent_cgroups_paddock_made() {
     }
     env.assert_clean();
 }
+
+/// The mount table's line for the mount at exactly `path`, if any.
+fn mount_at(path: &std::path::Path) -> Option<String> {
+    let target = path.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("mountinfo")
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some(target.as_str()))
+        .map(str::to_owned)
+}
+
+/// The state directory bound onto itself as a shared mount (a host whose `/` is shared, as under
+/// systemd), so that a mount made below it would propagate unless made private; lazily unmounted on
+/// drop.
+struct SharedMount(std::path::PathBuf);
+
+impl SharedMount {
+    fn new(dir: &std::path::Path) -> Self {
+        std::fs::create_dir_all(dir).expect("the state directory");
+        for args in [&["--bind"][..], &["--make-shared"][..]] {
+            let ok = std::process::Command::new("mount")
+                .args(args)
+                .args(if args[0] == "--bind" {
+                    vec![dir, dir]
+                } else {
+                    vec![dir]
+                })
+                .status()
+                .expect("mount runs");
+            assert!(ok.success(), "mount {args:?} {}", dir.display());
+        }
+        Self(dir.to_owned())
+    }
+}
+
+impl Drop for SharedMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("--lazy")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn the_run_directory_is_a_private_tmpfs_that_pool_destroy_unmounts() {
+    let env = TestEnv::new();
+    let shared = SharedMount::new(env.state());
+    let run = env.state().join("run");
+    assert_code(&env.run(&[], &["true"]), 0);
+    let line = mount_at(&run).unwrap_or_else(|| panic!("no mount at {}", run.display()));
+    let (mount, fs) = line.split_once(" - ").expect("a mountinfo line");
+    assert!(fs.starts_with("tmpfs "), "{line}");
+    for option in ["nosuid", "nodev", "noexec"] {
+        assert!(mount.contains(option), "{option} missing: {line}");
+    }
+    assert!(
+        !mount.contains("shared:"),
+        "mounts under it must not propagate: {line}"
+    );
+    // Only host root may enter it; the sandboxes' root group may pass through.
+    let meta = std::fs::metadata(&run).expect("run");
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o710);
+    assert_eq!(meta.uid(), 0);
+    // A second open finds it mounted: one mount, not two.
+    assert_code(&env.run(&[], &["true"]), 0);
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let stacked = mounts
+        .lines()
+        .filter(|l| l.split_whitespace().nth(4) == Some(&*run.to_string_lossy()))
+        .count();
+    assert_eq!(stacked, 1, "{mounts}");
+    assert_code(
+        &env.cmd()
+            .args(["pool", "destroy"])
+            .output()
+            .expect("pool destroy"),
+        0,
+    );
+    assert_eq!(mount_at(&run), None, "pool destroy unmounts the run directory");
+    drop(shared);
+    env.assert_clean();
+}
+
+#[test]
+fn a_run_directory_an_older_paddock_left_occupied_stays_on_disk_until_empty() {
+    let env = TestEnv::new();
+    let run = env.state().join("run");
+    // What an older paddock leaves while one of its sandboxes lives: its run directory on disk,
+    // its lock held.
+    std::fs::create_dir_all(run.join("sb-older")).expect("an older sandbox's run directory");
+    std::fs::write(env.state().join(".paddock-state"), "paddock state directory\n").expect("marker");
+    let lock = std::fs::File::create(run.join("sb-older/lock")).expect("its lock file");
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).expect("held");
+    assert_code(&env.run(&[], &["true"]), 0);
+    assert_eq!(
+        mount_at(&run),
+        None,
+        "mounted over a live sandbox's run directory"
+    );
+    assert!(
+        run.join("sb-older").is_dir(),
+        "the older sandbox's run directory is hidden or gone"
+    );
+    drop(lock);
+    std::fs::remove_dir_all(run.join("sb-older")).expect("the older sandbox ends");
+    assert_code(&env.run(&[], &["true"]), 0);
+    assert!(
+        mount_at(&run).is_some_and(|l| l.contains(" - tmpfs ")),
+        "an empty run directory becomes a tmpfs"
+    );
+    env.assert_clean();
+}

@@ -163,7 +163,11 @@ impl TestEnv {
         let state = self.state().to_string_lossy().into_owned();
         let extra: Vec<&str> = mounts
             .lines()
-            .filter(|l| l.contains(&state) && !l.contains(&format!("{state}/pool ")))
+            .filter(|l| {
+                l.contains(&state)
+                    && !l.contains(&format!("{state}/pool "))
+                    && !l.contains(&format!("{state}/run "))
+            })
             .collect();
         assert!(extra.is_empty(), "mounts left behind: {extra:?}");
     }
