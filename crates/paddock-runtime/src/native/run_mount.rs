@@ -42,6 +42,14 @@ fn is_tmpfs(run: &Path) -> Result<bool, RuntimeError> {
         .map_err(state_err("inspect", run))
 }
 
+/// Whether `run` holds anything.
+fn occupied(run: &Path) -> Result<bool, RuntimeError> {
+    Ok(fs::read_dir(run)
+        .map_err(state_err("read", run))?
+        .next()
+        .is_some())
+}
+
 /// Mounts a tmpfs on `<state>/run` (which exists, mode 0710, group `gid`) unless it is one already
 /// or holds an older paddock's sandboxes.
 pub(super) fn mount_if_needed(state: &Path, gid: u32) -> Result<(), RuntimeError> {
@@ -53,11 +61,7 @@ pub(super) fn mount_if_needed(state: &Path, gid: u32) -> Result<(), RuntimeError
     if is_tmpfs(&run)? {
         return Ok(());
     }
-    let occupied = fs::read_dir(&run)
-        .map_err(state_err("read", &run))?
-        .next()
-        .is_some();
-    if occupied {
+    if occupied(&run)? {
         tracing::info!(run_dir = %run.display(), "the run directory holds sandboxes of an earlier start; it stays on disk until it is empty");
         return Ok(());
     }
@@ -82,11 +86,7 @@ pub(crate) fn unmount_if_empty(state: &Path) -> Result<(), RuntimeError> {
     if !run.exists() || !is_tmpfs(&run)? {
         return Ok(());
     }
-    let occupied = fs::read_dir(&run)
-        .map_err(state_err("read", &run))?
-        .next()
-        .is_some();
-    if occupied {
+    if occupied(&run)? {
         return Err(RuntimeError::InvalidConfig(format!(
             "the run directory {} still holds sandboxes; delete them or run `paddock gc` first",
             run.display()
