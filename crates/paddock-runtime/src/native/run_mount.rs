@@ -22,8 +22,9 @@ use crate::RuntimeError;
 /// tmpfs's `statfs` magic (`TMPFS_MAGIC`).
 const TMPFS_MAGIC: u64 = 0x0102_1994;
 
-/// What the run directory's tmpfs may hold at most: run directories are a few KiB each, the agent
-/// logs are what is left.
+/// What the run directory's tmpfs may hold at most: run directories are a few KiB each, and each
+/// agent writes at most 256 KiB to its log (`paddock-agent`'s `stderr_log.rs`): room for a thousand
+/// full logs.
 const SIZE: &str = "256m";
 /// At most this many inodes (about 15 per sandbox).
 const INODES: u32 = 1 << 20;
