@@ -144,7 +144,12 @@ impl NativeBackend {
                  read-only mounts, seccomp and dropped capabilities still apply)"
             );
         }
-        prepare_state_dir(&config)?;
+        prepare_state_dir(&config, || {
+            cgroups
+                .list_ids()
+                .iter()
+                .any(|id| !cgroups.sandbox(id).pids().is_empty())
+        })?;
         let pool = StoragePool::open(&config.state_dir, config.pool_size, config.ids)?;
         let network_tools = network::NetworkTools::find();
         if let Err(missing) = &network_tools {
@@ -200,8 +205,9 @@ impl NativeBackend {
 
 /// Creates the state directory and `run/`, and makes both searchable by the sandbox root group (mode
 /// 0710): each sandbox's init builds its root under `run/<id>/` as the sandbox's root user, an
-/// unprivileged host uid. Other host users get no access.
-fn prepare_state_dir(config: &NativeConfig) -> Result<(), RuntimeError> {
+/// unprivileged host uid. Other host users get no access. `run/` becomes a tmpfs (`run_mount.rs`;
+/// `sandboxes_live` says whether any sandbox has processes, for its check of another namespace's).
+fn prepare_state_dir(config: &NativeConfig, sandboxes_live: impl Fn() -> bool) -> Result<(), RuntimeError> {
     use std::os::unix::fs::PermissionsExt;
     let state = &config.state_dir;
     if let Some(dir) = unsearchable_ancestor(state) {
@@ -232,7 +238,7 @@ fn prepare_state_dir(config: &NativeConfig) -> Result<(), RuntimeError> {
         std::os::unix::fs::chown(&dir, None, Some(config.ids.host_gid(0))).map_err(err("chown"))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o710)).map_err(err("chmod"))?;
     }
-    run_mount::mount_if_needed(state, config.ids.host_gid(0))?;
+    run_mount::mount_if_needed(state, config.ids.host_gid(0), sandboxes_live)?;
     if !marker.exists() {
         std::fs::write(&marker, "paddock state directory\n").map_err(|source| RuntimeError::State {
             what: "write",

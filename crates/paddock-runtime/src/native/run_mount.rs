@@ -8,7 +8,14 @@
 //! Mounted by the first backend to open the state directory (under `run.lock`), private, `nosuid`,
 //! `nodev`, `noexec`. A run directory an older paddock made on disk that still holds sandboxes is
 //! left as it is (mounting over it would hide live sandboxes); it becomes a tmpfs on the first open
-//! that finds it empty. Pages written there are charged to the memory cgroup of their writer (a
+//! that finds it empty.
+//!
+//! A tmpfs is seen only in the mount namespace that mounted it (and those copied from it later). A
+//! process sharing the state directory from another namespace (say, a server started in a private
+//! one) would see an empty directory on disk, take the other side's sandboxes for orphans and reclaim
+//! them. So `<state>/run.mount` records the boot and mount namespace of the mount, and an open that
+//! cannot see the tmpfs although it was mounted in this boot in another namespace, while sandboxes
+//! have processes, is refused. Pages written there are charged to the memory cgroup of their writer (a
 //! sandbox's agent log to that sandbox). This module does not decide what goes in the directory.
 
 use std::fs;
@@ -51,9 +58,34 @@ fn occupied(run: &Path) -> Result<bool, RuntimeError> {
         .is_some())
 }
 
+/// Where the mount is recorded, under the state directory.
+const RECORD: &str = "run.mount";
+
+/// This boot and this process's mount namespace, as `run.mount` records them.
+fn whereabouts() -> Option<String> {
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let namespace = fs::read_link("/proc/self/ns/mnt").ok()?;
+    Some(format!("{} {}", boot.trim(), namespace.display()))
+}
+
+/// The mount namespace that mounted the run directory's tmpfs in this boot, when it is not this
+/// process's.
+fn mounted_elsewhere(state: &Path) -> Option<String> {
+    let recorded = fs::read_to_string(state.join(RECORD)).ok()?;
+    let (boot, namespace) = recorded.trim().split_once(' ')?;
+    let here = whereabouts()?;
+    let (this_boot, this_namespace) = here.split_once(' ')?;
+    (boot == this_boot && namespace != this_namespace).then(|| namespace.to_owned())
+}
+
 /// Mounts a tmpfs on `<state>/run` (which exists, mode 0710, group `gid`) unless it is one already
-/// or holds an older paddock's sandboxes.
-pub(super) fn mount_if_needed(state: &Path, gid: u32) -> Result<(), RuntimeError> {
+/// or holds an older paddock's sandboxes. Refused when it is a tmpfs in another mount namespace and
+/// `sandboxes_live()` says some sandbox has processes (module docs).
+pub(super) fn mount_if_needed(
+    state: &Path,
+    gid: u32,
+    sandboxes_live: impl Fn() -> bool,
+) -> Result<(), RuntimeError> {
     let run = state.join("run");
     if is_tmpfs(&run)? {
         return Ok(());
@@ -61,6 +93,15 @@ pub(super) fn mount_if_needed(state: &Path, gid: u32) -> Result<(), RuntimeError
     let _lock = StateLock::acquire(&state.join("run.lock"))?;
     if is_tmpfs(&run)? {
         return Ok(());
+    }
+    if let Some(namespace) = mounted_elsewhere(state) {
+        if sandboxes_live() {
+            return Err(RuntimeError::InvalidConfig(format!(
+                "the run directory {} is a tmpfs in another mount namespace ({namespace}), where \
+                 sandboxes are running; run paddock in that mount namespace",
+                run.display()
+            )));
+        }
     }
     if occupied(&run)? {
         tracing::info!(run_dir = %run.display(), "the run directory holds sandboxes of an earlier start; it stays on disk until it is empty");
@@ -78,6 +119,12 @@ pub(super) fn mount_if_needed(state: &Path, gid: u32) -> Result<(), RuntimeError
         let _ = mount::unmount_detach(&run);
         return Err(state_err("make private", &run)(e));
     }
+    if let Some(here) = whereabouts() {
+        let record = state.join(RECORD);
+        if let Err(e) = fs::write(&record, format!("{here}\n")) {
+            tracing::warn!(record = %record.display(), error = %e, "cannot record where the run directory is mounted");
+        }
+    }
     Ok(())
 }
 
@@ -93,5 +140,7 @@ pub(crate) fn unmount_if_empty(state: &Path) -> Result<(), RuntimeError> {
             run.display()
         )));
     }
-    mount::unmount_detach(&run).map_err(state_err("unmount", &run))
+    mount::unmount_detach(&run).map_err(state_err("unmount", &run))?;
+    let _ = fs::remove_file(state.join(RECORD));
+    Ok(())
 }

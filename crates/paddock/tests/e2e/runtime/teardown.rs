@@ -257,3 +257,54 @@ fn a_run_directory_an_older_paddock_left_occupied_stays_on_disk_until_empty() {
     );
     env.assert_clean();
 }
+
+#[test]
+fn a_run_directory_mounted_in_another_mount_namespace_is_refused_while_its_sandboxes_live() {
+    let env = TestEnv::new();
+    // A `paddock run` in a private mount namespace mounts the run tmpfs (and the pool) there only.
+    let elsewhere = env.cmd();
+    let program = elsewhere.get_program().to_owned();
+    let mut other = std::process::Command::new("unshare");
+    other
+        .args(["--mount", "--propagation", "private", "--"])
+        .arg(program)
+        .args(["run", "--", "sleep", "120"])
+        .envs(elsewhere.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+        .env_remove("PADDOCK_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    /// Ends the other namespace's run however the test ends (it tears its sandbox down on TERM).
+    struct Ended(Child);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            if let Ok(None) = self.0.try_wait() {
+                signal(&self.0, rustix::process::Signal::TERM);
+                let _ = self.0.wait();
+            }
+        }
+    }
+    let child = Ended(other.spawn().expect("unshare runs"));
+    let live = wait_until(Duration::from_secs(60), || {
+        env.processes()
+            .iter()
+            .any(|(_, cmd)| cmd.starts_with("sleep 120"))
+    });
+    assert!(live, "the other namespace's sandbox did not start");
+    let refused = env.run(&[], &["true"]);
+    assert_code(&refused, 125);
+    let line = crate::support::stderr(&refused);
+    assert!(line.contains("another mount namespace"), "{line}");
+    assert_eq!(line.trim().lines().count(), 1, "{line}");
+    assert!(
+        env.processes()
+            .iter()
+            .any(|(_, cmd)| cmd.starts_with("sleep 120")),
+        "the other namespace's sandbox was reclaimed"
+    );
+    // Once that sandbox is gone, nothing can be harmed: the run directory is mounted here.
+    drop(child);
+    assert!(wait_until(Duration::from_secs(60), || env.processes().is_empty()));
+    assert_code(&env.run(&[], &["true"]), 0);
+    env.assert_clean();
+}
