@@ -238,3 +238,5 @@ pub fn fs_magic(path: &Path) -> io::Result<u64> {
 
 /// `statfs` magic of cgroup2.
 pub const CGROUP2_SUPER_MAGIC: u64 = 0x6367_7270;
+/// `statfs` magic of tmpfs (`TMPFS_MAGIC`).
+pub const TMPFS_MAGIC: u64 = 0x0102_1994;

@@ -24,10 +24,8 @@ use std::path::Path;
 use paddock_sys::mount::{self, MountAttrs};
 
 use super::lock::StateLock;
+use super::sandbox::state_err;
 use crate::RuntimeError;
-
-/// tmpfs's `statfs` magic (`TMPFS_MAGIC`).
-const TMPFS_MAGIC: u64 = 0x0102_1994;
 
 /// What the run directory's tmpfs may hold at most: run directories are a few KiB each, and each
 /// agent writes at most 256 KiB to its log (`paddock-agent`'s `stderr_log.rs`): room for a thousand
@@ -36,17 +34,9 @@ const SIZE: &str = "256m";
 /// At most this many inodes (about 15 per sandbox).
 const INODES: u32 = 1 << 20;
 
-fn state_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> RuntimeError + 'a {
-    move |source| RuntimeError::State {
-        what,
-        path: path.to_owned(),
-        source,
-    }
-}
-
 fn is_tmpfs(run: &Path) -> Result<bool, RuntimeError> {
     mount::fs_magic(run)
-        .map(|m| m == TMPFS_MAGIC)
+        .map(|m| m == mount::TMPFS_MAGIC)
         .map_err(state_err("inspect", run))
 }
 
@@ -69,11 +59,10 @@ fn whereabouts() -> Option<String> {
 }
 
 /// The mount namespace that mounted the run directory's tmpfs in this boot, when it is not this
-/// process's.
-fn mounted_elsewhere(state: &Path) -> Option<String> {
+/// process's (`here`, from [`whereabouts`]).
+fn mounted_elsewhere(state: &Path, here: &str) -> Option<String> {
     let recorded = fs::read_to_string(state.join(RECORD)).ok()?;
     let (boot, namespace) = recorded.trim().split_once(' ')?;
-    let here = whereabouts()?;
     let (this_boot, this_namespace) = here.split_once(' ')?;
     (boot == this_boot && namespace != this_namespace).then(|| namespace.to_owned())
 }
@@ -94,7 +83,8 @@ pub(super) fn mount_if_needed(
     if is_tmpfs(&run)? {
         return Ok(());
     }
-    if let Some(namespace) = mounted_elsewhere(state) {
+    let here = whereabouts();
+    if let Some(namespace) = here.as_deref().and_then(|h| mounted_elsewhere(state, h)) {
         if sandboxes_live() {
             return Err(RuntimeError::InvalidConfig(format!(
                 "the run directory {} is a tmpfs in another mount namespace ({namespace}), where \
@@ -119,7 +109,7 @@ pub(super) fn mount_if_needed(
         let _ = mount::unmount_detach(&run);
         return Err(state_err("make private", &run)(e));
     }
-    if let Some(here) = whereabouts() {
+    if let Some(here) = here {
         let record = state.join(RECORD);
         if let Err(e) = fs::write(&record, format!("{here}\n")) {
             tracing::warn!(record = %record.display(), error = %e, "cannot record where the run directory is mounted");

@@ -20,7 +20,7 @@ use std::path::Path;
 use paddock_sys::btrfs;
 use rustix::fs::{RenameFlags, CWD};
 
-use super::{delete_with_qgroup, pool_err};
+use super::{delete_with_qgroup, pool_err, StoragePool};
 use crate::RuntimeError;
 
 /// The directory of volumes being made, under the pool root.
@@ -30,14 +30,9 @@ const VOLUME: &str = "volume";
 
 /// Snapshots `source` (writable) as `<root>/sandboxes/<name>`, through `incoming/<name>/`; refused
 /// (nothing left behind) if `sandboxes/<name>` exists.
-pub(super) fn snapshot_into_place(root: &Path, source: &Path, name: &str) -> Result<(), RuntimeError> {
-    let incoming = root.join(DIR);
-    match fs::DirBuilder::new().mode(0o700).create(&incoming) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(pool_err("create", &incoming)(e)),
-    }
-    let dir = incoming.join(name);
+pub(super) fn snapshot_into_place(pool: &StoragePool, source: &Path, name: &str) -> Result<(), RuntimeError> {
+    let root = pool.root();
+    let dir = pool.private_dir(DIR)?.join(name);
     match fs::DirBuilder::new().mode(0o700).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {

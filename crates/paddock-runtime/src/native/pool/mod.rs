@@ -267,7 +267,7 @@ impl StoragePool {
                 return Ok(path);
             }
         };
-        incoming::snapshot_into_place(&self.root, &source, id)?;
+        incoming::snapshot_into_place(self, &source, id)?;
         if disk.is_some() {
             if let Err(e) = self.set_disk_limit(id, disk) {
                 let _ = self.delete_volume(id);
