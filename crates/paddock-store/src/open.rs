@@ -268,6 +268,26 @@ fn create_private_file(path: &Path) -> Result<(), StoreError> {
     }
 }
 
+/// `PRAGMA journal_mode = WAL`; the mode now in force. Switching takes an exclusive lock from a
+/// shared one, and when several connections open a new database at once SQLite answers one of them
+/// `SQLITE_BUSY` at once (deadlock avoidance: the busy handler is not called), so that answer is
+/// retried until [`BUSY_TIMEOUT`], with a short pause that doubles up to 16 ms.
+fn journal_mode_wal(conn: &Connection) -> rusqlite::Result<String> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(16));
+            }
+            other => return other,
+        }
+    }
+}
+
 fn configure(conn: &Connection, path: &Path, writable_file: bool) -> Result<(), StoreError> {
     let fail = |setting: &'static str| {
         move |e| StoreError::Configure {
@@ -278,9 +298,7 @@ fn configure(conn: &Connection, path: &Path, writable_file: bool) -> Result<(), 
     };
     conn.busy_timeout(BUSY_TIMEOUT).map_err(fail("busy_timeout"))?;
     if writable_file {
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-            .map_err(fail("journal_mode"))?;
+        let mode = journal_mode_wal(conn).map_err(fail("journal_mode"))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(StoreError::WalRefused {
                 path: path.to_owned(),
