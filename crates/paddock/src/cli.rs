@@ -55,8 +55,26 @@ pub struct GlobalArgs {
     pub config: Option<PathBuf>,
 }
 
+/// The `paddock` front's command line (see the crate's documentation): the commands it runs itself,
+/// defined once, in [`LocalCommand`], for both. Whatever it does not parse (another command, help,
+/// the version, an error) goes to `paddock-full`, which parses [`Cli`] and answers; building only
+/// these three commands' parser keeps the front's start short.
+#[derive(Debug, Parser)]
+#[command(name = "paddock", version)]
+pub struct FrontCli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// As in [`Cli`].
+    #[arg(long, global = true, env = "PADDOCK_LOG")]
+    pub log: Option<String>,
+    #[command(subcommand)]
+    pub command: LocalCommand,
+}
+
+/// The commands that act on this host's sandboxes without a server.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+#[expect(clippy::large_enum_variant, reason = "one value per process, parsed once")]
+pub enum LocalCommand {
     /// Run a command in a fresh sandbox, stream its output, exit with its exit code, remove the sandbox.
     Run(RunArgs),
     /// Reclaim sandboxes, cgroups and subvolumes left behind by crashed runs.
@@ -66,6 +84,12 @@ pub enum Command {
         #[command(subcommand)]
         command: PoolCommand,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    #[command(flatten)]
+    Local(LocalCommand),
     /// Run the control plane: the HTTP API on --listen (root; one server per state directory).
     Serve(ServeArgs),
     /// Serve MCP (Model Context Protocol) on stdin/stdout, for an agent that starts paddock as its
@@ -254,5 +278,63 @@ mod tests {
     fn cli_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+        FrontCli::command().debug_assert();
+    }
+
+    /// The front parses its commands exactly as `paddock-full` does: the same arguments, global ones
+    /// included, and nothing else.
+    #[test]
+    fn the_front_parses_its_commands_as_the_whole_cli_does() {
+        use clap::CommandFactory;
+        let (front, full) = (FrontCli::command(), Cli::command());
+        let args = |c: &clap::Command| {
+            c.get_arguments()
+                .map(|a| format!("{:?} {:?} {:?}", a.get_id(), a.get_long(), a.get_short()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(args(&front), args(&full));
+        let names: Vec<_> = front.get_subcommands().map(|c| c.get_name()).collect();
+        assert_eq!(names, ["run", "gc", "pool"]);
+        for name in names {
+            let (a, b) = (front.find_subcommand(name), full.find_subcommand(name));
+            let (a, b) = (
+                a.expect("front"),
+                b.unwrap_or_else(|| panic!("{name} missing from Cli")),
+            );
+            assert_eq!(args(a), args(b), "{name}");
+        }
+        for argv in [
+            &[
+                "paddock",
+                "--state-dir",
+                "/s",
+                "run",
+                "-e",
+                "A=1",
+                "--memory",
+                "1G",
+                "--",
+                "true",
+            ][..],
+            &["paddock", "pool", "destroy", "--log", "debug"],
+        ] {
+            let a = FrontCli::try_parse_from(argv).expect("front parses");
+            let b = Cli::try_parse_from(argv).expect("full parses");
+            assert_eq!(
+                format!("{:?} {:?}", a.global, a.log),
+                format!("{:?} {:?}", b.global, b.log)
+            );
+            match b.command {
+                Command::Local(c) => assert_eq!(format!("{:?}", a.command), format!("{c:?}")),
+                other => panic!("{other:?}"),
+            }
+        }
+        for other in [
+            &["paddock", "sandbox", "ls"][..],
+            &["paddock", "--help"],
+            &["paddock", "run"],
+        ] {
+            assert!(FrontCli::try_parse_from(other).is_err(), "{other:?}");
+        }
     }
 }

@@ -27,7 +27,7 @@ fn setup_binary() -> anyhow::Result<PathBuf> {
 }
 
 /// The file `name` in this binary's directory.
-fn beside_this_binary(name: &str) -> anyhow::Result<PathBuf> {
+pub fn beside_this_binary(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot locate the paddock binary")?;
     Ok(exe.with_file_name(name))
 }

@@ -1,4 +1,8 @@
 //! `paddock run`: a fresh sandbox for one command.
+//!
+//! This module does not serve a sandbox's network: a [`RunNetwork`] handed in by the caller does
+//! (`run_network.rs`, the egress proxy), so the `paddock` front, which runs only sandboxes without
+//! one, does not link the proxy (see the crate's documentation).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -14,7 +18,8 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::cli::RunArgs;
 use crate::config::Config;
 use crate::tty::TerminalSession;
-use paddock_control::NetworkConfig;
+use std::future::Future;
+use std::pin::Pin;
 
 /// The exit code of a command killed by `--timeout`, as timeout(1) uses.
 const EXIT_TIMEOUT: u8 = 124;
@@ -28,8 +33,25 @@ enum Outcome {
     Interrupted(i32),
 }
 
-/// Runs the command; returns paddock's exit code.
-pub fn run(config: &Config, args: RunArgs, network: Option<NetworkConfig>) -> anyhow::Result<ExitCode> {
+/// A `paddock run` sandbox's network, served in this process for as long as the command runs.
+pub trait RunNetwork {
+    /// Before creation: the network's part of the spec (its CA, the proxy's ports).
+    fn prepare(&mut self, spec: &mut SandboxSpec) -> anyhow::Result<()>;
+    /// After creation: serves the sandbox's link; returns what its processes' environment gets.
+    fn serve<'a>(
+        &'a mut self,
+        handle: &'a SandboxHandle,
+    ) -> LocalFuture<'a, anyhow::Result<Vec<(String, String)>>>;
+    /// After the command, before teardown: stops serving the sandbox.
+    fn stop(&mut self, id: &SandboxId);
+}
+
+/// A boxed future on this (single) thread.
+pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// Runs the command; returns paddock's exit code. `network` serves the sandbox's network when the
+/// flags ask for one.
+pub fn run(config: &Config, args: RunArgs, network: Option<Box<dyn RunNetwork>>) -> anyhow::Result<ExitCode> {
     // One thread: the sandbox's init is a child of this thread, and its parent-death signal fires when
     // the thread that started it exits.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -116,114 +138,10 @@ fn environment(args: &RunArgs, spec: &SandboxSpec, network: &[(String, String)])
     env
 }
 
-/// The sandbox's network: the egress proxy serving it in this process, and what its processes'
-/// environment gets.
-struct Network {
-    egress: paddock_egress::Egress,
-    env: Vec<(String, String)>,
-}
-
-/// `--secret NAME:HOST[,HOST...][:FIELD[,FIELD...]]`: the value from this process's environment
-/// variable NAME, bound to those hosts and header fields (`Authorization` when none are given);
-/// `?query` among the fields also binds it to query strings.
-fn parse_secret(
-    arg: &str,
-    value_of: impl Fn(&str) -> Option<String>,
-) -> anyhow::Result<paddock_egress::Secret> {
-    let usage = || anyhow::anyhow!("--secret {arg:?}: use NAME:HOST[,HOST...][:HEADER[,HEADER...]]");
-    let mut parts = arg.splitn(3, ':');
-    let (Some(name), Some(hosts)) = (parts.next(), parts.next()) else {
-        return Err(usage());
-    };
-    let name: paddock_egress::SecretName = name.parse()?;
-    let hosts = hosts
-        .split(',')
-        .map(|h| h.parse::<paddock_types::DomainPattern>())
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("--secret {arg:?}"))?;
-    let (headers, query) = match parts.next() {
-        None => (None, false),
-        Some(fields) => {
-            let mut query = false;
-            let mut headers = Vec::new();
-            for f in fields.split(',') {
-                if f == "?query" {
-                    query = true;
-                } else {
-                    headers.push(
-                        f.parse::<paddock_egress::BoundHeader>()
-                            .with_context(|| format!("--secret {arg:?}"))?,
-                    );
-                }
-            }
-            (Some(headers), query)
-        }
-    };
-    let binding = paddock_egress::SecretBinding::new(hosts, headers, query)
-        .with_context(|| format!("--secret {arg:?}"))?;
-    let value = value_of(name.as_str()).ok_or_else(|| {
-        anyhow::anyhow!(
-            "--secret {name}: paddock's environment has no variable {name} to take the value from"
-        )
-    })?;
-    Ok(paddock_egress::Secret::new(
-        name,
-        zeroize::Zeroizing::new(value),
-        binding,
-    )?)
-}
-
-/// Serves a created sandbox's link on an egress proxy in this process.
-async fn serve_network(
-    config: NetworkConfig,
-    handle: &SandboxHandle,
-    policy: paddock_types::NetworkPolicy,
-    secrets: Vec<paddock_egress::Secret>,
-    ca: &paddock_egress::SandboxCaKey,
-) -> anyhow::Result<Network> {
-    let link = handle
-        .network
-        .context("the backend made no network link for the sandbox")?;
-    let egress = paddock_egress::Egress::new(config.egress, std::sync::Arc::new(LogAudit))?;
-    let listen = paddock_egress::SandboxListen::on_link(&link, &config.ports);
-    let mut env = link.env(&config.ports);
-    env.extend(secrets.iter().map(|s| s.name().env_var()));
-    egress
-        .add_sandbox_at(handle.id.clone(), policy, listen, ca)
-        .await?;
-    egress.set_secrets(&handle.id, secrets)?;
-    Ok(Network { egress, env })
-}
-
-/// `paddock run` keeps no audit log: the proxy's records go to the log (refusals as warnings, so a
-/// user sees why a connection failed).
-#[derive(Debug)]
-struct LogAudit;
-
-impl paddock_egress::AuditSink for LogAudit {
-    fn record(&self, record: paddock_egress::AuditRecord) {
-        use paddock_egress::AuditRecord;
-        match &record {
-            AuditRecord::Connection(c) if !c.allowed => {
-                let name = c.name.as_ref().map(|n| n.to_string()).unwrap_or_default();
-                let ip = c.ip.map(|i| i.to_string()).unwrap_or_default();
-                tracing::warn!(target: "paddock::egress", name, ip, port = c.port, rule = ?c.rule, "connection refused");
-            }
-            AuditRecord::Dns(d) if !d.allowed => {
-                tracing::warn!(target: "paddock::egress", name = d.name, rule = ?d.rule, "DNS question refused");
-            }
-            AuditRecord::Refused(r) => {
-                tracing::warn!(target: "paddock::egress", limit = r.limit.as_str(), count = r.count, "refused at a cap");
-            }
-            _ => tracing::info!(target: "paddock::egress", record = ?record, "egress"),
-        }
-    }
-}
-
 async fn run_async(
     config: &Config,
     args: RunArgs,
-    network: Option<NetworkConfig>,
+    network: Option<Box<dyn RunNetwork>>,
 ) -> anyhow::Result<ExitCode> {
     // Checked before anything is made: a refused flag leaves no pool or cgroup behind.
     let host = paddock_runtime::native::host_facts(&config.state_dir, config.pool_size)
@@ -238,26 +156,12 @@ async fn run_async(
     }
     tracing::debug!(step = "gc", us = t.elapsed().as_micros() as u64);
     let mut spec = sandbox_spec(&args, limits);
-    let secrets = args
-        .secrets
-        .iter()
-        .map(|s| parse_secret(s, |name| std::env::var(name).ok()))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let policy = args.net.policy()?.unwrap_or_default();
-    // The network's configuration and its CA, when the sandbox has one.
-    let network = match (args.wants_network(), network) {
+    let mut network = match (args.wants_network(), network) {
         (false, _) => None,
-        (true, None) => {
-            anyhow::bail!("sandbox networks are disabled by the configuration ([egress] enabled = false)")
-        }
-        (true, Some(config)) => {
-            let ca = paddock_egress::SandboxCaKey::generate(&spec.id)?;
-            spec.network = Some(paddock_types::NetworkSpec {
-                ports: config.ports,
-                ca_pem: ca.cert_pem().to_owned(),
-                conntrack: config.conntrack,
-            });
-            Some((config, ca))
+        (true, None) => anyhow::bail!("this paddock binary serves no sandbox networks"),
+        (true, Some(mut network)) => {
+            network.prepare(&mut spec)?;
+            Some(network)
         }
     };
     // Signals arriving during creation must still lead to teardown: install handlers first.
@@ -265,18 +169,16 @@ async fn run_async(
     let handle = backend
         .create_sandbox(&spec)
         .context("failed to create the sandbox")?;
-    let served = match network {
-        Some((config, ca)) => Some(serve_network(config, &handle, policy, secrets, &ca).await),
-        None => None,
-    };
-    let outcome = match served {
-        Some(Err(e)) => Err(e.context("failed to serve the sandbox's network")),
-        Some(Ok(net)) => {
-            let outcome = drive(&handle, &args, &spec, &net.env, &mut signals).await;
-            let _ = net.egress.remove_sandbox(&handle.id);
-            outcome
-        }
+    let outcome = match network.as_mut() {
         None => drive(&handle, &args, &spec, &[], &mut signals).await,
+        Some(network) => match network.serve(&handle).await {
+            Err(e) => Err(e.context("failed to serve the sandbox's network")),
+            Ok(env) => {
+                let outcome = drive(&handle, &args, &spec, &env, &mut signals).await;
+                network.stop(&handle.id);
+                outcome
+            }
+        },
     };
     let teardown = backend.destroy_sandbox(handle);
     let outcome = outcome?;
@@ -421,37 +323,5 @@ async fn forward_stdin(client: &AgentClient, pid: u32) -> anyhow::Result<()> {
             .write_stdin(pid, &buf[..n], false)
             .await
             .context("write stdin")?;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(arg: &str) -> anyhow::Result<paddock_egress::Secret> {
-        parse_secret(arg, |name| (name == "GH").then(|| "ghp_x".to_owned()))
-    }
-
-    #[test]
-    fn secrets_name_hosts_and_optionally_fields() {
-        let s = parse("GH:api.test").expect("default");
-        assert_eq!(
-            s.binding().headers(),
-            &[paddock_egress::BoundHeader::authorization()]
-        );
-        let s = parse("GH:api.test,*.api.test:X-Api-Key,Cookie,?query").expect("fields");
-        let fields: Vec<&str> = s.binding().headers().iter().map(|h| h.as_str()).collect();
-        assert_eq!(fields, ["cookie", "x-api-key"]);
-        assert!(s.binding().query() && s.binding().hosts().len() == 2);
-        for bad in [
-            "GH",
-            "GH:",
-            "GH:api.test:Host",
-            "GH:api.test:a b",
-            "NOPE:api.test",
-            "G-H:api.test",
-        ] {
-            assert!(parse(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -292,15 +292,106 @@ fn the_agent_and_the_setup_shim_are_statically_linked() {
 /// server (its HTTP stack, store, clients), whose size and relocations would be paid per creation.
 #[test]
 fn the_setup_shim_does_not_carry_the_server() {
-    let size = |p: PathBuf| {
-        std::fs::metadata(&p)
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-            .len()
-    };
-    let paddock = size(PathBuf::from(env!("CARGO_BIN_EXE_paddock")));
-    let setup = size(PathBuf::from(env!("CARGO_BIN_EXE_paddock-setup")));
+    let full = file_size(&PathBuf::from(env!("CARGO_BIN_EXE_paddock-full")));
+    let setup = file_size(&PathBuf::from(env!("CARGO_BIN_EXE_paddock-setup")));
     assert!(
-        setup * 5 < paddock,
-        "paddock-setup is {setup} bytes, more than a fifth of paddock's {paddock}: it links more than the shim"
+        setup * 5 < full,
+        "paddock-setup is {setup} bytes, more than a fifth of paddock-full's {full}: it links more than the shim"
     );
+    let server = server_symbols(&PathBuf::from(env!("CARGO_BIN_EXE_paddock-setup")));
+    assert!(
+        server.is_empty(),
+        "paddock-setup links the server: {:?}",
+        &server[..server.len().min(20)]
+    );
+}
+
+/// The `paddock` front starts every command and supervises every `paddock run` for the command's
+/// whole life, so it must not link the server, its clients or the egress proxy (they are
+/// `paddock-full`'s): no function of theirs is in its symbol table. The check is on the symbol
+/// table because a debug build keeps other traces (line tables) of code the linker dropped.
+#[test]
+fn the_front_does_not_carry_the_server() {
+    let front = PathBuf::from(env!("CARGO_BIN_EXE_paddock"));
+    let server = server_symbols(&front);
+    assert!(
+        server.is_empty(),
+        "the paddock front links the server: {:?}",
+        &server[..server.len().min(20)]
+    );
+    // The check itself sees the server where it is.
+    let full = server_symbols(&PathBuf::from(env!("CARGO_BIN_EXE_paddock-full")));
+    assert!(
+        full.len() > 1000,
+        "paddock-full shows {} server symbols",
+        full.len()
+    );
+    assert!(file_size(&front) * 2 < file_size(&PathBuf::from(env!("CARGO_BIN_EXE_paddock-full"))));
+}
+
+fn file_size(p: &Path) -> u64 {
+    std::fs::metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .len()
+}
+
+/// The functions and data in an ELF file's symbol table (`.symtab`) that belong to the server's
+/// crates, by their mangled crate names.
+fn server_symbols(binary: &Path) -> Vec<String> {
+    const SERVER: [&str; 8] = [
+        "axum",
+        "hyper",
+        "rusqlite",
+        "rustls",
+        "reqwest",
+        "paddock_store",
+        "paddock_control",
+        "paddock_egress",
+    ];
+    let elf = std::fs::read(binary).unwrap_or_else(|e| panic!("read {}: {e}", binary.display()));
+    assert_eq!(&elf[..4], b"\x7fELF");
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    let u32_at = |o: usize| u32::from_le_bytes(elf[o..o + 4].try_into().expect("4 bytes")) as usize;
+    let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().expect("8 bytes")) as usize;
+    let (shoff, shentsize, shnum) = (u64_at(0x28), u16_at(0x3a), u16_at(0x3c));
+    let section = |i: usize| {
+        let sh = shoff + i * shentsize;
+        // (type, offset, size, link, entry size)
+        (
+            u32_at(sh + 4),
+            u64_at(sh + 0x18),
+            u64_at(sh + 0x20),
+            u32_at(sh + 0x28),
+            u64_at(sh + 0x38),
+        )
+    };
+    let symtab = (0..shnum)
+        .map(section)
+        .find(|s| s.0 == 2)
+        .unwrap_or_else(|| panic!("{} has no symbol table", binary.display()));
+    let (_, strings, strings_size, _, _) = section(symtab.3);
+    let name_at = |o: usize| {
+        let start = strings + o;
+        let end = elf[start..strings + strings_size]
+            .iter()
+            .position(|&b| b == 0)
+            .map_or(strings + strings_size, |n| start + n);
+        String::from_utf8_lossy(&elf[start..end]).into_owned()
+    };
+    let mut found = Vec::new();
+    for i in 0..symtab.2 / symtab.4 {
+        let sym = symtab.1 + i * symtab.4;
+        // Defined functions and data only: the table also names every object file linked, whether
+        // anything of it was kept or not.
+        let (kind, section) = (elf[sym + 4] & 0xf, u16_at(sym + 6));
+        if !(kind == 1 || kind == 2) || section == 0 {
+            continue;
+        }
+        let name = name_at(u32_at(sym));
+        if SERVER.iter().any(|c| name.contains(c)) {
+            found.push(name);
+        }
+    }
+    found.sort();
+    found
 }

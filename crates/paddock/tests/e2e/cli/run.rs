@@ -325,3 +325,84 @@ fn a_missing_setup_shim_is_refused_in_one_line() {
     );
     env.assert_clean();
 }
+
+/// A run without a network is supervised by the small `paddock` front itself for the command's whole
+/// life: the process neither is nor maps `paddock-full`, the binary that carries the server.
+#[test]
+fn a_run_is_supervised_by_the_small_front() {
+    let env = TestEnv::new();
+    let mut child = env
+        .cmd()
+        .args([
+            "run",
+            "--timeout",
+            "60s",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo up; read line",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 64];
+    // The command runs: the sandbox is made and its supervisor is what it will be until the end.
+    while !seen.ends_with(b"up\n") {
+        let n = stdout.read(&mut buf).expect("read");
+        assert!(n > 0, "the run ended early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let exe = std::fs::read_link(format!("/proc/{}/exe", child.id())).expect("exe");
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).expect("maps");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"\n")
+        .expect("write");
+    assert_eq!(child.wait().expect("wait").code(), Some(0));
+    let front = crate::support::paddock_bin().canonicalize().expect("paddock");
+    assert_eq!(exe, front, "the run is supervised by {}", exe.display());
+    assert!(
+        !maps.contains("paddock-full"),
+        "the supervisor maps paddock-full:\n{maps}"
+    );
+    env.assert_clean();
+}
+
+/// The front execs `paddock-full` for the commands it does not run; without it beside the front,
+/// such a command fails with one line naming it (and `run`, which the front runs, still works).
+#[test]
+fn a_missing_full_binary_is_refused_in_one_line() {
+    let env = TestEnv::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lonely = dir.path().join("paddock");
+    std::fs::copy(crate::support::paddock_bin(), &lonely).expect("copy paddock");
+    std::fs::copy(crate::support::setup_bin(), dir.path().join("paddock-setup")).expect("copy setup");
+    let envs: Vec<_> = env
+        .cmd()
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+        .collect();
+    let lonely_cmd = |args: &[&str]| {
+        std::process::Command::new(&lonely)
+            .env_clear()
+            .envs(envs.clone())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("runs")
+    };
+    let o = lonely_cmd(&["sandbox", "ls"]);
+    assert_eq!(o.status.code(), Some(125), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("paddock-full"), "{err}");
+    let o = lonely_cmd(&["run", "--", "echo", "ran"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "ran\n");
+    env.assert_clean();
+}
