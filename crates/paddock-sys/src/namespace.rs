@@ -4,6 +4,7 @@
 //! child becomes PID 1 of the new PID namespace.
 
 use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// The namespaces a sandbox gets (all of them, for the native backend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +98,20 @@ pub fn is_single_threaded() -> io::Result<bool> {
 /// 0 right after, in the parent. A real uid of root also keeps the child's process count out of
 /// the owner's `RLIMIT_NPROC`. The child's credentials are the new namespace's (all capabilities
 /// in it, the securebits reset); it becomes the namespace's root with [`become_namespace_root`].
-pub fn clone_into_namespaces(ns: Namespaces, sibling: bool, owner: Option<u32>) -> io::Result<CloneResult> {
+///
+/// With `cgroup` (a cgroup2 directory), the child is born in that cgroup (`clone3` with
+/// `CLONE_INTO_CGROUP`) instead of in the caller's: no migration, which would take the kernel's
+/// global cgroup lock and wait for an RCU grace period. A kernel without `clone3` or the flag
+/// answers `ENOSYS` or `E2BIG` (see [`is_unsupported_clone3`]). The child's cgroup
+/// namespace, if it gets a new one, is rooted at the caller's cgroups, not the child's: a caller
+/// that wants it rooted at the child's leaves `ns.cgroup` out and has the child call
+/// [`unshare_cgroup_namespace`].
+pub fn clone_into_namespaces(
+    ns: Namespaces,
+    sibling: bool,
+    owner: Option<u32>,
+    cgroup: Option<BorrowedFd<'_>>,
+) -> io::Result<CloneResult> {
     if !is_single_threaded()? {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -108,11 +122,15 @@ pub fn clone_into_namespaces(ns: Namespaces, sibling: bool, owner: Option<u32>) 
     if sibling {
         flags |= libc::CLONE_PARENT as libc::c_ulong;
     }
+    let clone = || match cgroup {
+        None => raw_clone(flags),
+        Some(cgroup) => raw_clone3(flags, cgroup),
+    };
     let Some(owner) = owner.filter(|_| ns.user) else {
-        return raw_clone(flags);
+        return clone();
     };
     let assumed = OwnerIds::assume(owner)?;
-    let cloned = raw_clone(flags);
+    let cloned = clone();
     // The child's credentials are the new namespace's: nothing to restore there.
     if !matches!(cloned, Ok(CloneResult::Child)) {
         assumed.restore()?;
@@ -199,6 +217,77 @@ fn raw_clone(flags: libc::c_ulong) -> io::Result<CloneResult> {
         0 => Ok(CloneResult::Child),
         pid => Ok(CloneResult::Parent { pid: pid as i32 }),
     }
+}
+
+/// `struct clone_args` of `clone3(2)` (`linux/sched.h`, `CLONE_ARGS_SIZE_VER2`: up to `cgroup`).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// `CLONE_INTO_CGROUP` (`linux/sched.h`), a `clone3` flag beyond 32 bits.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+/// `CSIGNAL`: the exit signal's bits in `clone(2)`'s flags; `clone3` takes it in its own field.
+const CSIGNAL: u64 = 0xff;
+
+/// `clone3(2)` with `flags` (their exit signal moved to its field) and `CLONE_INTO_CGROUP`,
+/// fork-style; the caller checked that the process is single-threaded.
+fn raw_clone3(flags: u64, cgroup: BorrowedFd<'_>) -> io::Result<CloneResult> {
+    // A child of the caller's parent (`CLONE_PARENT`) signals that parent as the caller itself
+    // does; `clone(2)` ignores the exit signal given with the flag, and `clone3` refuses one.
+    let exit_signal = if flags & libc::CLONE_PARENT as u64 != 0 {
+        0
+    } else {
+        flags & CSIGNAL
+    };
+    let args = CloneArgs {
+        flags: (flags & !CSIGNAL) | CLONE_INTO_CGROUP,
+        exit_signal,
+        cgroup: cgroup.as_raw_fd() as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: as in `raw_clone`: the process is single-threaded (checked by the caller), so the child
+    // is an exact copy that may run arbitrary code; a zero stack and stack size make clone3 behave like
+    // fork. `args` is a valid `clone_args` of the size passed, which the kernel only reads, and
+    // `cgroup` is an open descriptor for as long as the call runs; no other pointer is set.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match r {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(CloneResult::Child),
+        pid => Ok(CloneResult::Parent { pid: pid as i32 }),
+    }
+}
+
+/// Whether a failed [`clone_into_namespaces`] into a cgroup means the kernel lacks `clone3`
+/// (before 5.3: `ENOSYS`) or `CLONE_INTO_CGROUP` (before 5.7, which do not know the `cgroup` field:
+/// `E2BIG`): the caller then joins the cgroup itself and clones without it. Any other error is
+/// one, on every kernel that has the flag.
+pub fn is_unsupported_clone3(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::E2BIG))
+}
+
+/// Moves the calling process into a new cgroup namespace, rooted at its cgroups as they are now.
+/// Needs `CAP_SYS_ADMIN` in its user namespace (a sandbox's init has it in its own).
+pub fn unshare_cgroup_namespace() -> io::Result<()> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP)
+        .map_err(|e| io::Error::other(format!("failed to make the cgroup namespace: {e}")))
 }
 
 /// One line of a `uid_map`/`gid_map`: `inside outside count`.

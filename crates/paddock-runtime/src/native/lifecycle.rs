@@ -130,10 +130,12 @@ impl NativeBackend {
         } = slot;
         let root_mount = run_dir.join("root");
         fs::create_dir(&root_mount).map_err(state_err("create", &root_mount))?;
+        let (cgroup_tasks, cgroup2) = cgroup.placement();
         let setup = SetupSpec {
             hostname: id.to_string(),
             ids: self.config.ids,
-            cgroup_procs: cgroup.procs_files(),
+            cgroup_tasks,
+            cgroup2,
             root_mount,
             volume: volume.to_owned(),
             rootfs: self.pool.rootfs(&boot.rootfs),

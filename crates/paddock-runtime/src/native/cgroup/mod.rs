@@ -1,8 +1,8 @@
 //! Cgroup limits for sandboxes, on cgroup v1 hierarchies (memory, pids, cpu, and blkio when mounted)
 //! and on pure cgroup v2.
 //!
-//! Every sandbox gets one cgroup per hierarchy, named after its id under a `paddock` parent. The setup
-//! shim joins them before creating the sandbox's namespaces, so every process of the sandbox, however
+//! Every sandbox gets one cgroup per hierarchy, named after its id under a `paddock` parent. Its
+//! init is born in them (see [`SandboxCgroup::placement`]), so every process of the sandbox, however
 //! it daemonizes, stays inside and is killed with it. Limits are written at creation and may change
 //! while the sandbox runs (`limits.rs`); usage counters are read from the same cgroups (`usage.rs`);
 //! the cgroup2 freezer stops all of a sandbox's processes at once (`freeze.rs`). The parents are made
@@ -267,9 +267,27 @@ impl SandboxCgroup {
         self.dirs().iter().any(|d| d.exists())
     }
 
-    /// The `cgroup.procs` files a process writes its pid into to join every hierarchy.
+    /// The `cgroup.procs` files that list the sandbox's processes in every hierarchy.
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs().iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    /// How a sandbox's first process is put in these cgroups without the kernel's global cgroup
+    /// lock, whose write side waits for an RCU grace period (6.5–7 ms on this host) at every
+    /// migration through a `cgroup.procs` file:
+    /// - the v1 hierarchies' `tasks` files, which the single-threaded setup shim writes `0` into:
+    ///   a thread moving itself is migrated without that lock, and the init it clones inherits
+    ///   them;
+    /// - the cgroup2 directory (the sandbox's cgroup on v2, its controller-less one on hybrid v1),
+    ///   which the init is cloned straight into (`CLONE_INTO_CGROUP`), without a migration.
+    pub fn placement(&self) -> (Vec<PathBuf>, Option<PathBuf>) {
+        if self.v2 {
+            return (Vec::new(), Some(self.memory.clone()));
+        }
+        let mut v1 = vec![self.memory.as_path(), &self.pids, &self.cpu];
+        v1.extend(self.io.as_deref());
+        let tasks = v1.iter().map(|d| d.join("tasks")).collect();
+        (tasks, self.unified.clone())
     }
 
     /// Whether process `pid` is in the sandbox's (memory) cgroup.
@@ -370,5 +388,57 @@ fn in_pid_namespace_of(pid: i32, init: i32) -> bool {
     match (ns(pid), ns(init)) {
         (Some(a), Some(b)) => a == b,
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(kind: CgroupKind) -> CgroupLayout {
+        CgroupLayout {
+            kind,
+            parent: "paddock".into(),
+            created: "/state/cgroup-parents".into(),
+        }
+    }
+
+    /// A sandbox's first process is placed through no `cgroup.procs` file: the v1 hierarchies'
+    /// `tasks` (the shim's own thread), the cgroup2 directory by `CLONE_INTO_CGROUP`.
+    #[test]
+    fn placement_avoids_cgroup_procs() {
+        let hybrid = layout(CgroupKind::V1 {
+            memory: "/cg/memory".into(),
+            pids: "/cg/pids".into(),
+            cpu: "/cg/cpu".into(),
+            blkio: Some("/cg/blkio".into()),
+            unified: Some("/cg/unified".into()),
+        });
+        let (tasks, cgroup2) = hybrid.sandbox("sb-1").placement();
+        let expected: Vec<PathBuf> = ["memory", "pids", "cpu", "blkio"]
+            .iter()
+            .map(|h| format!("/cg/{h}/paddock/sb-1/tasks").into())
+            .collect();
+        assert_eq!(tasks, expected);
+        assert_eq!(cgroup2, Some("/cg/unified/paddock/sb-1".into()));
+
+        let v1 = layout(CgroupKind::V1 {
+            memory: "/cg/memory".into(),
+            pids: "/cg/pids".into(),
+            cpu: "/cg/cpu".into(),
+            blkio: None,
+            unified: None,
+        });
+        let (tasks, cgroup2) = v1.sandbox("sb-1").placement();
+        assert_eq!(tasks.len(), 3);
+        assert_eq!(cgroup2, None);
+
+        let v2 = layout(CgroupKind::V2 {
+            root: "/cg".into(),
+            io: true,
+        });
+        let (tasks, cgroup2) = v2.sandbox("sb-1").placement();
+        assert!(tasks.is_empty());
+        assert_eq!(cgroup2, Some("/cg/paddock/sb-1".into()));
     }
 }

@@ -6,19 +6,21 @@
 //! exits. The multi-threaded caller never calls unshare, mount or setns itself.
 //!
 //! Order of operations (each step's failure is reported and the half-built sandbox is killed):
-//! 1. shim (host root, host namespaces): join the sandbox's cgroups, bind the agent's listening socket,
-//!    open the agent binary and its log, each through a detached mount of the file alone (so nothing
-//!    the agent holds is named by a host path inside the sandbox), take a user-namespace owner uid
-//!    of the sandbox's own (see [`owner`]), clone the init into new user/mount/pid/net/ipc/uts/cgroup
-//!    namespaces owned by it as a sibling (`CLONE_PARENT`), write its uid/gid maps, release it, wait
-//!    for its exec or its error. A
-//!    networked sandbox's shim first joins the network namespace its host made and clones without
-//!    `CLONE_NEWNET`.
-//! 2. init (in the namespaces): become the namespace's root (an unprivileged host uid), hostname,
-//!    loopback (not in a host-made network namespace), build the root (see [`plan`]), `pivot_root`, drop the capability bounding set to what
-//!    the agent needs, Landlock, `no_new_privs`, seccomp (the policy: [`seccomp_policy`]), reset
-//!    what the caller's process state would otherwise pass on (open-file limit, signal dispositions
-//!    and mask), exec the agent from its file descriptor.
+//! 1. shim (host root, host namespaces): join the sandbox's v1 cgroups (its own thread, through
+//!    `tasks`), bind the agent's listening socket, open the agent binary and its log, each through a
+//!    detached mount of the file alone (so nothing the agent holds is named by a host path inside
+//!    the sandbox), take a user-namespace owner uid of the sandbox's own (see [`owner`]), clone the
+//!    init into its cgroup2 cgroup (`CLONE_INTO_CGROUP`) and new user/mount/pid/net/ipc/uts
+//!    namespaces owned by it as a sibling (`CLONE_PARENT`), write its uid/gid maps, release it,
+//!    wait for its exec or its error. A networked sandbox's shim first joins the network namespace
+//!    its host made and clones without `CLONE_NEWNET`. Neither step migrates a process through a
+//!    `cgroup.procs` file, which costs an RCU grace period (see `SandboxCgroup::placement`).
+//! 2. init (in the namespaces): become the namespace's root (an unprivileged host uid), a cgroup
+//!    namespace rooted at its own cgroups, hostname, loopback (not in a host-made network
+//!    namespace), build the root (see [`plan`]), `pivot_root`, drop the capability bounding set to
+//!    what the agent needs, Landlock, `no_new_privs`, seccomp (the policy: [`seccomp_policy`]),
+//!    reset what the caller's process state would otherwise pass on (open-file limit, signal
+//!    dispositions and mask), exec the agent from its file descriptor.
 //!
 //! What a sandbox never inherits from its caller (a server may have raised or changed it): the
 //! open-file limit is reset to soft [`NOFILE_SOFT`] / hard at most [`NOFILE_HARD`] (systemd's defaults
@@ -85,8 +87,11 @@ pub struct SetupSpec {
     pub hostname: String,
     /// Host id range for the sandbox's uids and gids.
     pub ids: IdRange,
-    /// `cgroup.procs` files to join before cloning.
-    pub cgroup_procs: Vec<PathBuf>,
+    /// The v1 hierarchies' `tasks` files the shim joins (itself, its only thread) before cloning;
+    /// the init inherits them.
+    pub cgroup_tasks: Vec<PathBuf>,
+    /// The cgroup2 directory the init is cloned into (`CLONE_INTO_CGROUP`).
+    pub cgroup2: Option<PathBuf>,
     /// An empty directory on the host the new root is built on (only inside the new mount namespace).
     pub root_mount: PathBuf,
     /// The sandbox's subvolume (etc/, home/, tmp/).
@@ -128,7 +133,8 @@ impl SetupSpec {
         Self {
             hostname: "sb-test".into(),
             ids: IdRange::DEFAULT,
-            cgroup_procs: vec![],
+            cgroup_tasks: vec![],
+            cgroup2: None,
             root_mount: "/var/lib/paddock/run/sb-test/root".into(),
             volume: "/var/lib/paddock/pool/sandboxes/sb-test".into(),
             rootfs: Rootfs::Host,
@@ -249,9 +255,15 @@ fn wait_for_volume(input: &mut impl BufRead) -> Result<(), String> {
 
 /// Phase 1, in the shim.
 fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> {
-    for procs in &spec.cgroup_procs {
-        fs::write(procs, "0").map_err(|e| format!("failed to join cgroup {}: {e}", procs.display()))?;
+    // The shim is single-threaded (`clone_into_namespaces` checks it again), so moving its thread
+    // moves it whole.
+    for tasks in &spec.cgroup_tasks {
+        fs::write(tasks, "0").map_err(|e| format!("failed to join cgroup {}: {e}", tasks.display()))?;
     }
+    let cgroup2 = match &spec.cgroup2 {
+        None => None,
+        Some(dir) => Some(open_cgroup2(dir)?),
+    };
     let _ = fs::remove_file(&spec.agent_socket);
     let listener = UnixListener::bind(&spec.agent_socket)
         .map_err(|e| format!("failed to bind agent socket {}: {e}", spec.agent_socket.display()))?;
@@ -287,13 +299,31 @@ fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> 
             Namespaces::ALL_BUT_NET
         }
     };
+    // A cgroup namespace made by the clone would be rooted at this shim's cgroup2 cgroup, not the
+    // init's: the init makes its own once it runs, in its cgroups (see `init`).
+    let namespaces = Namespaces {
+        cgroup: false,
+        ..namespaces
+    };
     // Held by the init from here on (the clone shares the locked file description).
     let owner = owner::allocate_owner(&spec.owners)?;
-    let cloned = namespace::clone_into_namespaces(namespaces, true, Some(owner.uid));
+    let clone = |cgroup: Option<&OwnedFd>| {
+        namespace::clone_into_namespaces(namespaces, true, Some(owner.uid), cgroup.map(|fd| fd.as_fd()))
+    };
+    let cloned = match (&spec.cgroup2, clone(cgroup2.as_ref())) {
+        // A kernel without CLONE_INTO_CGROUP: the shim joins the cgroup and the init inherits it.
+        (Some(dir), Err(e)) if namespace::is_unsupported_clone3(&e) => {
+            let procs = dir.join("cgroup.procs");
+            fs::write(&procs, "0").map_err(|e| format!("failed to join cgroup {}: {e}", procs.display()))?;
+            clone(None)
+        }
+        (_, cloned) => cloned,
+    };
     match cloned.map_err(|e| format!("clone: {e}"))? {
         CloneResult::Child => {
             drop(go_tx);
             drop(err_rx);
+            drop(cgroup2);
             let inherited = Inherited {
                 owner_lock: &owner.lock,
                 go: go_rx,
@@ -362,6 +392,18 @@ fn open_agent(path: &Path) -> Result<OwnedFd, String> {
     .map_err(|e| format!("failed to open the agent binary {}: {e}", path.display()))?;
     paddock_sys::mount::clone_detached(file.as_fd())
         .map_err(|e| format!("failed to detach the agent binary {}: {e}", path.display()))
+}
+
+/// The sandbox's cgroup2 directory, for `CLONE_INTO_CGROUP`: host root's cgroup tree (nothing a
+/// sandbox can write), opened as a directory without following a symlink.
+fn open_cgroup2(dir: &Path) -> Result<OwnedFd, String> {
+    use rustix::fs::{Mode, OFlags};
+    rustix::fs::open(
+        dir,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("failed to open cgroup {}: {e}", dir.display()))
 }
 
 /// The agent's stderr: `path` (in the run directory, which only host root can enter), created mode
@@ -437,6 +479,9 @@ fn init(
         return Err("the shim died before releasing the sandbox".into());
     }
     namespace::become_namespace_root().map_err(|e| e.to_string())?;
+    // Rooted at the sandbox's cgroups, which the init was born in (v2) or inherited (v1): inside,
+    // they are `/`, and nothing of the host's cgroup tree is named.
+    namespace::unshare_cgroup_namespace().map_err(|e| e.to_string())?;
     if let Some(caller) = fds.caller {
         namespace::die_with_parent().map_err(|e| e.to_string())?;
         // A pidfd polls readable once its process has exited.

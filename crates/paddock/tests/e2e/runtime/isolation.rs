@@ -384,3 +384,106 @@ fn mounts_honour_read_only() {
     );
     env.assert_clean();
 }
+
+/// Every process of a sandbox is in the sandbox's cgroup in every hierarchy paddock manages (the
+/// init is cloned into its cgroup2 cgroup and inherits the v1 ones from the setup shim), and its
+/// cgroup namespace is rooted there: inside, every hierarchy reads `/`, so nothing of the host's
+/// cgroup tree (the parent's name, the caller's cgroup) is named.
+#[test]
+fn a_sandbox_is_in_its_own_cgroups_and_its_cgroup_namespace_names_nothing_of_the_host() {
+    use std::io::Write;
+    let env = TestEnv::new();
+    let mut child = env
+        .cmd()
+        .args([
+            "run",
+            "--timeout",
+            "60s",
+            "--",
+            "/bin/sh",
+            "-c",
+            "cat /proc/self/cgroup; echo up; read line",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !seen.ends_with(b"up\n") {
+        let n = out.read(&mut buf).expect("read");
+        assert!(n > 0, "the run ended early: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // Read while the command waits for its line: each sandbox's processes with their cgroups.
+    type Seen = (i32, String, String);
+    let sandboxes: Vec<(String, Vec<Seen>)> = crate::support::sandbox_processes(&env)
+        .into_iter()
+        .map(|(id, processes)| {
+            let processes = processes
+                .into_iter()
+                .map(|(pid, cmdline)| {
+                    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
+                    (pid, cmdline, cgroups)
+                })
+                .collect();
+            (id, processes)
+        })
+        .collect();
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"\n")
+        .expect("write");
+    assert_eq!(child.wait().expect("wait").code(), Some(0));
+
+    let inside = String::from_utf8_lossy(&seen).into_owned();
+    let lines: Vec<&str> = inside.lines().filter(|l| *l != "up").collect();
+    assert!(!lines.is_empty(), "{inside}");
+    for line in lines {
+        assert!(
+            line.ends_with(":/"),
+            "the sandbox sees a cgroup path of the host: {line}"
+        );
+    }
+
+    assert_eq!(sandboxes.len(), 1, "{sandboxes:?}");
+    let (id, processes) = &sandboxes[0];
+    // The agent and the shell at least: every one of them, in every hierarchy.
+    assert!(processes.len() >= 2, "{processes:?}");
+    let cgroup2 = std::path::Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists()
+        || std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let ours = format!("/{}/{id}", env.cgroup_parent);
+    for (pid, cmdline, cgroups) in processes {
+        let mut checked = 0;
+        for line in cgroups.lines() {
+            let mut fields = line.splitn(3, ':');
+            let (_, controllers, path) = (
+                fields.next(),
+                fields.next().unwrap_or(""),
+                fields.next().unwrap_or(""),
+            );
+            let managed = if controllers.is_empty() {
+                cgroup2
+            } else {
+                controllers
+                    .split(',')
+                    .any(|c| matches!(c, "memory" | "pids" | "cpu" | "blkio"))
+            };
+            if managed {
+                assert_eq!(
+                    path, ours,
+                    "{cmdline} ({pid}) is outside its sandbox's cgroup: {line}"
+                );
+                checked += 1;
+            }
+        }
+        assert!(
+            checked >= 1,
+            "{cmdline} ({pid}): no managed hierarchy in\n{cgroups}"
+        );
+    }
+    env.assert_clean();
+}
