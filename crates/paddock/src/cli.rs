@@ -177,6 +177,26 @@ pub struct McpArgs {
     pub keep_sandboxes: bool,
 }
 
+impl Command {
+    /// Whether the command works through a server (its API, or its database on this host): its
+    /// failed requests exit 1 rather than 125.
+    pub fn is_client(&self) -> bool {
+        matches!(
+            self,
+            Command::Sandbox { .. }
+                | Command::Snapshot { .. }
+                | Command::Volume { .. }
+                | Command::Template { .. }
+                | Command::Secret { .. }
+                | Command::Approvals { .. }
+                | Command::Execution { .. }
+                | Command::Policy { .. }
+                | Command::Audit(_)
+                | Command::Keys { .. }
+        )
+    }
+}
+
 /// `paddock run` options.
 #[derive(Debug, Args)]
 pub struct RunArgs {

@@ -105,19 +105,7 @@ pub fn main_full() -> ExitCode {
     if !matches!(cli.command, Command::Serve(_)) {
         init_tracing(cli.log.as_deref());
     }
-    let client_command = matches!(
-        cli.command,
-        Command::Sandbox { .. }
-            | Command::Snapshot { .. }
-            | Command::Volume { .. }
-            | Command::Template { .. }
-            | Command::Secret { .. }
-            | Command::Approvals { .. }
-            | Command::Execution { .. }
-            | Command::Policy { .. }
-            | Command::Audit(_)
-            | Command::Keys { .. }
-    );
+    let client_command = cli.command.is_client();
     finish(dispatch(cli), client_command)
 }
 
@@ -233,16 +221,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
-        Command::Keys { .. }
-        | Command::Sandbox { .. }
-        | Command::Snapshot { .. }
-        | Command::Volume { .. }
-        | Command::Template { .. }
-        | Command::Secret { .. }
-        | Command::Approvals { .. }
-        | Command::Execution { .. }
-        | Command::Policy { .. }
-        | Command::Audit(_) => {
+        command if command.is_client() => {
             return dispatch_client(cli);
         }
         Command::Local(LocalCommand::Run(args)) if args.wants_network() => {
@@ -260,7 +239,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             return local(&cli.global, command, Some((network, serve.egress.subnet)));
         }
-        Command::Local(_) => {}
+        // The local commands (the client ones returned through their guard above).
+        _ => {}
     }
     let Command::Local(command) = cli.command else {
         unreachable!("every other command returned above")

@@ -5,6 +5,8 @@
 //! one, does not link the proxy (see the crate's documentation).
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -18,8 +20,6 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::cli::RunArgs;
 use crate::config::Config;
 use crate::tty::TerminalSession;
-use std::future::Future;
-use std::pin::Pin;
 
 /// The exit code of a command killed by `--timeout`, as timeout(1) uses.
 const EXIT_TIMEOUT: u8 = 124;

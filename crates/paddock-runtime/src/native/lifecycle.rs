@@ -23,6 +23,8 @@ use crate::{AnyHandle, RuntimeError, SandboxHandle};
 pub(super) struct Slot<'a> {
     pub(super) run_dir: &'a Path,
     pub(super) cgroup: &'a SandboxCgroup,
+    /// The cgroups were made for this start (see [`SandboxCgroup::placement`]).
+    pub(super) fresh_cgroups: bool,
     pub(super) volume: &'a Path,
 }
 
@@ -126,16 +128,15 @@ impl NativeBackend {
         let Slot {
             run_dir,
             cgroup,
+            fresh_cgroups,
             volume,
         } = slot;
         let root_mount = run_dir.join("root");
         fs::create_dir(&root_mount).map_err(state_err("create", &root_mount))?;
-        let (cgroup_tasks, cgroup2) = cgroup.placement();
         let setup = SetupSpec {
             hostname: id.to_string(),
             ids: self.config.ids,
-            cgroup_tasks,
-            cgroup2,
+            cgroups: cgroup.placement(fresh_cgroups),
             root_mount,
             volume: volume.to_owned(),
             rootfs: self.pool.rootfs(&boot.rootfs),
@@ -454,6 +455,7 @@ impl NativeBackend {
                 let slot = Slot {
                     run_dir: &run_dir,
                     cgroup: &cgroup,
+                    fresh_cgroups: true,
                     volume: &volume,
                 };
                 self.start(&spec.id, &boot, slot, shim, || {

@@ -92,6 +92,7 @@ impl NativeBackend {
                 Slot {
                     run_dir: &run_dir,
                     cgroup: &sb.cgroup,
+                    fresh_cgroups: false,
                     volume: &volume,
                 },
                 shim,
@@ -321,6 +322,7 @@ impl NativeBackend {
         let slot = Slot {
             run_dir: &sb.run_dir,
             cgroup: &sb.cgroup,
+            fresh_cgroups: false,
             volume: &volume,
         };
         let pid = self.start(id, &boot, slot, shim, || {

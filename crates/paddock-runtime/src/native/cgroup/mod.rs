@@ -63,6 +63,19 @@ pub enum CgroupKind {
     },
 }
 
+/// How the setup shim puts a sandbox's init in its cgroups ([`SandboxCgroup::placement`]), in this
+/// order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Placement {
+    /// `tasks` files the shim writes `0` into (itself, its only thread); the init inherits them.
+    pub tasks: Vec<PathBuf>,
+    /// `cgroup.procs` files the shim migrates itself through; the init inherits them.
+    pub procs: Vec<PathBuf>,
+    /// The cgroup2 directory the init is cloned into (`CLONE_INTO_CGROUP`).
+    pub clone_into: Option<PathBuf>,
+}
+
 /// The cgroups of one sandbox. On pure v2 the memory, pids and cpu directories are one and the same.
 #[derive(Debug, Clone)]
 pub struct SandboxCgroup {
@@ -272,22 +285,44 @@ impl SandboxCgroup {
         self.dirs().iter().map(|d| d.join("cgroup.procs")).collect()
     }
 
-    /// How a sandbox's first process is put in these cgroups without the kernel's global cgroup
-    /// lock, whose write side waits for an RCU grace period (6.5–7 ms on this host) at every
-    /// migration through a `cgroup.procs` file:
-    /// - the v1 hierarchies' `tasks` files, which the single-threaded setup shim writes `0` into:
-    ///   a thread moving itself is migrated without that lock, and the init it clones inherits
-    ///   them;
+    /// How a sandbox's init is put in these cgroups. A migration through a `cgroup.procs` file takes
+    /// the kernel's global cgroup lock for writing, which waits for an RCU grace period (6.5–7 ms on
+    /// this host); this avoids it:
+    /// - the v1 hierarchies' `tasks` files, which the single-threaded setup shim writes `0` into: a
+    ///   thread moving itself is migrated without that lock, and the init it clones inherits them;
     /// - the cgroup2 directory (the sandbox's cgroup on v2, its controller-less one on hybrid v1),
     ///   which the init is cloned straight into (`CLONE_INTO_CGROUP`), without a migration.
-    pub fn placement(&self) -> (Vec<PathBuf>, Option<PathBuf>) {
-        if self.v2 {
-            return (Vec::new(), Some(self.memory.clone()));
+    ///
+    /// The clone needs `fresh` cgroups, made for this start: a kernel with `cgroup.kill`'s kill
+    /// sequence (6.14 and later, 6.18 here) compares the target cgroup's kill count with the one
+    /// read from the caller's cgroup and kills the child when they differ, so an init cloned into a
+    /// cgroup that `cgroup.kill` emptied before (a rollback's) would die at birth. Reused cgroups get
+    /// the migration.
+    pub fn placement(&self, fresh: bool) -> Placement {
+        let cgroup2 = if self.v2 {
+            Some(&self.memory)
+        } else {
+            self.unified.as_ref()
+        };
+        let tasks = if self.v2 {
+            Vec::new()
+        } else {
+            let mut v1 = vec![self.memory.as_path(), &self.pids, &self.cpu];
+            v1.extend(self.io.as_deref());
+            v1.iter().map(|d| d.join("tasks")).collect()
+        };
+        match cgroup2 {
+            Some(dir) if fresh => Placement {
+                tasks,
+                procs: Vec::new(),
+                clone_into: Some(dir.clone()),
+            },
+            other => Placement {
+                tasks,
+                procs: other.map(|d| d.join("cgroup.procs")).into_iter().collect(),
+                clone_into: None,
+            },
         }
-        let mut v1 = vec![self.memory.as_path(), &self.pids, &self.cpu];
-        v1.extend(self.io.as_deref());
-        let tasks = v1.iter().map(|d| d.join("tasks")).collect();
-        (tasks, self.unified.clone())
     }
 
     /// Whether process `pid` is in the sandbox's (memory) cgroup.
@@ -403,10 +438,11 @@ mod tests {
         }
     }
 
-    /// A sandbox's first process is placed through no `cgroup.procs` file: the v1 hierarchies'
-    /// `tasks` (the shim's own thread), the cgroup2 directory by `CLONE_INTO_CGROUP`.
+    /// A sandbox's init is placed through no `cgroup.procs` file in fresh cgroups: the v1
+    /// hierarchies' `tasks` (the shim's own thread), the cgroup2 directory by `CLONE_INTO_CGROUP`;
+    /// a reused cgroup2 cgroup gets the migration.
     #[test]
-    fn placement_avoids_cgroup_procs() {
+    fn placement_avoids_cgroup_procs_in_fresh_cgroups() {
         let hybrid = layout(CgroupKind::V1 {
             memory: "/cg/memory".into(),
             pids: "/cg/pids".into(),
@@ -414,13 +450,27 @@ mod tests {
             blkio: Some("/cg/blkio".into()),
             unified: Some("/cg/unified".into()),
         });
-        let (tasks, cgroup2) = hybrid.sandbox("sb-1").placement();
-        let expected: Vec<PathBuf> = ["memory", "pids", "cpu", "blkio"]
+        let fresh = hybrid.sandbox("sb-1").placement(true);
+        let tasks: Vec<PathBuf> = ["memory", "pids", "cpu", "blkio"]
             .iter()
             .map(|h| format!("/cg/{h}/paddock/sb-1/tasks").into())
             .collect();
-        assert_eq!(tasks, expected);
-        assert_eq!(cgroup2, Some("/cg/unified/paddock/sb-1".into()));
+        assert_eq!(
+            fresh,
+            Placement {
+                tasks: tasks.clone(),
+                procs: vec![],
+                clone_into: Some("/cg/unified/paddock/sb-1".into()),
+            }
+        );
+        assert_eq!(
+            hybrid.sandbox("sb-1").placement(false),
+            Placement {
+                tasks,
+                procs: vec!["/cg/unified/paddock/sb-1/cgroup.procs".into()],
+                clone_into: None,
+            }
+        );
 
         let v1 = layout(CgroupKind::V1 {
             memory: "/cg/memory".into(),
@@ -429,16 +479,26 @@ mod tests {
             blkio: None,
             unified: None,
         });
-        let (tasks, cgroup2) = v1.sandbox("sb-1").placement();
-        assert_eq!(tasks.len(), 3);
-        assert_eq!(cgroup2, None);
+        for fresh in [true, false] {
+            let p = v1.sandbox("sb-1").placement(fresh);
+            assert_eq!((p.tasks.len(), p.procs.len(), p.clone_into), (3, 0, None));
+        }
 
         let v2 = layout(CgroupKind::V2 {
             root: "/cg".into(),
             io: true,
         });
-        let (tasks, cgroup2) = v2.sandbox("sb-1").placement();
-        assert!(tasks.is_empty());
-        assert_eq!(cgroup2, Some("/cg/paddock/sb-1".into()));
+        assert_eq!(
+            v2.sandbox("sb-1").placement(true),
+            Placement {
+                tasks: vec![],
+                procs: vec![],
+                clone_into: Some("/cg/paddock/sb-1".into()),
+            }
+        );
+        assert_eq!(
+            v2.sandbox("sb-1").placement(false).procs,
+            vec![PathBuf::from("/cg/paddock/sb-1/cgroup.procs")]
+        );
     }
 }

@@ -13,8 +13,9 @@
 //!    init into its cgroup2 cgroup (`CLONE_INTO_CGROUP`) and new user/mount/pid/net/ipc/uts
 //!    namespaces owned by it as a sibling (`CLONE_PARENT`), write its uid/gid maps, release it,
 //!    wait for its exec or its error. A networked sandbox's shim first joins the network namespace
-//!    its host made and clones without `CLONE_NEWNET`. Neither step migrates a process through a
-//!    `cgroup.procs` file, which costs an RCU grace period (see `SandboxCgroup::placement`).
+//!    its host made and clones without `CLONE_NEWNET`. In fresh cgroups no step migrates a process
+//!    through a `cgroup.procs` file, which costs an RCU grace period; a rollback's reused cgroup2
+//!    cgroup is joined that way instead of by the clone (see `SandboxCgroup::placement`).
 //! 2. init (in the namespaces): become the namespace's root (an unprivileged host uid), a cgroup
 //!    namespace rooted at its own cgroups, hostname, loopback (not in a host-made network
 //!    namespace), build the root (see [`plan`]), `pivot_root`, drop the capability bounding set to
@@ -43,6 +44,7 @@ use paddock_sys::namespace::{self, CloneResult, IdMapping, Namespaces};
 use paddock_types::MountSpec;
 use serde::{Deserialize, Serialize};
 
+use super::cgroup::Placement;
 use super::users::IdRange;
 use owner::{OwnerPool, OWNER_LOCK_FD};
 use plan::HostEntry;
@@ -87,11 +89,8 @@ pub struct SetupSpec {
     pub hostname: String,
     /// Host id range for the sandbox's uids and gids.
     pub ids: IdRange,
-    /// The v1 hierarchies' `tasks` files the shim joins (itself, its only thread) before cloning;
-    /// the init inherits them.
-    pub cgroup_tasks: Vec<PathBuf>,
-    /// The cgroup2 directory the init is cloned into (`CLONE_INTO_CGROUP`).
-    pub cgroup2: Option<PathBuf>,
+    /// How the init is put in the sandbox's cgroups.
+    pub cgroups: Placement,
     /// An empty directory on the host the new root is built on (only inside the new mount namespace).
     pub root_mount: PathBuf,
     /// The sandbox's subvolume (etc/, home/, tmp/).
@@ -133,8 +132,7 @@ impl SetupSpec {
         Self {
             hostname: "sb-test".into(),
             ids: IdRange::DEFAULT,
-            cgroup_tasks: vec![],
-            cgroup2: None,
+            cgroups: Placement::default(),
             root_mount: "/var/lib/paddock/run/sb-test/root".into(),
             volume: "/var/lib/paddock/pool/sandboxes/sb-test".into(),
             rootfs: Rootfs::Host,
@@ -257,10 +255,10 @@ fn wait_for_volume(input: &mut impl BufRead) -> Result<(), String> {
 fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> {
     // The shim is single-threaded (`clone_into_namespaces` checks it again), so moving its thread
     // moves it whole.
-    for tasks in &spec.cgroup_tasks {
-        fs::write(tasks, "0").map_err(|e| format!("failed to join cgroup {}: {e}", tasks.display()))?;
+    for file in spec.cgroups.tasks.iter().chain(&spec.cgroups.procs) {
+        fs::write(file, "0").map_err(|e| format!("failed to join cgroup {}: {e}", file.display()))?;
     }
-    let cgroup2 = match &spec.cgroup2 {
+    let cgroup2 = match &spec.cgroups.clone_into {
         None => None,
         Some(dir) => Some(open_cgroup2(dir)?),
     };
@@ -310,7 +308,7 @@ fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> 
     let clone = |cgroup: Option<&OwnedFd>| {
         namespace::clone_into_namespaces(namespaces, true, Some(owner.uid), cgroup.map(|fd| fd.as_fd()))
     };
-    let cloned = match (&spec.cgroup2, clone(cgroup2.as_ref())) {
+    let cloned = match (&spec.cgroups.clone_into, clone(cgroup2.as_ref())) {
         // A kernel without CLONE_INTO_CGROUP: the shim joins the cgroup and the init inherits it.
         (Some(dir), Err(e)) if namespace::is_unsupported_clone3(&e) => {
             let procs = dir.join("cgroup.procs");
