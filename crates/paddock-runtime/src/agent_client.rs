@@ -282,6 +282,31 @@ impl AgentClient {
     /// Connects to the agent socket at `path` and does the handshake, within [`CONNECT_TIMEOUT`].
     pub async fn connect(path: impl AsRef<Path>) -> Result<Self, AgentClientError> {
         let path = path.as_ref();
+        let client = Self::open(path).await?;
+        client.handshake(path).await?;
+        Ok(client)
+    }
+
+    /// [`Self::connect`] and [`Self::spawn`] in one round trip: the spawn is written right behind
+    /// the handshake, so the agent answers both without waiting for this side in between (`paddock
+    /// run`'s first and only process). The agent handles a connection's requests in order and
+    /// refuses any before a successful handshake (`HandshakeRequired`), so an agent that does not
+    /// speak this protocol starts nothing; the handshake's error is the one returned.
+    pub async fn connect_and_spawn(
+        path: impl AsRef<Path>,
+        request: SpawnRequest,
+    ) -> Result<(Self, u32, ProcessEvents), AgentClientError> {
+        let path = path.as_ref();
+        let client = Self::open(path).await?;
+        // `join!` polls the handshake first: its frame is written before the spawn's.
+        let (greeted, spawned) = tokio::join!(client.handshake(path), client.spawn(request));
+        greeted?;
+        let (pid, events) = spawned?;
+        Ok((client, pid, events))
+    }
+
+    /// The connection, before the handshake.
+    async fn open(path: &Path) -> Result<Self, AgentClientError> {
         let connect_error = |source| AgentClientError::Connect {
             path: path.to_path_buf(),
             source,
@@ -294,15 +319,19 @@ impl AgentClient {
         let (read, write) = stream.into_split();
         let routes = Arc::new(Mutex::new(Routes::default()));
         let reader = tokio::spawn(read_frames(read, routes.clone()));
-        let client = Self {
+        Ok(Self {
             shared: Arc::new(Shared {
                 writer: tokio::sync::Mutex::new(write),
                 next_id: AtomicU64::new(1),
                 routes,
                 reader,
             }),
-        };
-        let hello = client.call(
+        })
+    }
+
+    /// The handshake: the first request on a connection.
+    async fn handshake(&self, path: &Path) -> Result<(), AgentClientError> {
+        let hello = self.call(
             "hello",
             Request::Hello {
                 version: PROTOCOL_VERSION,
@@ -321,10 +350,13 @@ impl AgentClient {
                 ..
             }) => {
                 tracing::debug!(path = %path.display(), %agent_version, "connected to agent");
-                Ok(client)
+                Ok(())
             }
             Ok(Answer { body, .. }) => Err(unexpected("hello", &body)),
-            Err(AgentClientError::Timeout { .. }) => Err(connect_error(timed_out())),
+            Err(AgentClientError::Timeout { .. }) => Err(AgentClientError::Connect {
+                path: path.to_path_buf(),
+                source: io::Error::new(io::ErrorKind::TimedOut, "timed out"),
+            }),
             Err(err) => Err(err),
         }
     }

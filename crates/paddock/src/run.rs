@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use paddock_protocol::{CommandSpec, ExitStatus, SpawnRequest, Stream};
-use paddock_runtime::agent_client::{AgentClient, ProcessEvent, ProcessEvents};
+use paddock_runtime::agent_client::{AgentClient, AgentClientError, ProcessEvent, ProcessEvents};
 use paddock_runtime::{SandboxBackend, SandboxHandle};
 use paddock_types::{Limits, RootfsSpec, SandboxId, SandboxSpec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -151,7 +151,8 @@ async fn run_async(
     let backend = config.open_backend(true)?;
     tracing::debug!(step = "open backend", us = t.elapsed().as_micros() as u64);
     let t = std::time::Instant::now();
-    if let Err(e) = backend.collect_garbage_now() {
+    // The empty parent cgroups stay: this run's creation needs them.
+    if let Err(e) = backend.collect_garbage_keeping_parents() {
         tracing::warn!(error = %e, "garbage collection failed");
     }
     tracing::debug!(step = "gc", us = t.elapsed().as_micros() as u64);
@@ -218,11 +219,6 @@ async fn drive(
     network_env: &[(String, String)],
     signals: &mut Signals,
 ) -> anyhow::Result<Outcome> {
-    let t = std::time::Instant::now();
-    let client = AgentClient::connect(&handle.agent_socket)
-        .await
-        .context("failed to reach the sandbox agent")?;
-    tracing::debug!(step = "connect agent", us = t.elapsed().as_micros() as u64);
     let terminal = if args.tty {
         Some(TerminalSession::start()?)
     } else {
@@ -241,12 +237,17 @@ async fn drive(
         tag: None,
         detached: false,
     };
+    // The handshake and the spawn in one round trip.
     let t = std::time::Instant::now();
-    let (pid, events) = client
-        .spawn(request)
+    let (client, pid, events) = AgentClient::connect_and_spawn(&handle.agent_socket, request)
         .await
-        .with_context(|| format!("failed to start {:?}", args.command[0]))?;
-    tracing::debug!(step = "spawn", us = t.elapsed().as_micros() as u64);
+        .map_err(|e| match e {
+            AgentClientError::Connect { .. } => {
+                anyhow::Error::new(e).context("failed to reach the sandbox agent")
+            }
+            e => anyhow::Error::new(e).context(format!("failed to start {:?}", args.command[0])),
+        })?;
+    tracing::debug!(step = "connect and spawn", us = t.elapsed().as_micros() as u64);
     let deadline = args.timeout.map(|t| tokio::time::Instant::now() + t);
     let outcome = pump(&client, pid, events, terminal.as_ref(), deadline, signals).await;
     tracing::debug!(step = "spawn to exit", us = t.elapsed().as_micros() as u64);

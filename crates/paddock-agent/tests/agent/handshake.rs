@@ -164,3 +164,56 @@ async fn a_client_notices_its_connection_closing() {
         Err(paddock_runtime::agent_client::AgentClientError::Closed)
     ));
 }
+
+/// `paddock run` writes its spawn right behind the handshake, without waiting for the answer in
+/// between: both are answered, in order, and the process runs.
+#[tokio::test]
+async fn a_spawn_written_behind_the_handshake_runs() {
+    require_root!();
+    let (agent, _client) = TestAgent::start().await;
+    let (client, pid, mut events) =
+        paddock_runtime::agent_client::AgentClient::connect_and_spawn(&agent.socket, shell("echo pipelined"))
+            .await
+            .expect("handshake and spawn");
+    assert!(pid > 0);
+    assert_eq!(collect(&mut events).await.stdout_str(), "pipelined\n");
+    assert!(!client.is_closed());
+}
+
+/// What makes that safe: a spawn behind a refused handshake starts nothing. The agent answers the
+/// handshake's refusal, then refuses the spawn that was already on its way.
+#[tokio::test]
+async fn a_spawn_behind_a_refused_handshake_starts_nothing() {
+    require_root!();
+    let (agent, client) = TestAgent::start().await;
+    let mut raw = UnixStream::connect(&agent.socket).await.expect("connect");
+    let marker = agent.host_path("/tmp/ran");
+    let spawn = Request::Spawn(shell("touch /tmp/ran"));
+    let mut frames = Vec::new();
+    for (id, request) in [
+        (
+            1,
+            Request::Hello {
+                version: PROTOCOL_VERSION + 1,
+            },
+        ),
+        (2, spawn),
+    ] {
+        encode_frame(&ClientMessage { id, request }, &[], &mut frames).expect("encode");
+    }
+    // Both frames in one write: the agent has the spawn before it answers the handshake.
+    raw.write_all(&frames).await.expect("write");
+    assert_eq!(
+        error_code(receive(&mut raw).await, 1),
+        ErrorCode::UnsupportedVersion
+    );
+    assert_eq!(
+        error_code(receive(&mut raw).await, 2),
+        ErrorCode::HandshakeRequired
+    );
+    assert!(
+        client.list_processes().await.expect("list").is_empty(),
+        "a process was started"
+    );
+    assert!(!marker.exists(), "the refused spawn ran");
+}

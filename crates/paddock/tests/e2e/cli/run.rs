@@ -406,3 +406,42 @@ fn a_missing_full_binary_is_refused_in_one_line() {
     assert_eq!(stdout(&o), "ran\n");
     env.assert_clean();
 }
+
+/// A run's gc keeps the empty parent cgroups a run made (the run after it would only make them
+/// again); `paddock gc` removes them.
+#[test]
+fn a_run_keeps_the_parent_cgroups_it_needs_and_gc_removes_them() {
+    use std::os::unix::fs::MetadataExt;
+    let env = TestEnv::new();
+    let parents = || -> Vec<(std::path::PathBuf, u64)> {
+        let mut out = Vec::new();
+        for h in ["memory", "pids", "cpu", "blkio", "unified", ""] {
+            let dir = std::path::Path::new("/sys/fs/cgroup")
+                .join(h)
+                .join(&env.cgroup_parent);
+            if let Ok(meta) = std::fs::symlink_metadata(&dir) {
+                out.push((dir, meta.ino()));
+            }
+        }
+        out
+    };
+    assert_code(&env.run(&[], &["true"]), 0);
+    let made = parents();
+    assert!(!made.is_empty(), "the run made no parent cgroup");
+    assert_code(&env.run(&[], &["true"]), 0);
+    // A parent removed and made again is a new directory with a new inode number.
+    assert_eq!(
+        parents(),
+        made,
+        "the second run removed and remade the parent cgroups"
+    );
+    let o = env
+        .cmd()
+        .arg("gc")
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs gc");
+    assert_code(&o, 0);
+    assert_eq!(parents(), Vec::new(), "gc left the empty parent cgroups it made");
+    env.assert_clean();
+}
