@@ -307,15 +307,13 @@ impl AgentClient {
 
     /// The connection, before the handshake.
     async fn open(path: &Path) -> Result<Self, AgentClientError> {
-        let connect_error = |source| AgentClientError::Connect {
-            path: path.to_path_buf(),
-            source,
-        };
-        let timed_out = || io::Error::new(io::ErrorKind::TimedOut, "timed out");
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, UnixStream::connect(path))
             .await
-            .map_err(|_| connect_error(timed_out()))?
-            .map_err(connect_error)?;
+            .map_err(|_| connect_timed_out(path))?
+            .map_err(|source| AgentClientError::Connect {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let (read, write) = stream.into_split();
         let routes = Arc::new(Mutex::new(Routes::default()));
         let reader = tokio::spawn(read_frames(read, routes.clone()));
@@ -353,10 +351,7 @@ impl AgentClient {
                 Ok(())
             }
             Ok(Answer { body, .. }) => Err(unexpected("hello", &body)),
-            Err(AgentClientError::Timeout { .. }) => Err(AgentClientError::Connect {
-                path: path.to_path_buf(),
-                source: io::Error::new(io::ErrorKind::TimedOut, "timed out"),
-            }),
+            Err(AgentClientError::Timeout { .. }) => Err(connect_timed_out(path)),
             Err(err) => Err(err),
         }
     }
@@ -756,6 +751,14 @@ impl AgentClient {
             None => rx.await,
         };
         answer.unwrap_or(Err(AgentClientError::Closed))
+    }
+}
+
+/// Reaching the agent at `path` (its socket, or its handshake) took longer than [`CONNECT_TIMEOUT`].
+fn connect_timed_out(path: &Path) -> AgentClientError {
+    AgentClientError::Connect {
+        path: path.to_path_buf(),
+        source: io::Error::new(io::ErrorKind::TimedOut, "timed out"),
     }
 }
 

@@ -269,9 +269,18 @@ impl SandboxCgroup {
         if self.v2 {
             return vec![&self.memory];
         }
+        let mut dirs = self.v1_dirs();
+        dirs.extend(self.unified.as_deref());
+        dirs
+    }
+
+    /// The directories in the v1 hierarchies (none on pure v2).
+    fn v1_dirs(&self) -> Vec<&Path> {
+        if self.v2 {
+            return Vec::new();
+        }
         let mut dirs = vec![self.memory.as_path(), &self.pids, &self.cpu];
         dirs.extend(self.io.as_deref());
-        dirs.extend(self.unified.as_deref());
         dirs
     }
 
@@ -304,13 +313,7 @@ impl SandboxCgroup {
         } else {
             self.unified.as_ref()
         };
-        let tasks = if self.v2 {
-            Vec::new()
-        } else {
-            let mut v1 = vec![self.memory.as_path(), &self.pids, &self.cpu];
-            v1.extend(self.io.as_deref());
-            v1.iter().map(|d| d.join("tasks")).collect()
-        };
+        let tasks: Vec<PathBuf> = self.v1_dirs().iter().map(|d| d.join("tasks")).collect();
         match cgroup2 {
             Some(dir) if fresh => Placement {
                 tasks,

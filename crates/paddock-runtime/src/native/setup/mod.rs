@@ -256,7 +256,7 @@ fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> 
     // The shim is single-threaded (`clone_into_namespaces` checks it again), so moving its thread
     // moves it whole.
     for file in spec.cgroups.tasks.iter().chain(&spec.cgroups.procs) {
-        fs::write(file, "0").map_err(|e| format!("failed to join cgroup {}: {e}", file.display()))?;
+        join_cgroup(file)?;
     }
     let cgroup2 = match &spec.cgroups.clone_into {
         None => None,
@@ -311,8 +311,7 @@ fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> 
     let cloned = match (&spec.cgroups.clone_into, clone(cgroup2.as_ref())) {
         // A kernel without CLONE_INTO_CGROUP: the shim joins the cgroup and the init inherits it.
         (Some(dir), Err(e)) if namespace::is_unsupported_clone3(&e) => {
-            let procs = dir.join("cgroup.procs");
-            fs::write(&procs, "0").map_err(|e| format!("failed to join cgroup {}: {e}", procs.display()))?;
+            join_cgroup(&dir.join("cgroup.procs"))?;
             clone(None)
         }
         (_, cloned) => cloned,
@@ -390,6 +389,11 @@ fn open_agent(path: &Path) -> Result<OwnedFd, String> {
     .map_err(|e| format!("failed to open the agent binary {}: {e}", path.display()))?;
     paddock_sys::mount::clone_detached(file.as_fd())
         .map_err(|e| format!("failed to detach the agent binary {}: {e}", path.display()))
+}
+
+/// Moves the (single-threaded) shim into a cgroup through its `tasks` or `cgroup.procs` `file`.
+fn join_cgroup(file: &Path) -> Result<(), String> {
+    fs::write(file, "0").map_err(|e| format!("failed to join cgroup {}: {e}", file.display()))
 }
 
 /// The sandbox's cgroup2 directory, for `CLONE_INTO_CGROUP`: host root's cgroup tree (nothing a
