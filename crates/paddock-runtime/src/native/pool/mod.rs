@@ -37,7 +37,7 @@
 
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{chown, symlink, DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{chown, symlink, DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -52,7 +52,7 @@ use crate::{RuntimeError, VolumeUsage};
 mod incoming;
 
 /// Bumped when the template layout changes, so old templates are rebuilt.
-const TEMPLATE_VERSION: u32 = 2;
+const TEMPLATE_VERSION: u32 = 3;
 const TEMPLATE_NAME: &str = "host";
 
 /// Files and directories of the host's `/etc` a sandbox sees (copied into the template; symlinks stay
@@ -177,8 +177,14 @@ impl StoragePool {
         self.root.join("templates").join(TEMPLATE_NAME)
     }
 
+    /// Whether the template is built, by this version's layout (an older one is built again).
     fn template_ready(&self) -> bool {
-        self.template().join(".paddock-template").exists()
+        let marker = self.template().join(".paddock-template");
+        // Written by `build_template`; a few bytes, never a sandbox's (sandboxes get snapshots).
+        let mut text = String::new();
+        fs::File::open(&marker)
+            .and_then(|f| io::Read::read_to_string(&mut io::Read::take(f, 16), &mut text))
+            .is_ok_and(|_| text.trim() == TEMPLATE_VERSION.to_string())
     }
 
     /// Path of an image template's subvolume (which may not exist).
@@ -227,10 +233,20 @@ impl StoragePool {
         let done = staging_path.join(".paddock-template");
         fs::write(&done, TEMPLATE_VERSION.to_string()).map_err(pool_err("write", &done))?;
         let old = self.template();
-        if old.exists() {
-            btrfs::delete_subvolume(&templates, TEMPLATE_NAME).map_err(pool_err("delete", &old))?;
+        if !old.exists() {
+            return fs::rename(&staging_path, &old).map_err(pool_err("rename", &staging_path));
         }
-        fs::rename(&staging_path, &old).map_err(pool_err("rename", &staging_path))
+        // An older template is swapped for the new one in one step, so a creation beside this never
+        // finds none; the old one, now under the staging name, goes after.
+        rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            &staging_path,
+            rustix::fs::CWD,
+            &old,
+            rustix::fs::RenameFlags::EXCHANGE,
+        )
+        .map_err(|e| pool_err("exchange", &staging_path)(e.into()))?;
+        btrfs::delete_subvolume(&templates, &staging).map_err(pool_err("delete", &staging_path))
     }
 
     /// Creates sandbox `id`'s subvolume as a writable snapshot of the template (the host profile's,
@@ -682,7 +698,12 @@ fn populate_template(dir: &Path, ids: IdRange) -> Result<(), RuntimeError> {
     Ok(())
 }
 
-/// Copies a file, symlink or directory tree, owned by `owner`. Special files are skipped.
+/// Copies a file, symlink or directory tree, owned by `owner`, with the source's access and
+/// modification times (as `cp -p` does). Special files are skipped.
+///
+/// The times matter: Python's cached bytecode records its source's modification time, so a copy of
+/// `/etc/python3.11/sitecustomize.py` with a new time made every `python3` in a sandbox compile it
+/// again (2-3 ms of each start).
 fn copy_tree(src: &Path, dst: &Path, owner: (u32, u32)) -> Result<(), RuntimeError> {
     let meta = fs::symlink_metadata(src).map_err(pool_err("inspect", src))?;
     let ft = meta.file_type();
@@ -716,5 +737,23 @@ fn copy_tree(src: &Path, dst: &Path, owner: (u32, u32)) -> Result<(), RuntimeErr
         Some(rustix::fs::Gid::from_raw(owner.1)),
         rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
     )
-    .map_err(|e| pool_err("chown", dst)(e.into()))
+    .map_err(|e| pool_err("chown", dst)(e.into()))?;
+    // Last: a directory's time changes with every entry made in it.
+    let times = rustix::fs::Timestamps {
+        last_access: rustix::fs::Timespec {
+            tv_sec: meta.atime(),
+            tv_nsec: meta.atime_nsec() as _,
+        },
+        last_modification: rustix::fs::Timespec {
+            tv_sec: meta.mtime(),
+            tv_nsec: meta.mtime_nsec() as _,
+        },
+    };
+    rustix::fs::utimensat(
+        rustix::fs::CWD,
+        dst,
+        &times,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(|e| pool_err("set the times of", dst)(e.into()))
 }

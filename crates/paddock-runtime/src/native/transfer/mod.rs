@@ -24,8 +24,9 @@ use crate::RuntimeError;
 /// Bounds of one import.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ImportLimits {
-    /// Most bytes of archive read (headers and padding included); also the staging subvolume's
-    /// disk limit. Past it the import fails with [`RuntimeError::ArchiveTooLarge`](crate::RuntimeError).
+    /// Most bytes of archive read (headers and padding included). Past it the import fails with
+    /// [`RuntimeError::ArchiveTooLarge`](crate::RuntimeError). The staging subvolume's disk limit is
+    /// derived from it ([`staging_disk_limit`]).
     pub max_bytes: u64,
     /// Most members (files, directories, links).
     pub max_entries: u64,
@@ -64,6 +65,19 @@ pub struct ExportOptions {
     /// sandbox's root made setuid would unpack, for a host root extracting with permissions, as a
     /// setuid-root program of the sandbox's choosing.
     pub keep_setid: bool,
+}
+
+/// The disk limit of an import's staging subvolume, for an archive of at most `max_bytes`.
+///
+/// What is unpacked is never more file data than the archive held (the reader stops at
+/// `max_bytes`, and sparse members are refused), but btrfs spends more than tar counts: data in
+/// 4 KiB blocks where tar pads to 512 bytes (a file of 2049 bytes is 3072 bytes of archive and
+/// 4096 of disk), its own metadata, and room reserved before each step. An archive of exactly
+/// `max_bytes` must unpack, so the limit leaves half again and 16 MiB for that; it stays the
+/// backstop on the disk one import can write, and meeting it is the archive's failure (too
+/// large), not the pool's.
+pub(crate) fn staging_disk_limit(max_bytes: u64) -> u64 {
+    max_bytes.saturating_add(max_bytes / 2).saturating_add(16 << 20)
 }
 
 impl NativeBackend {
@@ -105,7 +119,7 @@ impl NativeBackend {
             Area::Imports,
             snapshot.as_str(),
             None,
-            limits.max_bytes,
+            staging_disk_limit(limits.max_bytes),
         )?;
         let summary = import::import_tree(staging.path(), self.config.ids, input, limits)?;
         staging.finish()?;

@@ -10,8 +10,8 @@ use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use super::export::export_tree;
-use super::import::import_tree;
-use super::{ExportOptions, ImportLimits, TransferSummary};
+use super::import::{import_tree, over_import_limit};
+use super::{staging_disk_limit, ExportOptions, ImportLimits, TransferSummary};
 use crate::native::IdRange;
 use crate::RuntimeError;
 
@@ -513,4 +513,38 @@ fn a_failed_export_does_not_end_the_archive() {
             "an import sees it cut short: {result:?}"
         );
     }
+}
+
+/// The staging subvolume's qgroup is the import's own limit: meeting it (at any step: a write, a
+/// file's creation whose metadata btrfs reserves first) is an archive too large, while a full
+/// pool stays the pool's failure. (It decides whether a tenant over its storage quota is told so.)
+#[test]
+fn the_staging_limit_is_the_archives_failure_and_a_full_pool_is_not() {
+    let at = |kind: std::io::ErrorKind| RuntimeError::Pool {
+        what: "import into",
+        path: "/pool/imports/sn-1/etc/x".into(),
+        source: std::io::Error::new(kind, "create the file"),
+    };
+    let over = over_import_limit(at(std::io::ErrorKind::QuotaExceeded), 1 << 20);
+    assert!(
+        matches!(&over, RuntimeError::ArchiveTooLarge(m) if m.contains("1048576") && m.contains("etc/x")),
+        "{over:?}"
+    );
+    let full = over_import_limit(at(std::io::ErrorKind::StorageFull), 1 << 20);
+    assert!(matches!(full, RuntimeError::Pool { .. }), "{full:?}");
+    let other = over_import_limit(RuntimeError::InvalidArchive("x".into()), 1 << 20);
+    assert!(matches!(other, RuntimeError::InvalidArchive(_)), "{other:?}");
+}
+
+/// The staging limit leaves room for what btrfs spends beyond tar's count, so an archive of exactly
+/// the limit unpacks (the e2e quota test imports one), and it still bounds an import's disk.
+#[test]
+fn the_staging_disk_limit_leaves_room_for_btrfs_and_stays_bounded() {
+    for max in [0u64, 512, 1 << 20, 10 << 30] {
+        let limit = staging_disk_limit(max);
+        // A file of 2049 bytes: 3072 bytes of archive, a 4096-byte block on disk.
+        assert!(limit >= max / 3072 * 4096 + (16 << 20), "{max}: {limit}");
+        assert!(limit <= max * 2 + (16 << 20), "{max}: {limit}");
+    }
+    assert_eq!(staging_disk_limit(u64::MAX), u64::MAX);
 }

@@ -383,6 +383,21 @@ fn storage_quota_charges_disks_snapshots_volumes_and_imports() {
         assert!(pool_entries(&h, "imports").is_empty(), "nothing staged is left");
         assert_eq!(pool_entries(&h, "snapshots").len(), 1);
 
+        // An archive of exactly the room left fits: it is charged its size, and what btrfs spends
+        // beside the files (its metadata) is not held against it.
+        h.admin
+            .put(
+                "/v1/tenants/filler/quota",
+                json!({"max_storage": used + archive.len() as u64}),
+            )
+            .await
+            .ok(200);
+        let exact = import(&a, archive.clone()).await.ok(201);
+        assert_eq!(exact["storage_bytes"].as_u64(), Some(archive.len() as u64));
+        a.delete(&format!("/v1/snapshots/{}", exact["id"].as_str().expect("id")))
+            .await
+            .ok(204);
+
         // Deleting frees: the volume's 256M make room for the import.
         a.delete(&format!("/v1/volumes/{}", vol["id"].as_str().expect("id")))
             .await

@@ -445,3 +445,65 @@ fn a_run_keeps_the_parent_cgroups_it_needs_and_gc_removes_them() {
     assert_eq!(parents(), Vec::new(), "gc left the empty parent cgroups it made");
     env.assert_clean();
 }
+
+/// The template's copies of the host's `/etc` keep the host files' modification times (Python's
+/// cached bytecode names its source's time: a new time made every `python3` compile
+/// `sitecustomize.py` again), and a template of an older layout is built again.
+#[test]
+fn the_template_keeps_the_host_files_times_and_an_older_one_is_rebuilt() {
+    use std::os::unix::fs::MetadataExt;
+    let env = TestEnv::new();
+    // Files paddock writes itself (into the template, or at each start), not copies.
+    let generated = [
+        "/etc/passwd",
+        "/etc/group",
+        "/etc/resolv.conf",
+        "/etc/nsswitch.conf",
+        "/etc/hostname",
+        "/etc/hosts",
+    ];
+    let check = |env: &TestEnv| {
+        // The default user cannot read every directory (`/etc/ssl/private`): find says so and goes on.
+        let o = env.sh(
+            &[],
+            "find /etc -type f -exec stat -c '%Y %n' {} + 2>/dev/null; true",
+        );
+        assert_code(&o, 0);
+        let mut compared = 0;
+        for line in stdout(&o).lines() {
+            let (time, path) = line.split_once(' ').expect("time and path");
+            if generated.contains(&path) {
+                continue;
+            }
+            let host = std::fs::symlink_metadata(path).expect("a copied file exists on the host");
+            assert_eq!(time.parse::<i64>().expect("a time"), host.mtime(), "{path}");
+            compared += 1;
+        }
+        assert!(
+            compared >= 3,
+            "only {compared} copied files in the sandbox's /etc"
+        );
+    };
+    check(&env);
+    // A template built by an older layout (or before times were kept) is built again.
+    let marker = env.state().join("pool/templates/host/.paddock-template");
+    std::fs::write(&marker, "2").expect("mark the template old");
+    let etc = env.state().join("pool/templates/host/etc");
+    let some_file = std::fs::read_dir(&etc)
+        .expect("read the template's etc")
+        .flatten()
+        .find(|e| {
+            e.file_type().is_ok_and(|t| t.is_file())
+                && !generated.contains(&format!("/etc/{}", e.file_name().to_string_lossy()).as_str())
+        })
+        .expect("a copied file")
+        .path();
+    std::fs::File::options()
+        .append(true)
+        .open(&some_file)
+        .and_then(|f| f.set_modified(std::time::SystemTime::now()))
+        .expect("touch a template file");
+    check(&env);
+    assert_eq!(std::fs::read_to_string(&marker).expect("marker").trim(), "3");
+    env.assert_clean();
+}

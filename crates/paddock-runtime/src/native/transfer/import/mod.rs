@@ -77,7 +77,9 @@ pub(crate) fn import_tree(
         check_end(&mut reader, &state)
     });
     let summary = match outcome {
-        Ok(()) => importer.finish()?,
+        Ok(()) => importer
+            .finish()
+            .map_err(|e| over_import_limit(e, limits.max_bytes))?,
         Err(e) => return Err(classify(&state, e, root)),
     };
     Ok(TransferSummary {
@@ -324,14 +326,7 @@ impl<'a> Importer<'a> {
                 Err(e) => break Err(Failure::Io(e)),
             };
             if let Err(e) = file.write_all(&buf[..n]) {
-                break Err(if e.raw_os_error() == Some(libc::EDQUOT) {
-                    Failure::Tree(RuntimeError::ArchiveTooLarge(format!(
-                        "the unpacked files exceed the import limit of {} bytes",
-                        self.limits.max_bytes
-                    )))
-                } else {
-                    self.error("write", path, e)
-                });
+                break Err(self.error("write", path, e));
             }
             copied += n as u64;
         };
@@ -473,8 +468,9 @@ impl<'a> Importer<'a> {
 }
 
 /// Turns a failure into the error the caller answers with: what the reader saw first (the input
-/// failed, a limit was hit, the input ended early), then the failure itstate. A write into `root`
-/// that found the pool full is the pool's failure, not the archive's.
+/// failed, a limit was hit, the input ended early), then the failure itself. A write into `root`
+/// that found the pool full is the pool's failure, not the archive's; one over the staging
+/// subvolume's own disk limit is the import's (see [`over_import_limit`]).
 fn classify(state: &InputState, failure: Failure, root: &Path) -> RuntimeError {
     if state.source_failed.get() {
         let source = match failure {
@@ -495,26 +491,44 @@ fn classify(state: &InputState, failure: Failure, root: &Path) -> RuntimeError {
         ));
     }
     match failure {
-        Failure::Io(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
-            ) =>
-        {
+        Failure::Io(e) if e.kind() == io::ErrorKind::QuotaExceeded => over_import_limit(
             RuntimeError::Pool {
                 what: "write the imported files into",
                 path: root.to_owned(),
                 source: e,
-            }
-        }
+            },
+            state.max_bytes,
+        ),
+        Failure::Io(e) if e.kind() == io::ErrorKind::StorageFull => RuntimeError::Pool {
+            what: "write the imported files into",
+            path: root.to_owned(),
+            source: e,
+        },
         Failure::Invalid(message) => RuntimeError::InvalidArchive(message),
-        Failure::Tree(e) => e,
+        Failure::Tree(e) => over_import_limit(e, state.max_bytes),
         Failure::Io(e) if state.eof.get() || e.kind() == io::ErrorKind::UnexpectedEof => {
             RuntimeError::InvalidArchive(format!("the archive is truncated ({e})"))
         }
         // Everything else the tar crate reports is about the archive's structure (checksums,
         // numeric fields, sizes).
         Failure::Io(e) => RuntimeError::InvalidArchive(e.to_string()),
+    }
+}
+
+/// `EDQUOT` from the staging subvolume is its qgroup's limit, which is the import's byte limit (no
+/// other qgroup holds it): the import is too large, whichever step met it. btrfs reserves room for
+/// a step's metadata before the step, so a file's creation or a directory's times can meet the limit
+/// while the archive reader is still a little below it; the answer must not then depend on which
+/// of the two came first (a tenant's import over its storage quota is that, not a full pool).
+pub(super) fn over_import_limit(e: RuntimeError, max_bytes: u64) -> RuntimeError {
+    match e {
+        RuntimeError::Pool { what, path, source } if source.kind() == io::ErrorKind::QuotaExceeded => {
+            RuntimeError::ArchiveTooLarge(format!(
+                "the unpacked files exceed the import limit of {max_bytes} bytes ({what} {}: {source})",
+                path.display()
+            ))
+        }
+        other => other,
     }
 }
 
