@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use paddock_protocol::{CommandSpec, ExitStatus, SpawnRequest, Stream};
 use paddock_runtime::agent_client::{AgentClient, AgentClientError, ProcessEvent, ProcessEvents};
-use paddock_runtime::{SandboxBackend, SandboxHandle};
+use paddock_runtime::{RuntimeError, SandboxBackend, SandboxHandle};
 use paddock_types::{Limits, RootfsSpec, SandboxId, SandboxSpec};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::signal::unix::{signal, SignalKind};
@@ -167,9 +167,20 @@ async fn run_async(
     };
     // Signals arriving during creation must still lead to teardown: install handlers first.
     let mut signals = Signals::new()?;
-    let handle = backend
-        .create_sandbox(&spec)
-        .context("failed to create the sandbox")?;
+    // The next run's volume is made while this one starts and runs: its snapshot's commit is off
+    // every creation's path (this one takes the spare an earlier run made, or snapshots its own).
+    let maker = backend.spare_maker();
+    let spare = std::thread::Builder::new()
+        .name("spare".into())
+        .spawn(move || maker.make())
+        .ok();
+    let handle = match backend.create_sandbox(&spec) {
+        Ok(handle) => handle,
+        Err(e) => {
+            join_spare(spare);
+            return Err(anyhow::Error::new(e).context("failed to create the sandbox"));
+        }
+    };
     let outcome = match network.as_mut() {
         None => drive(&handle, &args, &spec, &[], &mut signals).await,
         Some(network) => match network.serve(&handle).await {
@@ -182,6 +193,7 @@ async fn run_async(
         },
     };
     let teardown = backend.destroy_sandbox(handle);
+    join_spare(spare);
     let outcome = outcome?;
     if let Err(e) = teardown {
         eprintln!("paddock: warning: {e}");
@@ -191,6 +203,18 @@ async fn run_async(
         Outcome::TimedOut => ExitCode::from(EXIT_TIMEOUT),
         Outcome::Interrupted(sig) => ExitCode::from((128 + sig) as u8),
     })
+}
+
+/// Waits for the thread making the next run's spare volume: a spare is never left half-made by
+/// this process's exit (gc would clean it up, but a run leaves nothing to clean).
+fn join_spare(spare: Option<std::thread::JoinHandle<Result<paddock_runtime::native::Made, RuntimeError>>>) {
+    let t = std::time::Instant::now();
+    match spare.map(std::thread::JoinHandle::join) {
+        Some(Ok(Err(e))) => tracing::warn!(error = %e, "cannot make a spare volume"),
+        Some(Err(_)) => tracing::warn!("the spare volume's thread panicked"),
+        Some(Ok(Ok(_))) | None => {}
+    }
+    tracing::debug!(step = "spare wait", us = t.elapsed().as_micros() as u64);
 }
 
 struct Signals {

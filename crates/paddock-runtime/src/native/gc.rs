@@ -103,6 +103,7 @@ impl NativeBackend {
         // sandboxes: not returned).
         super::staging::collect_abandoned(self.pool.root(), super::staging::Area::Imports);
         super::staging::collect_abandoned(self.pool.root(), super::staging::Area::Builds);
+        self.pool.collect_spares();
         // Cached layers no template or running build names (a build that died after caching).
         super::template::collect_unused_layers(self.pool.root());
         let mut orphans: Vec<String> = self.cgroups.list_ids();

@@ -20,6 +20,8 @@
 //!                                      its process: gc removes one whose lock is free
 //! <state>/pool/volumes/<vol-id>        named volumes (named_volumes.rs), bound into the sandboxes that
 //!                                      mount them; owned by no sandbox either
+//! <state>/pool/spares/<key>.<n>        writable snapshots of the host template made ahead, renamed into
+//!                                      sandboxes/ by a creation (pool/spare.rs); gc removes stale ones
 //! ```
 
 mod adopt;
@@ -55,7 +57,7 @@ use std::path::{Path, PathBuf};
 pub use cgroup::{CgroupKind, CgroupLayout};
 pub use host::host_facts;
 pub use network::{ruleset, NetworkError, NetworkSubnet, ParseSubnetError};
-pub use pool::StoragePool;
+pub use pool::{Made, SpareMaker, StoragePool};
 pub(crate) use sandbox::NativeSandbox;
 pub use users::IdRange;
 
@@ -179,6 +181,12 @@ impl NativeBackend {
             network_tools,
             deferred: deferred::Deferred::default(),
         })
+    }
+
+    /// What makes spare volumes of the host template ahead of need (`pool/spare.rs`): a caller runs
+    /// it off its creation's path, on a thread of its own.
+    pub fn spare_maker(&self) -> SpareMaker {
+        self.pool.spare_maker()
     }
 
     /// The capabilities of the native backend.

@@ -50,6 +50,9 @@ use super::users::IdRange;
 use crate::{RuntimeError, VolumeUsage};
 
 mod incoming;
+mod spare;
+
+pub use spare::{Made, SpareMaker};
 
 /// Bumped when the template layout changes, so old templates are rebuilt.
 const TEMPLATE_VERSION: u32 = 3;
@@ -274,7 +277,18 @@ impl StoragePool {
         let path = self.volume_path(id);
         let source = match (source, rootfs) {
             (VolumeSource::Template, RootfsSpec::Image { template }) => self.existing_image(template)?,
-            (VolumeSource::Template, _) => self.template(),
+            (VolumeSource::Template, _) => {
+                let template = self.template();
+                // A spare made ahead from this template, renamed into place: no snapshot to wait for.
+                if spare::claim(&self.root, &template, &path)? {
+                    if let Err(e) = self.set_disk_limit(id, disk) {
+                        let _ = self.delete_volume(id);
+                        return Err(e);
+                    }
+                    return Ok(path);
+                }
+                template
+            }
             (VolumeSource::Snapshot(snapshot), _) => self.existing_snapshot(snapshot)?,
             (VolumeSource::Stopped, _) => {
                 let kept = self.stopped_path(id);
@@ -291,6 +305,19 @@ impl StoragePool {
             }
         }
         Ok(path)
+    }
+
+    /// What makes spare volumes of this pool's host template (see `spare.rs`), from any thread.
+    pub fn spare_maker(&self) -> SpareMaker {
+        SpareMaker {
+            root: self.root.clone(),
+            template: self.template(),
+        }
+    }
+
+    /// gc of spare volumes: those of an older template, extras, and what a dead maker left.
+    pub fn collect_spares(&self) {
+        spare::collect(&self.root, &self.template());
     }
 
     /// Sets (or with `None` removes) the disk limit of sandbox `id`'s subvolume: its quota group's
@@ -555,6 +582,7 @@ impl StoragePool {
             for area in [Area::Imports, Area::Builds] {
                 staging::delete_all(&root, area).map_err(pool_err("delete staging subvolumes in", &root))?;
             }
+            spare::delete_all(&root)?;
         }
         let image = state_dir.join("pool.img");
         if image.exists() {

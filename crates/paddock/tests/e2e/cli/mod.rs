@@ -7,6 +7,7 @@ mod client;
 mod executions;
 mod run;
 mod serve;
+mod spares;
 
 use std::process::{Command, Output, Stdio};
 
