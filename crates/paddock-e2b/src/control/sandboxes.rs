@@ -21,11 +21,16 @@ pub(super) fn sandbox_id(text: &str) -> Result<SandboxId, E2bError> {
     text.parse().map_err(|_| E2bError::sandbox_not_found(text))
 }
 
-/// The CPUs of this host (what an unlimited sandbox may use).
+/// The CPUs of this host (what an unlimited sandbox may use), read once per process: every
+/// `available_parallelism` call reads `/proc/self/cgroup` and the CPU quota again (see
+/// `paddock_control`'s `host_millicpus`).
 pub(super) fn host_cpus() -> u32 {
-    std::thread::available_parallelism()
-        .map(|n| n.get() as u32)
-        .unwrap_or(1)
+    static CPUS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1)
+    })
 }
 
 /// The `Sandbox` body for a sandbox.
