@@ -52,16 +52,6 @@ fn assert_made_from_the_template(env: &TestEnv) {
     }
 }
 
-fn gc(env: &TestEnv) {
-    let o = env
-        .cmd()
-        .arg("gc")
-        .stdin(Stdio::null())
-        .output()
-        .expect("runs gc");
-    assert_code(&o, 0);
-}
-
 #[test]
 fn a_run_takes_a_spare_and_a_spare_carries_nothing_of_an_earlier_sandbox() {
     let env = TestEnv::new();
@@ -163,7 +153,7 @@ fn gc_removes_what_a_dead_spare_maker_left_and_keeps_a_live_ones() {
             .filter_map(|e| e.file_name().into_string().ok())
             .collect()
     };
-    gc(&env);
+    env.gc();
     assert_eq!(
         entries(),
         BTreeSet::from([
@@ -173,7 +163,7 @@ fn gc_removes_what_a_dead_spare_maker_left_and_keeps_a_live_ones() {
         "the dead maker's leftovers are gone, the live one's kept"
     );
     drop(held);
-    gc(&env);
+    env.gc();
     assert_eq!(entries(), BTreeSet::new());
     // `pool destroy` removes the ready spare with the rest of the pool.
     assert_eq!(spares(&env).len(), 1);

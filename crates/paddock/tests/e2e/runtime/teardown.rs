@@ -111,7 +111,7 @@ fn gc_and_pool_destroy_remove_the_parent_cgroups_paddock_made() {
     let env = TestEnv::new();
     assert_code(&env.run(&[], &["true"]), 0);
     assert!(!parent_cgroups(&env).is_empty(), "a run makes its parent cgroups");
-    assert_code(&env.cmd().arg("gc").output().expect("gc"), 0);
+    env.gc();
     assert_eq!(
         parent_cgroups(&env),
         Vec::<std::path::PathBuf>::new(),
@@ -137,7 +137,7 @@ fn gc_and_pool_destroy_remove_the_parent_cgroups_paddock_made() {
     if std::path::Path::new("/sys/fs/cgroup/pids/tasks").exists() {
         std::fs::create_dir(&operators).expect("the operator's parent cgroup");
         assert_code(&env.run(&[], &["true"]), 0);
-        assert_code(&env.cmd().arg("gc").output().expect("gc"), 0);
+        env.gc();
         assert_eq!(parent_cgroups(&env), vec![operators.clone()]);
         std::fs::remove_dir(&operators).expect("remove the operator's parent");
     }

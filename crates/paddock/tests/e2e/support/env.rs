@@ -128,6 +128,18 @@ impl TestEnv {
         self.run(opts, &["/bin/sh", "-c", script])
     }
 
+    /// `paddock gc` on this environment's state directory, which must succeed.
+    #[track_caller]
+    pub fn gc(&self) {
+        let o = self
+            .cmd()
+            .arg("gc")
+            .stdin(Stdio::null())
+            .output()
+            .expect("runs gc");
+        assert_code(&o, 0);
+    }
+
     /// Asserts that no sandbox of this environment left anything behind: run directories, subvolumes,
     /// cgroups, or processes of the sandbox uid range.
     pub fn assert_clean(&self) {
