@@ -40,3 +40,4 @@ pub use crate::ops::files::WriteFileOptions;
 pub use crate::ops::policies::PolicyScope;
 pub use crate::ops::ports::PortDoor;
 pub use crate::plan::code::{code_language, code_languages};
+pub use crate::plan::create::host_cpus;

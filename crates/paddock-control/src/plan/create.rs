@@ -214,16 +214,21 @@ pub(crate) fn merge_limits(defaults: &Limits, req: &LimitsRequest) -> Limits {
     }
 }
 
-/// The CPUs this process may use, in millicpus: the most a sandbox may ask for.
+/// The CPUs this process may use: what an unlimited sandbox may use.
 ///
 /// Read once per process. `available_parallelism` reads `/proc/self/cgroup` (and on cgroup v1
 /// `/proc/self/mountinfo` and the CPU quota) on every call; per create, under a burst of creates,
 /// those reads took about 4 % of the server's CPU in `bench/throughput.py --clients 100` (the
 /// kernel's `css_set_lock`, which every process start and exit also takes). A change of the
 /// server's own CPUs is seen after a restart.
+pub fn host_cpus() -> u32 {
+    static CPUS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32))
+}
+
+/// [`host_cpus`] in millicpus: the most a sandbox may ask for.
 pub(crate) fn host_millicpus() -> u32 {
-    static MILLICPUS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *MILLICPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32) * 1000)
+    host_cpus() * 1000
 }
 
 pub(crate) fn encode_spec(spec: &StoredSpec) -> Result<String, ServiceError> {

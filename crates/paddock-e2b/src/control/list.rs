@@ -18,9 +18,9 @@ use paddock_types::api::{ListSandboxesQuery, SandboxInfo};
 use serde::Deserialize;
 
 use super::extract::Caller;
-use super::sandboxes::host_cpus;
 use super::translate::{self, parse_time};
 use crate::{E2bError, E2bState};
+use paddock_control::host_cpus;
 
 /// The most sandboxes one list request reads from the service (beyond it: an error, never a
 /// silently short list).

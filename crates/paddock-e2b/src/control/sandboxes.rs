@@ -6,6 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use paddock_control::host_cpus;
 use paddock_types::api::{SandboxInfo, SandboxStateBody, SetNetworkRequest, SetTimeoutRequest};
 use paddock_types::SandboxId;
 use serde::Deserialize;
@@ -19,18 +20,6 @@ use crate::{E2bError, E2bState, ENVD_VERSION};
 /// A path's sandbox id; a malformed one answers as a missing sandbox.
 pub(super) fn sandbox_id(text: &str) -> Result<SandboxId, E2bError> {
     text.parse().map_err(|_| E2bError::sandbox_not_found(text))
-}
-
-/// The CPUs of this host (what an unlimited sandbox may use), read once per process: every
-/// `available_parallelism` call reads `/proc/self/cgroup` and the CPU quota again (see
-/// `paddock_control`'s `host_millicpus`).
-pub(super) fn host_cpus() -> u32 {
-    static CPUS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *CPUS.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
-            .unwrap_or(1)
-    })
 }
 
 /// The `Sandbox` body for a sandbox.

@@ -275,20 +275,12 @@ impl StoragePool {
     ) -> Result<PathBuf, RuntimeError> {
         let id = name;
         let path = self.volume_path(id);
+        // What the `(VolumeSource::Template, _)` arm below snapshots.
+        let host_template =
+            matches!(source, VolumeSource::Template) && !matches!(rootfs, RootfsSpec::Image { .. });
         let source = match (source, rootfs) {
             (VolumeSource::Template, RootfsSpec::Image { template }) => self.existing_image(template)?,
-            (VolumeSource::Template, _) => {
-                let template = self.template();
-                // A spare made ahead from this template, renamed into place: no snapshot to wait for.
-                if spare::claim(&self.root, &template, &path)? {
-                    if let Err(e) = self.set_disk_limit(id, disk) {
-                        let _ = self.delete_volume(id);
-                        return Err(e);
-                    }
-                    return Ok(path);
-                }
-                template
-            }
+            (VolumeSource::Template, _) => self.template(),
             (VolumeSource::Snapshot(snapshot), _) => self.existing_snapshot(snapshot)?,
             (VolumeSource::Stopped, _) => {
                 let kept = self.stopped_path(id);
@@ -297,7 +289,10 @@ impl StoragePool {
                 return Ok(path);
             }
         };
-        incoming::snapshot_into_place(self, &source, id)?;
+        // A spare made ahead from the host template, renamed into place: no snapshot to wait for.
+        if !(host_template && spare::claim(&self.root, &source, &path)?) {
+            incoming::snapshot_into_place(self, &source, id)?;
+        }
         if disk.is_some() {
             if let Err(e) = self.set_disk_limit(id, disk) {
                 let _ = self.delete_volume(id);
@@ -405,12 +400,7 @@ impl StoragePool {
 
     /// `<pool>/<name>`, created (mode 0700) if missing: pools made by an older paddock lack it.
     fn private_dir(&self, name: &str) -> Result<PathBuf, RuntimeError> {
-        let dir = self.root.join(name);
-        match fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => Ok(dir),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(dir),
-            Err(e) => Err(pool_err("create", &dir)(e)),
-        }
+        private_dir(&self.root.join(name))
     }
 
     /// Where a stopped sandbox's subvolume is kept: out of `sandboxes/`, whose entries without a live
@@ -567,7 +557,9 @@ impl StoragePool {
         // Deleted one by one rather than left to the image's removal: a pool on the state directory's
         // own btrfs has no image.
         if btrfs::is_btrfs(&root).unwrap_or(false) {
-            for dir in ["snapshots", "trash", "volumes", "images", "layers"] {
+            // Spares being made are subvolumes one level down; the ready ones go with the rest.
+            spare::delete_making(&root)?;
+            for dir in ["snapshots", "trash", "volumes", "images", "layers", "spares"] {
                 let dir = root.join(dir);
                 for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
                     let name = entry.file_name();
@@ -582,7 +574,6 @@ impl StoragePool {
             for area in [Area::Imports, Area::Builds] {
                 staging::delete_all(&root, area).map_err(pool_err("delete staging subvolumes in", &root))?;
             }
-            spare::delete_all(&root)?;
         }
         let image = state_dir.join("pool.img");
         if image.exists() {
@@ -593,6 +584,15 @@ impl StoragePool {
             let _ = fs::remove_dir(&root);
         }
         super::run_mount::unmount_if_empty(state_dir)
+    }
+}
+
+/// `dir`, created (mode 0700) if missing.
+fn private_dir(dir: &Path) -> Result<PathBuf, RuntimeError> {
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(dir.to_owned()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(dir.to_owned()),
+        Err(e) => Err(pool_err("create", dir)(e)),
     }
 }
 

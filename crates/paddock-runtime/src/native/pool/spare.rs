@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use paddock_sys::btrfs;
 use rustix::fs::{RenameFlags, CWD};
 
-use super::{delete_with_qgroup, pool_err};
+use super::{delete_with_qgroup, pool_err, private_dir};
 use crate::native::lock::StateLock;
 use crate::RuntimeError;
 
@@ -72,15 +72,19 @@ fn key(template: &Path) -> Result<String, RuntimeError> {
     Ok(format!("t{id}"))
 }
 
+/// Whether the spare `name` was made from the template keyed `key` (`<key>.<random>`).
+fn keyed(name: &str, key: &str) -> bool {
+    name.strip_prefix(key).is_some_and(|rest| rest.starts_with('.'))
+}
+
 /// The names of the ready spares in `dir` made from the template keyed `key`.
 fn ready(dir: &Path, key: &str) -> Vec<String> {
-    let prefix = format!("{key}.");
     fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with(&prefix))
+        .filter(|n| keyed(n, key))
         .collect()
 }
 
@@ -168,10 +172,7 @@ pub(super) fn collect(root: &Path, template: &Path) {
         if name == MAKING {
             continue;
         }
-        let ours = current.as_ref().is_some_and(|k| {
-            name.strip_prefix(k.as_str())
-                .is_some_and(|rest| rest.starts_with('.'))
-        });
+        let ours = current.as_deref().is_some_and(|k| keyed(&name, k));
         if ours && kept < MAX_SPARES {
             kept += 1;
             continue;
@@ -193,35 +194,18 @@ pub(super) fn collect(root: &Path, template: &Path) {
     }
 }
 
-/// Deletes every spare, ready or being made (the pool is being destroyed).
-pub(super) fn delete_all(root: &Path) -> Result<(), RuntimeError> {
-    let dir = root.join(DIR);
-    let making = dir.join(MAKING);
+/// Deletes the spares being made and `.making/` itself (the pool is being destroyed; the ready
+/// spares are subvolumes of `spares/` like any other of the pool's).
+pub(super) fn delete_making(root: &Path) -> Result<(), RuntimeError> {
+    let making = root.join(DIR).join(MAKING);
     for entry in fs::read_dir(&making).into_iter().flatten().flatten() {
         let path = entry.path();
         if entry.file_type().is_ok_and(|t| t.is_dir()) && fs::symlink_metadata(path.join(VOLUME)).is_ok() {
             btrfs::delete_subvolume(&path, VOLUME).map_err(pool_err("delete subvolume", &path))?;
         }
     }
-    for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
-        if entry.file_name() == MAKING {
-            continue;
-        }
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        match btrfs::delete_subvolume(&dir, name) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            other => other.map_err(pool_err("delete subvolume", &entry.path()))?,
-        }
-    }
-    Ok(())
-}
-
-/// `path`, created (mode 0700) if missing.
-fn private_dir(path: &Path) -> Result<PathBuf, RuntimeError> {
-    match fs::DirBuilder::new().mode(0o700).create(path) {
-        Ok(()) => Ok(path.to_owned()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(path.to_owned()),
-        Err(e) => Err(pool_err("create", path)(e)),
+    match fs::remove_dir_all(&making) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(pool_err("remove", &making)(e)),
+        _ => Ok(()),
     }
 }
