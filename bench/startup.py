@@ -134,11 +134,20 @@ def idle_memory(n, argv_prefix, ready_check):
     time.sleep(2)
     after = mem_available_kib()
     pss = statistics.median(sum(pss_kib(p) for p in descendants(proc.pid)) for proc in procs)
+    # What each supervisor is by now: a long `paddock run` hands over to `paddock-wait`.
+    exes = {}
+    for proc in procs:
+        try:
+            exe = os.path.basename(os.readlink(f"/proc/{proc.pid}/exe"))
+        except OSError:
+            exe = "?"
+        exes[exe] = exes.get(exe, 0) + 1
     for p in procs:
         p.terminate()
     for p in procs:
         p.wait()
-    return {"sandboxes": n, "host_kib_per_sandbox": (before - after) / n, "pss_kib_per_sandbox": pss}
+    return {"sandboxes": n, "host_kib_per_sandbox": (before - after) / n, "pss_kib_per_sandbox": pss,
+            "supervisors": exes}
 
 
 def main():

@@ -1,9 +1,10 @@
 //! The last steps before an exec: arranging file descriptors, resetting the signal state a program
 //! would otherwise inherit, and exec'ing by file descriptor.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 
 /// Duplicates `fd` onto descriptor number `target` (`dup2(2)`); the copy is not close-on-exec.
 pub fn install_fd(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
@@ -108,14 +109,15 @@ pub fn unblock_all_signals() -> io::Result<()> {
 
 /// Replaces the process image with the executable open at `fd` (`execveat(fd, "", AT_EMPTY_PATH)`),
 /// so the binary need not be visible inside the sandbox's root. Returns only on failure.
-pub fn exec_fd(fd: BorrowedFd<'_>, argv: &[&str], env: &[&str]) -> io::Error {
-    let to_c = |v: &[&str]| -> Result<Vec<CString>, io::Error> {
+pub fn exec_fd<A: AsRef<OsStr>, E: AsRef<OsStr>>(fd: BorrowedFd<'_>, argv: &[A], env: &[E]) -> io::Error {
+    fn to_c<S: AsRef<OsStr>>(v: &[S]) -> Result<Vec<CString>, io::Error> {
         v.iter()
             .map(|s| {
-                CString::new(*s).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in argument"))
+                CString::new(s.as_ref().as_bytes())
+                    .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in argument"))
             })
             .collect()
-    };
+    }
     let (argv, env) = match (to_c(argv), to_c(env)) {
         (Ok(a), Ok(e)) => (a, e),
         (Err(e), _) | (_, Err(e)) => return e,
@@ -137,6 +139,35 @@ pub fn exec_fd(fd: BorrowedFd<'_>, argv: &[&str], env: &[&str]) -> io::Error {
         );
     }
     io::Error::last_os_error()
+}
+
+/// Takes ownership of descriptor `fd`, inherited across an `exec` from the program that started this
+/// one (which named it, say, in an argument), after checking it is open (`fcntl(F_GETFD)`); it becomes
+/// close-on-exec. Only for a number no other part of this process owns: the standard streams are
+/// refused. Meant for start-up, once per number.
+pub fn take_inherited_fd(fd: RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    if fd <= 2 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a standard stream is not inheritable here",
+        ));
+    }
+    // SAFETY: F_GETFD only reads the descriptor's flags; an invalid number yields EBADF.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is open (checked above) and, by this function's contract, owned by nothing else in
+    // this process: it came from the previous program across exec and is taken once.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC)?;
+    Ok(owned)
+}
+
+/// Makes `fd` survive an `exec` (clears `FD_CLOEXEC`).
+pub fn keep_across_exec(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let flags = rustix::io::fcntl_getfd(fd)?;
+    Ok(rustix::io::fcntl_setfd(fd, flags - rustix::io::FdFlags::CLOEXEC)?)
 }
 
 #[cfg(test)]

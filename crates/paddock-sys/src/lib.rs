@@ -22,3 +22,4 @@ pub mod namespace;
 pub mod pty;
 pub mod reap;
 pub mod seccomp;
+pub mod signal;

@@ -27,6 +27,7 @@ mod config;
 mod keys;
 mod mcp_stdio;
 mod run;
+mod run_lean;
 mod run_network;
 mod serve;
 mod serve_config;
@@ -34,6 +35,9 @@ mod serve_http;
 mod serve_mcp;
 mod serve_webhook;
 mod tty;
+mod wait;
+
+pub use wait::main_wait;
 
 use std::collections::BTreeMap;
 use std::fmt;

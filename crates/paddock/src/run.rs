@@ -19,10 +19,11 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::cli::RunArgs;
 use crate::config::Config;
+use crate::run_lean::{Attached, HandOver, HAND_OVER_AFTER};
 use crate::tty::TerminalSession;
 
 /// The exit code of a command killed by `--timeout`, as timeout(1) uses.
-const EXIT_TIMEOUT: u8 = 124;
+pub(crate) const EXIT_TIMEOUT: u8 = 124;
 /// Default PATH inside the sandbox.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -52,6 +53,10 @@ pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 /// Runs the command; returns paddock's exit code. `network` serves the sandbox's network when the
 /// flags ask for one.
 pub fn run(config: &Config, args: RunArgs, network: Option<Box<dyn RunNetwork>>) -> anyhow::Result<ExitCode> {
+    // This process is `paddock` again after `paddock-wait`: the run only needs its teardown.
+    if let Some(finished) = crate::run_lean::finish(config) {
+        return finished;
+    }
     // One thread: the sandbox's init is a child of this thread, and its parent-death signal fires when
     // the thread that started it exits.
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -170,7 +175,7 @@ async fn run_async(
     // The next run's volume is made while this one starts and runs: its snapshot's commit is off
     // every creation's path (this one takes the spare an earlier run made, or snapshots its own).
     let maker = backend.spare_maker();
-    let spare = std::thread::Builder::new()
+    let mut spare = std::thread::Builder::new()
         .name("spare".into())
         .spawn(move || maker.make())
         .ok();
@@ -182,11 +187,18 @@ async fn run_async(
         }
     };
     let outcome = match network.as_mut() {
-        None => drive(&handle, &args, &spec, &[], &mut signals).await,
+        None => {
+            // Only a run without a network or a terminal may become `paddock-wait` (run_lean.rs).
+            let lean = (!args.tty).then_some(Lean {
+                backend: &backend,
+                spare: &mut spare,
+            });
+            drive(&handle, &args, &spec, &[], &mut signals, lean).await
+        }
         Some(network) => match network.serve(&handle).await {
             Err(e) => Err(e.context("failed to serve the sandbox's network")),
             Ok(env) => {
-                let outcome = drive(&handle, &args, &spec, &env, &mut signals).await;
+                let outcome = drive(&handle, &args, &spec, &env, &mut signals, None).await;
                 network.stop(&handle.id);
                 outcome
             }
@@ -205,9 +217,12 @@ async fn run_async(
     })
 }
 
+/// The thread making the next run's spare volume.
+type SpareThread = std::thread::JoinHandle<Result<paddock_runtime::native::Made, RuntimeError>>;
+
 /// Waits for the thread making the next run's spare volume: a spare is never left half-made by
-/// this process's exit (gc would clean it up, but a run leaves nothing to clean).
-fn join_spare(spare: Option<std::thread::JoinHandle<Result<paddock_runtime::native::Made, RuntimeError>>>) {
+/// this process's exit or exec (gc would clean it up, but a run leaves nothing to clean).
+fn join_spare(spare: Option<SpareThread>) {
     let t = std::time::Instant::now();
     match spare.map(std::thread::JoinHandle::join) {
         Some(Ok(Err(e))) => tracing::warn!(error = %e, "cannot make a spare volume"),
@@ -225,6 +240,21 @@ struct Signals {
 }
 
 impl Signals {
+    /// The ending signal that has arrived and was not yet taken, without waiting.
+    fn pending(&mut self) -> Option<i32> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        for (stream, sig) in [
+            (&mut self.int, libc::SIGINT),
+            (&mut self.term, libc::SIGTERM),
+            (&mut self.hup, libc::SIGHUP),
+        ] {
+            if stream.poll_recv(&mut cx).is_ready() {
+                return Some(sig);
+            }
+        }
+        None
+    }
+
     fn new() -> anyhow::Result<Self> {
         let s = |k| signal(k).context("failed to install a signal handler");
         Ok(Self {
@@ -236,12 +266,20 @@ impl Signals {
     }
 }
 
+/// What a run that may hand over to `paddock-wait` lends the pump.
+struct Lean<'a> {
+    backend: &'a paddock_runtime::native::NativeBackend,
+    /// Joined before the exec.
+    spare: &'a mut Option<SpareThread>,
+}
+
 async fn drive(
     handle: &SandboxHandle,
     args: &RunArgs,
     spec: &SandboxSpec,
     network_env: &[(String, String)],
     signals: &mut Signals,
+    lean: Option<Lean<'_>>,
 ) -> anyhow::Result<Outcome> {
     let terminal = if args.tty {
         Some(TerminalSession::start()?)
@@ -273,7 +311,8 @@ async fn drive(
         })?;
     tracing::debug!(step = "connect and spawn", us = t.elapsed().as_micros() as u64);
     let deadline = args.timeout.map(|t| tokio::time::Instant::now() + t);
-    let outcome = pump(&client, pid, events, terminal.as_ref(), deadline, signals).await;
+    let lean = lean.map(|lean| (lean, handle));
+    let outcome = pump(&client, pid, events, terminal.as_ref(), deadline, signals, lean).await;
     tracing::debug!(step = "spawn to exit", us = t.elapsed().as_micros() as u64);
     drop(terminal);
     outcome
@@ -286,6 +325,7 @@ async fn pump(
     terminal: Option<&TerminalSession>,
     deadline: Option<tokio::time::Instant>,
     signals: &mut Signals,
+    mut lean: Option<(Lean<'_>, &SandboxHandle)>,
 ) -> anyhow::Result<Outcome> {
     let mut stdout = tokio::io::stdout();
     let mut stderr = tokio::io::stderr();
@@ -299,10 +339,16 @@ async fn pump(
         }
     };
     tokio::pin!(timeout);
+    // Where the output written so far ends, per stream (stdout and PTY, stderr).
+    let mut written = [0u64; 2];
+    let hand_over_at = tokio::time::sleep(HAND_OVER_AFTER);
+    tokio::pin!(hand_over_at);
+    // The second connection of a hand-over under way, until the front has caught up with it.
+    let mut attached: Option<Attached> = None;
     loop {
         tokio::select! {
             event = events.recv() => match event {
-                Some(ProcessEvent::Output { stream, data, .. }) => {
+                Some(ProcessEvent::Output { stream, data, offset }) => {
                     let sink: &mut (dyn tokio::io::AsyncWrite + Unpin + Send) = match stream {
                         Stream::Stderr => &mut stderr,
                         Stream::Stdout | Stream::Pty => &mut stdout,
@@ -310,6 +356,18 @@ async fn pump(
                     // A closed stdout (e.g. `| head`) must not stop the sandbox from being torn down.
                     if sink.write_all(&data).await.is_ok() {
                         let _ = sink.flush().await;
+                    }
+                    let i = usize::from(stream == Stream::Stderr);
+                    written[i] = written[i].max(offset.saturating_add(data.len() as u64));
+                    if let (Some(a), Some((l, handle))) = (&attached, &lean) {
+                        if caught_up(written, a) {
+                            let over = HandOver { backend: l.backend, handle, pid, deadline };
+                            if let Some(outcome) = hand_over(&over, a, written, signals).await {
+                                return Ok(outcome);
+                            }
+                            attached = None;
+                            lean = None;
+                        }
                     }
                 }
                 Some(ProcessEvent::Exited(status)) => return Ok(Outcome::Exited(status)),
@@ -319,6 +377,27 @@ async fn pump(
                 stdin_done = true;
                 if let Err(e) = result {
                     tracing::debug!(error = %e, "stdin forwarding ended");
+                }
+            }
+            _ = &mut hand_over_at, if stdin_done && lean.is_some() && attached.is_none() => {
+                let (backend, handle) = {
+                    let (l, handle) = lean.as_mut().expect("guarded");
+                    join_spare(l.spare.take());
+                    (l.backend, *handle)
+                };
+                match crate::run_lean::attach(&handle.agent_socket, pid, written) {
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot attach a second connection; the run keeps this process");
+                        lean = None;
+                    }
+                    Ok(a) if caught_up(written, &a) => {
+                        let over = HandOver { backend, handle, pid, deadline };
+                        if let Some(outcome) = hand_over(&over, &a, written, signals).await {
+                            return Ok(outcome);
+                        }
+                        lean = None;
+                    }
+                    Ok(a) => attached = Some(a),
                 }
             }
             _ = &mut timeout => return Ok(Outcome::TimedOut),
@@ -332,6 +411,36 @@ async fn pump(
             }
         }
     }
+}
+
+fn caught_up(written: [u64; 2], attached: &Attached) -> bool {
+    written[0] >= attached.start[0] && written[1] >= attached.start[1]
+}
+
+/// Hands the run over to `paddock-wait` (run_lean.rs): returns only if that did not happen, with the
+/// run's outcome when an ending signal had arrived first, or `None` (the run goes on here, and never
+/// tries again).
+async fn hand_over(
+    over: &HandOver<'_>,
+    attached: &Attached,
+    written: [u64; 2],
+    signals: &mut Signals,
+) -> Option<Outcome> {
+    if let Err(e) = crate::run_lean::block_ending_signals() {
+        tracing::debug!(error = %e, "the run keeps this process");
+        return None;
+    }
+    // A signal caught before the block may not have reached its stream yet: the runtime reads its
+    // handler's pipe when it polls for events, which a yield lets it do before this task goes on.
+    tokio::task::yield_now().await;
+    if let Some(sig) = signals.pending() {
+        crate::run_lean::unblock_ending_signals();
+        return Some(Outcome::Interrupted(sig));
+    }
+    let e = crate::run_lean::exec_waiter(over, attached, written);
+    crate::run_lean::unblock_ending_signals();
+    tracing::warn!(error = %e, "cannot hand the run over to paddock-wait; it keeps this process");
+    None
 }
 
 /// Copies this process's stdin to the command's stdin, then closes it.

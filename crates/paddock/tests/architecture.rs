@@ -329,6 +329,31 @@ fn the_front_does_not_carry_the_server() {
     assert!(file_size(&front) * 2 < file_size(&PathBuf::from(env!("CARGO_BIN_EXE_paddock-full"))));
 }
 
+/// `paddock-wait` is what a long `paddock run` becomes while its command runs (`run_lean.rs`): it must
+/// not link the async runtime, the command-line parser, the backend or the server, which would bring
+/// back the relocated data and heap the hand-over gives up.
+#[test]
+fn the_waiter_carries_no_runtime_parser_or_backend() {
+    const HEAVY: [&str; 6] = [
+        "tokio",
+        "clap",
+        "paddock_runtime",
+        "tracing_subscriber",
+        "paddock_control",
+        "hyper",
+    ];
+    let waiter = PathBuf::from(env!("CARGO_BIN_EXE_paddock-wait"));
+    let heavy = crate_symbols(&waiter, &HEAVY);
+    assert!(
+        heavy.is_empty(),
+        "paddock-wait links {:?}",
+        &heavy[..heavy.len().min(20)]
+    );
+    // The check itself sees them where they are.
+    let front = crate_symbols(&PathBuf::from(env!("CARGO_BIN_EXE_paddock")), &HEAVY);
+    assert!(front.len() > 1000, "the front shows {} such symbols", front.len());
+}
+
 fn file_size(p: &Path) -> u64 {
     std::fs::metadata(p)
         .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
@@ -338,16 +363,22 @@ fn file_size(p: &Path) -> u64 {
 /// The functions and data in an ELF file's symbol table (`.symtab`) that belong to the server's
 /// crates, by their mangled crate names.
 fn server_symbols(binary: &Path) -> Vec<String> {
-    const SERVER: [&str; 8] = [
-        "axum",
-        "hyper",
-        "rusqlite",
-        "rustls",
-        "reqwest",
-        "paddock_store",
-        "paddock_control",
-        "paddock_egress",
-    ];
+    crate_symbols(binary, &SERVER)
+}
+
+const SERVER: [&str; 8] = [
+    "axum",
+    "hyper",
+    "rusqlite",
+    "rustls",
+    "reqwest",
+    "paddock_store",
+    "paddock_control",
+    "paddock_egress",
+];
+
+/// The functions and data in an ELF file's symbol table (`.symtab`) whose names hold one of `crates`.
+fn crate_symbols(binary: &Path, crates: &[&str]) -> Vec<String> {
     let elf = std::fs::read(binary).unwrap_or_else(|e| panic!("read {}: {e}", binary.display()));
     assert_eq!(&elf[..4], b"\x7fELF");
     let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
@@ -388,7 +419,7 @@ fn server_symbols(binary: &Path) -> Vec<String> {
             continue;
         }
         let name = name_at(u32_at(sym));
-        if SERVER.iter().any(|c| name.contains(c)) {
+        if crates.iter().any(|c| name.contains(c)) {
             found.push(name);
         }
     }

@@ -31,6 +31,38 @@ impl StateLock {
         Ok(Self { _file: file })
     }
 
+    /// The lock on `path` held through `fd`, a descriptor this process inherited across an `exec`
+    /// (`handover.rs`): refused unless `fd` is that very file (same device and inode; never followed
+    /// through a link) and its lock is held through it (or free, and taken now).
+    pub(super) fn inherited(fd: std::os::fd::OwnedFd, path: &Path) -> Result<Self, RuntimeError> {
+        let err = |source: std::io::Error| RuntimeError::State {
+            what: "inherited lock",
+            path: path.to_owned(),
+            source,
+        };
+        let held = rustix::fs::fstat(&fd).map_err(|e| err(e.into()))?;
+        let named = rustix::fs::lstat(path).map_err(|e| err(e.into()))?;
+        if (held.st_dev, held.st_ino) != (named.st_dev, named.st_ino) {
+            return Err(err(std::io::Error::other("the descriptor is not this lock file")));
+        }
+        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(err(std::io::Error::other("another process holds the lock")))
+            }
+            Err(e) => return Err(err(e.into())),
+        }
+        rustix::io::fcntl_setfd(&fd, rustix::io::FdFlags::CLOEXEC).map_err(|e| err(e.into()))?;
+        Ok(Self {
+            _file: File::from(fd),
+        })
+    }
+
+    /// The lock file's descriptor.
+    pub(super) fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self._file)
+    }
+
     /// Takes the lock if nobody holds it; `None` when another process does.
     pub fn try_acquire(path: &Path) -> Result<Option<Self>, RuntimeError> {
         let file = open(path)?;

@@ -29,6 +29,7 @@ mod cgroup;
 mod deferred;
 pub mod diff;
 mod gc;
+mod handover;
 mod host;
 pub mod image;
 mod lifecycle;
@@ -55,6 +56,7 @@ mod walk;
 use std::path::{Path, PathBuf};
 
 pub use cgroup::{CgroupKind, CgroupLayout};
+pub use handover::{BadKept, KeptAcrossExec};
 pub use host::host_facts;
 pub use network::{ruleset, NetworkError, NetworkSubnet, ParseSubnetError};
 pub use pool::{Made, SpareMaker, StoragePool};
@@ -226,6 +228,10 @@ fn prepare_state_dir(config: &NativeConfig, sandboxes_live: impl Fn() -> bool) -
             dir.display()
         )));
     }
+    // Two first starts at once (two `paddock run`s on a new host) would each see the other's
+    // half-made directory as someone else's, and could each mount `run/`: the preparation is
+    // serialised by a lock on the directory itself (which exists from here on).
+    let _serialised = lock_directory(state)?;
     // The state directory's permissions are paddock's to set, so it must be paddock's: new, empty, or
     // marked by an earlier start. Never re-permission a directory such as /tmp or a home directory.
     let marker = state.join(".paddock-state");
@@ -237,6 +243,15 @@ fn prepare_state_dir(config: &NativeConfig, sandboxes_live: impl Fn() -> bool) -
             )));
         }
     }
+    // Marked first: a start killed anywhere after this leaves a directory the next start recognises
+    // (everything below is idempotent), never one it refuses as someone else's.
+    if !marker.exists() {
+        std::fs::write(&marker, "paddock state directory\n").map_err(|source| RuntimeError::State {
+            what: "write",
+            path: marker.clone(),
+            source,
+        })?;
+    }
     for dir in [state.clone(), state.join("run")] {
         let err = |what: &'static str| {
             let path = dir.clone();
@@ -246,15 +261,27 @@ fn prepare_state_dir(config: &NativeConfig, sandboxes_live: impl Fn() -> bool) -
         std::os::unix::fs::chown(&dir, None, Some(config.ids.host_gid(0))).map_err(err("chown"))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o710)).map_err(err("chmod"))?;
     }
+    crate::fault::point("state.run_made");
     run_mount::mount_if_needed(state, config.ids.host_gid(0), sandboxes_live)?;
-    if !marker.exists() {
-        std::fs::write(&marker, "paddock state directory\n").map_err(|source| RuntimeError::State {
-            what: "write",
-            path: marker.clone(),
-            source,
-        })?;
-    }
     Ok(())
+}
+
+/// Creates directory `dir` (and its parents) if missing, and holds an exclusive `flock` on it until
+/// the returned descriptor is dropped. A lock only: nothing in the directory is touched.
+fn lock_directory(dir: &Path) -> Result<std::os::fd::OwnedFd, RuntimeError> {
+    let err = |what: &'static str| {
+        let path = dir.to_owned();
+        move |source: std::io::Error| RuntimeError::State { what, path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(err("create"))?;
+    let fd = rustix::fs::open(
+        dir,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| err("open")(e.into()))?;
+    rustix::fs::flock(&fd, rustix::fs::FlockOperation::LockExclusive).map_err(|e| err("lock")(e.into()))?;
+    Ok(fd)
 }
 
 /// The first existing directory above `path` that other users cannot search (mode without o+x), if

@@ -5,6 +5,7 @@
 mod approvals;
 mod client;
 mod executions;
+mod lean;
 mod run;
 mod serve;
 mod spares;

@@ -295,6 +295,51 @@ fn a_foreign_state_directory_is_refused_untouched() {
     assert_eq!(names, vec![std::ffi::OsString::from("notes.txt")]);
 }
 
+/// A first start killed (`kill -9`, a crash point) halfway through making its state directory (`run/`
+/// made, not yet mounted) leaves one the next start takes as paddock's: it is marked before anything
+/// else is made in it.
+/// And first starts at once all succeed (the preparation is serialised).
+#[test]
+fn a_first_start_killed_midway_or_run_twice_at_once_leaves_a_usable_state_directory() {
+    let env = TestEnv::new();
+    let o = env
+        .cmd()
+        .env(paddock_runtime::fault::FAULT_ENV, "state.run_made")
+        .args(["run", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("runs");
+    assert!(
+        stderr(&o).contains("fault point state.run_made reached"),
+        "{}",
+        stderr(&o)
+    );
+    let o = env.run(&[], &["echo", "after"]);
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "after\n");
+    // A second fresh directory, four first starts at once.
+    let fresh = TestEnv::new();
+    let runs: Vec<_> = (0..4)
+        .map(|i| {
+            fresh
+                .cmd()
+                .args(["run", "--", "echo", &i.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for (i, run) in runs.into_iter().enumerate() {
+        let o = run.wait_with_output().expect("wait");
+        assert_code(&o, 0);
+        assert_eq!(stdout(&o), format!("{i}\n"));
+    }
+    env.assert_clean();
+    fresh.assert_clean();
+}
+
 /// The setup shim is its own binary next to `paddock`: a `paddock` without it refuses to run, in one
 /// line naming it, before making anything.
 #[test]
@@ -331,30 +376,9 @@ fn a_missing_setup_shim_is_refused_in_one_line() {
 #[test]
 fn a_run_is_supervised_by_the_small_front() {
     let env = TestEnv::new();
-    let mut child = env
-        .cmd()
-        .args([
-            "run",
-            "--timeout",
-            "60s",
-            "--",
-            "/bin/sh",
-            "-c",
-            "echo up; read line",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut stdout = child.stdout.take().expect("stdout");
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 64];
     // The command runs: the sandbox is made and its supervisor is what it will be until the end.
-    while !seen.ends_with(b"up\n") {
-        let n = stdout.read(&mut buf).expect("read");
-        assert!(n > 0, "the run ended early: {}", String::from_utf8_lossy(&seen));
-        seen.extend_from_slice(&buf[..n]);
-    }
+    let (mut child, _stdout, _) =
+        env.spawn_run_until_up(&["--timeout", "60s", "--", "/bin/sh", "-c", "echo up; read line"]);
     let exe = std::fs::read_link(format!("/proc/{}/exe", child.id())).expect("exe");
     let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).expect("maps");
     child

@@ -393,29 +393,14 @@ fn mounts_honour_read_only() {
 fn a_sandbox_is_in_its_own_cgroups_and_its_cgroup_namespace_names_nothing_of_the_host() {
     use std::io::Write;
     let env = TestEnv::new();
-    let mut child = env
-        .cmd()
-        .args([
-            "run",
-            "--timeout",
-            "60s",
-            "--",
-            "/bin/sh",
-            "-c",
-            "cat /proc/self/cgroup; echo up; read line",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !seen.ends_with(b"up\n") {
-        let n = out.read(&mut buf).expect("read");
-        assert!(n > 0, "the run ended early: {}", String::from_utf8_lossy(&seen));
-        seen.extend_from_slice(&buf[..n]);
-    }
+    let (mut child, _out, seen) = env.spawn_run_until_up(&[
+        "--timeout",
+        "60s",
+        "--",
+        "/bin/sh",
+        "-c",
+        "cat /proc/self/cgroup; echo up; read line",
+    ]);
     // Read while the command waits for its line: each sandbox's processes with their cgroups.
     type Seen = (i32, String, String);
     let sandboxes: Vec<(String, Vec<Seen>)> = crate::support::sandbox_processes(&env)

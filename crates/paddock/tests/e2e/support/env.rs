@@ -128,6 +128,33 @@ impl TestEnv {
         self.run(opts, &["/bin/sh", "-c", script])
     }
 
+    /// Starts `paddock run ARGS` with stdin and stdout piped and reads its stdout until it ends with
+    /// `up\n`: the sandbox is made and its command runs. Returns the run, its stdout and what was read.
+    #[track_caller]
+    pub fn spawn_run_until_up(
+        &self,
+        args: &[&str],
+    ) -> (std::process::Child, std::process::ChildStdout, Vec<u8>) {
+        use std::io::Read;
+        let mut child = self
+            .cmd()
+            .arg("run")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        let mut out = child.stdout.take().expect("stdout");
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !seen.ends_with(b"up\n") {
+            let n = out.read(&mut buf).expect("read");
+            assert!(n > 0, "the run ended early: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+        (child, out, seen)
+    }
+
     /// `paddock gc` on this environment's state directory, which must succeed.
     #[track_caller]
     pub fn gc(&self) {
