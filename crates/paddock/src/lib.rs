@@ -34,6 +34,7 @@ mod serve_config;
 mod serve_http;
 mod serve_mcp;
 mod serve_webhook;
+mod stdin;
 mod tty;
 mod wait;
 

@@ -329,7 +329,9 @@ async fn pump(
 ) -> anyhow::Result<Outcome> {
     let mut stdout = tokio::io::stdout();
     let mut stderr = tokio::io::stderr();
-    let stdin_pump = forward_stdin(client, pid);
+    // True while nothing read from stdin is on its way to the command: a hand-over is safe then.
+    let stdin_idle = std::cell::Cell::new(false);
+    let stdin_pump = forward_stdin(client, pid, &stdin_idle);
     tokio::pin!(stdin_pump);
     let mut stdin_done = false;
     let timeout = async {
@@ -361,7 +363,14 @@ async fn pump(
                     written[i] = written[i].max(offset.saturating_add(data.len() as u64));
                     if let (Some(a), Some((l, handle))) = (&attached, &lean) {
                         if caught_up(written, a) {
-                            let over = HandOver { backend: l.backend, handle, pid, deadline };
+                            if !(stdin_done || stdin_idle.get()) {
+                                // Stdin is on its way: another try later.
+                                attached = None;
+                                hand_over_at.as_mut().reset(tokio::time::Instant::now() + HAND_OVER_AFTER);
+                                continue;
+                            }
+                            let stdin_open = !stdin_done;
+                            let over = HandOver { backend: l.backend, handle, pid, deadline, stdin_open };
                             if let Some(outcome) = hand_over(&over, a, written, signals).await {
                                 return Ok(outcome);
                             }
@@ -379,7 +388,13 @@ async fn pump(
                     tracing::debug!(error = %e, "stdin forwarding ended");
                 }
             }
-            _ = &mut hand_over_at, if stdin_done && lean.is_some() && attached.is_none() => {
+            _ = &mut hand_over_at, if lean.is_some() && attached.is_none() => {
+                if !(stdin_done || stdin_idle.get()) {
+                    // Stdin is being copied (or is a terminal or a file still open): later.
+                    hand_over_at.as_mut().reset(tokio::time::Instant::now() + HAND_OVER_AFTER);
+                    continue;
+                }
+                let stdin_open = !stdin_done;
                 let (backend, handle) = {
                     let (l, handle) = lean.as_mut().expect("guarded");
                     join_spare(l.spare.take());
@@ -391,7 +406,7 @@ async fn pump(
                         lean = None;
                     }
                     Ok(a) if caught_up(written, &a) => {
-                        let over = HandOver { backend, handle, pid, deadline };
+                        let over = HandOver { backend, handle, pid, deadline, stdin_open };
                         if let Some(outcome) = hand_over(&over, &a, written, signals).await {
                             return Ok(outcome);
                         }
@@ -443,8 +458,17 @@ async fn hand_over(
     None
 }
 
-/// Copies this process's stdin to the command's stdin, then closes it.
-async fn forward_stdin(client: &AgentClient, pid: u32) -> anyhow::Result<()> {
+/// Copies this process's stdin to the command's stdin, then closes it. A pipe or a socket is read
+/// between waits (`stdin.rs`), and `idle` is true while nothing read is on its way; anything else (a
+/// terminal, a file, a device) is read on the runtime's helper thread and never idle.
+async fn forward_stdin(client: &AgentClient, pid: u32, idle: &std::cell::Cell<bool>) -> anyhow::Result<()> {
+    use std::os::fd::AsFd;
+    let stdin = std::io::stdin();
+    if crate::stdin::pollable(stdin.as_fd()) {
+        let fd = stdin.as_fd().try_clone_to_owned().context("duplicate stdin")?;
+        let fd = watch_stdin(fd).context("watch stdin")?;
+        return forward_pollable(client, pid, &fd, idle).await;
+    }
     let mut stdin = tokio::io::stdin();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -457,5 +481,48 @@ async fn forward_stdin(client: &AgentClient, pid: u32) -> anyhow::Result<()> {
             .write_stdin(pid, &buf[..n], false)
             .await
             .context("write stdin")?;
+    }
+}
+
+/// Registers this process's (duplicated) stdin with the runtime's reactor.
+#[expect(
+    deprecated,
+    reason = "AsyncFd::with_interest is deprecated for descriptors whose owner could swap or close them \
+              under the reactor (tokio#8587); the OwnedFd moved in stays open and unchanged until the \
+              AsyncFd is dropped (get_mut is never used), which is what the unsafe replacement would \
+              require, and unsafe belongs in paddock-sys only"
+)]
+fn watch_stdin(fd: std::os::fd::OwnedFd) -> std::io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    tokio::io::unix::AsyncFd::with_interest(fd, tokio::io::Interest::READABLE)
+}
+
+/// [`forward_stdin`] for a pipe or a socket: waits, reads what is there, delivers it (the agent
+/// answers once the bytes are in the command's pipe), and only then waits again.
+async fn forward_pollable(
+    client: &AgentClient,
+    pid: u32,
+    fd: &tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>,
+    idle: &std::cell::Cell<bool>,
+) -> anyhow::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        idle.set(true);
+        let mut ready = fd.readable().await.context("wait for stdin")?;
+        let n = match ready.try_io(|fd| crate::stdin::read_available(fd, &mut buf)) {
+            Err(_would_block) => continue,
+            Ok(read) => read,
+        };
+        // No await between the read and this: nothing read is ever unaccounted for.
+        idle.set(false);
+        match n.context("read stdin")? {
+            0 => {
+                client.write_stdin(pid, &[], true).await.context("close stdin")?;
+                return Ok(());
+            }
+            n => client
+                .write_stdin(pid, &buf[..n], false)
+                .await
+                .context("write stdin")?,
+        }
     }
 }

@@ -1,6 +1,6 @@
-//! A long `paddock run` becomes small: once its command has run for [`HAND_OVER_AFTER`] and its
-//! stdin has ended, the process replaces its program with `paddock-wait` (`wait.rs`), which copies
-//! the rest of the output and watches for the end; then `paddock-wait` replaces itself with `paddock`
+//! A long `paddock run` becomes small: once its command has run for [`HAND_OVER_AFTER`], at a moment
+//! when nothing read from stdin is on its way, the process replaces its program with `paddock-wait`
+//! (`wait.rs`), which copies the rest of the output (and of stdin) and watches for the end; then `paddock-wait` replaces itself with `paddock`
 //! again, which takes the sandbox back and tears it down ([`finish`]). It is one process throughout:
 //! the shell waits for the same pid, and the sandbox's init stays its child.
 //!
@@ -15,9 +15,11 @@
 //!
 //! What survives the execs: the second connection, the run directory's lock and the init's pidfd
 //! (`paddock_runtime::native::KeptAcrossExec`), an open descriptor of this executable, and the ending
-//! signals, blocked (a signal that arrives in between stays pending and is read by the waiter). This
-//! module does not hand over a run with a terminal, a network, or stdin still open: they keep the
-//! front.
+//! signals, blocked (a signal that arrives in between stays pending and is read by the waiter).
+//! Stdin still open is handed over only when it is a pipe or a socket read between waits
+//! (`stdin.rs`) and idle; a busy one is tried again later. This module does not hand over a run with
+//! a terminal or a network, nor one whose stdin is a terminal or a file still being read: they keep
+//! the front.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -38,8 +40,9 @@ use paddock_types::SandboxId;
 use crate::config::Config;
 use crate::wait::{Ending, WaitArgs, ENDING_SIGNALS, OUTCOME_VAR};
 
-/// A run whose command is still going after this long hands over to `paddock-wait`. Short runs never
-/// do: the hand-back before teardown costs about 2 ms (a start of `paddock`).
+/// A run whose command is still going after this long hands over to `paddock-wait` (and one whose
+/// stdin was busy then tries again after as long). Short runs never do: the hand-back before
+/// teardown costs about 2 ms (a start of `paddock`).
 pub(crate) const HAND_OVER_AFTER: Duration = Duration::from_millis(500);
 
 /// The environment variable naming the kept sandbox (`<id>:<KeptAcrossExec>`), for [`finish`].
@@ -124,6 +127,8 @@ pub(crate) struct HandOver<'a> {
     pub(crate) handle: &'a SandboxHandle,
     pub(crate) pid: u32,
     pub(crate) deadline: Option<tokio::time::Instant>,
+    /// Stdin (a pipe or a socket, read up to a wait) is still open: `paddock-wait` goes on copying it.
+    pub(crate) stdin_open: bool,
 }
 
 /// Replaces this process with `paddock-wait`. The ending signals must be blocked, every earlier
@@ -165,6 +170,7 @@ fn try_exec_waiter(
         pid: over.pid,
         from: written,
         deadline_ns,
+        stdin_open: over.stdin_open,
         front_fd: front.as_raw_fd(),
         front_argv: std::env::args_os().collect(),
     };

@@ -9,19 +9,24 @@
 //! command-line parser and no backend: its arguments are a fixed, internal list written by
 //! `run_lean.rs` (hand-parsed here for that reason), and it reads frames with blocking calls.
 //!
-//! What it does not do: it writes nothing to the command's stdin (a run hands over only once its
-//! stdin has ended), serves no terminal and no network, and never touches the sandbox itself. Its
-//! input from the agent is hostile: frame limits are `paddock-protocol`'s, offsets are checked, and a
-//! malformed frame ends the wait as a lost agent.
+//! Stdin, when still open (a pipe or a socket), is copied as the front did: read what is there
+//! (`stdin.rs`), send it, and read again only once the agent has answered that the bytes are in the
+//! command's pipe; the request is sent without blocking, so output keeps flowing while a command is
+//! slow to read its stdin.
+//!
+//! What it does not do: it serves no terminal and no network, and never touches the sandbox itself.
+//! Its input from the agent is hostile: frame limits are `paddock-protocol`'s, offsets are checked,
+//! and a malformed frame ends the wait as a lost agent.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use paddock_protocol::{decode_prefix, AgentMessage, Stream, MAX_PAYLOAD_LEN, PREFIX_LEN};
+use paddock_protocol::{
+    decode_prefix, encode_frame, AgentMessage, ClientMessage, Request, Stream, MAX_PAYLOAD_LEN, PREFIX_LEN,
+};
 use paddock_sys::signal::SignalReader;
 use rustix::event::{poll, PollFd, PollFlags};
 
@@ -68,7 +73,8 @@ impl Ending {
 }
 
 /// The waiter's arguments, in this order:
-/// `<agent fd> <pid> <stdout from> <stderr from> <deadline ns|-> <front fd> <front argv...>`.
+/// `<agent fd> <pid> <stdout from> <stderr from> <deadline ns|-> <stdin open|done> <front fd>
+/// <front argv...>`.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct WaitArgs {
     /// A connection to the agent, attached to the command, its replies to hello and attach read.
@@ -79,6 +85,8 @@ pub(crate) struct WaitArgs {
     pub from: [u64; 2],
     /// `CLOCK_MONOTONIC` deadline of `--timeout`, in nanoseconds.
     pub deadline_ns: Option<u64>,
+    /// Stdin (a pipe or a socket) is still open and is copied to the command's.
+    pub stdin_open: bool,
     /// The `paddock` executable to exec at the end, open.
     pub front_fd: i32,
     /// Its arguments (the run's own command line).
@@ -93,6 +101,7 @@ impl WaitArgs {
             self.from[0].to_string(),
             self.from[1].to_string(),
             self.deadline_ns.map_or_else(|| "-".to_owned(), |d| d.to_string()),
+            if self.stdin_open { "open" } else { "done" }.to_owned(),
             self.front_fd.to_string(),
         ]
         .into_iter()
@@ -120,6 +129,11 @@ impl WaitArgs {
             Some("-") => None,
             other => Some(num(other.map(OsString::from), "deadline")?),
         };
+        let stdin_open = match args.next().as_deref().and_then(OsStr::to_str) {
+            Some("open") => true,
+            Some("done") => false,
+            _ => return Err("bad or missing stdin state".to_owned()),
+        };
         let front_fd = num(args.next(), "paddock descriptor")?;
         let front_argv: Vec<OsString> = args.collect();
         if front_argv.is_empty() {
@@ -130,6 +144,7 @@ impl WaitArgs {
             pid,
             from,
             deadline_ns,
+            stdin_open,
             front_fd,
             front_argv,
         })
@@ -190,6 +205,14 @@ fn wait(args: &WaitArgs) -> io::Result<Ending> {
         from: args.from,
         lost_reported: false,
     };
+    let mut stdin = StdinCopy {
+        open: args.stdin_open,
+        unsent: Vec::new(),
+        answer: None,
+        next_id: FIRST_STDIN_ID,
+    };
+    let stdin_fd = io::stdin();
+    let mut buf = Vec::new();
     loop {
         if let Some(sig) = signals.pending()? {
             return Ok(Ending::Interrupted(sig));
@@ -198,28 +221,118 @@ fn wait(args: &WaitArgs) -> io::Result<Ending> {
             None => None,
             Some(deadline) => match deadline.checked_sub(monotonic_ns()?) {
                 None | Some(0) => return Ok(Ending::TimedOut),
-                Some(left) => Some(Duration::from_nanos(left)),
+                Some(left) => Some(rustix::time::Timespec {
+                    tv_sec: (left / 1_000_000_000) as i64,
+                    tv_nsec: (left % 1_000_000_000) as i64,
+                }),
             },
         };
-        let mut fds = [
-            PollFd::new(&agent, PollFlags::IN),
+        let agent_events = if stdin.unsent.is_empty() {
+            PollFlags::IN
+        } else {
+            PollFlags::IN | PollFlags::OUT
+        };
+        let mut fds = vec![
+            PollFd::new(&agent, agent_events),
             PollFd::new(&signals, PollFlags::IN),
         ];
-        let timeout = timeout.map(|d| rustix::time::Timespec {
-            tv_sec: d.as_secs() as i64,
-            tv_nsec: i64::from(d.subsec_nanos()),
-        });
+        if stdin.wants_input() {
+            fds.push(PollFd::new(&stdin_fd, PollFlags::IN));
+        }
         match poll(&mut fds, timeout.as_ref()) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
         }
-        if fds[0].revents().is_empty() {
-            continue;
+        let agent_ready = fds[0].revents();
+        let stdin_ready = fds.get(2).is_some_and(|f| !f.revents().is_empty());
+        drop(fds);
+        if stdin_ready {
+            // Allocated on first use: a run whose stdin had ended never needs it.
+            buf.resize(64 * 1024, 0);
+            stdin.read(args.pid, &stdin_fd, &mut buf)?;
         }
-        match copier.frame(&mut agent)? {
-            Some(ending) => return Ok(ending),
-            None => continue,
+        if !stdin.unsent.is_empty() {
+            stdin.send(&agent)?;
+        }
+        if agent_ready.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
+            match copier.frame(&mut agent)? {
+                Frame::End(ending) => return Ok(ending),
+                Frame::Answer { id, ok } => stdin.answered(id, ok),
+                Frame::Other => {}
+            }
+        }
+    }
+}
+
+/// Ids of the stdin requests this program sends on its connection (the front's hello and attach
+/// were 1 and 2).
+const FIRST_STDIN_ID: u64 = 3;
+
+/// Stdin still open, copied to the command: one request at a time, sent without blocking.
+struct StdinCopy {
+    open: bool,
+    /// What is left to send of the current request.
+    unsent: Vec<u8>,
+    /// The id of the request sent and not yet answered.
+    answer: Option<u64>,
+    next_id: u64,
+}
+
+impl StdinCopy {
+    /// Only once the last request is sent and answered (its bytes are in the command's pipe).
+    fn wants_input(&self) -> bool {
+        self.open && self.unsent.is_empty() && self.answer.is_none()
+    }
+
+    /// Reads what stdin has and makes it the next request (its end closes the command's stdin).
+    fn read(&mut self, pid: u32, fd: &io::Stdin, buf: &mut [u8]) -> io::Result<()> {
+        let n = match crate::stdin::read_available(fd, buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => {
+                eprintln!("paddock: reading stdin: {e}");
+                0
+            }
+            Ok(n) => n,
+        };
+        let close = n == 0;
+        if close {
+            self.open = false;
+        }
+        let request = ClientMessage {
+            id: self.next_id,
+            request: Request::WriteStdin { pid, close },
+        };
+        encode_frame(&request, &buf[..n], &mut self.unsent).map_err(io::Error::other)?;
+        self.answer = Some(self.next_id);
+        self.next_id += 1;
+        Ok(())
+    }
+
+    /// Sends what it can of the request without blocking.
+    fn send(&mut self, agent: &UnixStream) -> io::Result<()> {
+        use rustix::net::SendFlags;
+        while !self.unsent.is_empty() {
+            match rustix::net::send(agent, &self.unsent, SendFlags::DONTWAIT | SendFlags::NOSIGNAL) {
+                Ok(n) => {
+                    self.unsent.drain(..n);
+                }
+                Err(rustix::io::Errno::AGAIN) => return Ok(()),
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The agent's answer to request `id`: the next read may start. A refusal (the command closed its
+    /// stdin, or exited) ends the copy, as it ends the front's.
+    fn answered(&mut self, id: u64, ok: bool) {
+        if self.answer == Some(id) {
+            self.answer = None;
+            if !ok {
+                self.open = false;
+            }
         }
     }
 }
@@ -227,6 +340,17 @@ fn wait(args: &WaitArgs) -> io::Result<Ending> {
 fn monotonic_ns() -> io::Result<u64> {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     Ok(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
+}
+
+/// What one frame from the agent meant.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// The run ends.
+    End(Ending),
+    /// The answer to request `id`.
+    Answer { id: u64, ok: bool },
+    /// Output (copied) or anything else (skipped).
+    Other,
 }
 
 /// Copies output frames of one process to this process's stdout and stderr, from given offsets.
@@ -247,11 +371,12 @@ impl Copier {
         }
     }
 
-    /// Reads one frame; the run's ending when it is the process's exit or the end of the connection.
-    pub(crate) fn frame(&mut self, agent: &mut impl Read) -> io::Result<Option<Ending>> {
+    /// Reads one frame: the run's ending when it is the process's exit or the end of the connection,
+    /// an answer to a request, or something else (output, copied).
+    pub(crate) fn frame(&mut self, agent: &mut impl Read) -> io::Result<Frame> {
         let mut prefix = [0u8; PREFIX_LEN];
         if !read_exact_or_eof(agent, &mut prefix)? {
-            return Ok(Some(Ending::Lost));
+            return Ok(Frame::End(Ending::Lost));
         }
         let (header_len, payload_len) = decode_prefix(prefix).map_err(io::Error::other)?;
         let mut header = vec![0u8; header_len];
@@ -261,15 +386,23 @@ impl Copier {
             AgentMessage::Output { pid, stream, offset } if pid == self.pid => {
                 let index = usize::from(stream == Stream::Stderr);
                 self.copy(agent, index, offset, payload_len)?;
-                Ok(None)
+                Ok(Frame::Other)
             }
             AgentMessage::Exited { pid, status } if pid == self.pid => {
                 skip(agent, payload_len)?;
-                Ok(Some(Ending::Exited(status.shell_code())))
+                Ok(Frame::End(Ending::Exited(status.shell_code())))
+            }
+            AgentMessage::Reply { id, .. } => {
+                skip(agent, payload_len)?;
+                Ok(Frame::Answer { id, ok: true })
+            }
+            AgentMessage::Error { id, .. } => {
+                skip(agent, payload_len)?;
+                Ok(Frame::Answer { id, ok: false })
             }
             _ => {
                 skip(agent, payload_len)?;
-                Ok(None)
+                Ok(Frame::Other)
             }
         }
     }
@@ -392,24 +525,25 @@ mod tests {
             pid: 2,
             from: [10, 0],
             deadline_ns: Some(123),
+            stdin_open: true,
             front_fd: 8,
             front_argv: vec!["paddock".into(), "run".into(), "--".into(), "sleep".into()],
         };
         assert_eq!(WaitArgs::parse(args.to_argv().into_iter()).expect("test"), args);
         let none = WaitArgs {
             deadline_ns: None,
+            stdin_open: false,
             ..args
         };
         assert_eq!(WaitArgs::parse(none.to_argv().into_iter()).expect("test"), none);
         assert_eq!(bytes(&none.to_argv()[4]), b"-");
-        // No front command line, or a bad number, is refused.
-        assert!(WaitArgs::parse(["7", "2", "0", "0", "-", "8"].map(OsString::from).into_iter()).is_err());
-        assert!(WaitArgs::parse(
-            ["7", "x", "0", "0", "-", "8", "p"]
-                .map(OsString::from)
-                .into_iter()
-        )
-        .is_err());
+        assert_eq!(bytes(&none.to_argv()[5]), b"done");
+        // No front command line, a bad number or a bad stdin state is refused.
+        let parse = |v: &[&str]| WaitArgs::parse(v.iter().map(OsString::from));
+        assert!(parse(&["7", "2", "0", "0", "-", "done", "8"]).is_err());
+        assert!(parse(&["7", "x", "0", "0", "-", "done", "8", "p"]).is_err());
+        assert!(parse(&["7", "2", "0", "0", "-", "maybe", "8", "p"]).is_err());
+        assert!(parse(&["7", "2", "0", "0", "-", "open", "8", "p"]).is_ok());
     }
 
     /// The front wrote stdout up to 4 and stderr up to 2: a replay from 0 skips exactly those bytes,
@@ -433,11 +567,11 @@ mod tests {
         let mut r = std::io::Cursor::new(wire);
         let mut c = Copier::new(5, [4, 2]);
         for _ in 0..4 {
-            assert_eq!(c.frame(&mut r).expect("test"), None);
+            assert_eq!(c.frame(&mut r).expect("test"), Frame::Other);
         }
         assert_eq!(c.from, [8, 2]);
-        assert_eq!(c.frame(&mut r).expect("test"), Some(Ending::Exited(3)));
-        assert_eq!(c.frame(&mut r).expect("test"), Some(Ending::Lost));
+        assert_eq!(c.frame(&mut r).expect("test"), Frame::End(Ending::Exited(3)));
+        assert_eq!(c.frame(&mut r).expect("test"), Frame::End(Ending::Lost));
     }
 
     #[test]
