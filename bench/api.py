@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The control plane through its HTTP API, with bubblewrap as the peer, in one run.
 
-Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
+Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent`):
     python3 bench/api.py [--burst 100] [--execs 500] [--idle 1000]
 
 Starts its own `paddock serve` (own state directory and cgroup parent, a warm pool of `--burst`+10

@@ -13,7 +13,7 @@
    sandbox made, the command run, its logs recorded, the sandbox removed): the time from the
    approve call to the execution read back final. `--executions` rounds.
 
-Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
+Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent`):
     python3 bench/approvals.py [--calls 500] [--approvals 30] [--executions 20]
 """
 import argparse

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Code contexts through the HTTP API (issue 15's figures), with a fresh `python3 -c` as the peer.
 
-Usage (as root, after `cargo build --release -p paddock -p paddock-agent` and
+Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent` and
 `scripts/install-deps.sh`, which installs python3-ipykernel):
     python3 bench/code.py [--burst 30] [--cells 300] [--idle 10]
 

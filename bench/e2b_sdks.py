@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """E2B's official SDKs against paddock's E2B front-end, beside paddock's own /v1 API, in one run.
 
-Usage (as root, after `cargo build --release -p paddock -p paddock-agent` and
+Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent` and
 `scripts/install-e2b-clients.sh`):
     python3 bench/e2b_sdks.py [--creates 100] [--runs 300] [--files 20] [--requests 300]
 

@@ -2,7 +2,7 @@
 """MCP's `tools/call run_command` over Streamable HTTP, beside the same command through `/v1`, in
 one run (issue 16's figure).
 
-Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
+Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent`):
     python3 bench/mcp.py [--calls 300]
 
 Starts its own `paddock serve` (api.py's server), creates one sandbox, then over one keep-alive

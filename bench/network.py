@@ -2,7 +2,7 @@
 """HTTPS requests from inside a sandbox: paddock (through its egress proxy) against bubblewrap with the
 host's network (unfiltered), in one run.
 
-Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
+Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent`):
     python3 bench/network.py [--requests 300] [--rounds 3]
 
 Sets up its own "outside": a host-side veth pair with 198.51.100.254/32 (TEST-NET-2; nothing leaves the

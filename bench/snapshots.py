@@ -2,7 +2,7 @@
 """Checkpoint, rollback and fork latency through the API, with a plain `btrfs subvolume snapshot`
 of the same volume as the peer, in one run.
 
-Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
+Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent`):
     python3 bench/snapshots.py [--runs 20] [--busy]
 
 For a sandbox holding 10 MB and one holding 1 GB, each in 10,000 files:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Startup latency and idle memory of `paddock run` against bubblewrap, side by side in one run.
 
-Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
+Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent`):
     python3 bench/startup.py [--runs 200] [--idle 50] [--baseline OTHER_BUILD/paddock] [--busy]
 
 Latency: whole-process wall time of `CMD -- true` and `CMD -- python3 -c pass`, runs interleaved

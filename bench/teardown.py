@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Destroy latency through the API: a networked sandbox against a plain one, in one run (issue 18).
 
-Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
+Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent`):
     python3 bench/teardown.py [--rounds 40] [--busy]
 
 Each round creates a plain sandbox and a networked one (`{"network": {"allow": [{"domain":

@@ -2,7 +2,7 @@
 """Templates built from registry images: pull + unpack against skopeo + umoci, and sandbox creation
 from a 1 GB image template against the default template, in one run.
 
-Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
+Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent`):
     python3 bench/templates.py [--runs 5] [--burst 30] [--multi-mb 250] [--big-mb 1024]
 
 Builds two images with umoci (no Docker): `multi` (5 layers, `--multi-mb` of random-byte files, a

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Create -> exec -> destroy throughput through the API, against bubblewrap, in one run (issue 18).
 
-Usage (as root, after `cargo build --release -p paddock -p paddock-agent`):
+Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent`):
     python3 bench/throughput.py [--clients 100] [--rounds 5] [--warm-pool 0] [--busy]
 
 paddock: `--clients` concurrent API clients (threads, one keep-alive connection each), each doing

@@ -64,7 +64,9 @@ def main():
     ap.add_argument("--sets", nargs="+", default=["3", "4", "5", "6", "3,4,5,6"],
                     help="attack sets to measure, each a comma-separated list of classes")
     args = ap.parse_args()
-    subprocess.run(["cargo", "build", "--release", "-p", "paddock", "-p", "paddock-agent"], cwd=ROOT, check=True)
+    # Two builds: the agent's dependencies keep their own features (see scripts/paddock.sh).
+    for package in ("paddock", "paddock-agent"):
+        subprocess.run(["cargo", "build", "--release", "-p", package], cwd=ROOT, check=True)
     table = []
     for classes in args.sets:
         rows = []

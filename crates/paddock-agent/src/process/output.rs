@@ -257,11 +257,13 @@ pub(crate) async fn pump_output(agent: Rc<Agent>, process: Rc<Process>, index: u
     }
 }
 
-/// One non-blocking read of at most `room` bytes into the stream.
+/// One non-blocking read of at most `room` bytes into the stream. The bytes land in a buffer's
+/// spare capacity, never zeroed first: a read touches only the memory it fills (a 32 KiB zeroed
+/// buffer on the stack left 32 KiB of every idle agent's stack resident).
 fn read_into(fd: &pipe::Receiver, stream: &OutputStream, room: usize) -> io::Result<usize> {
-    let mut buf = [0u8; READ_CHUNK];
-    let n = fd.try_read(&mut buf[..room.min(READ_CHUNK)])?;
-    stream.push(&buf[..n]);
+    let mut buf = Vec::with_capacity(room.min(READ_CHUNK));
+    let n = fd.try_read_buf(&mut buf)?;
+    stream.push(&buf);
     Ok(n)
 }
 
@@ -279,10 +281,9 @@ async fn discard_until_eof(fd: &pipe::Receiver) {
     }
 }
 
-/// One non-blocking read whose bytes are dropped (the buffer lives on the stack, not in the task).
+/// One non-blocking read whose bytes are dropped (into a buffer's spare capacity, as [`read_into`]).
 fn discard_available(fd: &pipe::Receiver) -> io::Result<usize> {
-    let mut buf = [0u8; READ_CHUNK];
-    fd.try_read(&mut buf)
+    fd.try_read_buf(&mut Vec::with_capacity(READ_CHUNK))
 }
 
 #[cfg(test)]
