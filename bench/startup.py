@@ -9,7 +9,9 @@ Latency: whole-process wall time of `CMD -- true` and `CMD -- python3 -c pass`, 
 older commit's) runs in the same rounds, on its own state dir, swapping places with this one every
 round, and the paddock/baseline ratio is reported: a regression check within one run.
 Memory: starts N idle sandboxes (`sleep`) of each kind and reports the host memory they add per sandbox
-(drop in MemAvailable, which includes kernel objects), and the PSS of the processes each one keeps.
+(drop in MemAvailable, which includes kernel objects but moves with the page cache and the host's
+free-page reporting), the memory they pin (anonymous and shared pages, page tables, kernel stacks,
+unreclaimable kernel objects), and the PSS of the processes each one keeps.
 """
 import argparse
 import json
@@ -91,6 +93,22 @@ def mem_available_kib():
     raise RuntimeError("no MemAvailable")
 
 
+# Memory a sandbox pins, user and kernel side, and no cache: its processes' anonymous and shared memory,
+# their page tables and kernel stacks, and the kernel objects that cannot be reclaimed (namespaces,
+# cgroups, sockets, mounts). MemAvailable also moves with the page cache and with the host's free-page
+# reporting (it has risen while sandboxes started here), so both are reported.
+PINNED = ("AnonPages", "Shmem", "PageTables", "KernelStack", "SUnreclaim", "Percpu")
+
+
+def pinned_kib():
+    fields = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, value = line.split(":", 1)
+            fields[key] = int(value.split()[0])
+    return sum(fields.get(k, 0) for k in PINNED)
+
+
 def pss_kib(pid):
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -126,13 +144,13 @@ def idle_memory(n, argv_prefix, ready_check):
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
     time.sleep(1)
-    before = mem_available_kib()
+    before, pinned_before = mem_available_kib(), pinned_kib()
     procs = [subprocess.Popen(argv_prefix + ["sleep", "600"], stdin=subprocess.DEVNULL, env=ENV) for _ in range(n)]
     deadline = time.time() + 60
     while time.time() < deadline and not ready_check(procs):
         time.sleep(0.2)
     time.sleep(2)
-    after = mem_available_kib()
+    after, pinned_after = mem_available_kib(), pinned_kib()
     pss = statistics.median(sum(pss_kib(p) for p in descendants(proc.pid)) for proc in procs)
     # What each supervisor is by now: a long `paddock run` hands over to `paddock-wait`.
     exes = {}
@@ -146,7 +164,8 @@ def idle_memory(n, argv_prefix, ready_check):
         p.terminate()
     for p in procs:
         p.wait()
-    return {"sandboxes": n, "host_kib_per_sandbox": (before - after) / n, "pss_kib_per_sandbox": pss,
+    return {"sandboxes": n, "host_kib_per_sandbox": (before - after) / n,
+            "pinned_kib_per_sandbox": (pinned_after - pinned_before) / n, "pss_kib_per_sandbox": pss,
             "supervisors": exes}
 
 
