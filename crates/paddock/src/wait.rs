@@ -195,7 +195,7 @@ pub fn main_wait() -> ExitCode {
 
 fn wait(args: &WaitArgs) -> io::Result<Ending> {
     let agent: OwnedFd = paddock_sys::exec::take_inherited_fd(args.agent_fd)?;
-    let mut agent = UnixStream::from(agent);
+    let agent = UnixStream::from(agent);
     // The front blocked them before the exec; blocking again is harmless and keeps this program
     // correct if started otherwise.
     paddock_sys::signal::block(&ENDING_SIGNALS)?;
@@ -214,18 +214,9 @@ fn wait(args: &WaitArgs) -> io::Result<Ending> {
     let stdin_fd = io::stdin();
     let mut buf = Vec::new();
     loop {
-        if let Some(sig) = signals.pending()? {
-            return Ok(Ending::Interrupted(sig));
-        }
-        let timeout = match args.deadline_ns {
-            None => None,
-            Some(deadline) => match deadline.checked_sub(monotonic_ns()?) {
-                None | Some(0) => return Ok(Ending::TimedOut),
-                Some(left) => Some(rustix::time::Timespec {
-                    tv_sec: (left / 1_000_000_000) as i64,
-                    tv_nsec: (left % 1_000_000_000) as i64,
-                }),
-            },
+        let timeout = match due(&mut signals, args.deadline_ns)? {
+            Err(ending) => return Ok(ending),
+            Ok(timeout) => timeout,
         };
         let agent_events = if stdin.unsent.is_empty() {
             PollFlags::IN
@@ -256,10 +247,75 @@ fn wait(args: &WaitArgs) -> io::Result<Ending> {
             stdin.send(&agent)?;
         }
         if agent_ready.intersects(PollFlags::IN | PollFlags::HUP | PollFlags::ERR) {
-            match copier.frame(&mut agent)? {
-                Frame::End(ending) => return Ok(ending),
-                Frame::Answer { id, ok } => stdin.answered(id, ok),
-                Frame::Other => {}
+            let mut reader = AgentReader {
+                agent: &agent,
+                signals: &mut signals,
+                deadline_ns: args.deadline_ns,
+                stopped: None,
+            };
+            match copier.frame(&mut reader) {
+                Ok(Frame::End(ending)) => return Ok(ending),
+                Ok(Frame::Answer { id, ok }) => stdin.answered(id, ok),
+                Ok(Frame::Other) => {}
+                Err(e) => return reader.stopped.take().ok_or(e),
+            }
+        }
+    }
+}
+
+/// What ends the wait first: an ending signal that arrived, or the deadline passed. Otherwise how
+/// long a `poll` may wait.
+fn due(
+    signals: &mut SignalReader,
+    deadline_ns: Option<u64>,
+) -> io::Result<Result<Option<rustix::time::Timespec>, Ending>> {
+    if let Some(sig) = signals.pending()? {
+        return Ok(Err(Ending::Interrupted(sig)));
+    }
+    Ok(match deadline_ns {
+        None => Ok(None),
+        Some(deadline) => match deadline.checked_sub(monotonic_ns()?) {
+            None | Some(0) => Err(Ending::TimedOut),
+            Some(left) => Ok(Some(rustix::time::Timespec {
+                tv_sec: (left / 1_000_000_000) as i64,
+                tv_nsec: (left % 1_000_000_000) as i64,
+            })),
+        },
+    })
+}
+
+/// The agent's connection as the frame reader reads it: a read that would wait also watches the
+/// ending signals and the deadline, so an agent that stops in the middle of a frame (stalled, or
+/// hostile) cannot hold the run past either.
+struct AgentReader<'a> {
+    agent: &'a UnixStream,
+    signals: &'a mut SignalReader,
+    deadline_ns: Option<u64>,
+    /// Why a read was cut short.
+    stopped: Option<Ending>,
+}
+
+impl Read for AgentReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let timeout = match due(self.signals, self.deadline_ns)? {
+                Err(ending) => {
+                    self.stopped = Some(ending);
+                    return Err(io::Error::other("the wait ended in the middle of a frame"));
+                }
+                Ok(timeout) => timeout,
+            };
+            let mut fds = [
+                PollFd::new(self.agent, PollFlags::IN),
+                PollFd::new(&*self.signals, PollFlags::IN),
+            ];
+            match poll(&mut fds, timeout.as_ref()) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            if !fds[0].revents().is_empty() {
+                return (&*self.agent).read(buf);
             }
         }
     }
@@ -572,6 +628,24 @@ mod tests {
         assert_eq!(c.from, [8, 2]);
         assert_eq!(c.frame(&mut r).expect("test"), Frame::End(Ending::Exited(3)));
         assert_eq!(c.frame(&mut r).expect("test"), Frame::End(Ending::Lost));
+    }
+
+    /// An agent that stops in the middle of a frame does not hold the run past its deadline.
+    #[test]
+    fn a_frame_cut_short_ends_at_the_deadline() {
+        let (ours, theirs) = UnixStream::pair().expect("pair");
+        let mut wire = output(5, Stream::Stdout, 0, b"abcdef");
+        wire.truncate(12);
+        (&theirs).write_all(&wire).expect("write");
+        let mut signals = SignalReader::new(&ENDING_SIGNALS).expect("signalfd");
+        let mut reader = AgentReader {
+            agent: &ours,
+            signals: &mut signals,
+            deadline_ns: Some(monotonic_ns().expect("clock") + 50_000_000),
+            stopped: None,
+        };
+        assert!(Copier::new(5, [0, 0]).frame(&mut reader).is_err());
+        assert_eq!(reader.stopped, Some(Ending::TimedOut));
     }
 
     #[test]
