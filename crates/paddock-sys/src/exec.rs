@@ -10,8 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 pub fn install_fd(fd: BorrowedFd<'_>, target: RawFd) -> io::Result<()> {
     if fd.as_raw_fd() == target {
         // dup2 onto itself would keep FD_CLOEXEC; clear it explicitly.
-        let flags = rustix::io::fcntl_getfd(fd)?;
-        return Ok(rustix::io::fcntl_setfd(fd, flags - rustix::io::FdFlags::CLOEXEC)?);
+        return keep_across_exec(fd);
     }
     // SAFETY: dup2 only manipulates the descriptor table; `fd` is a valid open descriptor borrowed for
     // the call, and replacing whatever `target` held is the documented intent of this function.

@@ -361,23 +361,6 @@ async fn pump(
                     }
                     let i = usize::from(stream == Stream::Stderr);
                     written[i] = written[i].max(offset.saturating_add(data.len() as u64));
-                    if let (Some(a), Some((l, handle))) = (&attached, &lean) {
-                        if caught_up(written, a) {
-                            if !(stdin_done || stdin_idle.get()) {
-                                // Stdin is on its way: another try later.
-                                attached = None;
-                                hand_over_at.as_mut().reset(tokio::time::Instant::now() + HAND_OVER_AFTER);
-                                continue;
-                            }
-                            let stdin_open = !stdin_done;
-                            let over = HandOver { backend: l.backend, handle, pid, deadline, stdin_open };
-                            if let Some(outcome) = hand_over(&over, a, written, signals).await {
-                                return Ok(outcome);
-                            }
-                            attached = None;
-                            lean = None;
-                        }
-                    }
                 }
                 Some(ProcessEvent::Exited(status)) => return Ok(Outcome::Exited(status)),
                 None => anyhow::bail!("the sandbox agent exited unexpectedly"),
@@ -394,22 +377,11 @@ async fn pump(
                     hand_over_at.as_mut().reset(tokio::time::Instant::now() + HAND_OVER_AFTER);
                     continue;
                 }
-                let stdin_open = !stdin_done;
-                let (backend, handle) = {
-                    let (l, handle) = lean.as_mut().expect("guarded");
-                    join_spare(l.spare.take());
-                    (l.backend, *handle)
-                };
+                let (l, handle) = lean.as_mut().expect("guarded");
+                join_spare(l.spare.take());
                 match crate::run_lean::attach(&handle.agent_socket, pid, written) {
                     Err(e) => {
                         tracing::debug!(error = %e, "cannot attach a second connection; the run keeps this process");
-                        lean = None;
-                    }
-                    Ok(a) if caught_up(written, &a) => {
-                        let over = HandOver { backend, handle, pid, deadline, stdin_open };
-                        if let Some(outcome) = hand_over(&over, &a, written, signals).await {
-                            return Ok(outcome);
-                        }
                         lean = None;
                     }
                     Ok(a) => attached = Some(a),
@@ -424,6 +396,33 @@ async fn pump(
                     let _ = client.resize(pid, t.size()).await;
                 }
             }
+        }
+        // A hand-over under way goes ahead once this side has written up to where the second
+        // connection's replay starts (at once, usually), unless stdin is on its way by then.
+        if let (Some(a), Some((l, handle))) = (&attached, &lean) {
+            if !caught_up(written, a) {
+                continue;
+            }
+            if !(stdin_done || stdin_idle.get()) {
+                attached = None;
+                hand_over_at
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + HAND_OVER_AFTER);
+                continue;
+            }
+            let stdin_open = !stdin_done;
+            let over = HandOver {
+                backend: l.backend,
+                handle,
+                pid,
+                deadline,
+                stdin_open,
+            };
+            if let Some(outcome) = hand_over(&over, a, written, signals).await {
+                return Ok(outcome);
+            }
+            attached = None;
+            lean = None;
         }
     }
 }

@@ -162,8 +162,7 @@ fn try_exec_waiter(
     paddock_sys::exec::keep_across_exec(attached.conn.as_fd()).context("keep the agent connection")?;
     let deadline_ns = over.deadline.map(|d| {
         let left = d.saturating_duration_since(tokio::time::Instant::now());
-        let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-        (now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64).saturating_add(left.as_nanos() as u64)
+        crate::wait::monotonic_ns().saturating_add(left.as_nanos() as u64)
     });
     let args = WaitArgs {
         agent_fd: attached.conn.as_raw_fd(),
@@ -176,15 +175,7 @@ fn try_exec_waiter(
     };
     let mut argv: Vec<OsString> = vec!["paddock-wait".into()];
     argv.extend(args.to_argv());
-    let mut env: Vec<OsString> = std::env::vars_os()
-        .filter(|(k, _)| k != HANDOVER_VAR && k != OUTCOME_VAR)
-        .map(|(k, v)| {
-            let mut kv = k;
-            kv.push("=");
-            kv.push(v);
-            kv
-        })
-        .collect();
+    let mut env = crate::wait::environment_without(&[HANDOVER_VAR, OUTCOME_VAR]);
     env.push(format!("{HANDOVER_VAR}={}:{kept}", over.handle.id).into());
     tracing::debug!(sandbox_id = %over.handle.id, "handing the run over to paddock-wait");
     let e = paddock_sys::exec::exec_fd(waiter.as_fd(), &argv, &env);

@@ -178,15 +178,7 @@ pub fn main_wait() -> ExitCode {
             Ending::Lost
         }
     };
-    let mut env: Vec<OsString> = std::env::vars_os()
-        .filter(|(k, _)| k != OUTCOME_VAR)
-        .map(|(k, v)| {
-            let mut kv = k;
-            kv.push("=");
-            kv.push(v);
-            kv
-        })
-        .collect();
+    let mut env = environment_without(&[OUTCOME_VAR]);
     env.push(format!("{OUTCOME_VAR}={}", ending.encode()).into());
     let e = paddock_sys::exec::exec_fd(front.as_fd(), &args.front_argv, &env);
     eprintln!("paddock: cannot start paddock again to tear the sandbox down ({e}); `paddock gc` will");
@@ -274,7 +266,7 @@ fn due(
     }
     Ok(match deadline_ns {
         None => Ok(None),
-        Some(deadline) => match deadline.checked_sub(monotonic_ns()?) {
+        Some(deadline) => match deadline.checked_sub(monotonic_ns()) {
             None | Some(0) => Err(Ending::TimedOut),
             Some(left) => Ok(Some(rustix::time::Timespec {
                 tv_sec: (left / 1_000_000_000) as i64,
@@ -393,9 +385,23 @@ impl StdinCopy {
     }
 }
 
-fn monotonic_ns() -> io::Result<u64> {
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of a deadline handed across an exec.
+pub(crate) fn monotonic_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    Ok(t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64)
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// This process's environment as `KEY=value` entries for an exec, without the variables `drop`.
+pub(crate) fn environment_without(drop: &[&str]) -> Vec<OsString> {
+    std::env::vars_os()
+        .filter(|(k, _)| !drop.iter().any(|d| k == d))
+        .map(|(k, v)| {
+            let mut kv = k;
+            kv.push("=");
+            kv.push(v);
+            kv
+        })
+        .collect()
 }
 
 /// What one frame from the agent meant.
@@ -641,7 +647,7 @@ mod tests {
         let mut reader = AgentReader {
             agent: &ours,
             signals: &mut signals,
-            deadline_ns: Some(monotonic_ns().expect("clock") + 50_000_000),
+            deadline_ns: Some(monotonic_ns() + 50_000_000),
             stopped: None,
         };
         assert!(Copier::new(5, [0, 0]).frame(&mut reader).is_err());
