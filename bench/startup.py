@@ -2,12 +2,15 @@
 """Startup latency and idle memory of `paddock run` against bubblewrap, side by side in one run.
 
 Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent`):
-    python3 bench/startup.py [--runs 200] [--idle 50] [--baseline OTHER_BUILD/paddock] [--busy]
+    python3 bench/startup.py [--runs 200] [--idle 50] [--baseline OTHER_BUILD/paddock] [--busy] [--keep-ready]
 
 Latency: whole-process wall time of `CMD -- true` and `CMD -- python3 -c pass`, runs interleaved
 (bare, bwrap, paddock, bare, ...), reported as medians, p90 and the paddock/bwrap ratio. With `--baseline`, another paddock build (an
 older commit's) runs in the same rounds, on its own state dir, swapping places with this one every
-round, and the paddock/baseline ratio is reported: a regression check within one run.
+round, and the paddock/baseline ratio is reported: a regression check within one run. With
+`--keep-ready`, `paddock run --keep-ready` runs in the same rounds too (each run takes the sandbox the
+previous one's maker made; the next timed run waits, untimed, until that maker is done), and then back
+to back, where a run may start while the previous one's maker is still at work.
 Memory: starts N idle sandboxes (`sleep`) of each kind and reports the host memory they add per sandbox
 (drop in MemAvailable, which includes kernel objects but moves with the page cache and the host's
 free-page reporting), the memory they pin (anonymous and shared pages, page tables, kernel stacks,
@@ -51,18 +54,31 @@ def timed(argv, env=None):
     return (time.perf_counter() - t) * 1000
 
 
+def wait_for_makers():
+    """Until no `paddock make-ready` is at work (its lock is free): a `--keep-ready` run's maker
+    (making the next sandbox, tearing down the run's) then does not run beside the next timed run."""
+    import fcntl
+    path = os.path.join(KIND_ENV["paddock_ready"]["PADDOCK_STATE_DIR"], "ready.lock")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        fcntl.flock(f, fcntl.LOCK_SH)
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * p))]
 
 
-def latency(runs, paddock, baseline=None):
+def latency(runs, paddock, baseline=None, ready=None):
     results = {}
     # Absolute paths, so every kind runs the same Debian binaries (not a pyenv shim on the host).
     for workload in (["/usr/bin/true"], ["/usr/bin/python3", "-c", "pass"]):
         kinds = {"bare": workload, "bwrap": BWRAP + workload, "paddock": paddock + workload}
         if baseline:
             kinds["baseline"] = baseline + workload
+        if ready:
+            kinds["paddock_ready"] = ready + workload
         samples = {k: [] for k in kinds}
         for k, argv in kinds.items():  # warm-up (page cache, pool, template)
             for _ in range(5):
@@ -75,6 +91,8 @@ def latency(runs, paddock, baseline=None):
                 order = [(k, a) for k, a in order if k != "paddock"] + [("paddock", kinds["paddock"])]
             for k, argv in order:
                 samples[k].append(timed(argv, KIND_ENV.get(k)))
+                if k == "paddock_ready":
+                    wait_for_makers()
         name = " ".join(workload).replace("/usr/bin/", "")
         results[name] = {k: {"p50_ms": statistics.median(v), "p90_ms": pct(v, 0.9)} for k, v in samples.items()}
         results[name]["ratio_paddock_over_bwrap"] = (
@@ -82,6 +100,14 @@ def latency(runs, paddock, baseline=None):
         if baseline:
             results[name]["ratio_paddock_over_baseline"] = (
                 results[name]["paddock"]["p50_ms"] / results[name]["baseline"]["p50_ms"])
+        if ready:
+            results[name]["ratio_ready_over_bwrap"] = (
+                results[name]["paddock_ready"]["p50_ms"] / results[name]["bwrap"]["p50_ms"])
+            # Back to back, with nothing in between: the next run may start before the sandbox made
+            # for it is ready (it then makes its own, as without --keep-ready).
+            back = [timed(ready + workload, KIND_ENV["paddock_ready"]) for _ in range(max(20, runs // 4))]
+            results[name]["paddock_ready_back_to_back"] = {
+                "p50_ms": statistics.median(back), "p90_ms": pct(back, 0.9)}
     return results
 
 
@@ -178,6 +204,9 @@ def main():
                          "paddock-agent must sit next to it")
     ap.add_argument("--busy", action="store_true",
                     help="two busy loops (one per core here) during the latency runs")
+    ap.add_argument("--keep-ready", action="store_true",
+                    help="also time `paddock run --keep-ready` (a sandbox made ahead by the previous "
+                         "such run) in the same rounds, and back to back")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root")
@@ -187,6 +216,11 @@ def main():
     ENV.update(PADDOCK_STATE_DIR=state, PADDOCK_CGROUP_PARENT="paddock-bench")
     paddock = [PADDOCK, "run", "--"]
     baseline = [os.path.abspath(args.baseline), "run", "--"] if args.baseline else None
+    if args.keep_ready:
+        # A pool of its own: its makers take the spare volumes the plain runs make for each other.
+        KIND_ENV["paddock_ready"] = dict(
+            ENV, PADDOCK_STATE_DIR=tempfile.mkdtemp(prefix="paddock-bench-ready-", dir="/var/tmp"),
+            PADDOCK_CGROUP_PARENT="paddock-bench-ready")
     if baseline:
         KIND_ENV["baseline"] = dict(
             ENV, PADDOCK_STATE_DIR=tempfile.mkdtemp(prefix="paddock-bench-baseline-", dir="/var/tmp"),
@@ -194,7 +228,8 @@ def main():
     try:
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if args.busy else 0)]
         try:
-            report = {"latency": latency(args.runs, paddock, baseline), "busy": args.busy}
+            ready = [PADDOCK, "run", "--keep-ready", "--"] if args.keep_ready else None
+            report = {"latency": latency(args.runs, paddock, baseline, ready), "busy": args.busy}
         finally:
             for p in busy:
                 p.kill()
@@ -210,13 +245,17 @@ def main():
         print(json.dumps(report, indent=2))
     finally:
         subprocess.run([PADDOCK, "pool", "destroy"], check=False, env=ENV, stdout=subprocess.DEVNULL)
+        if args.keep_ready:
+            ready_env = KIND_ENV["paddock_ready"]
+            subprocess.run([PADDOCK, "pool", "destroy"], check=False, env=ready_env, stdout=subprocess.DEVNULL)
+            subprocess.run(["rm", "-rf", ready_env["PADDOCK_STATE_DIR"]], check=False)
         if baseline:
             base_env = KIND_ENV["baseline"]
             subprocess.run([baseline[0], "pool", "destroy"], check=False, env=base_env, stdout=subprocess.DEVNULL)
             subprocess.run(["rm", "-rf", base_env["PADDOCK_STATE_DIR"]], check=False)
         # Every hierarchy paddock made its parent in (blkio included, where the host has it).
         for h in os.listdir("/sys/fs/cgroup"):
-            for parent in ("paddock-bench", "paddock-bench-baseline"):
+            for parent in ("paddock-bench", "paddock-bench-baseline", "paddock-bench-ready"):
                 try:
                     os.rmdir(f"/sys/fs/cgroup/{h}/{parent}")
                 except OSError:

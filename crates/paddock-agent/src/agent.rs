@@ -32,6 +32,8 @@ pub(crate) struct Agent {
     /// Code kernels.
     pub(crate) kernels: Kernels,
     next_conn: Cell<u64>,
+    /// The connections holding the sandbox ([`paddock_protocol::Request::Hold`]).
+    holders: RefCell<std::collections::BTreeSet<u64>>,
 }
 
 impl Agent {
@@ -44,6 +46,7 @@ impl Agent {
             watcher: Watcher::default(),
             kernels: Kernels::default(),
             next_conn: Cell::new(1),
+            holders: RefCell::default(),
         }
     }
 
@@ -92,6 +95,19 @@ impl Agent {
             process.unsubscribe(conn);
         }
         self.watcher.disconnect(conn);
+        let mut holders = self.holders.borrow_mut();
+        if holders.remove(&conn) && holders.is_empty() {
+            // The supervisor that held the sandbox is gone: so is the sandbox. The agent is its
+            // PID 1, so its exit ends every process in it.
+            tracing::info!(conn, "the last connection holding the sandbox closed: ending it");
+            self.kill_all_processes();
+            std::process::exit(0);
+        }
+    }
+
+    /// Connection `conn` holds the sandbox until it closes ([`Self::disconnect`]).
+    pub(crate) fn hold(&self, conn: u64) {
+        self.holders.borrow_mut().insert(conn);
     }
 
     /// Kills every running process tree (shutdown).

@@ -243,6 +243,10 @@ fn answer(agent: &Agent, conn: u64, request: Request, payload: &[u8]) -> Answer 
         Request::Unwatch { watch_id } => unwatch(agent, conn, watch_id),
         Request::Prefetch { paths } => crate::files::prefetch::prefetch(agent, &paths),
         Request::KernelInterrupt { kernel_id } => interrupt_kernel(agent, &kernel_id),
+        Request::Hold => {
+            agent.hold(conn);
+            done
+        }
         Request::Hello { .. }
         | Request::Spawn(_)
         | Request::Attach { .. }

@@ -33,6 +33,11 @@ pub enum Request {
         /// The protocol version the host speaks.
         version: u32,
     },
+    /// This connection holds the sandbox: once every connection that sent it has closed (its
+    /// supervisor exited, however it exited), the agent ends the sandbox by exiting, which ends every
+    /// process in it. For a supervisor whose sandbox's init is not its child (one made ahead and
+    /// claimed), which no parent-death signal ties to it. Reply: [`Reply::Done`].
+    Hold,
     /// Start a process. Reply: [`Reply::Spawned`]; unless `detached`, this connection then receives
     /// the process's [`AgentMessage::Output`] and [`AgentMessage::Exited`].
     Spawn(SpawnRequest),

@@ -287,22 +287,37 @@ impl AgentClient {
         Ok(client)
     }
 
-    /// [`Self::connect`] and [`Self::spawn`] in one round trip: the spawn is written right behind
-    /// the handshake, so the agent answers both without waiting for this side in between (`paddock
-    /// run`'s first and only process). The agent handles a connection's requests in order and
-    /// refuses any before a successful handshake (`HandshakeRequired`), so an agent that does not
-    /// speak this protocol starts nothing; the handshake's error is the one returned.
+    /// [`Self::connect`], [`Self::hold`] and [`Self::spawn`] in one round trip: the hold and the
+    /// spawn are written right behind the handshake, so the agent answers all three without waiting
+    /// for this side in between (`paddock run`'s first and only process, in a sandbox that ends with
+    /// this connection). The agent handles a connection's requests in order and refuses any before a
+    /// successful handshake (`HandshakeRequired`), so an agent that does not speak this protocol
+    /// starts nothing; the handshake's error is the one returned.
     pub async fn connect_and_spawn(
         path: impl AsRef<Path>,
         request: SpawnRequest,
     ) -> Result<(Self, u32, ProcessEvents), AgentClientError> {
         let path = path.as_ref();
         let client = Self::open(path).await?;
-        // `join!` polls the handshake first: its frame is written before the spawn's.
-        let (greeted, spawned) = tokio::join!(client.handshake(path), client.spawn(request));
+        // `join!` polls in order: the handshake's frame is written first, then the hold's.
+        let (greeted, held, spawned) =
+            tokio::join!(client.handshake(path), client.hold(), client.spawn(request));
         greeted?;
+        held?;
         let (pid, events) = spawned?;
         Ok((client, pid, events))
+    }
+
+    /// This connection holds the sandbox: the agent ends it once every connection that did so has
+    /// closed ([`Request::Hold`]).
+    pub async fn hold(&self) -> Result<(), AgentClientError> {
+        let answer = self
+            .call("hold", Request::Hold, &[], Subscribe::No, Some(REQUEST_TIMEOUT))
+            .await?;
+        match answer.body {
+            Reply::Done => Ok(()),
+            other => Err(unexpected("hold", &other)),
+        }
     }
 
     /// The connection, before the handshake.

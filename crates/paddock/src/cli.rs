@@ -84,6 +84,18 @@ pub enum LocalCommand {
         #[command(subcommand)]
         command: PoolCommand,
     },
+    /// Makes one sandbox ahead for `paddock run --keep-ready` (started by a run, detached).
+    #[command(hide = true)]
+    MakeReady {
+        /// The maker lock, inherited from the run that started this.
+        #[arg(long)]
+        lock_fd: Option<i32>,
+        /// A sandbox the run left to tear down: `<id>:<descriptors kept across the spawn>`.
+        #[arg(long)]
+        take: Option<String>,
+        /// The run's sandbox spec (JSON); the sandbox made gets an id of its own.
+        spec: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -236,6 +248,12 @@ pub struct RunArgs {
     /// Run the command on a pseudo-terminal connected to this terminal.
     #[arg(long, short = 't')]
     pub tty: bool,
+    /// Keep a sandbox made ahead for the next run with the same limits and user: this run takes one
+    /// if there is one, and a process of its own makes the next while the command runs. Only for runs
+    /// without --mount, --rootfs or a network. The sandbox waits, idle (about 1 MiB), until a run
+    /// takes it; `paddock pool destroy` removes it.
+    #[arg(long, env = "PADDOCK_KEEP_READY")]
+    pub keep_ready: bool,
     #[command(flatten)]
     pub net: NetworkArgs,
     /// Inject a secret: `NAME:HOST[,HOST...][:HEADER[,HEADER...]]`. Its value is taken from

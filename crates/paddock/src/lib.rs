@@ -3,7 +3,7 @@
 //!
 //! - `paddock` (`src/main.rs`, [`main_front`]): every command starts here. It parses only the
 //!   commands that act on this host's sandboxes without a server (`cli::LocalCommand`: `run`, `gc`,
-//!   `pool destroy`) and runs them, unless a run asks for a network; for anything else (another
+//!   `pool destroy`, and the hidden `make-ready` that a `run --keep-ready` starts) and runs them, unless a run asks for a network; for anything else (another
 //!   command, a networked run, help, an error) it execs `paddock-full`, beside it, with the same
 //!   arguments, which parses the whole command line and answers. It links only the native backend
 //!   and the agent's client:
@@ -29,6 +29,7 @@ mod mcp_stdio;
 mod run;
 mod run_lean;
 mod run_network;
+mod run_ready;
 mod serve;
 mod serve_config;
 mod serve_http;
@@ -280,12 +281,21 @@ fn local(
             }
             Ok(ExitCode::SUCCESS)
         }
+        LocalCommand::MakeReady { lock_fd, take, spec } => {
+            run_ready::make_ready(&config, &spec, lock_fd, take.as_deref())
+        }
         LocalCommand::Pool {
             command: PoolCommand::Destroy,
         } => {
+            // No sandbox is made ahead from now on (one being made is waited for).
+            let makers = paddock_runtime::native::MakerLock::for_destroy(&config.state_dir)?;
             // Reclaim abandoned sandboxes first; opening the backend would create a pool where none is.
             if config.state_dir.join("pool").exists() {
                 if let Ok(backend) = config.open_backend(false) {
+                    // Before gc, which removes the parent cgroups left empty.
+                    if let Some(makers) = &makers {
+                        backend.drop_ready(makers);
+                    }
                     backend.collect_garbage_now()?;
                 }
             }

@@ -54,7 +54,7 @@ pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 /// flags ask for one.
 pub fn run(config: &Config, args: RunArgs, network: Option<Box<dyn RunNetwork>>) -> anyhow::Result<ExitCode> {
     // This process is `paddock` again after `paddock-wait`: the run only needs its teardown.
-    if let Some(finished) = crate::run_lean::finish(config) {
+    if let Some(finished) = crate::run_lean::finish(config, &args) {
         return finished;
     }
     // One thread: the sandbox's init is a child of this thread, and its parent-death signal fires when
@@ -86,11 +86,27 @@ fn run_limits(args: &RunArgs, host: &paddock_types::HostFacts) -> Result<Limits,
     Ok(limits)
 }
 
-fn sandbox_spec(args: &RunArgs, limits: Limits) -> SandboxSpec {
+/// The spec of a `--keep-ready` run's sandbox, for its teardown's maker (`None` without the flag, or
+/// for a run no sandbox is made ahead for), with an id of its own.
+pub(crate) fn ready_spec(config: &Config, args: &RunArgs) -> Option<SandboxSpec> {
+    if !args.keep_ready || args.wants_network() {
+        return None;
+    }
+    let host = paddock_runtime::native::host_facts(&config.state_dir, config.pool_size).ok()?;
+    let spec = sandbox_spec(args, run_limits(args, &host).ok()?);
+    paddock_runtime::native::ready_eligible(&spec).then_some(spec)
+}
+
+/// A new random sandbox id.
+fn new_id() -> SandboxId {
     let mut bytes = [0u8; 8];
     rand_bytes(&mut bytes);
+    SandboxId::from_random(bytes)
+}
+
+fn sandbox_spec(args: &RunArgs, limits: Limits) -> SandboxSpec {
     SandboxSpec {
-        id: SandboxId::from_random(bytes),
+        id: new_id(),
         limits,
         rootfs: match &args.rootfs {
             Some(p) => RootfsSpec::Dir { path: p.clone() },
@@ -172,18 +188,38 @@ async fn run_async(
     };
     // Signals arriving during creation must still lead to teardown: install handlers first.
     let mut signals = Signals::new()?;
-    // The next run's volume is made while this one starts and runs: its snapshot's commit is off
-    // every creation's path (this one takes the spare an earlier run made, or snapshots its own).
-    let maker = backend.spare_maker();
-    let mut spare = std::thread::Builder::new()
-        .name("spare".into())
-        .spawn(move || maker.make())
-        .ok();
-    let handle = match backend.create_sandbox(&spec) {
-        Ok(handle) => handle,
-        Err(e) => {
-            join_spare(spare);
-            return Err(anyhow::Error::new(e).context("failed to create the sandbox"));
+    let keep_ready = args.keep_ready && network.is_none() && paddock_runtime::native::ready_eligible(&spec);
+    let t = std::time::Instant::now();
+    let claimed = if keep_ready {
+        backend.claim_ready(&spec)
+    } else {
+        None
+    };
+    if keep_ready {
+        tracing::debug!(
+            step = "claim ready",
+            claimed = claimed.is_some(),
+            us = t.elapsed().as_micros() as u64
+        );
+    }
+    let (handle, mut spare) = match claimed {
+        Some(handle) => (handle, None),
+        None => {
+            // The next run's volume is made while this one starts and runs: its snapshot's commit is
+            // off every creation's path (this one takes the spare an earlier run made, or snapshots
+            // its own).
+            let maker = backend.spare_maker();
+            let spare = std::thread::Builder::new()
+                .name("spare".into())
+                .spawn(move || maker.make())
+                .ok();
+            match backend.create_sandbox(&spec) {
+                Ok(handle) => (handle, spare),
+                Err(e) => {
+                    join_spare(spare);
+                    return Err(anyhow::Error::new(e).context("failed to create the sandbox"));
+                }
+            }
         }
     };
     let outcome = match network.as_mut() {
@@ -204,7 +240,12 @@ async fn run_async(
             }
         },
     };
-    let teardown = backend.destroy_sandbox(handle);
+    // The next run's sandbox, made by the maker the teardown starts, gets an id of its own.
+    let ready = keep_ready.then(|| SandboxSpec {
+        id: new_id(),
+        ..spec.clone()
+    });
+    let teardown = crate::run_ready::tear_down(config, &backend, handle, ready.as_ref());
     join_spare(spare);
     let outcome = outcome?;
     if let Err(e) = teardown {

@@ -34,7 +34,7 @@ use paddock_protocol::{
     decode_prefix, encode_frame, AgentMessage, ClientMessage, Reply, Request, PREFIX_LEN, PROTOCOL_VERSION,
 };
 use paddock_runtime::native::{KeptAcrossExec, NativeBackend};
-use paddock_runtime::{SandboxBackend, SandboxHandle};
+use paddock_runtime::SandboxHandle;
 use paddock_types::SandboxId;
 
 use crate::config::Config;
@@ -60,7 +60,7 @@ pub(crate) struct Attached {
 }
 
 /// Opens a second connection to the agent at `socket` and attaches it to process `pid` from offsets
-/// `from` (what the front has written). Reads exactly the two replies, nothing past them: the output
+/// `from` (what the front has written), holding the sandbox. Reads exactly the three replies, nothing past them: the output
 /// that follows is `paddock-wait`'s.
 pub(crate) fn attach(socket: &Path, pid: u32, from: [u64; 2]) -> anyhow::Result<Attached> {
     let mut conn = UnixStream::connect(socket).context("connect")?;
@@ -76,8 +76,11 @@ pub(crate) fn attach(socket: &Path, pid: u32, from: [u64; 2]) -> anyhow::Result<
                 version: PROTOCOL_VERSION,
             },
         ),
+        // Held like the front's own connection (`AgentClient::connect_and_spawn`), which closes
+        // at the exec: the sandbox ends with this one, in `paddock-wait`, however it ends.
+        (2, Request::Hold),
         (
-            2,
+            3,
             Request::Attach {
                 pid,
                 stdout_from: from[0],
@@ -95,9 +98,16 @@ pub(crate) fn attach(socket: &Path, pid: u32, from: [u64; 2]) -> anyhow::Result<
         } if version == PROTOCOL_VERSION => {}
         other => anyhow::bail!("unexpected answer to hello: {other:?}"),
     }
-    let start = match read_reply(&mut conn)? {
+    match read_reply(&mut conn)? {
         AgentMessage::Reply {
             id: 2,
+            body: Reply::Done,
+        } => {}
+        other => anyhow::bail!("unexpected answer to hold: {other:?}"),
+    }
+    let start = match read_reply(&mut conn)? {
+        AgentMessage::Reply {
+            id: 3,
             body: Reply::Attached {
                 stdout_from,
                 stderr_from,
@@ -196,12 +206,16 @@ pub(crate) fn unblock_ending_signals() {
 
 /// When this process is `paddock` again after `paddock-wait` (both variables set): takes the sandbox
 /// back, tears it down, and returns the run's exit code. `None` for any other start.
-pub(crate) fn finish(config: &Config) -> Option<anyhow::Result<ExitCode>> {
+pub(crate) fn finish(config: &Config, args: &crate::cli::RunArgs) -> Option<anyhow::Result<ExitCode>> {
     let handover = std::env::var_os(HANDOVER_VAR)?;
-    Some(finish_handed_over(config, &handover))
+    Some(finish_handed_over(config, args, &handover))
 }
 
-fn finish_handed_over(config: &Config, handover: &std::ffi::OsStr) -> anyhow::Result<ExitCode> {
+fn finish_handed_over(
+    config: &Config,
+    args: &crate::cli::RunArgs,
+    handover: &std::ffi::OsStr,
+) -> anyhow::Result<ExitCode> {
     let bad = || anyhow::anyhow!("{HANDOVER_VAR} is set but is not a run handed over by paddock-wait");
     let handover = handover.to_str().ok_or_else(bad)?;
     let (id, kept) = handover.split_once(':').ok_or_else(bad)?;
@@ -215,7 +229,8 @@ fn finish_handed_over(config: &Config, handover: &std::ffi::OsStr) -> anyhow::Re
     let handle = backend
         .take_back(&id, &kept)
         .context("cannot take the sandbox back after waiting")?;
-    if let Err(e) = backend.destroy_sandbox(handle) {
+    let ready = crate::run::ready_spec(config, args);
+    if let Err(e) = crate::run_ready::tear_down(config, &backend, handle, ready.as_ref()) {
         eprintln!("paddock: warning: {e}");
     }
     Ok(match ending {

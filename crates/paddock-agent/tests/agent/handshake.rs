@@ -217,3 +217,52 @@ async fn a_spawn_behind_a_refused_handshake_starts_nothing() {
     );
     assert!(!marker.exists(), "the refused spawn ran");
 }
+
+/// A connection that sent `hold` holds the sandbox: the agent (a sandbox's PID 1, whose exit ends
+/// it) exits once the last such connection has closed, killing what it started, and not before.
+/// Connections that did not hold it end nothing when they close.
+#[tokio::test]
+async fn the_agent_ends_when_the_last_connection_holding_it_closes() {
+    require_root!();
+    let (mut agent, unheld) = TestAgent::start().await;
+    let first = agent.connect().await;
+    first.hold().await.expect("hold");
+    let second = agent.connect().await;
+    second.hold().await.expect("hold");
+    let mut sleeper = shell("sleep 1000");
+    sleeper.detached = true;
+    let (sleeper, _) = second.spawn(sleeper).await.expect("spawn");
+
+    drop(unheld);
+    drop(first);
+    // Round trips on a new connection and on the one still holding it: an agent that ended on
+    // either close would fail them once it had read that close; a correct one answers them.
+    let probe = agent.connect().await;
+    probe
+        .list_processes()
+        .await
+        .expect("alive after an unheld and a held close");
+    second.list_processes().await.expect("still held");
+    drop(probe);
+    assert!(
+        agent.running(),
+        "the agent exited while a connection still held it"
+    );
+
+    drop(second);
+    let status = agent
+        .wait_exit(Duration::from_secs(30))
+        .await
+        .expect("the agent ends with the last connection holding it");
+    assert!(status.success(), "{status:?}");
+    // Its processes went with it (outside a PID namespace, the agent kills them itself).
+    let gone = std::path::Path::new("/proc").join(sleeper.to_string());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while gone.exists() && std::fs::read_to_string(gone.join("stat")).is_ok_and(|s| !s.contains(") Z ")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent's process outlived it"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -89,6 +89,23 @@ impl TestAgent {
         }
     }
 
+    /// Waits (at most `timeout`) for the agent to exit; its status if it has.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.child.try_wait().expect("try_wait") {
+                Some(status) => return Some(status),
+                None if Instant::now() >= deadline => return None,
+                None => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    }
+
+    /// Whether the agent still runs, without waiting.
+    pub fn running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+
     /// The agent's pid.
     pub fn pid(&self) -> u32 {
         self.child.id()

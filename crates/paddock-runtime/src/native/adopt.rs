@@ -10,18 +10,17 @@
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use paddock_types::SandboxId;
 
 use super::lock::StateLock;
 use super::sandbox::{
-    process_start_time, reap_if_child, wait_exit, BootSpec, InitRecord, NativeSandbox, KILL_DEADLINE,
+    process_start_time, reap_if_child, wait_exit, InitRecord, NativeSandbox, KILL_DEADLINE,
 };
 use super::NativeBackend;
 use crate::agent_client;
-use crate::{Adoption, AnyHandle, RuntimeError, SandboxHandle};
+use crate::{Adoption, RuntimeError};
 
 /// How long adoption waits for the agent's handshake before declaring the sandbox dead.
 const ADOPT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -108,24 +107,14 @@ impl NativeBackend {
                 match answer {
                     Ok(()) => {
                         tracing::info!(sandbox_id = %id, pid = record.pid, paused, "adopted sandbox");
-                        let boot = BootSpec::read(&run_dir);
-                        return Ok(Adoption::Alive(SandboxHandle {
-                            id: id.clone(),
-                            agent_socket: socket,
-                            network: boot.as_ref().and_then(|b| b.network.as_ref()).map(|n| n.link()),
-                            inner: AnyHandle::Native(NativeSandbox {
-                                run_dir,
-                                cgroup,
-                                init_pid: record.pid,
-                                pidfd: Some(pidfd),
-                                child: false,
-                                reaped: false,
-                                boot,
-                                freezer: Mutex::new(()),
-                                next: Mutex::new(None),
-                                _lock: lock,
-                            }),
-                        }));
+                        return Ok(Adoption::Alive(NativeSandbox::not_a_child(
+                            id.clone(),
+                            run_dir,
+                            cgroup,
+                            record.pid,
+                            pidfd,
+                            lock,
+                        )));
                     }
                     Err(e) => format!("its agent does not answer (within {ADOPT_CONNECT_TIMEOUT:?}): {e}"),
                 }
@@ -139,7 +128,7 @@ impl NativeBackend {
     }
 
     /// The sandbox's init, if it still runs: its record and a pidfd of it. Otherwise why not.
-    fn live_init(
+    pub(super) fn live_init(
         &self,
         run_dir: &Path,
         cgroup: &super::cgroup::SandboxCgroup,

@@ -9,7 +9,8 @@
 //! minute's grace), and the parent cgroups paddock made that hold no sandbox any more
 //! (`cgroup/parents.rs`; `paddock pool destroy` runs gc first, so it removes them too). A sandbox
 //! prepared for a rollback (`<id>.next`) is a sandbox like any other here: its own run directory,
-//! lock, cgroups and subvolume.
+//! lock, cgroups and subvolume. A sandbox made ahead (`ready.rs`) has no lock held either: gc keeps
+//! it while its record matches this host and its init lives, and reclaims it otherwise.
 //!
 //! Garbage collection never fails because of one item: whatever a sandbox left (nested subvolumes
 //! included, which the pool deletes too), an item that cannot be reclaimed is logged and skipped,
@@ -45,6 +46,8 @@ impl NativeBackend {
         let run = self.config.state_dir.join("run");
         let mut reclaimed = Vec::new();
         let mut alive = Vec::new();
+        // What ready sandboxes (`ready.rs`) must have been made with to be kept.
+        let made_with = std::cell::OnceCell::new();
         if let Ok(rd) = fs::read_dir(&run) {
             for entry in rd.flatten() {
                 let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
@@ -80,6 +83,10 @@ impl NativeBackend {
                 }
                 match StateLock::try_acquire(&entry.path().join("lock")) {
                     Ok(Some(_lock)) => {
+                        if self.ready_to_keep(&id, made_with.get_or_init(|| self.made_with_now()).as_ref()) {
+                            alive.push(id);
+                            continue;
+                        }
                         tracing::info!(sandbox_id = %id, "reclaiming abandoned sandbox");
                         if self.reclaim_logged(&id) {
                             reclaimed.push(id);

@@ -1,7 +1,8 @@
 //! Keeping a sandbox across an `exec` of its owner: a `paddock run` that has run for a while replaces
 //! its own program with a small waiter, which replaces itself with `paddock` again to tear the
 //! sandbox down (crates/paddock `run_lean.rs`). The process stays the same, so the init stays its
-//! child; what must survive the execs is the run directory's lock and the init's pidfd.
+//! child (or, for a sandbox made ahead and claimed, stays someone else's, reached through its pidfd
+//! only); what must survive the execs is the run directory's lock and the init's pidfd.
 //!
 //! [`NativeBackend::keep_across_exec`] clears their close-on-exec flags and names them in a
 //! [`KeptAcrossExec`]; [`NativeBackend::take_back`] rebuilds the handle from one, after checking that
@@ -20,13 +21,16 @@ use super::sandbox::{BootSpec, InitRecord, NativeSandbox};
 use super::NativeBackend;
 use crate::{AnyHandle, RuntimeError, SandboxHandle};
 
-/// The descriptors and pid that carry a sandbox across an exec, as text (`lock=9,pidfd=11,init=42`,
-/// `pidfd=-` when there is none).
+/// The descriptors and pid that carry a sandbox across an exec, as text
+/// (`lock=9,pidfd=11,init=42,child=1`, `pidfd=-` when there is none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeptAcrossExec {
     lock: RawFd,
     pidfd: Option<RawFd>,
     init_pid: i32,
+    /// The init is this process's child; otherwise (a sandbox made ahead and claimed) it is watched
+    /// and killed through its pidfd only, never by its pid.
+    child: bool,
 }
 
 impl fmt::Display for KeptAcrossExec {
@@ -36,7 +40,7 @@ impl fmt::Display for KeptAcrossExec {
             Some(fd) => write!(f, "{fd}")?,
             None => f.write_str("-")?,
         }
-        write!(f, ",init={}", self.init_pid)
+        write!(f, ",init={},child={}", self.init_pid, u8::from(self.child))
     }
 }
 
@@ -65,6 +69,11 @@ impl FromStr for KeptAcrossExec {
             v => Some(number(v)?),
         };
         let init_pid = number(field("init")?)?;
+        let child = match field("child")? {
+            "1" => true,
+            "0" => false,
+            _ => return Err(bad()),
+        };
         if fields.next().is_some() {
             return Err(bad());
         }
@@ -72,6 +81,7 @@ impl FromStr for KeptAcrossExec {
             lock,
             pidfd,
             init_pid,
+            child,
         })
     }
 }
@@ -85,8 +95,8 @@ impl NativeBackend {
     /// sandbox this process created (its init is its child).
     pub fn keep_across_exec(&self, handle: &SandboxHandle) -> Result<KeptAcrossExec, RuntimeError> {
         let sb = handle.native()?;
-        if !sb.child {
-            return Err(mismatch("its init is not this process's child"));
+        if !sb.child && sb.pidfd.is_none() {
+            return Err(mismatch("its init is not this process's child and has no pidfd"));
         }
         let keep = |fd: std::os::fd::BorrowedFd<'_>| {
             paddock_sys::exec::keep_across_exec(fd).map_err(|source| RuntimeError::State {
@@ -103,12 +113,27 @@ impl NativeBackend {
             lock: sb._lock.as_fd().as_raw_fd(),
             pidfd: sb.pidfd.as_ref().map(|fd| fd.as_raw_fd()),
             init_pid: sb.init_pid,
+            child: sb.child,
         })
     }
 
     /// The handle of sandbox `id`, kept across an exec by [`Self::keep_across_exec`]: its lock must be
     /// the lock file of `id`'s run directory and held through the inherited descriptor, and its init
     /// the one `<run>/init.pid` records. A pidfd that names another process is closed and not used.
+    /// Ends the sandbox's processes (SIGKILL to its init, through its pidfd) without waiting, and
+    /// keeps its lock and pidfd across a spawn, for the process spawned to finish its teardown with
+    /// [`Self::take_back`] (`paddock run --keep-ready` leaves it to the maker it starts). The record
+    /// says the init is not that process's child, so it is reached through the pidfd only.
+    pub fn end_for_another_process(&self, handle: &SandboxHandle) -> Result<KeptAcrossExec, RuntimeError> {
+        let sb = handle.native()?;
+        if sb.pidfd.is_none() {
+            return Err(mismatch("its init has no pidfd"));
+        }
+        super::sandbox::kill_init(sb);
+        let kept = self.keep_across_exec(handle)?;
+        Ok(KeptAcrossExec { child: false, ..kept })
+    }
+
     pub fn take_back(&self, id: &SandboxId, kept: &KeptAcrossExec) -> Result<SandboxHandle, RuntimeError> {
         let run_dir = self.run_dir(id.as_str());
         let take = |fd: RawFd| {
@@ -124,7 +149,17 @@ impl NativeBackend {
             Some(record) if record.pid == kept.init_pid => {}
             _ => return Err(mismatch("its init is not the one its run directory records")),
         }
-        let pidfd = pidfd.filter(|fd| pidfd_names(fd, kept.init_pid));
+        let pidfd = match pidfd {
+            Some(fd) if pidfd_names(&fd, kept.init_pid) => Some(fd),
+            // Someone else's child, exited and reaped: its pidfd is still the only safe way to it.
+            Some(fd) if !kept.child && pidfd_names(&fd, -1) => Some(fd),
+            _ if kept.child => None,
+            _ => {
+                return Err(mismatch(
+                    "the pidfd of an init that is not this process's child is not its",
+                ))
+            }
+        };
         Ok(SandboxHandle {
             id: id.clone(),
             agent_socket: run_dir.join("agent.sock"),
@@ -133,8 +168,8 @@ impl NativeBackend {
                 cgroup: self.cgroups.sandbox(id.as_str()),
                 init_pid: kept.init_pid,
                 pidfd,
-                // The same process, so still its child.
-                child: true,
+                // The same process: its child still if it was.
+                child: kept.child,
                 reaped: false,
                 boot: BootSpec::read(&run_dir),
                 freezer: Mutex::new(()),
@@ -170,11 +205,19 @@ mod tests {
                 lock: 9,
                 pidfd: Some(11),
                 init_pid: 4242,
+                child: true,
             },
             KeptAcrossExec {
                 lock: 3,
                 pidfd: None,
                 init_pid: 1,
+                child: true,
+            },
+            KeptAcrossExec {
+                lock: 3,
+                pidfd: Some(5),
+                init_pid: 77,
+                child: false,
             },
         ] {
             assert_eq!(kept.to_string().parse::<KeptAcrossExec>().expect("test"), kept);
@@ -183,16 +226,19 @@ mod tests {
             KeptAcrossExec {
                 lock: 9,
                 pidfd: Some(11),
-                init_pid: 4242
+                init_pid: 4242,
+                child: true,
             }
             .to_string(),
-            "lock=9,pidfd=11,init=4242"
+            "lock=9,pidfd=11,init=4242,child=1"
         );
         for bad in [
             "",
             "lock=9",
             "lock=9,pidfd=11",
-            "lock=9,pidfd=11,init=42,extra=1",
+            "lock=9,pidfd=11,init=42",
+            "lock=9,pidfd=11,init=42,child=2",
+            "lock=9,pidfd=11,init=42,child=1,extra=1",
             "pidfd=11,lock=9,init=42",
             "lock=-1,pidfd=11,init=42",
             "lock=0,pidfd=11,init=42",

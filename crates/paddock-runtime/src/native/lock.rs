@@ -34,7 +34,7 @@ impl StateLock {
     /// The lock on `path` held through `fd`, a descriptor this process inherited across an `exec`
     /// (`handover.rs`): refused unless `fd` is that very file (same device and inode; never followed
     /// through a link) and its lock is held through it (or free, and taken now).
-    pub(super) fn inherited(fd: std::os::fd::OwnedFd, path: &Path) -> Result<Self, RuntimeError> {
+    pub(crate) fn inherited(fd: std::os::fd::OwnedFd, path: &Path) -> Result<Self, RuntimeError> {
         let err = |source: std::io::Error| RuntimeError::State {
             what: "inherited lock",
             path: path.to_owned(),
@@ -59,7 +59,7 @@ impl StateLock {
     }
 
     /// The lock file's descriptor.
-    pub(super) fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+    pub(crate) fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         std::os::fd::AsFd::as_fd(&self._file)
     }
 

@@ -38,6 +38,7 @@ mod named_volumes;
 mod network;
 mod pool;
 mod ports;
+mod ready;
 mod resources;
 mod rollback;
 mod run_mount;
@@ -60,6 +61,7 @@ pub use handover::{BadKept, KeptAcrossExec};
 pub use host::host_facts;
 pub use network::{ruleset, NetworkError, NetworkSubnet, ParseSubnetError};
 pub use pool::{Made, SpareMaker, StoragePool};
+pub use ready::{ready_eligible, MakerLock, MAX_READY};
 pub(crate) use sandbox::NativeSandbox;
 pub use users::IdRange;
 

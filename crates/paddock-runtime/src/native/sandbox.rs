@@ -128,6 +128,37 @@ impl NativeSandbox {
     pub(crate) fn init_pid(&self) -> i32 {
         self.init_pid
     }
+
+    /// The handle of live sandbox `id` whose init (`init_pid`, of `pidfd`) is not this process's
+    /// child (adopted, or made ahead and claimed), held through `lock`; how it boots (and its
+    /// network) from its run directory's record.
+    pub(super) fn not_a_child(
+        id: paddock_types::SandboxId,
+        run_dir: PathBuf,
+        cgroup: SandboxCgroup,
+        init_pid: i32,
+        pidfd: OwnedFd,
+        lock: StateLock,
+    ) -> crate::SandboxHandle {
+        let boot = BootSpec::read(&run_dir);
+        crate::SandboxHandle {
+            id,
+            agent_socket: run_dir.join("agent.sock"),
+            network: boot.as_ref().and_then(|b| b.network.as_ref()).map(|n| n.link()),
+            inner: crate::AnyHandle::Native(Self {
+                run_dir,
+                cgroup,
+                init_pid,
+                pidfd: Some(pidfd),
+                child: false,
+                reaped: false,
+                boot,
+                freezer: Mutex::new(()),
+                next: Mutex::new(None),
+                _lock: lock,
+            }),
+        }
+    }
 }
 
 impl BootSpec {

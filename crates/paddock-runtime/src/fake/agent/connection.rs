@@ -218,6 +218,8 @@ fn answer(agent: &Agent, conn: u64, request: Request, payload: &[u8]) -> Answer 
             }
             done
         }
+        // The fake agent is not a sandbox's PID 1: there is nothing for a hold to end.
+        Request::Hold => done,
         Request::ListProcesses => Ok((
             Reply::Processes {
                 processes: lock(&agent.processes).list(),

@@ -310,6 +310,12 @@ impl StoragePool {
         }
     }
 
+    /// The key of the current host template (its subvolume id): what was made from another is not
+    /// of this template.
+    pub(crate) fn template_key(&self) -> Result<String, RuntimeError> {
+        spare::key(&self.template())
+    }
+
     /// gc of spare volumes: those of an older template, extras, and what a dead maker left.
     pub fn collect_spares(&self) {
         spare::collect(&self.root, &self.template());

@@ -67,7 +67,7 @@ impl SpareMaker {
 }
 
 /// The key of the template at `template`: spares named with another are not its.
-fn key(template: &Path) -> Result<String, RuntimeError> {
+pub(super) fn key(template: &Path) -> Result<String, RuntimeError> {
     let id = btrfs::subvolume_id(template).map_err(pool_err("inspect", template))?;
     Ok(format!("t{id}"))
 }

@@ -6,6 +6,7 @@ mod approvals;
 mod client;
 mod executions;
 mod lean;
+mod ready;
 mod run;
 mod serve;
 mod spares;
