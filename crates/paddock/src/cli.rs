@@ -332,7 +332,7 @@ mod tests {
         };
         assert_eq!(args(&front), args(&full));
         let names: Vec<_> = front.get_subcommands().map(|c| c.get_name()).collect();
-        assert_eq!(names, ["run", "gc", "pool"]);
+        assert_eq!(names, ["run", "gc", "pool", "make-ready"]);
         for name in names {
             let (a, b) = (front.find_subcommand(name), full.find_subcommand(name));
             let (a, b) = (

@@ -83,8 +83,11 @@ fn start_ready_maker(config: &Config, spec: &SandboxSpec, lock_fd: i32, take: &s
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .process_group(0);
-    if let Ok(log) = std::env::var("PADDOCK_LOG") {
-        maker.env("PADDOCK_LOG", log);
+    // The log level, and a crash point armed for the crash tests (read by debug builds only).
+    for var in ["PADDOCK_LOG", paddock_runtime::fault::FAULT_ENV] {
+        if let Ok(value) = std::env::var(var) {
+            maker.env(var, value);
+        }
     }
     maker.spawn().context("start paddock make-ready")?;
     Ok(())

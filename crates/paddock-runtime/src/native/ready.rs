@@ -267,6 +267,7 @@ impl NativeBackend {
                 tracing::warn!(sandbox_id = %name, error = %e, "cannot claim a ready sandbox");
                 continue;
             }
+            crate::fault::point("ready.claimed");
             tracing::debug!(sandbox_id = %name, "claimed a ready sandbox");
             return Some(NativeSandbox::not_a_child(
                 id, run_dir, cgroup, record.pid, pidfd, lock,
@@ -310,6 +311,7 @@ impl NativeBackend {
         }
         let handle = self.create(spec)?;
         let id = handle.id.clone();
+        crate::fault::point("ready.made");
         if let Err(e) = record.write(&handle.native()?.run_dir) {
             if let Err(d) = self.destroy(handle) {
                 tracing::warn!(sandbox_id = %id, error = %d, "cannot remove a sandbox made ahead whose record failed");

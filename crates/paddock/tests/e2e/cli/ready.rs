@@ -358,3 +358,58 @@ fn memory_limit(env: &TestEnv, id: &str) -> Option<u64> {
     }
     None
 }
+
+#[test]
+fn a_claim_or_a_maker_killed_midway_leaves_only_what_gc_reclaims() {
+    let env = TestEnv::new();
+    keep_ready_sandbox_first_run(&env);
+    let ready_one = wait_ready(&env, &BTreeSet::new());
+    wait_for_makers(&env);
+
+    // A run killed right after it claimed a sandbox (its record removed, nothing held yet).
+    let o = env
+        .cmd()
+        .env(paddock_runtime::fault::FAULT_ENV, "ready.claimed")
+        .args(["run", "--keep-ready", "--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert!(
+        crate::support::stderr(&o).contains("fault point ready.claimed reached"),
+        "{}",
+        crate::support::stderr(&o)
+    );
+    assert!(!ready(&env).contains(&ready_one), "it was claimed");
+    let o = env.cmd().arg("gc").stdin(Stdio::null()).output().expect("gc");
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o).trim(), format!("reclaimed {ready_one}"));
+    assert!(wait_until(Duration::from_secs(30), || sandbox_processes(
+        &env, &ready_one
+    )
+    .is_empty()));
+
+    // A maker killed after making its sandbox and before recording it, holding the run's sandbox it
+    // was to tear down: both are abandoned sandboxes, and gc reclaims both (had the point not been
+    // reached, a ready sandbox would be left and nothing reclaimed).
+    let o = env
+        .cmd()
+        .env(paddock_runtime::fault::FAULT_ENV, "ready.made")
+        .args(["run", "--keep-ready", "--", "hostname"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run");
+    assert_code(&o, 0);
+    let run_sandbox = stdout(&o).trim().to_owned();
+    wait_for_makers(&env);
+    assert!(ready(&env).is_empty(), "{:?}", ready(&env));
+    let o = env.cmd().arg("gc").stdin(Stdio::null()).output().expect("gc");
+    assert_code(&o, 0);
+    let gc_out = stdout(&o);
+    let reclaimed: BTreeSet<&str> = gc_out
+        .lines()
+        .filter_map(|l| l.strip_prefix("reclaimed "))
+        .collect();
+    assert_eq!(reclaimed.len(), 2, "{}", stdout(&o));
+    assert!(reclaimed.contains(run_sandbox.as_str()), "{}", stdout(&o));
+    env.assert_clean();
+}
