@@ -89,11 +89,11 @@ pub enum LocalCommand {
     MakeReady {
         /// The maker lock, inherited from the run that started this.
         #[arg(long)]
-        lock_fd: Option<i32>,
-        /// A sandbox the run left to tear down: `<id>:<descriptors kept across the spawn>`.
+        lock_fd: i32,
+        /// The sandbox the run left to tear down: `<id>:<descriptors kept across the spawn>`.
         #[arg(long)]
-        take: Option<String>,
-        /// The run's sandbox spec (JSON); the sandbox made gets an id of its own.
+        take: String,
+        /// The spec of the sandbox to make (JSON): the run's, with an id of its own.
         spec: String,
     },
 }
@@ -249,7 +249,7 @@ pub struct RunArgs {
     #[arg(long, short = 't')]
     pub tty: bool,
     /// Keep a sandbox made ahead for the next run with the same limits and user: this run takes one
-    /// if there is one, and a process of its own makes the next while the command runs. Only for runs
+    /// if there is one, and a process it starts as it ends makes the next. Only for runs
     /// without --mount, --rootfs or a network. The sandbox waits, idle (about 1 MiB), until a run
     /// takes it; `paddock pool destroy` removes it.
     #[arg(long, env = "PADDOCK_KEEP_READY")]

@@ -3,7 +3,8 @@
 //!
 //! - `paddock` (`src/main.rs`, [`main_front`]): every command starts here. It parses only the
 //!   commands that act on this host's sandboxes without a server (`cli::LocalCommand`: `run`, `gc`,
-//!   `pool destroy`, and the hidden `make-ready` that a `run --keep-ready` starts) and runs them, unless a run asks for a network; for anything else (another
+//!   `pool destroy`, and the hidden `make-ready` that a `run --keep-ready` starts) and runs them,
+//!   unless a run asks for a network; for anything else (another
 //!   command, a networked run, help, an error) it execs `paddock-full`, beside it, with the same
 //!   arguments, which parses the whole command line and answers. It links only the native backend
 //!   and the agent's client:
@@ -282,7 +283,7 @@ fn local(
             Ok(ExitCode::SUCCESS)
         }
         LocalCommand::MakeReady { lock_fd, take, spec } => {
-            run_ready::make_ready(&config, &spec, lock_fd, take.as_deref())
+            run_ready::make_ready(&config, &spec, lock_fd, &take)
         }
         LocalCommand::Pool {
             command: PoolCommand::Destroy,

@@ -89,12 +89,18 @@ fn run_limits(args: &RunArgs, host: &paddock_types::HostFacts) -> Result<Limits,
 /// The spec of a `--keep-ready` run's sandbox, for its teardown's maker (`None` without the flag, or
 /// for a run no sandbox is made ahead for), with an id of its own.
 pub(crate) fn ready_spec(config: &Config, args: &RunArgs) -> Option<SandboxSpec> {
-    if !args.keep_ready || args.wants_network() {
+    if !args.keep_ready {
         return None;
     }
     let host = paddock_runtime::native::host_facts(&config.state_dir, config.pool_size).ok()?;
     let spec = sandbox_spec(args, run_limits(args, &host).ok()?);
-    paddock_runtime::native::ready_eligible(&spec).then_some(spec)
+    keeps_ready(args, &spec).then_some(spec)
+}
+
+/// Whether a run of `args` and `spec` takes and leaves sandboxes made ahead (`--keep-ready`, and a
+/// sandbox that can be made ahead: no network, mounts or `--rootfs`).
+fn keeps_ready(args: &RunArgs, spec: &SandboxSpec) -> bool {
+    args.keep_ready && !args.wants_network() && paddock_runtime::native::ready_eligible(spec)
 }
 
 /// A new random sandbox id.
@@ -188,7 +194,7 @@ async fn run_async(
     };
     // Signals arriving during creation must still lead to teardown: install handlers first.
     let mut signals = Signals::new()?;
-    let keep_ready = args.keep_ready && network.is_none() && paddock_runtime::native::ready_eligible(&spec);
+    let keep_ready = keeps_ready(&args, &spec);
     let t = std::time::Instant::now();
     let claimed = if keep_ready {
         backend.claim_ready(&spec)

@@ -59,9 +59,9 @@ pub(crate) struct Attached {
     pub(crate) start: [u64; 2],
 }
 
-/// Opens a second connection to the agent at `socket` and attaches it to process `pid` from offsets
-/// `from` (what the front has written), holding the sandbox. Reads exactly the three replies, nothing past them: the output
-/// that follows is `paddock-wait`'s.
+/// Opens a second connection to the agent at `socket`, holding the sandbox, and attaches it to
+/// process `pid` from offsets `from` (what the front has written). Reads exactly the three replies,
+/// nothing past them: the output that follows is `paddock-wait`'s.
 pub(crate) fn attach(socket: &Path, pid: u32, from: [u64; 2]) -> anyhow::Result<Attached> {
     let mut conn = UnixStream::connect(socket).context("connect")?;
     conn.set_read_timeout(Some(ATTACH_TIMEOUT))
@@ -186,10 +186,22 @@ fn try_exec_waiter(
     let mut argv: Vec<OsString> = vec!["paddock-wait".into()];
     argv.extend(args.to_argv());
     let mut env = crate::wait::environment_without(&[HANDOVER_VAR, OUTCOME_VAR]);
-    env.push(format!("{HANDOVER_VAR}={}:{kept}", over.handle.id).into());
+    env.push(format!("{HANDOVER_VAR}={}", kept_text(&over.handle.id, &kept)).into());
     tracing::debug!(sandbox_id = %over.handle.id, "handing the run over to paddock-wait");
     let e = paddock_sys::exec::exec_fd(waiter.as_fd(), &argv, &env);
     Err(anyhow::Error::new(e).context(format!("exec {}", waiter_path.display())))
+}
+
+/// Sandbox `id` kept across an exec or a spawn, as text for the process that takes it back
+/// (`<id>:<KeptAcrossExec>`): `paddock` after `paddock-wait`, or a `--keep-ready` run's maker.
+pub(crate) fn kept_text(id: &SandboxId, kept: &KeptAcrossExec) -> String {
+    format!("{id}:{kept}")
+}
+
+/// [`kept_text`] read back.
+pub(crate) fn parse_kept(text: &str) -> Option<(SandboxId, KeptAcrossExec)> {
+    let (id, kept) = text.split_once(':')?;
+    Some((id.parse().ok()?, kept.parse().ok()?))
 }
 
 /// Blocks the ending signals before a hand-over; `unblock_ending_signals` undoes it if the exec
@@ -217,10 +229,7 @@ fn finish_handed_over(
     handover: &std::ffi::OsStr,
 ) -> anyhow::Result<ExitCode> {
     let bad = || anyhow::anyhow!("{HANDOVER_VAR} is set but is not a run handed over by paddock-wait");
-    let handover = handover.to_str().ok_or_else(bad)?;
-    let (id, kept) = handover.split_once(':').ok_or_else(bad)?;
-    let id: SandboxId = id.parse().map_err(|_| bad())?;
-    let kept: KeptAcrossExec = kept.parse().map_err(|_| bad())?;
+    let (id, kept) = handover.to_str().and_then(parse_kept).ok_or_else(bad)?;
     let ending = std::env::var(OUTCOME_VAR)
         .ok()
         .and_then(|v| Ending::decode(&v))

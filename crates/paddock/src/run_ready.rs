@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use paddock_runtime::{RuntimeError, SandboxBackend, SandboxHandle};
-use paddock_types::{SandboxId, SandboxSpec};
+use paddock_types::SandboxSpec;
 
 use crate::config::Config;
 
@@ -42,7 +42,7 @@ pub(crate) fn tear_down(
         .map_err(anyhow::Error::new)
         .and_then(|kept| {
             let fd = lock.keep_across_spawn()?;
-            start_ready_maker(config, spec, fd, &format!("{}:{kept}", handle.id))
+            start_ready_maker(config, spec, fd, &crate::run_lean::kept_text(&handle.id, &kept))
         });
     match started {
         // The maker holds the sandbox's lock and pidfd, and the maker lock, from here.
@@ -93,44 +93,21 @@ fn start_ready_maker(config: &Config, spec: &SandboxSpec, lock_fd: i32, take: &s
     Ok(())
 }
 
-/// `paddock make-ready`: holding the maker lock (inherited through `lock_fd`, or taken if free),
-/// makes one sandbox ahead for runs shaped like `spec` (a run's spec, as JSON, with an id no sandbox
-/// has) unless one is ready, then tears down the sandbox `take` (`<id>:<KeptAcrossExec>`) a
-/// run left it. Without the lock (another maker at work, a destroy under way, no pool) it makes
-/// nothing.
-pub fn make_ready(
-    config: &Config,
-    spec: &str,
-    lock_fd: Option<i32>,
-    take: Option<&str>,
-) -> anyhow::Result<ExitCode> {
-    use paddock_runtime::native::MakerLock;
+/// `paddock make-ready`: holding the maker lock (inherited through `lock_fd`), makes one sandbox
+/// ahead for runs shaped like `spec` (a run's spec, as JSON, with an id no sandbox has) unless one is
+/// ready, then tears down the sandbox `take` (`<id>:<KeptAcrossExec>`) the run left it.
+pub fn make_ready(config: &Config, spec: &str, lock_fd: i32, take: &str) -> anyhow::Result<ExitCode> {
     let spec: SandboxSpec = serde_json::from_str(spec).context("the spec of a sandbox to make ahead")?;
-    let lock = match lock_fd {
-        Some(fd) => Some(MakerLock::inherited(fd, &config.state_dir)?),
-        None => MakerLock::for_maker(&config.state_dir)?,
-    };
+    let lock = paddock_runtime::native::MakerLock::inherited(lock_fd, &config.state_dir)?;
     let backend = config.open_backend(false)?;
     // Taken back first: its descriptors are this process's from here, whatever fails next.
-    let taken = take
-        .map(|take| -> anyhow::Result<SandboxHandle> {
-            let (id, kept) = take
-                .split_once(':')
-                .context("--take is <id>:<kept descriptors>")?;
-            let id: SandboxId = id.parse().map_err(|e| anyhow::anyhow!("--take: {e}"))?;
-            let kept: paddock_runtime::native::KeptAcrossExec = kept.parse()?;
-            Ok(backend.take_back(&id, &kept)?)
-        })
-        .transpose();
-    if let Some(lock) = &lock {
-        match backend.make_ready(&spec, lock) {
-            Ok(Some(id)) => tracing::debug!(sandbox_id = %id, "made a sandbox ahead"),
-            Ok(None) => tracing::debug!("a sandbox of this shape is ready already"),
-            Err(e) => tracing::warn!(error = %e, "cannot make a sandbox ahead"),
-        }
+    let (id, kept) = crate::run_lean::parse_kept(take).context("--take is not <id>:<kept descriptors>")?;
+    let taken = backend.take_back(&id, &kept);
+    match backend.make_ready(&spec, &lock) {
+        Ok(Some(id)) => tracing::debug!(sandbox_id = %id, "made a sandbox ahead"),
+        Ok(None) => tracing::debug!("a sandbox of this shape is ready already"),
+        Err(e) => tracing::warn!(error = %e, "cannot make a sandbox ahead"),
     }
-    if let Some(handle) = taken? {
-        backend.destroy_sandbox(handle)?;
-    }
+    backend.destroy_sandbox(taken?)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -46,7 +46,8 @@ impl NativeBackend {
         let run = self.config.state_dir.join("run");
         let mut reclaimed = Vec::new();
         let mut alive = Vec::new();
-        // What ready sandboxes (`ready.rs`) must have been made with to be kept.
+        // What ready sandboxes (`ready.rs`) must have been made with to be kept (none when it cannot
+        // be described).
         let made_with = std::cell::OnceCell::new();
         if let Ok(rd) = fs::read_dir(&run) {
             for entry in rd.flatten() {
@@ -83,7 +84,7 @@ impl NativeBackend {
                 }
                 match StateLock::try_acquire(&entry.path().join("lock")) {
                     Ok(Some(_lock)) => {
-                        if self.ready_to_keep(&id, made_with.get_or_init(|| self.made_with_now()).as_ref()) {
+                        if self.ready_to_keep(&id, made_with.get_or_init(|| self.made_with().ok()).as_ref()) {
                             alive.push(id);
                             continue;
                         }

@@ -92,7 +92,7 @@ fn mismatch(what: &str) -> RuntimeError {
 
 impl NativeBackend {
     /// Lets `handle`'s lock and pidfd survive this process's next `exec`, and names them. Only for a
-    /// sandbox this process created (its init is its child).
+    /// sandbox whose init is this process's child or has a pidfd (one made ahead and claimed).
     pub fn keep_across_exec(&self, handle: &SandboxHandle) -> Result<KeptAcrossExec, RuntimeError> {
         let sb = handle.native()?;
         if !sb.child && sb.pidfd.is_none() {
@@ -117,9 +117,6 @@ impl NativeBackend {
         })
     }
 
-    /// The handle of sandbox `id`, kept across an exec by [`Self::keep_across_exec`]: its lock must be
-    /// the lock file of `id`'s run directory and held through the inherited descriptor, and its init
-    /// the one `<run>/init.pid` records. A pidfd that names another process is closed and not used.
     /// Ends the sandbox's processes (SIGKILL to its init, through its pidfd) without waiting, and
     /// keeps its lock and pidfd across a spawn, for the process spawned to finish its teardown with
     /// [`Self::take_back`] (`paddock run --keep-ready` leaves it to the maker it starts). The record
@@ -134,6 +131,10 @@ impl NativeBackend {
         Ok(KeptAcrossExec { child: false, ..kept })
     }
 
+    /// The handle of sandbox `id`, kept across an exec by [`Self::keep_across_exec`]: its lock must be
+    /// the lock file of `id`'s run directory and held through the inherited descriptor, and its init
+    /// the one `<run>/init.pid` records. A pidfd that names another process is closed and not used
+    /// (refused, for an init that is not this process's child).
     pub fn take_back(&self, id: &SandboxId, kept: &KeptAcrossExec) -> Result<SandboxHandle, RuntimeError> {
         let run_dir = self.run_dir(id.as_str());
         let take = |fd: RawFd| {
@@ -168,7 +169,7 @@ impl NativeBackend {
                 cgroup: self.cgroups.sandbox(id.as_str()),
                 init_pid: kept.init_pid,
                 pidfd,
-                // The same process: its child still if it was.
+                // As the keeper recorded: the same process keeps its child; another has none.
                 child: kept.child,
                 reaped: false,
                 boot: BootSpec::read(&run_dir),

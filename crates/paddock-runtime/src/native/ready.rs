@@ -1,7 +1,7 @@
 //! Sandboxes made ahead (`paddock run --keep-ready`): a whole sandbox (run directory, cgroups,
-//! volume, namespaces, its agent waiting as PID 1), made by a short-lived process of its own after a
-//! run started, and taken by the next run shaped like it, which then pays neither the setup shim nor
-//! the volume nor the cgroups on its path.
+//! volume, namespaces, its agent waiting as PID 1), made by a short-lived process a run starts as it
+//! ends (which then tears that run's sandbox down), and taken by the next run shaped like it, which
+//! then pays neither the setup shim nor the volume nor the cgroups on its path.
 //!
 //! A ready sandbox is `run/<id>/` with `ready.json` in it ([`ReadyRecord`]: what it was made for and
 //! with). Nobody holds its lock. What keeps it from gc's "lock free: abandoned" rule is that record,
@@ -26,7 +26,6 @@
 //! destroyed.
 
 use std::fs;
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -111,8 +110,7 @@ impl ReadyRecord {
         let path = run_dir.join(RECORD);
         let json =
             serde_json::to_vec(self).map_err(|e| state_err("encode", &path)(std::io::Error::other(e)))?;
-        let mut file = fs::File::create(&staging).map_err(state_err("create", &staging))?;
-        file.write_all(&json).map_err(state_err("write", &staging))?;
+        fs::write(&staging, json).map_err(state_err("write", &staging))?;
         fs::rename(&staging, &path).map_err(state_err("rename", &staging))
     }
 
@@ -195,7 +193,8 @@ impl NativeBackend {
         })
     }
 
-    fn made_with(&self) -> Result<MadeWith, RuntimeError> {
+    /// What a sandbox made now is made with.
+    pub(super) fn made_with(&self) -> Result<MadeWith, RuntimeError> {
         Ok(MadeWith {
             agent: FileStamp::of(&self.config.agent_binary)?,
             setup: FileStamp::of(&self.config.setup_binary)?,
@@ -361,11 +360,6 @@ impl NativeBackend {
                 false
             }
         }
-    }
-
-    /// [`MadeWith`] for gc's checks: `None` when it cannot be described (then nothing is kept).
-    pub(super) fn made_with_now(&self) -> Option<MadeWith> {
-        self.made_with().ok()
     }
 }
 

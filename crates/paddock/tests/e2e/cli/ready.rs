@@ -1,5 +1,5 @@
 //! Sandboxes made ahead (`paddock run --keep-ready`, runtime `ready.rs`): a run takes the sandbox an
-//! earlier run's maker left ready, and starts the next one's maker. What these tests try to break:
+//! earlier run's maker left ready, and as it ends starts the maker of the next one. What these tests try to break:
 //! a sandbox taken this way must be exactly a fresh sandbox (nothing of an earlier run, the run's own
 //! environment and limits), must end with its run however the run ends (its init is not the run's
 //! child), and must never be left to leak (gc keeps only live, current ones; `pool destroy` removes
@@ -23,8 +23,9 @@ fn ready(env: &TestEnv) -> BTreeSet<String> {
         .collect()
 }
 
-/// Waits (a safety net of a minute) until a sandbox other than those of `besides` is ready; returns
-/// its id.
+/// Waits (a safety net of a minute) until a sandbox other than those of `besides` is ready, then
+/// until its maker is done (it tears the previous run's sandbox down after making this one, and a
+/// run ending while a maker works starts none); returns its id.
 #[track_caller]
 fn wait_ready(env: &TestEnv, besides: &BTreeSet<String>) -> String {
     let mut found = None;
@@ -33,6 +34,7 @@ fn wait_ready(env: &TestEnv, besides: &BTreeSet<String>) -> String {
         found.is_some()
     });
     assert!(made, "no sandbox was made ahead; ready: {:?}", ready(env));
+    wait_for_makers(env);
     found.expect("found")
 }
 
@@ -75,7 +77,7 @@ fn a_sandbox_made_ahead_is_exactly_a_fresh_one_with_nothing_of_an_earlier_run() 
     assert_ne!(r1, first, "the maker made a sandbox of its own");
 
     // The earlier run, in the sandbox made ahead: it leaves what it can (files, a process, its
-    // environment) and ends; its maker makes the next sandbox meanwhile.
+    // environment) and ends; the maker it starts makes the next sandbox, then tears this one down.
     let o = keep_ready_sh(
         &env,
         &["-e", "EARLIER=secret"],
@@ -92,7 +94,6 @@ fn a_sandbox_made_ahead_is_exactly_a_fresh_one_with_nothing_of_an_earlier_run() 
         sandbox_processes(&env, &r1)
     );
     let r2 = wait_ready(&env, &BTreeSet::from([r1.clone()]));
-    wait_for_makers(&env);
     assert!(
         !env.state().join("run").join(&r1).exists(),
         "its run directory is gone"
@@ -364,7 +365,6 @@ fn a_claim_or_a_maker_killed_midway_leaves_only_what_gc_reclaims() {
     let env = TestEnv::new();
     keep_ready_sandbox_first_run(&env);
     let ready_one = wait_ready(&env, &BTreeSet::new());
-    wait_for_makers(&env);
 
     // A run killed right after it claimed a sandbox (its record removed, nothing held yet).
     let o = env
