@@ -60,11 +60,7 @@ pub fn local(config: &ServeConfig, keep_sandboxes: bool) -> anyhow::Result<ExitC
         );
     }
     let (_lock, store, backend) = crate::serve::open_state(config)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("paddock-mcp")
-        .build()
-        .context("failed to start the async runtime")?;
+    let rt = crate::serve::service_runtime("paddock-mcp")?;
     let result = rt.block_on(local_async(config, backend, store, keep_sandboxes));
     rt.shutdown_timeout(Duration::from_secs(1));
     result.map(|()| ExitCode::SUCCESS)

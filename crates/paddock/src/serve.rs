@@ -33,15 +33,28 @@ pub fn serve(config: &ServeConfig) -> anyhow::Result<ExitCode> {
         );
     }
     let (_lock, store, backend) = open_state(config)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("paddock-serve")
-        .build()
-        .context("failed to start the async runtime")?;
+    let rt = service_runtime("paddock-serve")?;
     let result = rt.block_on(serve_async(config, backend, store));
     // Blocking tasks (store calls, reads of streams) must not hold the exit up.
     rt.shutdown_timeout(Duration::from_secs(1));
     result.map(|()| ExitCode::SUCCESS)
+}
+
+/// How long an idle blocking thread (store calls, backend work) waits for work before it exits.
+/// Tokio wakes its idle blocking threads oldest first, so a steady trickle of blocking calls (the
+/// reaper's two store reads a second, an execution's polls) keeps `rate × keep-alive` of them
+/// alive. With tokio's 10 s, a server that had a burst of load kept about twenty idle threads for
+/// good; with 2 s it keeps a few, and a burst still finds its threads warm.
+const BLOCKING_KEEP_ALIVE: Duration = Duration::from_secs(2);
+
+/// The multi-threaded runtime a sandbox service (`serve`, `mcp --local`) runs on.
+pub(crate) fn service_runtime(name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name(name)
+        .thread_keep_alive(BLOCKING_KEEP_ALIVE)
+        .build()
+        .context("failed to start the async runtime")
 }
 
 /// What a service on this host needs, opened once: the state directory's lock (held until the
