@@ -7,6 +7,7 @@
 //! tenant may have pending (the control plane counts with [`StoreTx::pending_approvals`]), or
 //! write audit rows (the caller writes them in the same transaction).
 
+use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
@@ -101,7 +102,7 @@ fn record(row: &Row<'_>) -> rusqlite::Result<ApprovalRecord> {
 }
 
 fn get_approval(conn: &Connection, tenant: &str, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
-    conn.query_row(
+    conn.query_row_cached(
         &format!("SELECT {COLUMNS} FROM approvals WHERE tenant = ?1 AND id = ?2"),
         (tenant, id),
         record,
@@ -120,7 +121,7 @@ impl Store {
     /// by a tenant's key: the signed webhook callback).
     pub fn find_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
         self.conn()
-            .query_row(
+            .query_row_cached(
                 &format!("SELECT {COLUMNS} FROM approvals WHERE id = ?1"),
                 [id],
                 record,
@@ -140,7 +141,7 @@ impl Store {
     ) -> Result<Vec<ApprovalRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM approvals WHERE tenant = ?1
                    AND (?2 IS NULL OR state = ?2) AND (?3 IS NULL OR sandbox_id = ?3)
                  ORDER BY created_at_ms DESC, id DESC LIMIT ?4"
@@ -158,7 +159,7 @@ impl Store {
     pub fn due_approvals(&self, now_ms: i64, limit: u32) -> Result<Vec<ApprovalRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM approvals
                  WHERE state IN ('pending', 'approved') AND used_at_ms IS NULL AND expires_at_ms <= ?1
                  ORDER BY expires_at_ms LIMIT ?2"
@@ -181,7 +182,7 @@ impl StoreTx<'_> {
     /// How many of `tenant`'s approvals are pending.
     pub fn pending_approvals(&self, tenant: &str) -> Result<u64, StoreError> {
         self.tx
-            .query_row(
+            .query_row_cached(
                 "SELECT count(*) FROM approvals WHERE tenant = ?1 AND state = 'pending'",
                 [tenant],
                 |row| row.get::<_, i64>(0),
@@ -193,7 +194,7 @@ impl StoreTx<'_> {
     /// How many of `tenant`'s approvals about sandbox `sandbox_id` are pending.
     pub fn pending_approvals_of_sandbox(&self, tenant: &str, sandbox_id: &str) -> Result<u64, StoreError> {
         self.tx
-            .query_row(
+            .query_row_cached(
                 "SELECT count(*) FROM approvals WHERE tenant = ?1 AND sandbox_id = ?2 AND state = 'pending'",
                 [tenant, sandbox_id],
                 |row| row.get::<_, i64>(0),
@@ -207,7 +208,7 @@ impl StoreTx<'_> {
     pub fn insert_approval(&self, r: &ApprovalRecord, keep_decided: u32) -> Result<(), StoreError> {
         ensure_tenant(&self.tx, &r.tenant, r.created_at_ms)?;
         self.tx
-            .execute(
+            .execute_cached(
                 &format!(
                     "INSERT INTO approvals ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
                        ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
@@ -235,7 +236,7 @@ impl StoreTx<'_> {
             )
             .map_err(StoreError::write("approval"))?;
         self.tx
-            .execute(
+            .execute_cached(
                 "DELETE FROM approvals WHERE id IN (
                    SELECT id FROM approvals WHERE tenant = ?1 AND state NOT IN ('pending', 'approved')
                    ORDER BY created_at_ms DESC, id DESC LIMIT -1 OFFSET ?2)",
@@ -260,7 +261,7 @@ impl StoreTx<'_> {
         };
         let n = self
             .tx
-            .execute(
+            .execute_cached(
                 "UPDATE approvals SET state = ?3, decided_at_ms = ?4, decided_by = ?5, note = ?6,
                    expires_at_ms = ?7
                  WHERE tenant = ?1 AND id = ?2 AND state = 'pending' AND expires_at_ms > ?4",
@@ -275,7 +276,7 @@ impl StoreTx<'_> {
     pub fn expire_approval(&self, tenant: &str, id: &str, at_ms: i64) -> Result<bool, StoreError> {
         let n = self
             .tx
-            .execute(
+            .execute_cached(
                 "UPDATE approvals SET state = 'expired', decided_at_ms = coalesce(decided_at_ms, ?3)
                  WHERE tenant = ?1 AND id = ?2 AND state IN ('pending', 'approved')
                    AND used_at_ms IS NULL AND expires_at_ms <= ?3",
@@ -297,7 +298,7 @@ impl StoreTx<'_> {
     ) -> Result<ApprovalUse, StoreError> {
         let n = self
             .tx
-            .execute(
+            .execute_cached(
                 "UPDATE approvals SET used_at_ms = ?5
                  WHERE tenant = ?1 AND id = ?2 AND sandbox_id IS ?3 AND request_sha256 = ?4
                    AND state = 'approved' AND used_at_ms IS NULL AND expires_at_ms > ?5",

@@ -1,6 +1,7 @@
 //! The audit log: appending hash-chained rows and querying them. Rows are never updated or deleted
 //! (the schema's triggers refuse it, and a test checks this crate contains no such statement).
 
+use crate::cached::Cached;
 use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
@@ -131,7 +132,7 @@ impl Store {
         params.push(Value::from(i64::from(filter.limit)));
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {AUDIT_COLUMNS} FROM audit {where_clause} ORDER BY seq {} LIMIT ?",
                 if filter.newest_first { "DESC" } else { "ASC" }
             ))
@@ -165,7 +166,7 @@ impl StoreTx<'_> {
 /// no other writer can append between reading the last hash and inserting.
 pub(crate) fn append_audit(conn: &Connection, entry: &NewAuditEntry) -> Result<AuditRecord, StoreError> {
     let last: Option<(i64, String)> = conn
-        .query_row(
+        .query_row_cached(
             "SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1",
             [],
             |row| Ok((row.get(0)?, row.get(1)?)),
@@ -192,7 +193,7 @@ pub(crate) fn append_audit(conn: &Connection, entry: &NewAuditEntry) -> Result<A
         detail_json: &detail_json,
         prev_hash: &prev_hash,
     });
-    conn.execute(
+    conn.execute_cached(
         &format!("INSERT INTO audit ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
         (
             to_i64("audit seq", seq)?,

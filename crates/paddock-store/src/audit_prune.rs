@@ -12,6 +12,7 @@
 //! It does not decide when to prune or how much to keep (the caller's configuration), and never
 //! touches a row of any other action.
 
+use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension};
 use sha2::{Digest, Sha256};
 
@@ -273,7 +274,7 @@ pub(crate) fn ranges_of_anchor(conn: &Connection, anchor_seq: u64) -> Result<Vec
 /// The recorded range starting at `first_seq`, with its anchor.
 pub(crate) fn range_at(conn: &Connection, first_seq: i64) -> Result<Option<(PrunedRange, u64)>, StoreError> {
     let row = conn
-        .query_row(
+        .query_row_cached(
             "SELECT first_seq, last_seq, prev_hash, last_hash, anchor_seq FROM audit_pruned WHERE first_seq = ?1",
             [first_seq],
             |r| {

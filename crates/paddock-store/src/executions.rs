@@ -5,6 +5,7 @@
 //! What it does not do: decide (the control plane does), or bound how many a tenant has (the
 //! control plane keeps the newest finished ones with [`StoreTx::insert_execution`]).
 
+use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
@@ -90,7 +91,7 @@ fn query(
     params: impl rusqlite::Params,
 ) -> Result<Vec<ExecutionRecord>, StoreError> {
     let mut stmt = conn
-        .prepare(&format!("SELECT {COLUMNS} FROM executions WHERE {filter}"))
+        .prepare_cached(&format!("SELECT {COLUMNS} FROM executions WHERE {filter}"))
         .map_err(StoreError::read("executions"))?;
     let rows = stmt
         .query_map(params, record)
@@ -100,7 +101,7 @@ fn query(
 }
 
 fn get_execution(conn: &Connection, tenant: &str, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
-    conn.query_row(
+    conn.query_row_cached(
         &format!("SELECT {COLUMNS} FROM executions WHERE tenant = ?1 AND id = ?2"),
         (tenant, id),
         record,
@@ -160,7 +161,7 @@ impl StoreTx<'_> {
     pub fn insert_execution(&self, r: &ExecutionRecord, keep_ended: u32) -> Result<(), StoreError> {
         ensure_tenant(&self.tx, &r.tenant, r.created_at_ms)?;
         self.tx
-            .execute(
+            .execute_cached(
                 &format!(
                     "INSERT INTO executions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,
                        ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
@@ -190,7 +191,7 @@ impl StoreTx<'_> {
             )
             .map_err(StoreError::write("execution"))?;
         self.tx
-            .execute(
+            .execute_cached(
                 "DELETE FROM executions WHERE id IN (
                    SELECT id FROM executions WHERE tenant = ?1
                      AND state NOT IN ('pending_approval', 'running')
@@ -211,7 +212,7 @@ impl StoreTx<'_> {
         let from = serde_json::to_string(c.from).unwrap_or_else(|_| "[]".to_owned());
         let n = self
             .tx
-            .execute(
+            .execute_cached(
                 "UPDATE executions SET state = ?4,
                    object = coalesce(?5, object), exit_code = coalesce(?6, exit_code),
                    logs = coalesce(?7, logs), logs_truncated = coalesce(?8, logs_truncated),

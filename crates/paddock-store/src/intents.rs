@@ -6,6 +6,7 @@
 //! is an operation a crash interrupted. This module only keeps the records: what finishing or undoing
 //! each operation means is the control plane's recovery.
 
+use crate::cached::Cached;
 use rusqlite::{Connection, Row};
 
 use crate::snapshots::{self, SnapshotRecord};
@@ -83,7 +84,7 @@ impl Store {
     pub fn list_intents(&self) -> Result<Vec<IntentRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(
+            .prepare_cached(
                 "SELECT id, sandbox_id, op, snapshot_id, detail_json, created_at_ms FROM intents ORDER BY id",
             )
             .map_err(StoreError::read("intents"))?;
@@ -142,7 +143,7 @@ fn begin_intent(conn: &Connection, intent: &NewIntent<'_>) -> Result<i64, StoreE
         what: "intent detail",
         source,
     })?;
-    conn.execute(
+    conn.execute_cached(
         "INSERT INTO intents (sandbox_id, op, snapshot_id, detail_json, created_at_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
         (
             intent.sandbox_id,
@@ -158,7 +159,7 @@ fn begin_intent(conn: &Connection, intent: &NewIntent<'_>) -> Result<i64, StoreE
 
 fn end_intent(conn: &Connection, id: i64) -> Result<bool, StoreError> {
     let changed = conn
-        .execute("DELETE FROM intents WHERE id = ?1", [id])
+        .execute_cached("DELETE FROM intents WHERE id = ?1", [id])
         .map_err(StoreError::write("intent removal"))?;
     Ok(changed == 1)
 }

@@ -2,6 +2,7 @@
 //! spelling for E2B's SDKs, `e2b_<id><secret>` (E2B's own keys are `e2b_` and lowercase hex, which
 //! older SDKs check on the client), so one key serves both doors.
 
+use crate::cached::Cached;
 use rand::RngCore;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
@@ -109,7 +110,7 @@ impl Store {
         };
         let conn = self.conn();
         let found = conn
-            .query_row(
+            .query_row_cached(
                 &format!("SELECT {KEY_COLUMNS}, secret_hash FROM api_keys WHERE id = ?1"),
                 [id],
                 |row| Ok((read_key_row(row)?, row.get::<_, Vec<u8>>(9)?)),
@@ -128,7 +129,7 @@ impl Store {
             .last_used_at_ms
             .is_none_or(|last| now_ms.saturating_sub(last) >= LAST_USED_RESOLUTION_MS);
         if stale {
-            conn.execute(
+            conn.execute_cached(
                 "UPDATE api_keys SET last_used_at_ms = ?2 WHERE id = ?1",
                 (&record.id, now_ms),
             )
@@ -142,7 +143,7 @@ impl Store {
     pub fn list_api_keys(&self, tenant: Option<&str>) -> Result<Vec<ApiKeyRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {KEY_COLUMNS} FROM api_keys
                  WHERE ?1 IS NULL OR tenant = ?1
                  ORDER BY created_at_ms, id"
@@ -168,7 +169,7 @@ impl Store {
 
 fn count_admin_keys(conn: &Connection) -> Result<u64, StoreError> {
     let count: i64 = conn
-        .query_row(
+        .query_row_cached(
             "SELECT COUNT(*) FROM api_keys WHERE admin = 1 AND revoked_at_ms IS NULL",
             [],
             |row| row.get(0),
@@ -279,7 +280,7 @@ fn create_api_key(
         let mut id_bytes = [0u8; ID_BYTES];
         rng.fill_bytes(&mut id_bytes);
         let id = hex::encode(id_bytes);
-        let inserted = conn.execute(
+        let inserted = conn.execute_cached(
             "INSERT INTO api_keys
                (id, tenant, name, admin, secret_hash, created_at_ms, change_network, approver)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -322,7 +323,7 @@ fn create_api_key(
 
 fn revoke_api_key(conn: &Connection, id: &str, now_ms: i64) -> Result<bool, StoreError> {
     let changed = conn
-        .execute(
+        .execute_cached(
             "UPDATE api_keys SET revoked_at_ms = ?2 WHERE id = ?1 AND revoked_at_ms IS NULL",
             (id, now_ms),
         )

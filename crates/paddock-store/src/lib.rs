@@ -28,6 +28,7 @@ mod approvals;
 mod audit;
 mod audit_hash;
 mod audit_prune;
+mod cached;
 mod error;
 mod executions;
 mod inspect;

@@ -1,6 +1,7 @@
 //! Reading sandbox records: one, a filtered page, the live ones for recovery, the expired ones for the
 //! reaper.
 
+use crate::cached::Cached;
 use std::collections::BTreeMap;
 
 use rusqlite::types::Value;
@@ -100,7 +101,7 @@ impl Store {
     pub fn count_warm(&self, profile: &str) -> Result<u64, StoreError> {
         let count: i64 = self
             .conn()
-            .query_row(
+            .query_row_cached(
                 "SELECT COUNT(*) FROM sandboxes WHERE state = 'warm' AND profile = ?1",
                 [profile],
                 |row| row.get(0),
@@ -118,7 +119,7 @@ impl StoreTx<'_> {
 }
 
 fn get_sandbox(conn: &Connection, id: &str) -> Result<Option<SandboxRecord>, StoreError> {
-    conn.query_row(
+    conn.query_row_cached(
         &format!("SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id = ?1"),
         [id],
         SandboxRow::read,
@@ -134,7 +135,7 @@ fn query_sandboxes(
     sql: &str,
     params: impl Params,
 ) -> Result<Vec<SandboxRecord>, StoreError> {
-    let mut stmt = conn.prepare(sql).map_err(StoreError::read("sandboxes"))?;
+    let mut stmt = conn.prepare_cached(sql).map_err(StoreError::read("sandboxes"))?;
     let rows = stmt
         .query_map(params, SandboxRow::read)
         .map_err(StoreError::read("sandboxes"))?;

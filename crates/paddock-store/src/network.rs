@@ -2,6 +2,7 @@
 //! secrets. The store does not interpret a policy (the caller's JSON); secret values are only
 //! returned by [`Store::secret_values`], for the egress proxy's owner.
 
+use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
@@ -112,7 +113,7 @@ impl Store {
     pub fn list_secrets(&self, tenant: &str) -> Result<Vec<SecretInfo>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {INFO_COLUMNS} FROM secrets WHERE tenant = ?1 ORDER BY name"
             ))
             .map_err(StoreError::read("secrets"))?;
@@ -127,7 +128,7 @@ impl Store {
     pub fn secret_values(&self, tenant: &str, names: &[String]) -> Result<Vec<SecretRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {INFO_COLUMNS}, value FROM secrets WHERE tenant = ?1 AND name = ?2"
             ))
             .map_err(StoreError::read("secrets"))?;
@@ -157,7 +158,7 @@ impl StoreTx<'_> {
     /// Records a networked sandbox's egress state (with the sandbox's row, or replacing it).
     pub fn put_sandbox_network(&self, record: &SandboxNetworkRecord) -> Result<(), StoreError> {
         self.tx
-            .execute(
+            .execute_cached(
                 "INSERT INTO sandbox_networks
                    (sandbox_id, policy_json, secrets_json, ca_cert_pem, ca_key_pem, updated_at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -186,7 +187,7 @@ impl StoreTx<'_> {
     pub fn insert_secret(&self, info: &SecretInfo, value: &[u8]) -> Result<(), StoreError> {
         let taken = self
             .tx
-            .query_row(
+            .query_row_cached(
                 "SELECT 1 FROM secrets WHERE tenant = ?1 AND name = ?2",
                 (&info.tenant, &info.name),
                 |_| Ok(()),
@@ -201,7 +202,7 @@ impl StoreTx<'_> {
             });
         }
         self.tx
-            .execute(
+            .execute_cached(
                 "INSERT INTO secrets (tenant, name, value, hosts_json, created_at_ms, headers_json, query)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 (
@@ -222,7 +223,7 @@ impl StoreTx<'_> {
     pub fn delete_secret(&self, tenant: &str, name: &str) -> Result<bool, StoreError> {
         let n = self
             .tx
-            .execute(
+            .execute_cached(
                 "DELETE FROM secrets WHERE tenant = ?1 AND name = ?2",
                 (tenant, name),
             )
@@ -233,7 +234,7 @@ impl StoreTx<'_> {
 
 fn get_sandbox_network(conn: &Connection, id: &str) -> Result<Option<SandboxNetworkRecord>, StoreError> {
     let row = conn
-        .query_row(
+        .query_row_cached(
             "SELECT sandbox_id, policy_json, secrets_json, ca_cert_pem, ca_key_pem, updated_at_ms
              FROM sandbox_networks WHERE sandbox_id = ?1",
             [id],

@@ -297,6 +297,7 @@ fn configure(conn: &Connection, path: &Path, writable_file: bool) -> Result<(), 
         }
     };
     conn.busy_timeout(BUSY_TIMEOUT).map_err(fail("busy_timeout"))?;
+    conn.set_prepared_statement_cache_capacity(crate::cached::STATEMENT_CACHE);
     if writable_file {
         let mode = journal_mode_wal(conn).map_err(fail("journal_mode"))?;
         if !mode.eq_ignore_ascii_case("wal") {

@@ -2,6 +2,7 @@
 //! control plane compiled and normalized it. The store neither reads nor checks a policy (the
 //! control plane compiles it before it is stored); it keeps it, with when it was set.
 
+use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
@@ -41,7 +42,7 @@ impl StoreTx<'_> {
     pub fn put_approval_policy(&self, record: &ApprovalPolicyRecord) -> Result<(), StoreError> {
         ensure_tenant(&self.tx, &record.tenant, record.updated_at_ms)?;
         self.tx
-            .execute(
+            .execute_cached(
                 "INSERT INTO approval_policies (tenant, sandbox_id, spec, updated_at_ms)
                  VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (tenant, sandbox_id) DO UPDATE SET spec = excluded.spec,
@@ -70,7 +71,7 @@ impl StoreTx<'_> {
     pub fn delete_approval_policy(&self, tenant: &str, sandbox_id: Option<&str>) -> Result<bool, StoreError> {
         let n = self
             .tx
-            .execute(
+            .execute_cached(
                 "DELETE FROM approval_policies WHERE tenant = ?1 AND sandbox_id = ?2",
                 (tenant, scope_key(sandbox_id)),
             )
@@ -84,7 +85,7 @@ fn get_approval_policy(
     tenant: &str,
     sandbox_id: Option<&str>,
 ) -> Result<Option<ApprovalPolicyRecord>, StoreError> {
-    conn.query_row(
+    conn.query_row_cached(
         "SELECT spec, updated_at_ms FROM approval_policies WHERE tenant = ?1 AND sandbox_id = ?2",
         (tenant, scope_key(sandbox_id)),
         |row| {

@@ -18,6 +18,7 @@
 //! What it does not do: measure anything (the control plane supplies every size), or take back what
 //! was admitted when a quota is lowered later (the tenant just cannot add more until it is under).
 
+use crate::cached::Cached;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension};
@@ -169,7 +170,7 @@ impl Store {
 fn set_sandbox_base_bytes(conn: &Connection, id: &str, base_bytes: u64) -> Result<bool, StoreError> {
     let base = to_i64("base_bytes", base_bytes)?;
     let changed = conn
-        .execute("UPDATE sandboxes SET base_bytes = ?2 WHERE id = ?1", (id, base))
+        .execute_cached("UPDATE sandboxes SET base_bytes = ?2 WHERE id = ?1", (id, base))
         .map_err(StoreError::write("sandbox base"))?;
     Ok(changed == 1)
 }
@@ -222,7 +223,7 @@ fn resume_stopped_checked(
     defaults: &QuotaDefaults,
 ) -> Result<bool, StoreError> {
     let size: Option<(i64, i64)> = conn
-        .query_row(
+        .query_row_cached(
             "SELECT memory_bytes, cpu_millis FROM sandboxes WHERE id = ?1 AND tenant = ?2 AND state = 'stopped'",
             (id, tenant),
             |row| Ok((row.get(0)?, row.get(1)?)),
@@ -239,7 +240,7 @@ fn resume_stopped_checked(
     };
     check_quota(conn, tenant, &request, defaults)?;
     let changed = conn
-        .execute(
+        .execute_cached(
             "UPDATE sandboxes SET state = 'creating' WHERE id = ?1 AND state = 'stopped'",
             [id],
         )
@@ -266,7 +267,7 @@ fn claim_warm_sandbox(
     let memory_bytes = to_i64("memory_bytes", claim.memory_bytes)?;
     let disk_bytes = to_i64("disk_bytes", claim.disk_bytes)?;
     let row = conn
-        .query_row(
+        .query_row_cached(
             &format!(
                 "UPDATE sandboxes
                  SET tenant = ?2, state = 'running', claimed_at_ms = ?3, expires_at_ms = ?4,
@@ -388,7 +389,7 @@ pub(crate) fn tenant_usage(
 ) -> Result<TenantUsage, StoreError> {
     let unsized_volume = to_i64("unsized_volume_bytes", defaults.unsized_volume_bytes)?;
     let row: [i64; 7] = conn
-        .query_row(
+        .query_row_cached(
             "SELECT
                  (SELECT COUNT(*) FROM sandboxes
                   WHERE tenant = ?1 AND state IN ('creating', 'running', 'stopped')),

@@ -1,5 +1,6 @@
 //! Sandbox records: their states, the stored row, and plain inserts.
 
+use crate::cached::Cached;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -159,7 +160,7 @@ pub(crate) fn insert_sandbox(conn: &Connection, sandbox: &NewSandbox) -> Result<
     let memory_bytes = to_i64("memory_bytes", sandbox.memory_bytes)?;
     let disk_bytes = to_i64("disk_bytes", sandbox.disk_bytes)?;
     let base_bytes = to_i64("base_bytes", sandbox.base_bytes)?;
-    let inserted = conn.execute(
+    let inserted = conn.execute_cached(
         "INSERT INTO sandboxes (id, tenant, state, profile, spec_json, labels_json, memory_bytes, cpu_millis,
                                 created_at_ms, expires_at_ms, disk_bytes, base_bytes)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",

@@ -1,6 +1,7 @@
 //! Snapshot records: named snapshots and per-step checkpoints of a sandbox's file system. The
 //! storage itself lives in the pool; these rows say who owns which snapshot and which still exist.
 
+use crate::cached::Cached;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, Row};
@@ -119,7 +120,7 @@ impl Store {
         sql.push_str(" ORDER BY id LIMIT ?");
         args.push(Box::new(i64::from(filter.limit)));
         let conn = self.conn();
-        let mut stmt = conn.prepare(&sql).map_err(StoreError::read("snapshots"))?;
+        let mut stmt = conn.prepare_cached(&sql).map_err(StoreError::read("snapshots"))?;
         let rows = stmt
             .query_map(
                 rusqlite::params_from_iter(args.iter().map(|a| a.as_ref())),
@@ -139,7 +140,7 @@ impl Store {
     pub fn existing_snapshot_ids(&self) -> Result<Vec<String>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare("SELECT id FROM snapshots WHERE deleted_at_ms IS NULL ORDER BY id")
+            .prepare_cached("SELECT id FROM snapshots WHERE deleted_at_ms IS NULL ORDER BY id")
             .map_err(StoreError::read("snapshot ids"))?;
         let rows = stmt
             .query_map([], |row| row.get::<_, String>(0))
@@ -193,7 +194,7 @@ fn insert_snapshot(conn: &Connection, s: &NewSnapshot) -> Result<(), StoreError>
         source,
     })?;
     let storage = to_i64("storage_bytes", s.storage_bytes)?;
-    let inserted = conn.execute(
+    let inserted = conn.execute_cached(
         "INSERT INTO snapshots (id, tenant, sandbox_id, kind, name, labels_json, created_at_ms, storage_bytes,
                                 template_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
@@ -220,7 +221,7 @@ fn insert_snapshot(conn: &Connection, s: &NewSnapshot) -> Result<(), StoreError>
 }
 
 fn get_snapshot(conn: &Connection, id: &str) -> Result<Option<SnapshotRecord>, StoreError> {
-    conn.query_row(
+    conn.query_row_cached(
         &format!("SELECT {COLUMNS} FROM snapshots WHERE id = ?1"),
         [id],
         read_row,
@@ -232,7 +233,7 @@ fn get_snapshot(conn: &Connection, id: &str) -> Result<Option<SnapshotRecord>, S
 }
 
 fn latest_checkpoint(conn: &Connection, sandbox_id: &str) -> Result<Option<SnapshotRecord>, StoreError> {
-    conn.query_row(
+    conn.query_row_cached(
         &format!(
             "SELECT {COLUMNS} FROM snapshots
              WHERE sandbox_id = ?1 AND kind = 'checkpoint' AND deleted_at_ms IS NULL
@@ -254,7 +255,7 @@ pub(crate) fn select<P: rusqlite::Params>(
     params: P,
 ) -> Result<Vec<SnapshotRecord>, StoreError> {
     let mut stmt = conn
-        .prepare(&format!(
+        .prepare_cached(&format!(
             "SELECT {COLUMNS} FROM snapshots WHERE {condition} ORDER BY id"
         ))
         .map_err(StoreError::read("snapshots"))?;
@@ -267,7 +268,7 @@ pub(crate) fn select<P: rusqlite::Params>(
 
 fn mark_snapshot_deleted(conn: &Connection, id: &str, now_ms: i64) -> Result<bool, StoreError> {
     let changed = conn
-        .execute(
+        .execute_cached(
             "UPDATE snapshots SET deleted_at_ms = ?2 WHERE id = ?1 AND deleted_at_ms IS NULL",
             (id, now_ms),
         )

@@ -1,6 +1,7 @@
 //! Template records: who owns which template built from an image, under which name, and which
 //! sandboxes were made from it. The files live in the pool.
 
+use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::error::{to_i64, violation, Violation};
@@ -80,7 +81,7 @@ impl Store {
     /// Removes the row of a template whose build failed (nothing references it).
     pub fn forget_template(&self, id: &str) -> Result<(), StoreError> {
         self.write("forget template", |conn| {
-            conn.execute("DELETE FROM templates WHERE id = ?1 AND state = 'building'", [id])
+            conn.execute_cached("DELETE FROM templates WHERE id = ?1 AND state = 'building'", [id])
                 .map_err(StoreError::write("template"))?;
             Ok(())
         })
@@ -94,7 +95,7 @@ impl Store {
                 conn,
                 "SELECT id FROM templates WHERE state = 'building' ORDER BY id",
             )?;
-            conn.execute("DELETE FROM templates WHERE state = 'building'", [])
+            conn.execute_cached("DELETE FROM templates WHERE state = 'building'", [])
                 .map_err(StoreError::write("templates"))?;
             Ok(ids)
         })
@@ -109,7 +110,7 @@ impl Store {
                 return Ok(TemplateDeletion::InUse(users));
             }
             let changed = conn
-                .execute(
+                .execute_cached(
                     "UPDATE templates SET deleted_at_ms = ?2 WHERE id = ?1 AND deleted_at_ms IS NULL",
                     (id, now_ms),
                 )
@@ -129,7 +130,7 @@ impl Store {
         id_or_name: &str,
     ) -> Result<Option<TemplateRecord>, StoreError> {
         self.conn()
-            .query_row(
+            .query_row_cached(
                 &format!(
                     "SELECT {COLUMNS} FROM templates
                      WHERE tenant = ?1 AND (id = ?2 OR name = ?2) AND deleted_at_ms IS NULL
@@ -146,7 +147,7 @@ impl Store {
     pub fn list_templates(&self, tenant: &str) -> Result<Vec<TemplateRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM templates WHERE tenant = ?1 AND deleted_at_ms IS NULL ORDER BY name"
             ))
             .map_err(StoreError::read("templates"))?;
@@ -174,7 +175,7 @@ impl Store {
     pub fn set_template_storage(&self, id: &str, storage_bytes: u64) -> Result<(), StoreError> {
         let bytes = to_i64("storage_bytes", storage_bytes)?;
         self.conn()
-            .execute(
+            .execute_cached(
                 "UPDATE templates SET storage_bytes = ?2 WHERE id = ?1 AND state = 'ready'",
                 (id, bytes),
             )
@@ -207,7 +208,7 @@ impl StoreTx<'_> {
         let bytes = to_i64("storage_bytes", storage_bytes)?;
         let tenant: String = self
             .tx
-            .query_row(
+            .query_row_cached(
                 "UPDATE templates SET storage_bytes = 0 WHERE id = ?1 AND state = 'building' RETURNING tenant",
                 [id],
                 |row| row.get(0),
@@ -227,7 +228,7 @@ impl StoreTx<'_> {
             check_quota(&self.tx, &tenant, &request, defaults)?;
         }
         self.tx
-            .execute(
+            .execute_cached(
                 "UPDATE templates SET state = 'ready', detail_json = ?2, storage_bytes = ?3 WHERE id = ?1",
                 (id, detail_json, bytes),
             )
@@ -237,7 +238,9 @@ impl StoreTx<'_> {
 }
 
 fn ids(conn: &Connection, sql: &str) -> Result<Vec<String>, StoreError> {
-    let mut stmt = conn.prepare(sql).map_err(StoreError::read("template ids"))?;
+    let mut stmt = conn
+        .prepare_cached(sql)
+        .map_err(StoreError::read("template ids"))?;
     let rows = stmt
         .query_map([], |row| row.get::<_, String>(0))
         .map_err(StoreError::read("template ids"))?;
@@ -251,7 +254,7 @@ fn insert_template(conn: &Connection, t: &NewTemplate) -> Result<(), StoreError>
         id: t.name.clone(),
     };
     let bytes = to_i64("storage_bytes", t.storage_bytes)?;
-    let inserted = conn.execute(
+    let inserted = conn.execute_cached(
         "INSERT INTO templates (id, tenant, name, source, state, created_at_ms, storage_bytes)
          VALUES (?1, ?2, ?3, ?4, 'building', ?5, ?6)",
         (&t.id, &t.tenant, &t.name, &t.source, t.created_at_ms, bytes),
@@ -265,7 +268,7 @@ fn insert_template(conn: &Connection, t: &NewTemplate) -> Result<(), StoreError>
 
 fn template_users(conn: &Connection, id: &str) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn
-        .prepare(&format!(
+        .prepare_cached(&format!(
             "SELECT id FROM sandboxes
              WHERE state IN {HOLDING} AND json_extract(spec_json, '$.template_id') = ?1
              UNION ALL

@@ -4,6 +4,7 @@
 //! server's default for that field ([`QuotaDefaults`], from the configuration's `[quotas]`), and a
 //! field unset in both is unlimited.
 
+use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
@@ -109,7 +110,7 @@ impl Store {
     pub fn list_tenants(&self) -> Result<Vec<TenantRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(&format!("SELECT {TENANT_COLUMNS} FROM tenants ORDER BY name"))
+            .prepare_cached(&format!("SELECT {TENANT_COLUMNS} FROM tenants ORDER BY name"))
             .map_err(StoreError::read("tenants"))?;
         let rows = stmt
             .query_map([], read_tenant_row)
@@ -134,7 +135,7 @@ impl Store {
             .map(|v| to_i64("max_storage_bytes", v))
             .transpose()?;
         let conn = self.conn();
-        conn.query_row(
+        conn.query_row_cached(
             &format!(
                 "INSERT INTO tenants (name, max_sandboxes, max_memory_bytes, max_cpu_millis, max_snapshots,
                                       max_volumes, max_storage_bytes, created_at_ms, max_templates)
@@ -167,7 +168,7 @@ impl Store {
 }
 
 pub(crate) fn ensure_tenant(conn: &Connection, name: &str, now_ms: i64) -> Result<TenantRecord, StoreError> {
-    conn.execute(
+    conn.execute_cached(
         "INSERT INTO tenants (name, created_at_ms) VALUES (?1, ?2) ON CONFLICT (name) DO NOTHING",
         (name, now_ms),
     )
@@ -179,7 +180,7 @@ pub(crate) fn ensure_tenant(conn: &Connection, name: &str, now_ms: i64) -> Resul
 }
 
 pub(crate) fn get_tenant(conn: &Connection, name: &str) -> Result<Option<TenantRecord>, StoreError> {
-    conn.query_row(
+    conn.query_row_cached(
         &format!("SELECT {TENANT_COLUMNS} FROM tenants WHERE name = ?1"),
         [name],
         read_tenant_row,

@@ -1,5 +1,6 @@
 //! Changing a stored sandbox: compare-and-set state transitions, expiry, and purging old history.
 
+use crate::cached::Cached;
 use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection};
 
@@ -39,7 +40,7 @@ impl Store {
     pub fn purge_ended_sandboxes(&self, before_ms: i64) -> Result<u64, StoreError> {
         self.transaction(|tx| {
             tx.tx
-                .execute(
+                .execute_cached(
                     &format!(
                         "DELETE FROM approval_policies WHERE sandbox_id IN (
                            SELECT id FROM sandboxes
@@ -50,7 +51,7 @@ impl Store {
                 .map_err(StoreError::write("sandbox purge"))?;
             let deleted = tx
                 .tx
-                .execute(
+                .execute_cached(
                     &format!(
                         "DELETE FROM sandboxes
                          WHERE state IN {ENDED_STATES_SQL} AND COALESCE(ended_at_ms, created_at_ms) < ?1"
@@ -115,14 +116,14 @@ fn transition_sandbox(
     params.push(Value::from(id.to_owned()));
     params.extend(from.iter().map(|state| Value::from(state.as_str().to_owned())));
     let changed = conn
-        .execute(&sql, params_from_iter(params))
+        .execute_cached(&sql, params_from_iter(params))
         .map_err(StoreError::write("sandbox state"))?;
     Ok(changed == 1)
 }
 
 fn set_sandbox_expiry(conn: &Connection, id: &str, expires_at_ms: Option<i64>) -> Result<bool, StoreError> {
     let changed = conn
-        .execute(
+        .execute_cached(
             "UPDATE sandboxes SET expires_at_ms = ?2 WHERE id = ?1",
             (id, expires_at_ms),
         )
@@ -132,7 +133,7 @@ fn set_sandbox_expiry(conn: &Connection, id: &str, expires_at_ms: Option<i64>) -
 
 fn set_sandbox_paused(conn: &Connection, id: &str, paused: bool) -> Result<bool, StoreError> {
     let changed = conn
-        .execute(
+        .execute_cached(
             "UPDATE sandboxes SET paused = ?2 WHERE id = ?1 AND state = 'running' AND paused <> ?2",
             (id, paused),
         )

@@ -3,6 +3,7 @@
 //! `prev_hash` must be the hash of the row before, the next row (or range) must link to its
 //! `last_hash`, and the `audit.prune` row that recorded it must carry the digest of its ranges.
 
+use crate::cached::Cached;
 use std::collections::HashSet;
 
 use rusqlite::OptionalExtension as _;
@@ -123,7 +124,7 @@ impl Store {
     fn check_anchor(&self, anchor: u64) -> Result<Option<String>, StoreError> {
         let conn = self.conn();
         let row = conn
-            .query_row(
+            .query_row_cached(
                 &format!("SELECT {AUDIT_COLUMNS} FROM audit WHERE seq = ?1"),
                 [i64::try_from(anchor).unwrap_or(i64::MAX)],
                 AuditRow::read,

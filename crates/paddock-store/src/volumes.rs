@@ -1,6 +1,7 @@
 //! Named volume records and the sandboxes that mount them. The storage itself lives in the pool;
 //! these rows say who owns which volume, which still exist, and which live sandbox mounts which.
 
+use crate::cached::Cached;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, Row};
@@ -88,7 +89,7 @@ impl Store {
         sql.push_str(" ORDER BY id LIMIT ?");
         args.push(Box::new(i64::from(filter.limit)));
         let conn = self.conn();
-        let mut stmt = conn.prepare(&sql).map_err(StoreError::read("volumes"))?;
+        let mut stmt = conn.prepare_cached(&sql).map_err(StoreError::read("volumes"))?;
         let rows = stmt
             .query_map(
                 rusqlite::params_from_iter(args.iter().map(|a| a.as_ref())),
@@ -108,7 +109,7 @@ impl Store {
     pub fn sandbox_volume_mounts(&self, sandbox_id: &str) -> Result<Vec<VolumeMountRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare(
+            .prepare_cached(
                 "SELECT sandbox_id, volume_id, path, read_only FROM volume_mounts
                  WHERE sandbox_id = ?1 ORDER BY path",
             )
@@ -131,7 +132,7 @@ impl Store {
     pub fn existing_volume_ids(&self) -> Result<Vec<String>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare("SELECT id FROM volumes WHERE deleted_at_ms IS NULL ORDER BY id")
+            .prepare_cached("SELECT id FROM volumes WHERE deleted_at_ms IS NULL ORDER BY id")
             .map_err(StoreError::read("volume ids"))?;
         let rows = stmt
             .query_map([], |row| row.get::<_, String>(0))
@@ -181,7 +182,7 @@ impl StoreTx<'_> {
             });
         }
         self.tx
-            .execute(
+            .execute_cached(
                 "INSERT INTO volume_mounts (sandbox_id, volume_id, path, read_only) VALUES (?1, ?2, ?3, ?4)",
                 (
                     &mount.sandbox_id,
@@ -212,7 +213,7 @@ fn insert_volume(conn: &Connection, v: &NewVolume) -> Result<(), StoreError> {
     })?;
     let size = v.size_bytes.map(|s| to_i64("size_bytes", s)).transpose()?;
     let taken = conn
-        .query_row(
+        .query_row_cached(
             "SELECT 1 FROM volumes WHERE tenant = ?1 AND name = ?2 AND deleted_at_ms IS NULL",
             (&v.tenant, &v.name),
             |_| Ok(()),
@@ -227,7 +228,7 @@ fn insert_volume(conn: &Connection, v: &NewVolume) -> Result<(), StoreError> {
     if taken {
         return Err(conflict());
     }
-    let inserted = conn.execute(
+    let inserted = conn.execute_cached(
         "INSERT INTO volumes (id, tenant, name, labels_json, size_bytes, created_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         (&v.id, &v.tenant, &v.name, labels, size, v.created_at_ms),
@@ -240,7 +241,7 @@ fn insert_volume(conn: &Connection, v: &NewVolume) -> Result<(), StoreError> {
 }
 
 fn get_volume(conn: &Connection, id: &str) -> Result<Option<VolumeRecord>, StoreError> {
-    conn.query_row(
+    conn.query_row_cached(
         &format!("SELECT {COLUMNS} FROM volumes WHERE id = ?1"),
         [id],
         read_row,
@@ -256,7 +257,7 @@ fn find_volume(
     tenant: &str,
     id_or_name: &str,
 ) -> Result<Option<VolumeRecord>, StoreError> {
-    conn.query_row(
+    conn.query_row_cached(
         &format!(
             "SELECT {COLUMNS} FROM volumes
              WHERE tenant = ?1 AND (id = ?2 OR name = ?2) AND deleted_at_ms IS NULL
@@ -273,7 +274,7 @@ fn find_volume(
 
 fn volume_users(conn: &Connection, id: &str) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn
-        .prepare(&format!(
+        .prepare_cached(&format!(
             "SELECT DISTINCT m.sandbox_id FROM volume_mounts m JOIN sandboxes s ON s.id = m.sandbox_id
              WHERE m.volume_id = ?1 AND s.state IN {LIVE} ORDER BY m.sandbox_id"
         ))
@@ -287,7 +288,7 @@ fn volume_users(conn: &Connection, id: &str) -> Result<Vec<String>, StoreError> 
 
 fn mark_volume_deleted(conn: &Connection, id: &str, now_ms: i64) -> Result<bool, StoreError> {
     let changed = conn
-        .execute(
+        .execute_cached(
             "UPDATE volumes SET deleted_at_ms = ?2 WHERE id = ?1 AND deleted_at_ms IS NULL",
             (id, now_ms),
         )
