@@ -128,6 +128,18 @@ class Server(Client):
             time.sleep(0.2)
         raise RuntimeError("warm pool did not fill to %d" % n)
 
+    def commit_stats(self):
+        """The pool's btrfs transaction-commit counters (`commits`, `total_commit_ms`, ...), or {} when
+        the kernel has none: a delta over a measurement says how many commits it caused."""
+        try:
+            out = subprocess.run(["btrfs", "filesystem", "show", "-m", os.path.join(self.state, "pool")],
+                                 capture_output=True, text=True, check=True).stdout
+            uuid = out.split("uuid: ")[1].split()[0]
+            with open("/sys/fs/btrfs/%s/commit_stats" % uuid) as f:
+                return {k: int(v) for k, v in (line.split() for line in f)}
+        except (OSError, subprocess.CalledProcessError, IndexError, ValueError):
+            return {}
+
     def rss_kib(self):
         with open("/proc/%d/status" % self.proc.pid) as f:
             for line in f:

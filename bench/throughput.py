@@ -8,8 +8,9 @@ paddock: `--clients` concurrent API clients (threads, one keep-alive connection 
 `--rounds` times: `POST /v1/sandboxes` -> `POST .../exec {"argv": ["true"]}` (one JSON answer) ->
 `DELETE /v1/sandboxes/{id}`. bwrap: `--clients` concurrent workers each running `--rounds` times
 `bwrap ... true` (startup.py's sandbox, the closest a process wrapper comes to the same cycle).
-Both report cycles per second over the whole run and each cycle's latency (p50, p99); the target
-is at least 250 paddock cycles per second. `--busy` runs two busy loops (one per core here) during
+Both report cycles per second over the whole run and each cycle's latency (p50, p99); paddock also
+the pool's btrfs transaction commits during its phase and their total time. The target is at least
+250 paddock cycles per second. `--busy` runs two busy loops (one per core here) during
 both measurements.
 """
 import argparse
@@ -113,11 +114,16 @@ def main():
         if args.busy:
             busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
         b_wall, b_lat = bwrap_run(args.clients, args.rounds)
+        commits_before = server.commit_stats()
         p_wall, p_lat, errors = paddock_run(server, args.clients, args.rounds)
+        commits_after = server.commit_stats()
         cycles = args.clients * args.rounds
         results["paddock_create_exec_destroy"] = {
             "per_second": round(len(p_lat) / p_wall, 1), "wall_s": round(p_wall, 3),
             "cycle": api.summary(p_lat) if p_lat else None, "errors": len(errors), "first_errors": errors[:3],
+            # The pool's transaction commits during the phase, and how long one was running in all.
+            "btrfs_commits": commits_after.get("commits", 0) - commits_before.get("commits", 0),
+            "btrfs_commit_ms": commits_after.get("total_commit_ms", 0) - commits_before.get("total_commit_ms", 0),
         }
         results["bwrap_true"] = {
             "per_second": round(cycles / b_wall, 1), "wall_s": round(b_wall, 3), "cycle": api.summary(b_lat),
