@@ -94,6 +94,13 @@ def bwrap_run(clients, rounds):
     return time.perf_counter() - t0, latencies
 
 
+def commit_delta(before, after, key):
+    """`after[key] - before[key]` of two `Server.commit_stats()` readings, or None if either lacks it."""
+    if key not in before or key not in after:
+        return None
+    return after[key] - before[key]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=100)
@@ -121,9 +128,10 @@ def main():
         results["paddock_create_exec_destroy"] = {
             "per_second": round(len(p_lat) / p_wall, 1), "wall_s": round(p_wall, 3),
             "cycle": api.summary(p_lat) if p_lat else None, "errors": len(errors), "first_errors": errors[:3],
-            # The pool's transaction commits during the phase, and how long one was running in all.
-            "btrfs_commits": commits_after.get("commits", 0) - commits_before.get("commits", 0),
-            "btrfs_commit_ms": commits_after.get("total_commit_ms", 0) - commits_before.get("total_commit_ms", 0),
+            # The pool's transaction commits during the phase, and how long one was running in all
+            # (null where the kernel has no counters, rather than a zero that reads as a measurement).
+            "btrfs_commits": commit_delta(commits_before, commits_after, "commits"),
+            "btrfs_commit_ms": commit_delta(commits_before, commits_after, "total_commit_ms"),
         }
         results["bwrap_true"] = {
             "per_second": round(cycles / b_wall, 1), "wall_s": round(b_wall, 3), "cycle": api.summary(b_lat),

@@ -7,10 +7,10 @@
 //! tenant may have pending (the control plane counts with [`StoreTx::pending_approvals`]), or
 //! write audit rows (the caller writes them in the same transaction).
 
-use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
+use crate::cached::Cached;
 use crate::tenants::ensure_tenant;
 use crate::{Store, StoreError, StoreTx};
 

@@ -1,12 +1,12 @@
 //! The audit log: appending hash-chained rows and querying them. Rows are never updated or deleted
 //! (the schema's triggers refuse it, and a test checks this crate contains no such statement).
 
-use crate::cached::Cached;
 use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
 use crate::audit_hash::{audit_hash, AuditFields, GENESIS_HASH};
+use crate::cached::Cached;
 use crate::error::{from_i64, to_i64};
 use crate::{Store, StoreError, StoreTx};
 

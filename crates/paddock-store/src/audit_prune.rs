@@ -12,11 +12,11 @@
 //! It does not decide when to prune or how much to keep (the caller's configuration), and never
 //! touches a row of any other action.
 
-use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension};
 use sha2::{Digest, Sha256};
 
 use crate::audit::{append_audit, NewAuditEntry};
+use crate::cached::Cached;
 use crate::error::{from_i64, to_i64};
 use crate::{Store, StoreError};
 

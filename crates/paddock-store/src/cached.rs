@@ -10,8 +10,11 @@
 
 use rusqlite::{Connection, Params, Row};
 
-/// How many prepared statements a connection keeps: more than the store has (about 120), so the
-/// hot ones are never evicted by the rare ones.
+/// How many prepared statements a connection keeps, least recently used first out. The store's
+/// fixed statements number about 120; the filtered listings (audit, sandboxes, snapshots) add one
+/// per combination of filters, placeholders only, so the set is bounded but can exceed this. The
+/// statements every create, exec and destroy runs are used constantly, so a rare listing evicts
+/// other rare ones, not them.
 pub(crate) const STATEMENT_CACHE: usize = 256;
 
 /// `execute` and `query_row` through the prepared-statement cache.

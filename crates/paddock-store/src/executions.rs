@@ -5,10 +5,10 @@
 //! What it does not do: decide (the control plane does), or bound how many a tenant has (the
 //! control plane keeps the newest finished ones with [`StoreTx::insert_execution`]).
 
-use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
+use crate::cached::Cached;
 use crate::tenants::ensure_tenant;
 use crate::{Store, StoreError, StoreTx};
 

@@ -6,9 +6,9 @@
 //! is an operation a crash interrupted. This module only keeps the records: what finishing or undoing
 //! each operation means is the control plane's recovery.
 
-use crate::cached::Cached;
 use rusqlite::{Connection, Row};
 
+use crate::cached::Cached;
 use crate::snapshots::{self, SnapshotRecord};
 use crate::{Store, StoreError, StoreTx};
 

@@ -2,13 +2,13 @@
 //! spelling for E2B's SDKs, `e2b_<id><secret>` (E2B's own keys are `e2b_` and lowercase hex, which
 //! older SDKs check on the client), so one key serves both doors.
 
-use crate::cached::Cached;
 use rand::RngCore;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::cached::Cached;
 use crate::error::{violation, Violation};
 use crate::tenants::ensure_tenant;
 use crate::{Store, StoreError, StoreTx};

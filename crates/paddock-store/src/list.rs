@@ -1,12 +1,12 @@
 //! Reading sandbox records: one, a filtered page, the live ones for recovery, the expired ones for the
 //! reaper.
 
-use crate::cached::Cached;
 use std::collections::BTreeMap;
 
 use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection, OptionalExtension, Params};
 
+use crate::cached::Cached;
 use crate::error::from_i64;
 use crate::sandboxes::{SandboxRow, SANDBOX_COLUMNS};
 use crate::{SandboxRecord, SandboxState, Store, StoreError, StoreTx};

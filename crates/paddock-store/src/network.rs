@@ -2,10 +2,10 @@
 //! secrets. The store does not interpret a policy (the caller's JSON); secret values are only
 //! returned by [`Store::secret_values`], for the egress proxy's owner.
 
-use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
+use crate::cached::Cached;
 use crate::{Store, StoreError, StoreTx};
 
 /// A networked sandbox's egress state.

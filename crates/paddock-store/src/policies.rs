@@ -2,10 +2,10 @@
 //! control plane compiled and normalized it. The store neither reads nor checks a policy (the
 //! control plane compiles it before it is stored); it keeps it, with when it was set.
 
-use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
+use crate::cached::Cached;
 use crate::tenants::ensure_tenant;
 use crate::{Store, StoreError, StoreTx};
 

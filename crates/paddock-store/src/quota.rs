@@ -18,11 +18,11 @@
 //! What it does not do: measure anything (the control plane supplies every size), or take back what
 //! was admitted when a quota is lowered later (the tenant just cannot add more until it is under).
 
-use crate::cached::Cached;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension};
 
+use crate::cached::Cached;
 use crate::error::{from_i64, to_i64};
 use crate::sandboxes::{encode_labels, insert_sandbox, SandboxRow, SANDBOX_COLUMNS};
 use crate::tenants::get_tenant;

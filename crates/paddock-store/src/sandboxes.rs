@@ -1,6 +1,5 @@
 //! Sandbox records: their states, the stored row, and plain inserts.
 
-use crate::cached::Cached;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
@@ -8,6 +7,7 @@ use std::str::FromStr;
 use rusqlite::{Connection, Row};
 use serde::{Deserialize, Serialize};
 
+use crate::cached::Cached;
 use crate::error::{from_i64, to_i64, violation, Violation};
 use crate::{Store, StoreError, StoreTx};
 

@@ -1,12 +1,12 @@
 //! Snapshot records: named snapshots and per-step checkpoints of a sandbox's file system. The
 //! storage itself lives in the pool; these rows say who owns which snapshot and which still exist.
 
-use crate::cached::Cached;
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
+use crate::cached::Cached;
 use crate::error::{from_i64, to_i64, violation, Violation};
 use crate::quota::{check_quota, QuotaRequest};
 use crate::{QuotaDefaults, Store, StoreError, StoreTx};

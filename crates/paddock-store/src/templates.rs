@@ -1,9 +1,9 @@
 //! Template records: who owns which template built from an image, under which name, and which
 //! sandboxes were made from it. The files live in the pool.
 
-use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension, Row};
 
+use crate::cached::Cached;
 use crate::error::{to_i64, violation, Violation};
 use crate::quota::{check_quota, QuotaRequest};
 use crate::{QuotaDefaults, Store, StoreError, StoreTx};

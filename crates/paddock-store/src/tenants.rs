@@ -4,10 +4,10 @@
 //! server's default for that field ([`QuotaDefaults`], from the configuration's `[quotas]`), and a
 //! field unset in both is unlimited.
 
-use crate::cached::Cached;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
+use crate::cached::Cached;
 use crate::error::{from_i64, to_i64};
 use crate::{Store, StoreError};
 

@@ -1,9 +1,9 @@
 //! Changing a stored sandbox: compare-and-set state transitions, expiry, and purging old history.
 
-use crate::cached::Cached;
 use rusqlite::types::Value;
 use rusqlite::{params_from_iter, Connection};
 
+use crate::cached::Cached;
 use crate::{SandboxState, Store, StoreError, StoreTx};
 
 const ENDED_STATES_SQL: &str = "('killed', 'expired', 'failed')";

@@ -3,7 +3,6 @@
 //! `prev_hash` must be the hash of the row before, the next row (or range) must link to its
 //! `last_hash`, and the `audit.prune` row that recorded it must carry the digest of its ranges.
 
-use crate::cached::Cached;
 use std::collections::HashSet;
 
 use rusqlite::OptionalExtension as _;
@@ -12,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::audit::{AuditRow, AUDIT_COLUMNS};
 use crate::audit_hash::{audit_hash, AuditFields, GENESIS_HASH};
 use crate::audit_prune::{pruned_ranges_digest, range_at, ranges_of_anchor, PRUNE_ACTION};
+use crate::cached::Cached;
 use crate::{Store, StoreError};
 
 /// Rows read per query, so that verification never holds the whole table (or the lock) at once.
