@@ -140,11 +140,15 @@ impl SandboxService {
     }
 
     /// Appends an audit row. An operation whose row cannot be written fails: nothing happens
-    /// unrecorded.
+    /// unrecorded. The row is timed when written, under the store's write lock, as rows written in
+    /// a caller's transaction are: timed before, a row that waited for the lock (a process's exit
+    /// row from its monitor, beside a request's row) could follow a later-timed one.
     pub(crate) async fn audit(&self, entry: AuditEntry<'_>) -> Result<(), ServiceError> {
         let row = entry.into_row();
-        self.db("write the audit log", move |s| s.append_audit(&row).map(|_| ()))
-            .await
+        self.db("write the audit log", move |s| {
+            s.transaction(|tx| crate::core::audit::append(tx, &row))
+        })
+        .await
     }
 
     pub(crate) fn live_sandbox(&self, id: &str) -> Option<Arc<LiveSandbox>> {
