@@ -62,7 +62,10 @@ def measure(server, sid, runs, step_s):
         forks.append(timed(lambda: result.update(server.json("POST", f"/v1/sandboxes/{sid}/fork", {"count": 10}))))
         for copy in result["sandboxes"]:
             server.json("DELETE", f"/v1/sandboxes/{copy['id']}")
+    # The sandbox's volume: `sandboxes/<id>/volume`, or `sandboxes/<id>` itself for an older paddock.
     volume = os.path.join(server.state, "pool", "sandboxes", sid)
+    if os.path.isdir(os.path.join(volume, "volume")) and os.stat(volume).st_ino != 256:
+        volume = os.path.join(volume, "volume")
     peer = []
     for i in range(runs):
         target = os.path.join(server.state, "pool", "snapshots", f"peer-{i}")

@@ -451,7 +451,7 @@ impl NativeBackend {
         }
         let started = written
             .and_then(|()| {
-                let volume = self.pool.volume_path(id);
+                let volume = self.pool.fresh_volume_path(id);
                 let slot = Slot {
                     run_dir: &run_dir,
                     cgroup: &cgroup,

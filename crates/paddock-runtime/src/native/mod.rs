@@ -13,7 +13,8 @@
 //! <state>/run/<id>/agent.sock          the agent's socket
 //! <state>/run/<id>/agent.log           the agent's stderr
 //! <state>/run/<id>/root/               mount point of the sandbox root (inside its mount ns only)
-//! <state>/pool/sandboxes/<id>          the sandbox's writable subvolume (/etc, /home, /root, /tmp)
+//! <state>/pool/sandboxes/<id>/volume   the sandbox's writable subvolume (/etc, /home, /root, /tmp), in a
+//!                                      directory of its own (pool/place.rs)
 //! <state>/pool/snapshots/<id>          read-only snapshots of sandboxes (snapshot.rs); not owned by any
 //!                                      sandbox: gc leaves them alone, `pool destroy` removes them
 //! <state>/pool/imports/<id>            an import being unpacked (transfer/), with <id>.lock held by
@@ -21,7 +22,7 @@
 //! <state>/pool/volumes/<vol-id>        named volumes (named_volumes.rs), bound into the sandboxes that
 //!                                      mount them; owned by no sandbox either
 //! <state>/pool/spares/<key>.<n>        writable snapshots of the host template made ahead, renamed into
-//!                                      sandboxes/ by a creation (pool/spare.rs); gc removes stale ones
+//!                                      sandboxes/<id>/ by a creation (pool/spare.rs); gc removes stale ones
 //! ```
 
 mod adopt;

@@ -83,7 +83,7 @@ impl NativeBackend {
             }
             Ok(())
         })?;
-        let volume = self.pool.volume_path(&name);
+        let volume = self.pool.fresh_volume_path(&name);
         let source = VolumeSource::Snapshot(snapshot.clone());
         let started = self
             .start(
@@ -226,10 +226,7 @@ impl NativeBackend {
             let t = Instant::now();
             self.pool.retire_volume(id.as_str())?;
             steps[0] = t.elapsed();
-            let from = self.pool.volume_path(&prepared.name);
-            let to = self.pool.volume_path(id.as_str());
-            fs::rename(&from, &to).map_err(state_err("move a prepared volume into place", &from))?;
-            crate::fault::point("rollback.prepared.volume_moved");
+            self.pool.move_volume(&prepared.name, id.as_str())?;
             if disk.is_some() {
                 self.pool.set_disk_limit(id.as_str(), disk)?;
             }
@@ -318,7 +315,8 @@ impl NativeBackend {
             _ => {}
         }
         let source = VolumeSource::Snapshot(snapshot.clone());
-        let volume = self.pool.volume_path(id.as_str());
+        // Where the volume made below goes (not the old one's place: an older paddock's was elsewhere).
+        let volume = self.pool.fresh_volume_path(id.as_str());
         let slot = Slot {
             run_dir: &sb.run_dir,
             cgroup: &sb.cgroup,

@@ -4,13 +4,14 @@
 //!
 //! ```text
 //! <pool>/templates/host      template: etc/, home/user/, root/, tmp/  (snapshot source)
-//! <pool>/sandboxes/<id>      one per sandbox, with a qgroup limit: a writable snapshot of the template,
-//!                            or of a snapshot (a fork; a rollback)
+//! <pool>/sandboxes/<id>/volume one per sandbox, with a qgroup limit: a writable snapshot of the
+//!                            template, or of a snapshot (a fork; a rollback), in a directory of its
+//!                            own (`place.rs`; an older paddock's are `sandboxes/<id>` itself)
 //! <pool>/snapshots/<id>      read-only snapshots of sandboxes/<id> (`sn-...`), owned by nobody but the
 //!                            caller that took them: gc never touches them, `pool destroy` removes them
-//! <pool>/sandboxes/<id>.next the volume of a sandbox prepared for a rollback of <id> (rollback.rs)
-//! <pool>/incoming/<id>/volume a sandbox's volume being made, before it is renamed into `sandboxes/`
-//!                            (`incoming.rs`: concurrent snapshots then share transaction commits)
+//! <pool>/sandboxes/<id>.next/volume the volume of a sandbox prepared for a rollback of <id>
+//!                            (rollback.rs)
+//! <pool>/incoming/<id>/      what an older paddock's interrupted create left (`incoming.rs`)
 //! <pool>/trash/<name>        subvolumes being deleted off the caller's path (a rolled-back volume)
 //! <pool>/stopped/<id>        a stopped sandbox's subvolume (no processes; resumable); its owner is the
 //!                            control plane's record, not a run directory, so gc leaves it alone
@@ -50,6 +51,7 @@ use super::users::IdRange;
 use crate::{RuntimeError, VolumeUsage};
 
 mod incoming;
+mod place;
 mod spare;
 
 pub use spare::{Made, SpareMaker};
@@ -139,7 +141,7 @@ impl StoragePool {
         }
         if !marker.exists() {
             btrfs::enable_quota(&root, true).map_err(pool_err("enable simple quotas on", &root))?;
-            for dir in ["templates", "sandboxes", "snapshots"] {
+            for dir in ["templates", place::DIR, "snapshots"] {
                 let d = root.join(dir);
                 fs::DirBuilder::new()
                     .recursive(true)
@@ -150,7 +152,7 @@ impl StoragePool {
             // A sandbox's init builds its root as the sandbox's root user (an unprivileged host uid) and
             // must reach its volume: the pool and `sandboxes/` are searchable by the sandbox root group
             // only (mode 0710), and by no other host user.
-            for d in [root.clone(), root.join("sandboxes")] {
+            for d in [root.clone(), root.join(place::DIR)] {
                 chown(&d, None, Some(ids.host_gid(0))).map_err(pool_err("chown", &d))?;
                 fs::set_permissions(&d, fs::Permissions::from_mode(0o710)).map_err(pool_err("chmod", &d))?;
             }
@@ -218,9 +220,16 @@ impl StoragePool {
         }
     }
 
-    /// Path of a sandbox's subvolume.
+    /// Path of sandbox `id`'s subvolume (see `place.rs`: an older paddock's volume is elsewhere);
+    /// where a volume made now goes if it has none.
     pub fn volume_path(&self, id: &str) -> PathBuf {
-        self.root.join("sandboxes").join(id)
+        place::volume_path(&self.root, id)
+    }
+
+    /// Where a volume made now for sandbox `id` goes ([`Self::create_volume`]), whatever is there now:
+    /// the path to give a sandbox that gets a new volume.
+    pub fn fresh_volume_path(&self, id: &str) -> PathBuf {
+        place::fresh_path(&self.root, id)
     }
 
     /// Builds the template subvolume from the host's curated `/etc`.
@@ -274,7 +283,6 @@ impl StoragePool {
         disk: Option<ByteSize>,
     ) -> Result<PathBuf, RuntimeError> {
         let id = name;
-        let path = self.volume_path(id);
         // What the `(VolumeSource::Template, _)` arm below snapshots.
         let host_template =
             matches!(source, VolumeSource::Template) && !matches!(rootfs, RootfsSpec::Image { .. });
@@ -284,15 +292,20 @@ impl StoragePool {
             (VolumeSource::Snapshot(snapshot), _) => self.existing_snapshot(snapshot)?,
             (VolumeSource::Stopped, _) => {
                 let kept = self.stopped_path(id);
-                fs::rename(&kept, &path).map_err(pool_err("move a stopped volume back from", &kept))?;
+                let path = place::make(&self.root, self.ids, id, |volume| {
+                    place::rename_to(&kept, volume, "move a stopped volume back from")
+                })?;
                 self.set_disk_limit(id, disk)?;
                 return Ok(path);
             }
         };
-        // A spare made ahead from the host template, renamed into place: no snapshot to wait for.
-        if !(host_template && spare::claim(&self.root, &source, &path)?) {
-            incoming::snapshot_into_place(self, &source, id)?;
-        }
+        let path = place::make(&self.root, self.ids, id, |volume| {
+            // A spare made ahead from the host template, renamed into place: no snapshot to wait for.
+            if host_template && spare::claim(&self.root, &source, volume)? {
+                return Ok(());
+            }
+            place::snapshot_to(&source, volume)
+        })?;
         if disk.is_some() {
             if let Err(e) = self.set_disk_limit(id, disk) {
                 let _ = self.delete_volume(id);
@@ -353,18 +366,11 @@ impl StoragePool {
         })
     }
 
-    /// Deletes sandbox `id`'s subvolume and its qgroup, and what a crashed create of it left in
-    /// `incoming/`. A missing subvolume is not an error.
+    /// Deletes sandbox `id`'s subvolume, its directory and its qgroup, and what an older paddock's
+    /// crashed create of it left in `incoming/`. A missing subvolume is not an error.
     pub fn delete_volume(&self, id: &str) -> Result<(), RuntimeError> {
         incoming::remove_leftovers(&self.root, id)?;
-        let parent = self.root.join("sandboxes");
-        let path = parent.join(id);
-        if !path.exists() {
-            return Ok(());
-        }
-        let subvol_id = btrfs::subvolume_id(&path).ok();
-        btrfs::delete_subvolume(&parent, id).map_err(pool_err("delete subvolume", &path))?;
-        if let Some(sid) = subvol_id {
+        if let Some(sid) = place::delete(&self.root, id)? {
             // The qgroup can only go once the kernel has dropped the subvolume's extents; a stale one is
             // harmless and removed by a later `paddock gc`.
             let _ = btrfs::remove_qgroup(&self.root, sid);
@@ -372,18 +378,30 @@ impl StoragePool {
         Ok(())
     }
 
+    /// Makes sandbox `from`'s volume sandbox `to`'s (a rollback's prepared `<id>.next` becoming
+    /// `<id>`): one rename, refused if `to` has a volume. Its qgroup and limit go with it.
+    pub fn move_volume(&self, from: &str, to: &str) -> Result<(), RuntimeError> {
+        let source = self.volume_path(from);
+        place::make(&self.root, self.ids, to, |volume| {
+            place::rename_to(&source, volume, "move a prepared volume into place")
+        })?;
+        crate::fault::point("rollback.prepared.volume_moved");
+        place::remove_empty_dir(&self.root, from)
+    }
+
     /// Moves sandbox `id`'s subvolume out of its place (into `trash/`, a rename: no transaction
     /// commit) and deletes it on a background thread, so that a new volume can take the name at once.
     /// Deleting a subvolume whose files are cached costs as long as evicting them (about 200 ms for
     /// 1 GB). A missing subvolume is not an error; what a crash leaves in `trash/`, gc deletes.
     pub fn retire_volume(&self, id: &str) -> Result<(), RuntimeError> {
-        let path = self.volume_path(id);
-        if !path.exists() {
+        if !place::holds(&self.root, id) {
             return Ok(());
         }
         let trash = self.private_dir("trash")?;
         let name = format!("{id}.{}", now_nanos());
-        fs::rename(&path, trash.join(&name)).map_err(pool_err("move to the trash", &path))?;
+        if !place::take_out(&self.root, id, &trash.join(&name), "move to the trash")? {
+            return Ok(());
+        }
         let root = self.root.clone();
         let spawned = std::thread::Builder::new()
             .name("pool-trash".into())
@@ -418,19 +436,34 @@ impl StoragePool {
     /// Moves sandbox `id`'s subvolume to `stopped/` (a rename; its qgroup and limit go with it).
     pub fn keep_stopped(&self, id: &str) -> Result<(), RuntimeError> {
         self.private_dir("stopped")?;
+        if place::take_out(
+            &self.root,
+            id,
+            &self.stopped_path(id),
+            "move a stopped volume from",
+        )? {
+            return Ok(());
+        }
         let path = self.volume_path(id);
-        fs::rename(&path, self.stopped_path(id)).map_err(pool_err("move a stopped volume from", &path))
+        Err(pool_err("move a stopped volume from", &path)(io::Error::from(
+            io::ErrorKind::NotFound,
+        )))
     }
 
     /// Moves a volume (back) to `stopped/` unless it is there already: after a failed resume, or for
     /// a stop or resume a crash interrupted, so that it is not lost.
     pub fn return_stopped(&self, id: &str) -> Result<(), RuntimeError> {
-        let path = self.volume_path(id);
-        if !path.exists() || self.stopped_path(id).exists() {
+        if self.stopped_path(id).exists() {
             return Ok(());
         }
         self.private_dir("stopped")?;
-        fs::rename(&path, self.stopped_path(id)).map_err(pool_err("move a stopped volume back to", &path))
+        place::take_out(
+            &self.root,
+            id,
+            &self.stopped_path(id),
+            "move a stopped volume back to",
+        )
+        .map(drop)
     }
 
     /// Deletes stopped sandbox `id`'s subvolume; false if there is none.
@@ -530,19 +563,14 @@ impl StoragePool {
     /// `incoming/` (possibly twice).
     pub fn list_volumes(&self) -> Vec<String> {
         let mut ids = incoming::list(&self.root);
-        if let Ok(rd) = fs::read_dir(self.root.join("sandboxes")) {
-            ids.extend(
-                rd.flatten()
-                    .filter_map(|e| e.file_name().to_str().map(str::to_owned)),
-            );
-        }
+        ids.extend(place::list(&self.root));
         ids
     }
 
     /// Whether anything of sandbox `id`'s volume is in the pool: the volume, or what a crashed
     /// create of it left.
     pub fn holds_volume(&self, id: &str) -> bool {
-        self.volume_path(id).exists() || incoming::has_leftovers(&self.root, id)
+        place::holds(&self.root, id) || incoming::has_leftovers(&self.root, id)
     }
 
     /// Deletes every snapshot and named volume, unmounts the pool and removes its image and state (refused while
@@ -554,7 +582,7 @@ impl StoragePool {
                 .map(|mut rd| rd.next().is_some())
                 .unwrap_or(false)
         };
-        if holds("sandboxes") || holds("stopped") || holds("incoming") {
+        if holds(place::DIR) || holds("stopped") || holds(incoming::DIR) {
             return Err(RuntimeError::InvalidConfig(format!(
                 "the pool at {} still holds sandboxes (running or stopped); delete them or run `paddock gc` first",
                 root.display()

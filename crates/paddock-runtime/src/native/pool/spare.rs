@@ -1,5 +1,5 @@
 //! Spare volumes: writable snapshots of the host template made before a sandbox needs one, so that
-//! a creation from the template renames a spare into `sandboxes/<id>` instead of waiting for a
+//! a creation from the template renames a spare into `sandboxes/<id>/volume` instead of waiting for a
 //! snapshot's transaction commit (4-5 ms, the largest step of a creation).
 //!
 //! Layout, under the pool root (mode 0700, never reachable from a sandbox):

@@ -185,7 +185,7 @@ fn tar_uploads_cannot_escape_the_target_directory() {
         assert_eq!(a.read_file(&id, &format!("/home/user/up0/{}", n(13))).await.text(), "ok");
         // Nothing on the host: not in the usual places, not in the sandbox's own volume outside the
         // target directories.
-        let vol = h.env().state().join("pool/sandboxes").join(&id);
+        let vol = crate::support::volume_of(h.env(), &id);
         for root in ["/", "/tmp", "/var/tmp", "/root", "/home", "/etc", hd.as_str()] {
             let hits = host_paths_containing(Path::new(root), &r, 0);
             assert!(hits.is_empty(), "archive members on the host: {hits:?}");

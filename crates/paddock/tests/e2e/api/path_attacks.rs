@@ -103,7 +103,7 @@ fn file_api_path_attacks_stay_inside_the_sandbox() {
     h.block_on(async {
         let a = h.admin.new_tenant("attacker").await;
         let id = a.create_sandbox(json!({})).await;
-        let vol = format!("{state}/pool/sandboxes/{id}");
+        let vol = format!("{state}/pool/sandboxes/{id}/volume");
         let files = format!("/v1/sandboxes/{id}/files");
         a.sh(
             &id,

@@ -19,7 +19,7 @@ use crate::support::{
     cli_gc,
     harness::{Client, Harness},
     server::Server,
-    TestEnv,
+    volume_in, TestEnv,
 };
 
 /// Tries each btrfs request (and a few generic ones) and prints `name errno` (0 for success).
@@ -152,7 +152,7 @@ fn btrfs_subvolume_requests_fail_inside_a_sandbox() {
         }
         // Nothing was created in either subvolume, seen from the host.
         let pool = h.env().state().join("pool");
-        for path in [pool.join("sandboxes").join(&id), pool.join("volumes").join(&vid)] {
+        for path in [volume_in(&pool, &id), pool.join("volumes").join(&vid)] {
             let nested = btrfs::nested_subvolumes(&path).expect("list nested subvolumes");
             assert!(nested.is_empty(), "{}: {nested:?}", path.display());
         }
@@ -225,10 +225,13 @@ async fn nested_subvolumes_do_not_stop_teardown_gc_or_a_restart() {
 
     // A running sandbox's volume: deleting the sandbox deletes it all.
     let running = create(json!({})).await;
-    let volume = pool.join("sandboxes").join(&running);
+    let volume = volume_in(&pool, &running);
     plant_nested(&volume, &volume.join("home/user"), &outside);
     api.delete_sandbox(&key, &running).await;
-    assert!(!volume.exists(), "the volume of a deleted sandbox is left");
+    assert!(
+        !pool.join("sandboxes").join(&running).exists(),
+        "the volume of a deleted sandbox is left"
+    );
 
     // A named volume.
     let vol = api.post(&key, "/v1/volumes", &json!({"name": "v"})).await;
@@ -264,12 +267,20 @@ async fn nested_subvolumes_do_not_stop_teardown_gc_or_a_restart() {
     // Left for a restart: two live sandboxes with nested subvolumes, and storage no record owns.
     let live = [create(json!({})).await, create(json!({})).await];
     for id in &live {
-        let volume = pool.join("sandboxes").join(id);
+        let volume = volume_in(&pool, id);
         plant_nested(&volume, &volume.join("tmp"), &outside);
     }
+    // Unowned volumes of both layouts: an older paddock's (the subvolume `sandboxes/<id>` itself),
+    // this one's (`sandboxes/<id>/volume`), and the empty directory a crashed create leaves.
     let orphan = pool.join("sandboxes/sb-00000000000000aa");
     btrfs::create_subvolume(&pool.join("sandboxes"), "sb-00000000000000aa").expect("orphan volume");
     plant_nested(&orphan, &orphan, &outside);
+    let orphan_dir = pool.join("sandboxes/sb-00000000000000ab");
+    std::fs::create_dir(&orphan_dir).expect("orphan volume's directory");
+    btrfs::create_subvolume(&orphan_dir, "volume").expect("orphan volume");
+    plant_nested(&orphan_dir.join("volume"), &orphan_dir.join("volume"), &outside);
+    let orphan_empty = pool.join("sandboxes/sb-00000000000000ac");
+    std::fs::create_dir(&orphan_empty).expect("orphan empty directory");
     let orphan_snapshot = pool.join("snapshots/sn-00000000000000aa");
     btrfs::create_subvolume(&pool.join("snapshots"), "sn-00000000000000aa").expect("orphan snapshot");
     plant_nested(&orphan_snapshot, &orphan_snapshot, &outside);
@@ -288,7 +299,7 @@ async fn nested_subvolumes_do_not_stop_teardown_gc_or_a_restart() {
     let server = Server::restart(&env, &[], "info");
     let api = server.api();
     assert!(
-        !orphan.exists() && !orphan_snapshot.exists(),
+        !orphan.exists() && !orphan_dir.exists() && !orphan_empty.exists() && !orphan_snapshot.exists(),
         "unowned storage is left"
     );
     let trash_left: Vec<_> = std::fs::read_dir(&trash).expect("trash").flatten().collect();

@@ -227,7 +227,7 @@ use Scenario::*;
 crash_cases! {
     create_recorded: "create.recorded@2", Create, Running("v1");
     create_booted: "create.booted@2", Create, Running("v1");
-    create_volume_staged: "volume.staged@2", Create, Running("v1");
+    create_volume_dir_made: "volume.dir_made@2", Create, Running("v1");
     checkpoint_frozen: "snapshot.frozen", Checkpoint, Running("v1");
     checkpoint_captured: "snapshot.captured", Checkpoint, Running("v1");
     rollback_prepared_intent: "rollback.intent_recorded", RollbackPrepared, Running("v1");
@@ -243,7 +243,7 @@ crash_cases! {
     fork_base_taken: "fork.base_taken", Fork, Running("v1");
     fork_copies_booted: "fork.copies_booted", Fork, Running("v1");
     fork_copy_booted: "create.booted@3", Fork, Running("v1");
-    fork_copy_volume_staged: "volume.staged@3", Fork, Running("v1");
+    fork_copy_volume_dir_made: "volume.dir_made@3", Fork, Running("v1");
     stop_intent: "stop.intent_recorded", Stop, Stopped("v1");
     stop_killed: "stop.killed", Stop, Stopped("v1");
     stop_kept: "stop.kept", Stop, Stopped("v1");

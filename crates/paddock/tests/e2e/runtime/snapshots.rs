@@ -7,6 +7,7 @@
 //! themselves; rollbacks, forks and pause in the modules.
 
 mod forks;
+mod legacy;
 mod pause;
 mod rollback;
 mod timings;
@@ -234,7 +235,7 @@ fn volume_tree(env: &TestEnv, id: &str) -> BTreeMap<String, String> {
             out.insert(key(&path), describe(&meta, what));
         }
     }
-    let root = pool(env).join("sandboxes").join(id);
+    let root = crate::support::volume_in(&pool(env), id);
     let mut out = BTreeMap::new();
     walk(&root, &root, &mut out);
     out
@@ -261,7 +262,7 @@ async fn a_snapshot_taken_while_a_process_writes_holds_a_consistent_prefix() {
     let lines = |text: &str| text.lines().count();
     assert!(
         wait_until(Duration::from_secs(10), || {
-            std::fs::read_to_string(pool(&env).join("sandboxes/sb-writer/home/user/log"))
+            std::fs::read_to_string(crate::support::volume_in(&pool(&env), "sb-writer").join("home/user/log"))
                 .is_ok_and(|t| lines(&t) > 1000)
         }),
         "the writer never got going"
@@ -312,8 +313,10 @@ async fn a_snapshot_taken_while_a_process_writes_holds_a_consistent_prefix() {
     // The writer was thawed: it keeps writing.
     let count = || {
         lines(
-            &std::fs::read_to_string(pool(&env).join("sandboxes/sb-writer/home/user/log"))
-                .unwrap_or_default(),
+            &std::fs::read_to_string(
+                crate::support::volume_in(&pool(&env), "sb-writer").join("home/user/log"),
+            )
+            .unwrap_or_default(),
         )
     };
     let before = count();

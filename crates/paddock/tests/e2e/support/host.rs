@@ -3,7 +3,7 @@
 //! threads, mounts; and the CLI's `audit verify` and `gc` on the state directory.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -70,9 +70,19 @@ pub fn run_dirs(env: &TestEnv) -> BTreeSet<String> {
     dir_names(&env.state().join("run"))
 }
 
-/// Entries of `<state>/pool/sandboxes` (one subvolume each).
+/// Entries of `<state>/pool/sandboxes` (one per sandbox: the directory holding its volume).
 pub fn subvolumes(env: &TestEnv) -> BTreeSet<String> {
     dir_names(&env.state().join("pool/sandboxes"))
+}
+
+/// Where sandbox `id`'s volume (its writable subvolume) is, in the pool mounted at `pool`.
+pub fn volume_in(pool: &Path, id: &str) -> PathBuf {
+    pool.join("sandboxes").join(id).join("volume")
+}
+
+/// Where sandbox `id`'s volume is, in the environment's pool.
+pub fn volume_of(env: &TestEnv, id: &str) -> PathBuf {
+    volume_in(&env.state().join("pool"), id)
 }
 
 /// The sandbox cgroups under the environment's parent, per mounted hierarchy that has the parent.

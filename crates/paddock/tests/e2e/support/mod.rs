@@ -24,5 +24,5 @@ pub use env::{
 };
 pub use host::{
     assert_cgroups_are, cgroups, cli_audit_verify, cli_gc, fd_kinds, open_fds, run_dirs, sandbox_processes,
-    state_mounts, store_ids, store_sandboxes, subvolumes, threads, StoredSandbox,
+    state_mounts, store_ids, store_sandboxes, subvolumes, threads, volume_in, volume_of, StoredSandbox,
 };

@@ -122,7 +122,7 @@ fn an_export_clears_set_id_bits_unless_asked() {
 /// `/home/user`, owned by its user, descriptor-relative (the path is far beyond `PATH_MAX`).
 fn nest_in_volume(state: &Path, id: &str, levels: usize) {
     use rustix::fs::{Mode, OFlags};
-    let home = state.join("pool/sandboxes").join(id).join("home/user");
+    let home = state.join("pool/sandboxes").join(id).join("volume/home/user");
     let owner = (
         Some(rustix::fs::Uid::from_raw(ID_BASE + 1000)),
         Some(rustix::fs::Gid::from_raw(ID_BASE + 1000)),

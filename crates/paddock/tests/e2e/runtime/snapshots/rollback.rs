@@ -42,7 +42,7 @@ async fn rollback_case(prepared: bool) {
     assert_eq!(code, 0, "{out}");
     // Workloads hold no capability (not even root's chown): odd owners and set-id bits come from the
     // host.
-    let volume = pool(&env).join("sandboxes/sb-roll");
+    let volume = crate::support::volume_in(&pool(&env), "sb-roll");
     let owned = volume.join("home/user/d/owned");
     std::os::unix::fs::chown(&owned, Some(ID_BASE + 1234), Some(ID_BASE + 2345)).expect("chown");
     std::fs::set_permissions(&owned, std::os::unix::fs::PermissionsExt::from_mode(0o4750)).expect("chmod");
@@ -90,7 +90,7 @@ async fn rollback_case(prepared: bool) {
             .prepare_rollback(&handle, &snapshot)
             .expect("prepare the rollback");
         assert!(next.join("agent.sock").exists(), "a prepared sandbox runs");
-        assert!(pool(&env).join("sandboxes/sb-roll.next").is_dir());
+        assert!(crate::support::volume_in(&pool(&env), "sb-roll.next").is_dir());
     }
     let started = Instant::now();
     let handle = backend.rollback_sandbox(handle, &snapshot).expect("rollback");
