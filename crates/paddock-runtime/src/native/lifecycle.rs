@@ -10,6 +10,7 @@ use paddock_sys::fs_in_root::{Owner, Root, Symlinks};
 use paddock_types::{MountSpec, RootfsSpec, SandboxId, SandboxSpec};
 
 use super::cgroup::SandboxCgroup;
+use super::early_volume::VolumeJob;
 use super::network::{netns_pin, BootNetwork, PendingLink};
 use super::sandbox::{kill_init, reap, state_err, BootSpec, InitRecord, NativeSandbox, KILL_DEADLINE};
 use super::setup::owner::OwnerPool;
@@ -407,10 +408,16 @@ impl NativeBackend {
             }
             Ok(())
         })?;
+        // Made from now on, while the rest is set up (`early_volume.rs`).
+        let volume_job = VolumeJob::start(&self.pool, spec);
         let t = std::time::Instant::now();
         let cgroup = match self.cgroups.create(&spec.id, &spec.limits) {
             Ok(c) => c,
             Err(e) => {
+                self.settle_failed_volume(volume_job, spec);
+                if let Err(cleanup) = self.pool.delete_volume(id) {
+                    tracing::warn!(sandbox_id = %id, error = %cleanup, "cleanup after failed create");
+                }
                 let _ = fs::remove_dir_all(&run_dir);
                 return Err(e);
             }
@@ -434,6 +441,7 @@ impl NativeBackend {
             Ok(network) => BootSpec::of(spec, network),
             Err(e) => {
                 // Nothing of the link is left (create_link cleans up after itself).
+                self.settle_failed_volume(volume_job, spec);
                 if let Err(cleanup) = self.cleanup(id, &cgroup, &run_dir) {
                     tracing::warn!(sandbox_id = %id, error = %cleanup, "cleanup after failed create");
                 }
@@ -459,9 +467,7 @@ impl NativeBackend {
                     volume: &volume,
                 };
                 self.start(&spec.id, &boot, slot, shim, || {
-                    let volume =
-                        self.pool
-                            .create_volume(&spec.id, &spec.volume, &spec.rootfs, spec.limits.disk)?;
+                    let volume = volume_job.wait()?;
                     let rootfs = self.pool.rootfs(&spec.rootfs);
                     self.write_identity(&spec.id, &rootfs, &volume)?;
                     if let Some(network) = &boot.network {
@@ -480,7 +486,8 @@ impl NativeBackend {
                     finished.map(|()| pid)
                 }
             });
-        // Killed and reaped if unfinished, before anything of the link is removed.
+        // Killed and reaped if unfinished, before anything of the link is removed. (The volume's
+        // job went with the closures above: its thread is done.)
         drop(pending);
         let init_pid = match started {
             Ok(pid) => pid,
@@ -516,6 +523,17 @@ impl NativeBackend {
                 _lock: lock,
             }),
         })
+    }
+
+    /// Waits for the volume of a create that failed before it was needed; a resumed one goes back to
+    /// `stopped/`, since the cleanup that follows deletes what is in `sandboxes/`.
+    fn settle_failed_volume(&self, job: VolumeJob, spec: &SandboxSpec) {
+        drop(job);
+        if spec.volume == paddock_types::VolumeSource::Stopped {
+            if let Err(keep) = self.pool.return_stopped(spec.id.as_str()) {
+                tracing::warn!(sandbox_id = %spec.id, error = %keep, "cannot keep a stopped volume after a failed resume");
+            }
+        }
     }
 
     /// [`SandboxBackend::destroy_sandbox`](crate::SandboxBackend::destroy_sandbox).

@@ -29,6 +29,7 @@ mod adopt;
 mod cgroup;
 mod deferred;
 pub mod diff;
+mod early_volume;
 mod gc;
 mod handover;
 mod host;

@@ -2,6 +2,7 @@
 //! limits, teardown, adoption after a restart, snapshots and networks.
 
 mod adopt;
+mod failed_create;
 mod isolation;
 mod limits;
 mod network;
