@@ -127,57 +127,97 @@ impl SandboxService {
         volume: paddock_types::VolumeSource,
         base_bytes: u64,
     ) -> Result<(SandboxId, paddock_store::NewAuditEntry), ServiceError> {
-        let id = new_sandbox_id();
+        let ids = self
+            .record_creating(p, std::slice::from_ref(&plan), base_bytes)
+            .await?;
+        let id = ids
+            .into_iter()
+            .next()
+            .ok_or_else(|| ServiceError::internal("record a new sandbox", &"no id was recorded"))?;
+        self.boot_record(p, id, plan, volume).await
+    }
+
+    /// Records one new sandbox (`creating`) per plan for `p`'s tenant, all in one transaction (all
+    /// or none; a fork's copies then start booting together); their ids, in the plans' order. Each
+    /// sandbox's volume mounts and network are recorded with it, each volume checked to still exist
+    /// in the same transaction (a concurrent delete either sees the mount or wins).
+    pub(crate) async fn record_creating(
+        &self,
+        p: &Principal,
+        plans: &[CreatePlan],
+        base_bytes: u64,
+    ) -> Result<Vec<SandboxId>, ServiceError> {
         let now = now_ms();
-        let new = NewSandbox {
-            id: id.to_string(),
-            tenant: Some(p.tenant.clone()),
-            state: SandboxState::Creating,
-            profile: plan.spec.template.clone(),
-            spec_json: encode_spec(&plan.spec)?,
-            labels: plan.labels.clone(),
-            memory_bytes: plan.memory_bytes,
-            cpu_millis: plan.cpu_millis,
-            disk_bytes: crate::core::quota::sandbox_storage(&plan.spec.limits, 0),
-            base_bytes,
-            created_at_ms: now,
-            expires_at_ms: Some(now + plan.timeout_ms),
-        };
-        let mounts: Vec<_> = plan
-            .spec
-            .volumes
-            .iter()
-            .map(|v| VolumeMountRecord {
-                sandbox_id: id.to_string(),
-                volume_id: v.volume.to_string(),
-                path: v.path.to_string(),
-                read_only: v.read_only,
-            })
-            .collect();
+        let mut ids = Vec::with_capacity(plans.len());
+        let mut rows = Vec::with_capacity(plans.len());
+        for plan in plans {
+            let id = new_sandbox_id();
+            let new = NewSandbox {
+                id: id.to_string(),
+                tenant: Some(p.tenant.clone()),
+                state: SandboxState::Creating,
+                profile: plan.spec.template.clone(),
+                spec_json: encode_spec(&plan.spec)?,
+                labels: plan.labels.clone(),
+                memory_bytes: plan.memory_bytes,
+                cpu_millis: plan.cpu_millis,
+                disk_bytes: crate::core::quota::sandbox_storage(&plan.spec.limits, 0),
+                base_bytes,
+                created_at_ms: now,
+                expires_at_ms: Some(now + plan.timeout_ms),
+            };
+            let mounts: Vec<_> = plan
+                .spec
+                .volumes
+                .iter()
+                .map(|v| VolumeMountRecord {
+                    sandbox_id: id.to_string(),
+                    volume_id: v.volume.to_string(),
+                    path: v.path.to_string(),
+                    read_only: v.read_only,
+                })
+                .collect();
+            let network = plan
+                .network
+                .as_ref()
+                .map(|n| Self::network_record(&id, n))
+                .transpose()?;
+            ids.push(id);
+            rows.push((new, mounts, network));
+        }
         let tenant = p.tenant.clone();
-        let network = plan
-            .network
-            .as_ref()
-            .map(|n| Self::network_record(&id, n))
-            .transpose()?;
-        // The sandbox, the volumes it mounts and its network are recorded together, each volume
-        // checked to still exist in the same transaction (a concurrent delete either sees this mount
-        // or wins).
         let defaults = self.quota_defaults();
         self.db("record a new sandbox", move |s| {
             s.transaction(|tx| {
-                tx.insert_sandbox_checked(&new, &defaults)?;
-                for m in &mounts {
-                    tx.insert_volume_mount(&tenant, m)?;
-                }
-                if let Some(n) = &network {
-                    tx.put_sandbox_network(n)?;
+                for (new, mounts, network) in &rows {
+                    tx.insert_sandbox_checked(new, &defaults)?;
+                    for m in mounts {
+                        tx.insert_volume_mount(&tenant, m)?;
+                    }
+                    if let Some(n) = network {
+                        tx.put_sandbox_network(n)?;
+                    }
                 }
                 Ok::<_, paddock_store::StoreError>(())
             })
         })
         .await?;
-        fault::point("create.recorded");
+        for _ in &ids {
+            fault::point("create.recorded");
+        }
+        Ok(ids)
+    }
+
+    /// Boots sandbox `id`, recorded `creating` by [`Self::record_creating`], on `volume`; the
+    /// sandbox and its `sandbox.create` row (see [`Self::boot_recorded`]). A failed boot ends the
+    /// record (`failed`).
+    pub(crate) async fn boot_record(
+        &self,
+        p: &Principal,
+        id: SandboxId,
+        plan: CreatePlan,
+        volume: paddock_types::VolumeSource,
+    ) -> Result<(SandboxId, paddock_store::NewAuditEntry), ServiceError> {
         let volume_name = match &volume {
             paddock_types::VolumeSource::Snapshot(s) => Some(s.to_string()),
             paddock_types::VolumeSource::Template | paddock_types::VolumeSource::Stopped => None,

@@ -406,6 +406,55 @@ async fn a_snapshot_round_trips_through_export_and_import() {
     f.finish().await;
 }
 
+/// The copies of a fork are recorded together, then booted together: one that cannot boot fails the
+/// whole fork, and no copy is left running, recorded as running, or held by the backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_whose_copy_cannot_boot_leaves_no_copy() {
+    let f = Fixture::start().await;
+    let id = f.create(&f.a, json!({})).await.id;
+    f.backend
+        .fail_next("create_sandbox", no_space("snapshot a volume into"));
+    assert_eq!(
+        code(f.service.fork_sandbox(&f.a, &id, body(json!({"count": 4}))).await),
+        ErrorCode::NoSpace
+    );
+    assert_eq!(f.backend.sandbox_ids(), [sid(&id)], "copies left on the backend");
+    let listed = f
+        .service
+        .list_sandboxes(&f.a, body(json!({"state": "all"})))
+        .await
+        .expect("list");
+    let others: Vec<_> = listed
+        .sandboxes
+        .iter()
+        .filter(|s| s.id != id)
+        .map(|s| (s.id.clone(), s.state))
+        .collect();
+    assert_eq!(others.len(), 4, "every copy was recorded: {others:?}");
+    assert!(
+        others.iter().all(|(_, state)| !matches!(
+            state,
+            paddock_types::api::SandboxStateBody::Running | paddock_types::api::SandboxStateBody::Creating
+        )),
+        "a copy of a failed fork is still live: {others:?}"
+    );
+    let snapshots = f
+        .service
+        .list_snapshots(&f.a, ListSnapshotsQuery::default())
+        .await
+        .expect("list");
+    assert!(snapshots.snapshots.is_empty(), "the fork's base is left");
+    // The source is unharmed, and forks again.
+    f.sh(&f.a, &id, "true").await;
+    let forks = f
+        .service
+        .fork_sandbox(&f.a, &id, body(json!({"count": 2})))
+        .await
+        .expect("fork");
+    assert_eq!(forks.sandboxes.len(), 2);
+    f.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_pool_answers_no_space_and_records_nothing() {
     let f = Fixture::start().await;
