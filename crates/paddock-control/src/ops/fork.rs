@@ -9,6 +9,7 @@ use paddock_types::api::{ErrorCode, ForkRequest, ForkResult};
 use paddock_types::SandboxId;
 use paddock_types::{SnapshotId, VolumeSource};
 
+use crate::core::access::info_from_record;
 use crate::core::audit::{self, AuditAction, AuditEntry};
 use crate::core::time::now_ms;
 use crate::lifecycle::capture::Capture;
@@ -109,6 +110,8 @@ impl SandboxService {
             })
             .into_row();
         let (ids, base_id) = (copies.clone(), base.id.clone());
+        // The copies' records come back from the same transaction (what the caller is answered
+        // with), rather than from one store call each after it.
         let committed = self
             .db("record a fork", move |s| {
                 s.transaction(|tx| {
@@ -116,18 +119,22 @@ impl SandboxService {
                         let started =
                             audit::record(tx, Transition::Boot.change(), copy.as_str(), None, entry)?;
                         if !started {
-                            return Ok(false);
+                            return Ok(None);
                         }
                     }
                     if tx.mark_snapshot_deleted(&base_id, now_ms())? {
                         audit::append(tx, &drop_row)?;
                     }
                     tx.end_intent(intent)?;
-                    Ok::<_, StoreError>(true)
+                    let mut records = Vec::with_capacity(ids.len());
+                    for (copy, _) in &ids {
+                        records.extend(tx.get_sandbox(copy.as_str())?);
+                    }
+                    Ok::<_, StoreError>(Some(records))
                 })
             })
             .await;
-        if !matches!(committed, Ok(true)) {
+        if !matches!(committed, Ok(Some(_))) {
             for (copy, _) in &copies {
                 let _ = self.kill_sandbox(p, copy).await;
             }
@@ -142,9 +149,13 @@ impl SandboxService {
             }));
         }
         self.free_snapshot_storage(vec![snapshot]);
-        let mut sandboxes = Vec::with_capacity(copies.len());
-        for (copy, _) in &copies {
-            sandboxes.push(self.get_sandbox(p, copy).await?);
+        let records = committed.ok().flatten().unwrap_or_default();
+        let sandboxes: Vec<_> = records.iter().map(info_from_record).collect();
+        if sandboxes.len() != copies.len() {
+            return Err(ServiceError::internal(
+                "read a fork's copies",
+                &format!("{} of {} copies recorded", sandboxes.len(), copies.len()),
+            ));
         }
         Ok(ForkResult { sandboxes })
     }
