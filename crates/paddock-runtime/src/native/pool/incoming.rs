@@ -44,10 +44,5 @@ pub(super) fn remove_leftovers(root: &Path, name: &str) -> Result<(), RuntimeErr
 
 /// The names with something in `incoming/`.
 pub(super) fn list(root: &Path) -> Vec<String> {
-    let Ok(rd) = fs::read_dir(root.join(DIR)) else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-        .collect()
+    super::names_in(&root.join(DIR))
 }

@@ -483,12 +483,7 @@ impl StoragePool {
 
     /// Ids of every stopped sandbox's subvolume.
     pub fn list_stopped(&self) -> Vec<String> {
-        let Ok(rd) = fs::read_dir(self.root.join("stopped")) else {
-            return Vec::new();
-        };
-        rd.flatten()
-            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-            .collect()
+        names_in(&self.root.join("stopped"))
     }
 
     /// Path of a snapshot's subvolume.
@@ -619,6 +614,16 @@ impl StoragePool {
         }
         super::run_mount::unmount_if_empty(state_dir)
     }
+}
+
+/// The names in `dir` that are UTF-8 (none if it cannot be read).
+fn names_in(dir: &Path) -> Vec<String> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .collect()
 }
 
 /// `dir`, created (mode 0700) if missing.

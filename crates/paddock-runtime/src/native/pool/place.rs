@@ -196,10 +196,5 @@ pub(super) fn holds(root: &Path, id: &str) -> bool {
 
 /// The names in `sandboxes/`.
 pub(super) fn list(root: &Path) -> Vec<String> {
-    let Ok(rd) = fs::read_dir(root.join(DIR)) else {
-        return Vec::new();
-    };
-    rd.flatten()
-        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-        .collect()
+    super::names_in(&root.join(DIR))
 }
