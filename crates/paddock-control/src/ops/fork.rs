@@ -134,22 +134,24 @@ impl SandboxService {
                 })
             })
             .await;
-        if !matches!(committed, Ok(Some(_))) {
-            for (copy, _) in &copies {
-                let _ = self.kill_sandbox(p, copy).await;
+        let records = match committed {
+            Ok(Some(records)) => records,
+            failed => {
+                for (copy, _) in &copies {
+                    let _ = self.kill_sandbox(p, copy).await;
+                }
+                self.drop_snapshot(Some(p), &base, AuditAction::SnapshotDelete)
+                    .await?;
+                self.end_intent(intent).await;
+                return Err(failed.err().unwrap_or_else(|| {
+                    ServiceError::new(
+                        ErrorCode::SandboxNotRunning,
+                        "a copy ended before the fork was recorded",
+                    )
+                }));
             }
-            self.drop_snapshot(Some(p), &base, AuditAction::SnapshotDelete)
-                .await?;
-            self.end_intent(intent).await;
-            return Err(committed.err().unwrap_or_else(|| {
-                ServiceError::new(
-                    ErrorCode::SandboxNotRunning,
-                    "a copy ended before the fork was recorded",
-                )
-            }));
-        }
+        };
         self.free_snapshot_storage(vec![snapshot]);
-        let records = committed.ok().flatten().unwrap_or_default();
         let sandboxes: Vec<_> = records.iter().map(info_from_record).collect();
         if sandboxes.len() != copies.len() {
             return Err(ServiceError::internal(

@@ -153,8 +153,7 @@ impl StoragePool {
             // must reach its volume: the pool and `sandboxes/` are searchable by the sandbox root group
             // only (mode 0710), and by no other host user.
             for d in [root.clone(), root.join(place::DIR)] {
-                chown(&d, None, Some(ids.host_gid(0))).map_err(pool_err("chown", &d))?;
-                fs::set_permissions(&d, fs::Permissions::from_mode(0o710)).map_err(pool_err("chmod", &d))?;
+                searchable_by_sandbox_root(&d, ids)?;
             }
             fs::write(
                 &marker,
@@ -614,6 +613,14 @@ impl StoragePool {
         }
         super::run_mount::unmount_if_empty(state_dir)
     }
+}
+
+/// Gives `dir` to the sandbox root's host group, mode 0710 (set explicitly, whatever the umask): a
+/// sandbox's init, which builds its root as that unprivileged user, can traverse it to reach its
+/// volume; no other host user can.
+fn searchable_by_sandbox_root(dir: &Path, ids: IdRange) -> Result<(), RuntimeError> {
+    chown(dir, None, Some(ids.host_gid(0))).map_err(pool_err("chown", dir))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o710)).map_err(pool_err("chmod", dir))
 }
 
 /// The names in `dir` that are UTF-8 (none if it cannot be read).

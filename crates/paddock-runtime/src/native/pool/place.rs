@@ -27,7 +27,7 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::{chown, DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use paddock_sys::btrfs;
@@ -90,9 +90,7 @@ fn make_dir(root: &Path, ids: IdRange, id: &str) -> Result<PathBuf, RuntimeError
         }
         Err(e) => return Err(pool_err("create", &dir)(e)),
     }
-    // Explicitly, whatever the umask: searchable by the sandbox root group only.
-    chown(&dir, None, Some(ids.host_gid(0))).map_err(pool_err("chown", &dir))?;
-    fs::set_permissions(&dir, fs::Permissions::from_mode(0o710)).map_err(pool_err("chmod", &dir))?;
+    super::searchable_by_sandbox_root(&dir, ids)?;
     crate::fault::point("volume.dir_made");
     Ok(dir.join(VOLUME))
 }
