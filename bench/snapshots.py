@@ -3,7 +3,7 @@
 of the same volume as the peer, in one run.
 
 Usage (as root, after `cargo build --release -p paddock && cargo build --release -p paddock-agent`):
-    python3 bench/snapshots.py [--runs 20] [--busy]
+    python3 bench/snapshots.py [--runs 20] [--forks 7] [--busy]
 
 For a sandbox holding 10 MB and one holding 1 GB, each in 10,000 files:
   checkpoint: POST .../checkpoint, an agent step (`--step-ms` of think time), POST .../commit (only
@@ -12,7 +12,8 @@ For a sandbox holding 10 MB and one holding 1 GB, each in 10,000 files:
               rollback only). A checkpoint prepares its rollback in the background (a copy of the
               sandbox booted on it, a few milliseconds of work): a step shorter than that makes the
               rollback wait for it; `--step-ms 0` measures that worst case;
-  fork:       POST .../fork {"count": 10}, timed whole, then the copies are removed;
+  fork:       POST .../fork {"count": 10}, timed whole, then the copies are removed (`--forks`
+              times, 7 by default);
   peer:       `btrfs subvolume snapshot -r` of the sandbox's volume (CLI start included).
 Reports medians (ms).
 """
@@ -44,7 +45,7 @@ def fill(server, sid, files, size_bytes):
     assert r["exit"]["exit_code"] == 0, r
 
 
-def measure(server, sid, runs, step_s):
+def measure(server, sid, runs, step_s, fork_runs):
     cp, rb = [], []
     for _ in range(runs):
         cp.append(timed(lambda: server.json("POST", f"/v1/sandboxes/{sid}/checkpoint")))
@@ -57,7 +58,7 @@ def measure(server, sid, runs, step_s):
         time.sleep(step_s)
         rb.append(timed(lambda: server.json("POST", f"/v1/sandboxes/{sid}/rollback", {})))
     forks = []
-    for _ in range(3):
+    for _ in range(fork_runs):
         result = {}
         forks.append(timed(lambda: result.update(server.json("POST", f"/v1/sandboxes/{sid}/fork", {"count": 10}))))
         for copy in result["sandboxes"]:
@@ -82,6 +83,7 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--step-ms", type=float, default=100.0,
                     help="think time of an agent step between checkpoint and commit/rollback")
+    ap.add_argument("--forks", type=int, default=7, help="forks of 10 timed per sandbox")
     ap.add_argument("--busy", action="store_true",
                     help="two busy loops (one per core here) during the measurements (not while filling)")
     args = ap.parse_args()
@@ -96,7 +98,7 @@ def main():
             subprocess.run(["sync"], check=True)
             busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 if args.busy else 0)]
             try:
-                results[label] = measure(server, sb["id"], args.runs, args.step_ms / 1000)
+                results[label] = measure(server, sb["id"], args.runs, args.step_ms / 1000, args.forks)
             finally:
                 for p in busy:
                     p.kill()

@@ -191,6 +191,11 @@ pub trait SandboxBackend: Send + Sync + std::fmt::Debug {
     fn pause_sandbox(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;
     /// Lets a paused sandbox run again. Resuming a running sandbox does nothing.
     fn resume_sandbox(&self, handle: &SandboxHandle) -> Result<(), RuntimeError>;
+    /// Freezes the sandbox as [`SandboxBackend::pause_sandbox`] does, for work that needs its files
+    /// still across several calls (a fork's copies, made from
+    /// [`VolumeSource::Sandbox`](paddock_types::VolumeSource::Sandbox)); whether it was frozen
+    /// already (paused, or a snapshot under way), in which case the caller must not resume it after.
+    fn freeze_sandbox(&self, handle: &SandboxHandle) -> Result<bool, RuntimeError>;
     /// Makes a rollback of the sandbox to `snapshot` cheaper by doing its work now: the native backend
     /// boots a copy of the sandbox on the snapshot, which the rollback then switches to. Optional: a
     /// rollback works without it. Replaces what was prepared for another snapshot.

@@ -21,7 +21,7 @@ pub enum IntentOp {
     Stop,
     /// A stopped sandbox booting again.
     Resume,
-    /// A sandbox's copies being made from a base snapshot.
+    /// A sandbox's copies being made from its volume (an older paddock's: from a base snapshot).
     Fork,
 }
 
@@ -52,7 +52,7 @@ pub struct IntentRecord {
     pub id: i64,
     pub sandbox_id: String,
     pub op: IntentOp,
-    /// Rollback: the snapshot it returns to; fork: the base snapshot.
+    /// Rollback: the snapshot it returns to; fork: none (an older paddock's: the base snapshot).
     pub snapshot_id: Option<String>,
     /// What else the operation's recovery needs (the caller's JSON).
     pub detail: serde_json::Value,

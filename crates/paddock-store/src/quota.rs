@@ -181,6 +181,41 @@ impl StoreTx<'_> {
         set_sandbox_base_bytes(&self.tx, id, base_bytes)
     }
 
+    /// Sets what sandbox `id` of `tenant` started from, refusing with
+    /// [`StoreError::QuotaExceeded`] a raise that the tenant's storage quota cannot take (a lower
+    /// figure is always taken). A fork's copies are recorded with their base as read before the
+    /// pool's transaction that made their file systems, and get the exact figure after it. `false`
+    /// if `tenant` has no such sandbox.
+    pub fn rebase_sandbox_checked(
+        &self,
+        id: &str,
+        tenant: &str,
+        base_bytes: u64,
+        defaults: &QuotaDefaults,
+    ) -> Result<bool, StoreError> {
+        let current: Option<i64> = self
+            .tx
+            .query_row_cached(
+                "SELECT base_bytes FROM sandboxes WHERE id = ?1 AND tenant = ?2",
+                (id, tenant),
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(StoreError::read("sandbox base"))?;
+        let Some(current) = current else {
+            return Ok(false);
+        };
+        let current = from_i64("sandbox base_bytes", current)?;
+        if base_bytes > current {
+            let more = QuotaRequest {
+                storage_bytes: base_bytes - current,
+                ..QuotaRequest::default()
+            };
+            check_quota(&self.tx, tenant, &more, defaults)?;
+        }
+        set_sandbox_base_bytes(&self.tx, id, base_bytes)
+    }
+
     /// [`Store::insert_sandbox_checked`] inside this transaction.
     pub fn insert_sandbox_checked(
         &self,

@@ -693,6 +693,74 @@ fn storage_quota_sums_sandboxes_snapshots_and_volumes() {
     );
 }
 
+/// A fork's copy gets its exact base once its file system is committed: a raise is checked against
+/// the storage quota (all or none with the rest of the transaction), a lower figure always taken.
+#[test]
+fn a_checked_rebase_refuses_a_raise_past_the_storage_quota() {
+    let store = Store::open_in_memory().expect("open");
+    store
+        .set_tenant_quota(
+            "acme",
+            &TenantQuota {
+                max_storage_bytes: Some(10_000),
+                max_sandboxes: Some(2),
+                ..TenantQuota::default()
+            },
+            0,
+        )
+        .expect("quota");
+    for id in ["a", "b"] {
+        let copy = NewSandbox {
+            disk_bytes: 3_000,
+            base_bytes: 1_000,
+            ..new_sandbox(id, Some("acme"), SandboxState::Creating)
+        };
+        store.insert_sandbox_checked(&copy, &NO_DEFAULTS).expect("fits");
+    }
+    let storage = |store: &Store| {
+        store
+            .tenant_usage("acme", &NO_DEFAULTS)
+            .expect("usage")
+            .storage_bytes
+    };
+    assert_eq!(storage(&store), 8_000);
+    // At max_sandboxes already: a rebase adds no sandbox, so only the storage quota is asked.
+    let raised = store.transaction(|tx| {
+        assert!(tx.rebase_sandbox_checked("a", "acme", 2_000, &NO_DEFAULTS)?);
+        tx.rebase_sandbox_checked("b", "acme", 2_001, &NO_DEFAULTS)
+    });
+    match raised {
+        Err(StoreError::QuotaExceeded {
+            what,
+            limit,
+            requested_total,
+            ..
+        }) => {
+            assert_eq!((what, limit, requested_total), ("max_storage", 10_000, 10_001));
+        }
+        other => panic!("a raise past the quota was taken: {other:?}"),
+    }
+    assert_eq!(storage(&store), 8_000, "a refused transaction changes no base");
+    store
+        .transaction(|tx| {
+            assert!(tx.rebase_sandbox_checked("a", "acme", 2_000, &NO_DEFAULTS)?);
+            assert!(tx.rebase_sandbox_checked("b", "acme", 2_000, &NO_DEFAULTS)?);
+            Ok::<_, StoreError>(())
+        })
+        .expect("exactly the quota");
+    assert_eq!(storage(&store), 10_000);
+    // Lower is always taken; another tenant's sandbox or none is `false`.
+    store
+        .transaction(|tx| {
+            assert!(tx.rebase_sandbox_checked("a", "acme", 0, &NO_DEFAULTS)?);
+            assert!(!tx.rebase_sandbox_checked("a", "other", 1, &NO_DEFAULTS)?);
+            assert!(!tx.rebase_sandbox_checked("nope", "acme", 1, &NO_DEFAULTS)?);
+            Ok::<_, StoreError>(())
+        })
+        .expect("lower");
+    assert_eq!(storage(&store), 8_000);
+}
+
 #[test]
 fn server_defaults_apply_where_the_tenant_has_no_quota_of_its_own() {
     let store = Store::open_in_memory().expect("open");

@@ -44,6 +44,10 @@ const BTRFS_QUOTA_CTL_ENABLE: u64 = 1;
 /// `BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA` (Linux 6.7+): simple quotas, charging each extent to the
 /// subvolume that wrote it. Not in Debian 12's kernel headers, hence the literal.
 const BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA: u64 = 4;
+/// `BTRFS_SUBVOL_QGROUP_INHERIT`: a snapshot's arguments carry a `struct btrfs_qgroup_inherit`.
+const BTRFS_SUBVOL_QGROUP_INHERIT: u64 = 1 << 2;
+/// `BTRFS_QGROUP_INHERIT_SET_LIMITS`: the inherit's `lim` becomes the new quota group's limits.
+const BTRFS_QGROUP_INHERIT_SET_LIMITS: u64 = 1 << 0;
 /// `BTRFS_QGROUP_LIMIT_MAX_RFER`.
 const BTRFS_QGROUP_LIMIT_MAX_RFER: u64 = 1 << 0;
 /// `BTRFS_QGROUP_LIMIT_MAX_EXCL`.
@@ -59,15 +63,28 @@ struct VolArgs {
 }
 
 /// `struct btrfs_ioctl_vol_args_v2`. The kernel's first union (`size` + `qgroup_inherit`, or
-/// `unused[4]`) is spelled as `unused`, the second (`name`, `devid` or `subvolid`) as `name`: we only
-/// ever pass a name and no qgroup inheritance.
+/// `unused[4]`) is spelled as its first member and the rest, the second (`name`, `devid` or
+/// `subvolid`) as `name`: we only ever pass a name.
 #[repr(C)]
 struct VolArgsV2 {
     fd: i64,
     transid: u64,
     flags: u64,
-    unused: [u64; 4],
+    /// Bytes at `qgroup_inherit` (with `BTRFS_SUBVOL_QGROUP_INHERIT`).
+    size: u64,
+    qgroup_inherit: *const QgroupInherit,
+    unused: [u64; 2],
     name: [u8; BTRFS_SUBVOL_NAME_MAX + 1],
+}
+
+/// `struct btrfs_qgroup_inherit` with no `qgroups[]` after it (no higher-level group is joined).
+#[repr(C)]
+struct QgroupInherit {
+    flags: u64,
+    num_qgroups: u64,
+    num_ref_copies: u64,
+    num_excl_copies: u64,
+    lim: QgroupLimitRaw,
 }
 
 /// `struct btrfs_ioctl_ino_lookup_args`.
@@ -135,6 +152,7 @@ const _: () = assert!(size_of::<VolArgsV2>() == 4096);
 const _: () = assert!(size_of::<InoLookupArgs>() == 4096);
 const _: () = assert!(size_of::<QuotaCtlArgs>() == 16);
 const _: () = assert!(size_of::<QgroupLimitRaw>() == 40);
+const _: () = assert!(size_of::<QgroupInherit>() == 32 + 40);
 const _: () = assert!(size_of::<QgroupLimitArgs>() == 8 + 40);
 const _: () = assert!(size_of::<QgroupCreateArgs>() == 16);
 const _: () = assert!(size_of::<FsInfoArgs>() == 1024);
@@ -204,19 +222,77 @@ pub fn create_subvolume(parent: &Path, name: &str) -> io::Result<()> {
 /// `source` must be the root of a subvolume (`EINVAL` otherwise) on the same file system as
 /// `dest_parent` (`EXDEV`). Snapshots are not recursive: nested subvolumes appear as empty directories.
 pub fn snapshot_subvolume(source: &Path, dest_parent: &Path, name: &str, readonly: bool) -> io::Result<()> {
+    let flags = if readonly { BTRFS_SUBVOL_RDONLY } else { 0 };
+    snapshot(source, dest_parent, name, flags, None)
+}
+
+/// [`snapshot_subvolume`] (writable) whose new quota group gets `limit` in the snapshot's own
+/// transaction (`BTRFS_SUBVOL_QGROUP_INHERIT` with `BTRFS_QGROUP_INHERIT_SET_LIMITS`): the snapshot
+/// never exists without it, and no second call is needed. [`set_qgroup_limit`] right after a
+/// snapshot joins the file system's running transaction, so while another commit is under way (other
+/// snapshots being made) it waits for that commit too. A `None` in `limit` sets no limit of that kind.
+/// Quotas must be enabled ([`enable_quota`]).
+pub fn snapshot_subvolume_limited(
+    source: &Path,
+    dest_parent: &Path,
+    name: &str,
+    limit: QgroupLimit,
+) -> io::Result<()> {
+    let mut lim = QgroupLimitRaw {
+        flags: 0,
+        max_rfer: 0,
+        max_excl: 0,
+        rsv_rfer: 0,
+        rsv_excl: 0,
+    };
+    if let Some(max) = limit.max_referenced {
+        lim.flags |= BTRFS_QGROUP_LIMIT_MAX_RFER;
+        lim.max_rfer = max;
+    }
+    if let Some(max) = limit.max_exclusive {
+        lim.flags |= BTRFS_QGROUP_LIMIT_MAX_EXCL;
+        lim.max_excl = max;
+    }
+    let inherit = QgroupInherit {
+        flags: BTRFS_QGROUP_INHERIT_SET_LIMITS,
+        num_qgroups: 0,
+        num_ref_copies: 0,
+        num_excl_copies: 0,
+        lim,
+    };
+    snapshot(
+        source,
+        dest_parent,
+        name,
+        BTRFS_SUBVOL_QGROUP_INHERIT,
+        Some(&inherit),
+    )
+}
+
+fn snapshot(
+    source: &Path,
+    dest_parent: &Path,
+    name: &str,
+    flags: u64,
+    inherit: Option<&QgroupInherit>,
+) -> io::Result<()> {
     let src = open_dir(source)?;
     let mut args = VolArgsV2 {
         fd: i64::from(src.as_raw_fd()),
         transid: 0,
-        flags: if readonly { BTRFS_SUBVOL_RDONLY } else { 0 },
-        unused: [0; 4],
+        flags,
+        size: inherit.map_or(0, |_| size_of::<QgroupInherit>() as u64),
+        qgroup_inherit: inherit.map_or(std::ptr::null(), std::ptr::from_ref),
+        unused: [0; 2],
         name: [0; BTRFS_SUBVOL_NAME_MAX + 1],
     };
     copy_name(&mut args.name, name)?;
     let dest = open_dir(dest_parent)?;
     // SAFETY: `args` is a live, initialised `btrfs_ioctl_vol_args_v2` (size checked above) with a
-    // NUL-terminated name, no qgroup-inherit pointer (the union is zero) and `fd` naming `src`, which
-    // stays open for the call; the kernel only reads it.
+    // NUL-terminated name and `fd` naming `src`, which stays open for the call. Its qgroup-inherit
+    // pointer is null (and `BTRFS_SUBVOL_QGROUP_INHERIT` unset) or points to `inherit`, a live
+    // `btrfs_qgroup_inherit` of exactly `size` bytes (no `qgroups[]`: `num_qgroups` is 0) borrowed for
+    // the whole call. The kernel only reads both during the call.
     unsafe { ioctls::snap_create_v2(dest.as_raw_fd(), &args) }?;
     Ok(())
 }
@@ -737,6 +813,49 @@ mod tests {
             "{err}"
         );
         assert!(mnt.join("keep/data").exists());
+    }
+
+    /// A snapshot made with its limit has it from the start (the same figures as a limit set after),
+    /// and writes past it are refused; the source keeps its own (none).
+    #[test]
+    fn a_snapshot_made_with_a_limit_has_it() {
+        let Some(scratch) = ScratchBtrfs::new() else {
+            return;
+        };
+        let mnt = &scratch.mnt;
+        enable_quota(mnt, true).expect("enable simple quotas");
+        create_subvolume(mnt, "src").expect("create");
+        fs::write(mnt.join("src/kept"), b"kept").expect("write");
+        let limit = QgroupLimit {
+            max_exclusive: None,
+            max_referenced: Some(8 << 20),
+        };
+        snapshot_subvolume_limited(&mnt.join("src"), mnt, "copy", limit).expect("snapshot with a limit");
+        let copy = mnt.join("copy");
+        assert_eq!(fs::read(copy.join("kept")).expect("read"), b"kept");
+        let uuid = filesystem_uuid(mnt).expect("fs uuid");
+        let usage = qgroup_usage(&uuid, subvolume_id(&copy).expect("id")).expect("usage");
+        assert_eq!((usage.max_referenced, usage.max_exclusive), (Some(8 << 20), None));
+        let source = qgroup_usage(&uuid, subvolume_id(&mnt.join("src")).expect("id")).expect("usage");
+        assert_eq!((source.max_referenced, source.max_exclusive), (None, None));
+        create_subvolume(mnt, "set_after").expect("create");
+        set_qgroup_limit(&mnt.join("set_after"), limit).expect("set limit");
+        let after = qgroup_usage(&uuid, subvolume_id(&mnt.join("set_after")).expect("id")).expect("usage");
+        assert_eq!(
+            (after.max_referenced, after.max_exclusive),
+            (usage.max_referenced, usage.max_exclusive)
+        );
+        let mut file = fs::File::create(copy.join("big")).expect("create file");
+        let chunk = vec![0x5au8; 1 << 20];
+        let refused = (0..32).find_map(|mib| {
+            file.write_all(&chunk)
+                .and_then(|()| file.sync_data())
+                .err()
+                .map(|e| (mib, e))
+        });
+        let (mib, err) = refused.expect("32 MiB written despite an 8 MiB limit");
+        assert!(matches!(errno(&err), libc::EDQUOT | libc::ENOSPC), "{err}");
+        assert!(mib <= 8, "refused only after {mib} MiB");
     }
 
     #[test]

@@ -31,7 +31,8 @@ pub enum RootfsSpec {
 
 /// What a new sandbox's writable file system (`/etc`, `/home`, `/root`, `/tmp`) starts as.
 ///
-/// On the wire: `{"kind":"template"}`, `{"kind":"snapshot","id":"sn-..."}` or `{"kind":"stopped"}`.
+/// On the wire: `{"kind":"template"}`, `{"kind":"snapshot","id":"sn-..."}`, `{"kind":"sandbox","id":"sb-..."}`
+/// or `{"kind":"stopped"}`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "id", rename_all = "snake_case", deny_unknown_fields)]
 pub enum VolumeSource {
@@ -40,6 +41,10 @@ pub enum VolumeSource {
     Template,
     /// A writable copy of this snapshot (a fork of the sandbox it was taken of).
     Snapshot(SnapshotId),
+    /// A writable copy of this running sandbox's file system as it is now: a fork's copy. The caller
+    /// keeps that sandbox frozen (`SandboxBackend::freeze_sandbox` in paddock-runtime) until every
+    /// copy it makes is made, so that all hold the same instant and none a write half done.
+    Sandbox(SandboxId),
     /// The sandbox's own file system, kept when it was stopped (`SandboxBackend::stop_sandbox` in paddock-runtime): the sandbox
     /// resumes with the same id.
     Stopped,
@@ -195,6 +200,10 @@ mod tests {
         let json = serde_json::to_string(&snapshot).expect("serialize");
         assert_eq!(json, r#"{"kind":"snapshot","id":"sn-0011223344556677"}"#);
         assert_eq!(serde_json::from_str::<VolumeSource>(&json).ok(), Some(snapshot));
+        let fork = VolumeSource::Sandbox("sb-0011223344556677".parse().expect("sandbox id"));
+        let json = serde_json::to_string(&fork).expect("serialize");
+        assert_eq!(json, r#"{"kind":"sandbox","id":"sb-0011223344556677"}"#);
+        assert_eq!(serde_json::from_str::<VolumeSource>(&json).ok(), Some(fork));
         let template = serde_json::to_string(&VolumeSource::Template).expect("serialize");
         assert_eq!(template, r#"{"kind":"template"}"#);
         assert_eq!(
@@ -204,6 +213,8 @@ mod tests {
         for bad in [
             r#"{"kind":"snapshot","id":"../x"}"#,
             r#"{"kind":"snapshot"}"#,
+            r#"{"kind":"sandbox","id":"../x"}"#,
+            r#"{"kind":"sandbox"}"#,
             r#"{"kind":"template","extra":1}"#,
             r#"{"kind":"image"}"#,
         ] {

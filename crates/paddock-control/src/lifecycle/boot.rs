@@ -218,9 +218,10 @@ impl SandboxService {
         plan: CreatePlan,
         volume: paddock_types::VolumeSource,
     ) -> Result<(SandboxId, paddock_store::NewAuditEntry), ServiceError> {
-        let volume_name = match &volume {
-            paddock_types::VolumeSource::Snapshot(s) => Some(s.to_string()),
-            paddock_types::VolumeSource::Template | paddock_types::VolumeSource::Stopped => None,
+        let source = match &volume {
+            paddock_types::VolumeSource::Snapshot(s) => format!("snapshot {s}"),
+            paddock_types::VolumeSource::Sandbox(s) => format!("fork of {s}"),
+            paddock_types::VolumeSource::Template | paddock_types::VolumeSource::Stopped => "boot".to_owned(),
         };
         let (handle, client) = match self.boot(&id, &plan.spec, volume).await {
             Ok(booted) => booted,
@@ -240,10 +241,6 @@ impl SandboxService {
         let owner = Ownership {
             tenant: Some(p.tenant.clone()),
             spec: plan.spec.clone(),
-        };
-        let source = match &volume_name {
-            Some(snapshot) => format!("snapshot {snapshot}"),
-            None => "boot".to_owned(),
         };
         let sb = Arc::new(LiveSandbox::new(id.clone(), client, handle, owner));
         lock(&self.inner.live).insert(id.clone(), sb);

@@ -19,7 +19,9 @@
 //!   whatever of the sandbox is left is removed and it boots on a copy of the snapshot.
 //! - **stop**: finished: processes end, the files are kept, the record says `stopped`.
 //! - **resume** of a stopped sandbox: undone: the same, so it is stopped as it was.
-//! - **fork**: undone: the copies are `creating` (above) and the base snapshot is dropped.
+//! - **fork**: no intent: the copies are `creating` (above), and the source, found frozen, is thawed
+//!   when adopted like any sandbox. An older paddock's fork left an intent naming a base snapshot:
+//!   the snapshot is dropped.
 //! - **pause** and **checkpoint** need no intent: a sandbox found frozen is thawed for the service's
 //!   connection to its agent and frozen again only if its record says paused; snapshot storage
 //!   without a record is removed in the first phase.
@@ -242,8 +244,8 @@ impl SandboxService {
         spec: StoredSpec,
     ) -> Result<Recovered, ServiceError> {
         // The backend hands a sandbox over as it found it: frozen if it was paused, or if a crash
-        // came in the middle of a snapshot. Its agent answers only thawed; a paused one is frozen
-        // again below, once connected.
+        // came in the middle of a snapshot or a fork. Its agent answers only thawed; a paused one is
+        // frozen again below, once connected.
         let (handle, thawed) = self
             .on_backend("thaw an adopted sandbox", move |b| {
                 let thawed = b.resume_sandbox(&handle);
@@ -434,8 +436,8 @@ impl SandboxService {
         }
     }
 
-    /// Undoes a fork a crash interrupted: its copies (still `creating`) were ended with the others;
-    /// its base snapshot is dropped.
+    /// Undoes a fork a crash interrupted: its copies (still `creating`) were ended with the others,
+    /// its source thawed when adopted; the base snapshot an older paddock's fork took is dropped.
     async fn undo_fork(&self, intent: &IntentRecord) {
         if let Some(base) = intent.snapshot_id.clone() {
             let record = self.db("read a snapshot", move |s| s.get_snapshot(&base)).await;

@@ -254,7 +254,7 @@ async fn named_snapshots_forks_and_sandboxes_made_from_snapshots_are_independent
         .await,
         "one\nabsent\n"
     );
-    // The fork's own base snapshot is gone; the named one is listed for its sandbox.
+    // A fork takes no snapshot of its own: the named one is the sandbox's only one.
     let mine = f
         .service
         .list_snapshots(
@@ -299,11 +299,7 @@ async fn named_snapshots_forks_and_sandboxes_made_from_snapshots_are_independent
         "the parent, three copies and the one from the snapshot"
     );
     let deletes = f.rows("snapshot.delete").await;
-    assert_eq!(
-        deletes.len(),
-        2,
-        "the fork's base and the named snapshot: {deletes:?}"
-    );
+    assert_eq!(deletes.len(), 1, "the named snapshot: {deletes:?}");
     f.finish().await;
 }
 
@@ -443,8 +439,8 @@ async fn a_fork_whose_copy_cannot_boot_leaves_no_copy() {
         .list_snapshots(&f.a, ListSnapshotsQuery::default())
         .await
         .expect("list");
-    assert!(snapshots.snapshots.is_empty(), "the fork's base is left");
-    // The source is unharmed, and forks again.
+    assert!(snapshots.snapshots.is_empty(), "a fork left a snapshot");
+    // The source is thawed and unharmed, and forks again.
     f.sh(&f.a, &id, "true").await;
     let forks = f
         .service
@@ -455,17 +451,68 @@ async fn a_fork_whose_copy_cannot_boot_leaves_no_copy() {
     f.finish().await;
 }
 
+/// A fork freezes its sandbox for as long as its copies are made from it, and no longer; a paused
+/// sandbox is not forked, and one that cannot be frozen is not either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_thaws_its_sandbox_after() {
+    let f = Fixture::start().await;
+    let id = f.create(&f.a, json!({})).await.id;
+    let sb = sid(&id);
+    f.sh(&f.a, &id, "echo one > /home/user/f").await;
+    f.service
+        .fork_sandbox(&f.a, &sb, body(json!({"count": 2})))
+        .await
+        .expect("fork");
+    assert_eq!(
+        f.backend.is_paused(&sb),
+        Some(false),
+        "a fork left its sandbox frozen"
+    );
+    f.sh(&f.a, &id, "true").await;
+
+    // A paused sandbox is not forked (its agent cannot answer), and stays paused.
+    f.service.pause_sandbox(&f.a, &sb).await.expect("pause");
+    assert_eq!(
+        code(f.service.fork_sandbox(&f.a, &sb, body(json!({"count": 1}))).await),
+        ErrorCode::SandboxNotRunning
+    );
+    assert_eq!(f.backend.is_paused(&sb), Some(true));
+    f.service.resume_sandbox(&f.a, &sb).await.expect("resume");
+
+    f.backend.fail_next(
+        "freeze_sandbox",
+        RuntimeError::Setup("the freezer did not answer".into()),
+    );
+    assert!(f
+        .service
+        .fork_sandbox(&f.a, &sb, body(json!({"count": 3})))
+        .await
+        .is_err());
+    assert_eq!(
+        f.backend.sandbox_ids().len(),
+        3,
+        "the sandbox and two earlier copies"
+    );
+    assert_eq!(f.rows("sandbox.fork").await.len(), 1);
+    assert_eq!(f.backend.is_paused(&sb), Some(false));
+    f.sh(&f.a, &id, "true").await;
+    f.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_pool_answers_no_space_and_records_nothing() {
     let f = Fixture::start().await;
     let id = f.create(&f.a, json!({})).await.id;
     f.backend.fail_next("snapshot_sandbox", no_space("snapshot"));
     assert_eq!(code(f.service.checkpoint(&f.a, &id).await), ErrorCode::NoSpace);
-    f.backend.fail_next("snapshot_sandbox", no_space("snapshot"));
+    // A fork's copy is snapshotted from the sandbox in its create.
+    f.backend
+        .fail_next("create_sandbox", no_space("snapshot a volume into"));
     assert_eq!(
         code(f.service.fork_sandbox(&f.a, &id, body(json!({"count": 1}))).await),
         ErrorCode::NoSpace
     );
+    assert!(f.rows("sandbox.fork").await.is_empty());
     let listed = f
         .service
         .list_snapshots(&f.a, ListSnapshotsQuery::default())

@@ -8,7 +8,7 @@ use super::agent::lock;
 use crate::RuntimeError;
 
 /// The operations a failure can be injected into: every fallible method of the two backend traits.
-pub const OPERATIONS: [&str; 27] = [
+pub const OPERATIONS: [&str; 28] = [
     "create_sandbox",
     "destroy_sandbox",
     "collect_garbage",
@@ -21,6 +21,7 @@ pub const OPERATIONS: [&str; 27] = [
     "reclaim_sandbox",
     "pause_sandbox",
     "resume_sandbox",
+    "freeze_sandbox",
     "prepare_rollback",
     "discard_rollback",
     "rollback_sandbox",

@@ -157,6 +157,13 @@ impl SandboxBackend for FakeBackend {
                 .get(snapshot)
                 .cloned()
                 .ok_or_else(|| RuntimeError::InvalidSpec(format!("snapshot {snapshot} does not exist")))?,
+            VolumeSource::Sandbox(source) => state
+                .sandboxes
+                .get(source)
+                .map(|live| live.disk.tree.clone())
+                .ok_or_else(|| {
+                RuntimeError::InvalidSpec(format!("sandbox {source} has no file system to copy"))
+            })?,
             VolumeSource::Stopped => state
                 .stopped
                 .get(id)
@@ -359,6 +366,14 @@ impl SandboxBackend for FakeBackend {
     fn resume_sandbox(&self, handle: &SandboxHandle) -> Result<(), RuntimeError> {
         self.fault("resume_sandbox")?;
         set_paused(&mut lock(&self.shared.state), handle, false)
+    }
+
+    fn freeze_sandbox(&self, handle: &SandboxHandle) -> Result<bool, RuntimeError> {
+        self.fault("freeze_sandbox")?;
+        let mut state = lock(&self.shared.state);
+        let was = live_mut(&mut state, handle)?.paused;
+        set_paused(&mut state, handle, true)?;
+        Ok(was)
     }
 
     fn prepare_rollback(&self, handle: &SandboxHandle, snapshot: &SnapshotId) -> Result<(), RuntimeError> {

@@ -76,6 +76,10 @@ impl SandboxBackend for NativeBackend {
         self.resume(handle)
     }
 
+    fn freeze_sandbox(&self, handle: &SandboxHandle) -> Result<bool, RuntimeError> {
+        self.freeze_held(handle)
+    }
+
     fn prepare_rollback(&self, handle: &SandboxHandle, snapshot: &SnapshotId) -> Result<(), RuntimeError> {
         self.prepare(handle, snapshot)
     }

@@ -5,7 +5,8 @@
 //! `<pool>/snapshots/<id>` (the ioctl flushes the dirty data first and commits a transaction), and the
 //! sandbox is thawed. What the snapshot holds is what the processes had written when they stopped, as
 //! after a power cut at that instant; their memory is not captured. A paused sandbox is already frozen
-//! and stays so.
+//! and stays so. A fork freezes its sandbox the same way (`freeze_held`) for as long as it makes
+//! its copies' volumes straight from the sandbox's.
 
 use std::sync::PoisonError;
 use std::time::{Duration, Instant};
@@ -54,6 +55,19 @@ impl NativeBackend {
         sb.cgroup.freeze(FREEZE_DEADLINE)?;
         tracing::debug!(sandbox_id = %handle.id, "paused");
         Ok(())
+    }
+
+    /// [`SandboxBackend::freeze_sandbox`](crate::SandboxBackend::freeze_sandbox).
+    pub(super) fn freeze_held(&self, handle: &SandboxHandle) -> Result<bool, RuntimeError> {
+        let sb = handle.native()?;
+        let _guard = sb.freezer.lock().unwrap_or_else(PoisonError::into_inner);
+        let start = Instant::now();
+        if sb.cgroup.frozen()? {
+            return Ok(true);
+        }
+        sb.cgroup.freeze(FREEZE_DEADLINE)?;
+        tracing::debug!(sandbox_id = %handle.id, freeze_us = start.elapsed().as_micros() as u64, "frozen");
+        Ok(false)
     }
 
     /// [`SandboxBackend::resume_sandbox`](crate::SandboxBackend::resume_sandbox).

@@ -170,7 +170,9 @@ fn delete_by_id(fs: BorrowedFd<'_>, id: u64) -> io::Result<()> {
         fd: 0,
         transid: 0,
         flags: SUBVOL_SPEC_BY_ID,
-        unused: [0; 4],
+        size: 0,
+        qgroup_inherit: std::ptr::null(),
+        unused: [0; 2],
         name: [0; BTRFS_SUBVOL_NAME_MAX + 1],
     };
     // The header's union puts `subvolid` where `name` starts.

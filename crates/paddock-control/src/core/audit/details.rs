@@ -133,10 +133,17 @@ details! {
     // Snapshots.
 
     /// A snapshot taken: its id, kind and what it is charged.
-    Captured for [SandboxCheckpoint, SandboxFork, SnapshotCreate] {
+    Captured for [SandboxCheckpoint, SnapshotCreate] {
         snapshot: String,
         kind: &'static str,
         storage_bytes: u64,
+    }
+
+    /// A fork: its copies, each charged what the sandbox held (its base and its own writes) as well
+    /// as its disk limit.
+    Forked for [SandboxFork] {
+        copies: Vec<String>,
+        base_bytes: u64,
     }
 
     /// A snapshot dropped (deleted, committed, consumed by a rollback).

@@ -31,6 +31,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use paddock_sys::btrfs;
+use paddock_types::ByteSize;
 use rustix::fs::{RenameFlags, CWD};
 
 use super::pool_err;
@@ -129,11 +130,23 @@ pub(super) fn make(
     Ok(volume)
 }
 
-/// Snapshots the subvolume `source` (writable) as `volume`, a path [`make`] gave.
-pub(super) fn snapshot_to(source: &Path, volume: &Path) -> Result<(), RuntimeError> {
+/// Snapshots the subvolume `source` (writable) as `volume`, a path [`make`] gave, with `disk` as its
+/// limit from the start (see `btrfs::snapshot_subvolume_limited`); `None`: no limit.
+pub(super) fn snapshot_to(source: &Path, volume: &Path, disk: Option<ByteSize>) -> Result<(), RuntimeError> {
     let parent = volume.parent().unwrap_or(volume);
-    btrfs::snapshot_subvolume(source, parent, VOLUME, false)
-        .map_err(pool_err("snapshot a volume into", volume))
+    let made = match disk {
+        Some(disk) => btrfs::snapshot_subvolume_limited(source, parent, VOLUME, disk_limit(Some(disk))),
+        None => btrfs::snapshot_subvolume(source, parent, VOLUME, false),
+    };
+    made.map_err(pool_err("snapshot a volume into", volume))
+}
+
+/// A sandbox volume's quota-group limit for disk size `disk`: referenced bytes only (`None`: none).
+pub(super) fn disk_limit(disk: Option<ByteSize>) -> btrfs::QgroupLimit {
+    btrfs::QgroupLimit {
+        max_exclusive: None,
+        max_referenced: disk.map(ByteSize::as_u64),
+    }
 }
 
 /// Renames the subvolume `from` to `volume`, a path [`make`] gave (never over anything).

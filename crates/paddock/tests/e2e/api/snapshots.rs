@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::harness::{poll, Harness};
+use crate::support::harness::{poll, Client, Harness};
 
 use super::SOON;
 
@@ -134,16 +134,7 @@ fn snapshots_checkpoints_forks_and_pause() {
             .await
             .ok(201);
         let sid = snap["id"].as_str().expect("snapshot id").to_owned();
-        let forks = a
-            .post(&format!("/v1/sandboxes/{id}/fork"), json!({"count": 3}))
-            .await
-            .ok(201);
-        let copies: Vec<String> = forks["sandboxes"]
-            .as_array()
-            .expect("sandboxes")
-            .iter()
-            .map(|s| s["id"].as_str().expect("id").to_owned())
-            .collect();
+        let copies = fork(&a, &id, 3).await;
         assert_eq!(copies.len(), 3);
         for (i, copy) in copies.iter().enumerate() {
             assert_ne!(copy, &id);
@@ -258,4 +249,91 @@ fn snapshots_checkpoints_forks_and_pause() {
             );
         }
     });
+}
+
+/// A fork snapshots its copies straight from the sandbox's volume, holding the sandbox frozen until
+/// they are made: every copy holds the same instant of a process that never stops writing, the
+/// sandbox runs on after, and each copy is charged what the sandbox held, its last writes included.
+#[test]
+fn fork_copies_hold_one_instant_of_a_busy_sandbox() {
+    let h = Harness::start();
+    h.block_on(async {
+        let a = h.admin.new_tenant("forker").await;
+        let id = a.create_sandbox(json!({})).await;
+        let storage = async || {
+            h.admin.get("/v1/tenants/forker").await.ok(200)["usage"]["storage_bytes"]
+                .as_u64()
+                .expect("storage_bytes")
+        };
+        let alone = storage().await;
+        // A counter written to two files in turn, as fast as it goes.
+        a.exec_background(
+            &id,
+            json!({"argv": ["sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /home/user/a; echo $i > /home/user/b; done"]}),
+        )
+        .await;
+        poll(SOON, "the writer to count", || async {
+            (counter(&a, &id).await > 100).then_some(())
+        })
+        .await;
+        // 8 MiB written just before the fork: not yet in the pool's committed accounting.
+        a.sh(&id, "head -c 8388608 /dev/urandom > /home/user/blob").await;
+        let copies = fork(&a, &id, 4).await;
+        let mut seen = Vec::new();
+        for copy in &copies {
+            seen.push(a.sh(copy, "cat /home/user/a /home/user/b; wc -c < /home/user/blob").await);
+        }
+        assert!(
+            seen.iter().all(|s| s == &seen[0]),
+            "the copies hold different instants: {seen:?}"
+        );
+        assert!(seen[0].ends_with("8388608\n"), "{seen:?}");
+        // The copies' processes are not copied (their counters stay); the sandbox's writer runs on.
+        let at_fork = counter(&a, &copies[0]).await;
+        poll(SOON, "the sandbox's writer to go on after the fork", || async {
+            (counter(&a, &id).await > at_fork + 100).then_some(())
+        })
+        .await;
+        assert_eq!(counter(&a, &copies[0]).await, at_fork);
+        let info = a.get(&format!("/v1/sandboxes/{id}")).await.ok(200);
+        assert_eq!(info["paused"], false, "{info}");
+        // Each copy is charged its disk limit and what the sandbox held, the blob included.
+        let row = a.audit_rows(&[("action", "sandbox.fork")]).await;
+        let charged = row[0]["detail"]["base_bytes"].as_u64().expect("base_bytes");
+        assert!(charged >= 8 << 20, "a copy's base leaves out the last writes: {}", row[0]);
+        assert_eq!(storage().await, 5 * alone + 4 * charged);
+        // A paused sandbox is not forked (its agent cannot answer), and stays paused.
+        a.post(&format!("/v1/sandboxes/{id}/pause"), json!(null)).await.ok(200);
+        a.post(&format!("/v1/sandboxes/{id}/fork"), json!({"count": 1}))
+            .await
+            .err(409, "sandbox_not_running");
+        let info = a.get(&format!("/v1/sandboxes/{id}")).await.ok(200);
+        assert_eq!(info["paused"], true, "{info}");
+        a.post(&format!("/v1/sandboxes/{id}/resume"), json!(null)).await.ok(200);
+        assert_eq!(a.sh(&id, "echo ok").await, "ok\n");
+    });
+}
+
+/// What a sandbox's counter (`fork_copies_hold_one_instant_of_a_busy_sandbox`) says, 0 before it
+/// starts.
+async fn counter(a: &Client, id: &str) -> u64 {
+    a.sh(id, "cat /home/user/b 2>/dev/null || echo 0")
+        .await
+        .trim()
+        .parse::<u64>()
+        .unwrap_or(0)
+}
+
+/// Forks sandbox `id` into `count` copies; their ids.
+async fn fork(a: &Client, id: &str, count: u32) -> Vec<String> {
+    let forks = a
+        .post(&format!("/v1/sandboxes/{id}/fork"), json!({ "count": count }))
+        .await
+        .ok(201);
+    forks["sandboxes"]
+        .as_array()
+        .expect("sandboxes")
+        .iter()
+        .map(|s| s["id"].as_str().expect("id").to_owned())
+        .collect()
 }

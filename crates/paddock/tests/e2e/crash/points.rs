@@ -240,7 +240,7 @@ crash_cases! {
     rollback_cold_volume_retired: "rollback.cold.volume_retired", RollbackCold, Running("v1");
     rollback_cold_started: "rollback.cold.started", RollbackCold, Running("v1");
     rollback_cold_restarted: "rollback.restarted", RollbackCold, Running("v1");
-    fork_base_taken: "fork.base_taken", Fork, Running("v1");
+    fork_frozen: "fork.frozen", Fork, Running("v1");
     fork_copies_booted: "fork.copies_booted", Fork, Running("v1");
     fork_copy_booted: "create.booted@3", Fork, Running("v1");
     fork_copy_volume_dir_made: "volume.dir_made@3", Fork, Running("v1");
