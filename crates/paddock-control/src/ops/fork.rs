@@ -28,7 +28,8 @@ pub const MAX_FORKS: u32 = 100;
 /// comes in between) and its processes frozen while its copies are made.
 struct Frozen {
     guard: OwnedMutexGuard<Option<SandboxHandle>>,
-    /// Frozen before the fork (paused): left frozen after it.
+    /// Frozen before the fork took the handle (a pause that landed between the fork's check that
+    /// the sandbox runs and its lock): left frozen after it.
     was_frozen: bool,
 }
 
