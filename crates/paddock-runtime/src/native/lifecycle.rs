@@ -538,8 +538,6 @@ impl NativeBackend {
         })
     }
 
-    /// Waits for the volume of a create that failed before it was needed; a resumed one goes back to
-    /// `stopped/`, since the cleanup that follows deletes what is in `sandboxes/`.
     /// Undoes a create that failed before its cgroups were made: its volume (once its job is done)
     /// and its run directory. The caller still holds the run directory's lock.
     fn abandon_early(&self, job: VolumeJob, spec: &SandboxSpec, run_dir: &Path) {
@@ -550,6 +548,8 @@ impl NativeBackend {
         let _ = fs::remove_dir_all(run_dir);
     }
 
+    /// Waits for the volume of a create that failed before it was needed; a resumed one goes back to
+    /// `stopped/`, since the cleanup that follows deletes what is in `sandboxes/`.
     fn settle_failed_volume(&self, job: VolumeJob, spec: &SandboxSpec) {
         drop(job);
         if spec.volume == paddock_types::VolumeSource::Stopped {

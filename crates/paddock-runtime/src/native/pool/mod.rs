@@ -299,18 +299,19 @@ impl StoragePool {
                 return Ok(path);
             }
         };
-        let mut limited = false;
+        let mut claimed_spare = false;
         let path = place::make(&self.root, self.ids, id, |volume| {
             // A spare made ahead from the host template, renamed into place: no snapshot to wait for.
-            if host_template && spare::claim(&self.root, &source, volume)? {
+            claimed_spare = host_template && spare::claim(&self.root, &source, volume)?;
+            if claimed_spare {
                 return Ok(());
             }
             // The limit comes with the snapshot: set after it, in a transaction of its own, it waited
             // for whatever commit was under way (a fork's other copies' snapshots: 12 ms measured).
-            limited = true;
             place::snapshot_to(&source, volume, disk)
         })?;
-        if disk.is_some() && !limited {
+        // A claimed spare was made without a limit.
+        if disk.is_some() && claimed_spare {
             if let Err(e) = self.set_disk_limit(id, disk) {
                 let _ = self.delete_volume(id);
                 return Err(e);

@@ -135,7 +135,7 @@ pub(super) fn make(
 pub(super) fn snapshot_to(source: &Path, volume: &Path, disk: Option<ByteSize>) -> Result<(), RuntimeError> {
     let parent = volume.parent().unwrap_or(volume);
     let made = match disk {
-        Some(disk) => btrfs::snapshot_subvolume_limited(source, parent, VOLUME, disk_limit(Some(disk))),
+        Some(_) => btrfs::snapshot_subvolume_limited(source, parent, VOLUME, disk_limit(disk)),
         None => btrfs::snapshot_subvolume(source, parent, VOLUME, false),
     };
     made.map_err(pool_err("snapshot a volume into", volume))
