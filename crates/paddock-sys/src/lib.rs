@@ -16,6 +16,7 @@ mod child_test;
 pub mod exec;
 pub mod fiemap;
 pub mod fs_in_root;
+pub mod inherited;
 pub mod landlock;
 pub mod mount;
 pub mod namespace;

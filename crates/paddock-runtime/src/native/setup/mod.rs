@@ -253,6 +253,11 @@ fn wait_for_volume(input: &mut impl BufRead) -> Result<(), String> {
 
 /// Phase 1, in the shim.
 fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> {
+    // The init (and so every process of the sandbox) inherits these from this shim, which inherited
+    // them from its caller: a server started under `chrt`, `nice`, `ionice` or `setarch -R` must
+    // not pass a real-time policy, a raised priority or an address space without randomization on.
+    paddock_sys::inherited::reset_scheduling().map_err(|e| format!("reset the scheduling: {e}"))?;
+    paddock_sys::inherited::reset_personality().map_err(|e| format!("reset the personality: {e}"))?;
     // The shim is single-threaded (`clone_into_namespaces` checks it again), so moving its thread
     // moves it whole.
     for file in spec.cgroups.tasks.iter().chain(&spec.cgroups.procs) {
@@ -535,6 +540,7 @@ fn init(
         return Err("landlock: the kernel offers Landlock but did not enforce the ruleset".into());
     }
     limit_open_files().map_err(|e| format!("open file limit: {e}"))?;
+    zero_limits().map_err(|e| format!("core, real-time and nice limits: {e}"))?;
     paddock_sys::caps::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
     let policy = seccomp_policy::default_policy();
     paddock_sys::seccomp::install(&policy).map_err(|e| format!("seccomp: {e}"))?;
@@ -578,6 +584,27 @@ fn limit_open_files() -> io::Result<()> {
             maximum: Some(hard),
         },
     )?;
+    Ok(())
+}
+
+/// Sets `RLIMIT_CORE`, `RLIMIT_RTPRIO` and `RLIMIT_NICE` to 0, soft and hard, whatever the caller
+/// had; no process of the sandbox can raise them again (that needs `CAP_SYS_RESOURCE` in the host's
+/// user namespace). No core dumps: where the host's `core_pattern` is a pipe, each dump would start
+/// the host's handler as root, outside the sandbox and its cgroups, on the sandbox's say. No
+/// real-time policy and no raised priority: a caller given `LimitRTPRIO=` or `LimitNICE=` (systemd)
+/// would otherwise let every sandbox take a CPU from the host (`sched_setscheduler` and
+/// `setpriority` are allowed inside, within these limits).
+fn zero_limits() -> io::Result<()> {
+    use rustix::process::{setrlimit, Resource, Rlimit};
+    for resource in [Resource::Core, Resource::Rtprio, Resource::Nice] {
+        setrlimit(
+            resource,
+            Rlimit {
+                current: Some(0),
+                maximum: Some(0),
+            },
+        )?;
+    }
     Ok(())
 }
 

@@ -472,3 +472,56 @@ fn a_sandbox_is_in_its_own_cgroups_and_its_cgroup_namespace_names_nothing_of_the
     }
     env.assert_clean();
 }
+
+/// How the process running it was started: its persona, its nice value and scheduling policy
+/// (`/proc/self/stat` fields 19 and 41), its I/O priority, and its core dump, nice and real-time
+/// priority limits (soft and hard).
+const STARTED_AS: &str = "cat /proc/self/personality; cut -d' ' -f19,41 /proc/self/stat; ionice; \
+     grep -e '^Max core' -e '^Max nice' -e '^Max realtime priority' /proc/self/limits | tr -s ' '";
+
+/// `argv` under a caller tuned every way a shell can: `SCHED_BATCH` (a real-time policy is passed
+/// on the same way), nice 7, the idle I/O class, core dumps allowed, address-space randomization
+/// off. (Real-time and nice limits above 0 need `CAP_SYS_RESOURCE`, which this host's root lacks;
+/// the sandbox's are checked to be 0.)
+fn tuned(argv: &[&std::ffi::OsStr]) -> Command {
+    let mut c = Command::new("chrt");
+    c.args(["-b", "0", "nice", "-n", "7", "ionice", "-c", "3"])
+        .args(["prlimit", "--core=unlimited", "setarch"])
+        .arg(std::env::consts::ARCH)
+        .arg("-R")
+        .args(argv);
+    c
+}
+
+#[test]
+fn a_sandbox_takes_no_scheduling_persona_or_core_limit_from_its_caller() {
+    let env = TestEnv::new();
+    let sh = ["/bin/sh", "-c", STARTED_AS].map(std::ffi::OsStr::new);
+    // On the host, the tuning holds.
+    let o = tuned(&sh).output().expect("tuned shell");
+    assert_code(&o, 0);
+    let host = stdout(&o);
+    assert!(
+        host.starts_with("00040000\n7 3\nidle\nMax core file size unlimited unlimited bytes \n"),
+        "the caller is not tuned: {host}"
+    );
+
+    // In a sandbox its caller started so, none of it.
+    let plain = env.cmd();
+    let o = tuned(&[plain.get_program()])
+        .env_clear()
+        .envs(plain.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .args(["run", "--"])
+        .args(sh)
+        .stdin(Stdio::null())
+        .output()
+        .expect("tuned paddock run");
+    assert_code(&o, 0);
+    let expected = "00000000\n0 0\nnone: prio 0\nMax core file size 0 0 bytes \n\
+                    Max nice priority 0 0 \nMax realtime priority 0 0 \n";
+    assert_eq!(stdout(&o), expected, "{}", stderr(&o));
+    // As in a sandbox an untuned caller started.
+    let o = env.sh(&[], STARTED_AS);
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), expected);
+}
