@@ -137,6 +137,7 @@ impl NativeBackend {
         } = slot;
         let root_mount = run_dir.join("root");
         fs::create_dir(&root_mount).map_err(state_err("create", &root_mount))?;
+        super::lock::searchable(&root_mount)?;
         let setup = SetupSpec {
             hostname: id.to_string(),
             ids: self.config.ids,

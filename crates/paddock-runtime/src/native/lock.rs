@@ -90,7 +90,10 @@ pub(super) fn stage_run_dir(
 ) -> Result<StateLock, RuntimeError> {
     let lock_path = staging.join("lock");
     let lock = match std::fs::create_dir(staging) {
-        Ok(()) => StateLock::acquire(&lock_path),
+        // The sandbox's init, an unprivileged host user, traverses it to build its root: its mode is
+        // set, not left to the caller's umask (under 077 every create failed with EACCES). `run/`
+        // itself (0710) keeps other host users out.
+        Ok(()) => searchable(staging).and_then(|()| StateLock::acquire(&lock_path)),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             match StateLock::try_acquire(&lock_path)? {
                 Some(lock) => Ok(lock),
@@ -124,6 +127,18 @@ pub(super) fn stage_run_dir(
         let _ = std::fs::remove_dir_all(staging);
     }
     staged
+}
+
+/// Sets directory `dir`'s mode to 0755, whatever the umask.
+pub(super) fn searchable(dir: &Path) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(|source| {
+        RuntimeError::State {
+            what: "chmod",
+            path: dir.to_owned(),
+            source,
+        }
+    })
 }
 
 fn open(path: &Path) -> Result<File, RuntimeError> {

@@ -736,8 +736,11 @@ fn run_tool(cmd: &mut Command) -> Result<(), RuntimeError> {
 /// Fills a fresh template subvolume: curated `/etc`, generated passwd/group, `home/user`, `tmp`.
 fn populate_template(dir: &Path, ids: IdRange) -> Result<(), RuntimeError> {
     let root_owner = (ids.host_uid(0), ids.host_gid(0));
+    // Every mode here is set, not left to the umask of whoever made the pool first (under 077 the
+    // template's `/etc` and `/home` were 0700 and its generated files 0600: unreadable to `user`).
     let etc = dir.join("etc");
     fs::create_dir(&etc).map_err(pool_err("create", &etc))?;
+    fs::set_permissions(&etc, fs::Permissions::from_mode(0o755)).map_err(pool_err("chmod", &etc))?;
     for name in CURATED_ETC {
         let src = Path::new("/etc").join(name);
         if fs::symlink_metadata(&src).is_ok() {
@@ -764,12 +767,14 @@ fn populate_template(dir: &Path, ids: IdRange) -> Result<(), RuntimeError> {
         let p = etc.join(name);
         let _ = fs::remove_file(&p);
         fs::write(&p, content).map_err(pool_err("write", &p))?;
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o644)).map_err(pool_err("chmod", &p))?;
         chown(&p, Some(root_owner.0), Some(root_owner.1)).map_err(pool_err("chown", &p))?;
     }
     chown(&etc, Some(root_owner.0), Some(root_owner.1)).map_err(pool_err("chown", &etc))?;
     let home = dir.join("home");
     let user_home = home.join("user");
     fs::create_dir_all(&user_home).map_err(pool_err("create", &user_home))?;
+    fs::set_permissions(&home, fs::Permissions::from_mode(0o755)).map_err(pool_err("chmod", &home))?;
     fs::set_permissions(&user_home, fs::Permissions::from_mode(0o750))
         .map_err(pool_err("chmod", &user_home))?;
     chown(&user_home, Some(ids.host_uid(1000)), Some(ids.host_gid(1000)))

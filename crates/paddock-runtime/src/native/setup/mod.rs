@@ -310,6 +310,9 @@ fn setup(spec: &SetupSpec, input: &mut impl BufRead) -> Result<i32, SetupError> 
     };
     // Held by the init from here on (the clone shares the locked file description).
     let owner = owner::allocate_owner(&spec.owners)?;
+    // What the sandbox's files are created with unless a program says otherwise, whatever the
+    // caller's umask (set after this shim's own files: the socket, the log, the owner's lock).
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     let clone = |cgroup: Option<&OwnedFd>| {
         namespace::clone_into_namespaces(namespaces, true, Some(owner.uid), cgroup.map(|fd| fd.as_fd()))
     };

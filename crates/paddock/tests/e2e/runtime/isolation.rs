@@ -525,3 +525,41 @@ fn a_sandbox_takes_no_scheduling_persona_or_core_limit_from_its_caller() {
     assert_code(&o, 0);
     assert_eq!(stdout(&o), expected);
 }
+
+/// What a sandbox's files look like to its user (names of the sandbox replaced by `<id>`).
+const FILE_MODES: &str = "umask; id; stat -c '%a %U:%G %n' / /etc /etc/passwd /etc/group \
+     /etc/resolv.conf /etc/nsswitch.conf /etc/hostname /etc/hosts /home /home/user /root /tmp; \
+     echo x > /home/user/f && stat -c '%a' /home/user/f; mkdir /tmp/d && stat -c '%a' /tmp/d";
+
+/// `paddock run -- sh -c script` on `env`, started with umask `umask` (the first run makes the pool).
+fn run_with_umask(env: &TestEnv, umask: &str, script: &str) -> std::process::Output {
+    let plain = env.cmd();
+    Command::new("/bin/sh")
+        .args(["-c", &format!("umask {umask}; exec \"$0\" \"$@\"")])
+        .arg(plain.get_program())
+        .args(["run", "--", "/bin/sh", "-c", script])
+        .env_clear()
+        .envs(plain.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .stdin(Stdio::null())
+        .output()
+        .expect("paddock run")
+}
+
+#[test]
+fn a_callers_umask_neither_breaks_nor_reaches_a_sandbox() {
+    let strict = TestEnv::new();
+    let usual = TestEnv::new();
+    let mut seen = Vec::new();
+    for (env, umask) in [(&strict, "077"), (&usual, "022"), (&usual, "000")] {
+        let o = run_with_umask(env, umask, &format!("hostname; {FILE_MODES}"));
+        assert_code(&o, 0);
+        let out = stdout(&o);
+        let (id, modes) = out.split_once('\n').expect("hostname first");
+        seen.push((umask, modes.replace(id, "<id>")));
+    }
+    let (_, usual_modes) = &seen[1];
+    assert!(usual_modes.starts_with("0022\nuid=1000(user)"), "{usual_modes}");
+    for (umask, modes) in &seen {
+        assert_eq!(modes, usual_modes, "a sandbox started under umask {umask}");
+    }
+}
