@@ -22,16 +22,30 @@ const PER_LINUX: libc::c_ulong = 0;
 const PERSONALITY_QUERY: libc::c_ulong = 0xffff_ffff;
 
 /// Gives the calling process the scheduling of a process nobody tuned: policy `SCHED_OTHER`, nice 0
-/// and no I/O priority of its own. Bringing a positive nice value back to 0 needs `CAP_SYS_NICE` (the
-/// host's root, before it enters a user namespace).
+/// and no I/O priority of its own.
+///
+/// Leaving `SCHED_IDLE` or bringing a positive nice value back to 0 raises the priority, which needs
+/// `CAP_SYS_NICE` (the host's root has it before it enters a user namespace). Without it, those two
+/// steps keep the lower priority rather than fail: a sandbox below the default is given nothing.
+/// Whatever would keep a raised priority (a real-time policy, a negative nice value) is always
+/// reset, or the call fails.
 pub fn reset_scheduling() -> io::Result<()> {
+    let denied = |e: &io::Error| matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES));
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sched_setscheduler reads the sched_param it is given (a valid local) and changes only the
     // calling process's (pid 0) scheduling policy.
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) } < 0 {
-        return Err(io::Error::last_os_error());
+        let e = io::Error::last_os_error();
+        if !(denied(&e) && scheduling_policy()? == libc::SCHED_IDLE) {
+            return Err(e);
+        }
     }
-    rustix::process::setpriority_process(None, 0)?;
+    if let Err(e) = rustix::process::setpriority_process(None, 0) {
+        let e = io::Error::from(e);
+        if !(denied(&e) && rustix::process::getpriority_process(None)? > 0) {
+            return Err(e);
+        }
+    }
     // SAFETY: ioprio_set takes three integers and changes only the I/O priority of the calling process
     // (who = 0 with IOPRIO_WHO_PROCESS).
     if unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_DEFAULT) } < 0 {
@@ -130,5 +144,43 @@ mod tests {
         assert_eq!(rustix::process::getpriority_process(None).expect("nice"), 0);
         assert_eq!(io_priority().expect("ioprio"), 0);
         assert_eq!(personality().expect("personality"), 0);
+    }
+
+    #[test]
+    fn without_cap_sys_nice_a_lower_priority_is_kept_rather_than_refused() {
+        let name = "inherited::tests::without_cap_sys_nice_a_lower_priority_is_kept_rather_than_refused";
+        if !in_child(CHILD_ENV, name) {
+            run_in_child(CHILD_ENV, name);
+            return;
+        }
+        use rustix::thread::{capabilities, set_capabilities, CapabilitySet};
+        let mut sets = capabilities(None).expect("capabilities");
+        sets.effective.remove(CapabilitySet::SYS_NICE);
+        sets.permitted.remove(CapabilitySet::SYS_NICE);
+        set_capabilities(None, sets).expect("drop CAP_SYS_NICE");
+        // Lowering needs no privilege.
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: as in reset_scheduling, on this (child test) process only.
+        assert_eq!(
+            unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) },
+            0
+        );
+        rustix::process::setpriority_process(None, 9).expect("nice 9");
+        // SAFETY: as in reset_scheduling.
+        assert_eq!(
+            unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_IDLE) },
+            0
+        );
+        // Raising is refused here: the case the reset must get through.
+        assert!(rustix::process::setpriority_process(None, 0).is_err());
+
+        reset_scheduling().expect("a lower priority kept, not an error");
+        assert_eq!(scheduling_policy().expect("policy"), libc::SCHED_IDLE);
+        assert_eq!(rustix::process::getpriority_process(None).expect("nice"), 9);
+        assert_eq!(
+            io_priority().expect("ioprio"),
+            0,
+            "the I/O class is reset all the same"
+        );
     }
 }
