@@ -815,6 +815,19 @@ mod tests {
         assert!(mnt.join("keep/data").exists());
     }
 
+    /// Creates `path` and writes it 1 MiB at a time (each chunk synced), at most `most_mib` MiB;
+    /// the MiB count and error of the first write refused, if any.
+    fn write_until_refused(path: &Path, most_mib: u32) -> Option<(u32, io::Error)> {
+        let mut file = fs::File::create(path).expect("create file");
+        let chunk = vec![0xa5u8; 1 << 20];
+        (0..most_mib).find_map(|mib| {
+            file.write_all(&chunk)
+                .and_then(|()| file.sync_data())
+                .err()
+                .map(|e| (mib, e))
+        })
+    }
+
     /// A snapshot made with its limit has it from the start (the same figures as a limit set after),
     /// and writes past it are refused; the source keeps its own (none).
     #[test]
@@ -845,15 +858,8 @@ mod tests {
             (after.max_referenced, after.max_exclusive),
             (usage.max_referenced, usage.max_exclusive)
         );
-        let mut file = fs::File::create(copy.join("big")).expect("create file");
-        let chunk = vec![0x5au8; 1 << 20];
-        let refused = (0..32).find_map(|mib| {
-            file.write_all(&chunk)
-                .and_then(|()| file.sync_data())
-                .err()
-                .map(|e| (mib, e))
-        });
-        let (mib, err) = refused.expect("32 MiB written despite an 8 MiB limit");
+        let (mib, err) =
+            write_until_refused(&copy.join("big"), 32).expect("32 MiB written despite an 8 MiB limit");
         assert!(matches!(errno(&err), libc::EDQUOT | libc::ENOSPC), "{err}");
         assert!(mib <= 8, "refused only after {mib} MiB");
     }
@@ -892,19 +898,11 @@ mod tests {
         // On Linux 6.18 the limit is checked when write(2) reserves data space, for both simple and
         // full qgroups: the write that would pass 16 MiB fails with EDQUOT, no fsync or sync needed.
         // fsync is still called between chunks so the test does not depend on that.
-        let mut file = fs::File::create(q.join("big")).expect("create file");
-        let chunk = vec![0xa5u8; 1 << 20];
-        let mut refused = None;
-        for mib in 0..64 {
-            if let Err(err) = file.write_all(&chunk).and_then(|()| file.sync_data()) {
-                refused = Some((mib, err));
-                break;
-            }
-        }
-        let (mib, err) = refused.expect("64 MiB written despite a 16 MiB limit");
+        let (mib, err) =
+            write_until_refused(&q.join("big"), 64).expect("64 MiB written despite a 16 MiB limit");
         assert!(matches!(errno(&err), libc::EDQUOT | libc::ENOSPC), "{err}");
         assert!(mib <= 16, "refused only after {mib} MiB");
-        drop(file);
+        let chunk = vec![0xa5u8; 1 << 20];
 
         // Lifting the limit lets writes through again.
         set_qgroup_limit(&q, QgroupLimit::default()).expect("clear limit");

@@ -108,6 +108,20 @@ mod tests {
     /// `IOPRIO_CLASS_IDLE << 13`.
     const IOPRIO_IDLE: libc::c_int = 3 << 13;
 
+    /// Gives this (child test) process `policy`, nice `nice` and the idle I/O class: all lower than
+    /// the defaults, so no privilege is needed.
+    fn lower_scheduling(policy: libc::c_int, nice: i32) {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: as in reset_scheduling, on this (child test) process only.
+        assert_eq!(unsafe { libc::sched_setscheduler(0, policy, &param) }, 0);
+        rustix::process::setpriority_process(None, nice).expect("nice");
+        // SAFETY: as in reset_scheduling.
+        assert_eq!(
+            unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_IDLE) },
+            0
+        );
+    }
+
     #[test]
     fn a_tuned_process_is_reset_to_an_untuned_one() {
         let name = "inherited::tests::a_tuned_process_is_reset_to_an_untuned_one";
@@ -116,18 +130,7 @@ mod tests {
             return;
         }
         // Tuned as an operator's shell might start a server.
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: as in reset_scheduling, on this (child test) process only.
-        assert_eq!(
-            unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) },
-            0
-        );
-        rustix::process::setpriority_process(None, 7).expect("nice 7");
-        // SAFETY: as in reset_scheduling.
-        assert_eq!(
-            unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_IDLE) },
-            0
-        );
+        lower_scheduling(libc::SCHED_BATCH, 7);
         // SAFETY: as in reset_personality.
         assert!(unsafe { libc::personality(ADDR_NO_RANDOMIZE | READ_IMPLIES_EXEC) } >= 0);
         assert_eq!(scheduling_policy().expect("policy"), libc::SCHED_BATCH);
@@ -159,18 +162,7 @@ mod tests {
         sets.permitted.remove(CapabilitySet::SYS_NICE);
         set_capabilities(None, sets).expect("drop CAP_SYS_NICE");
         // Lowering needs no privilege.
-        let param = libc::sched_param { sched_priority: 0 };
-        // SAFETY: as in reset_scheduling, on this (child test) process only.
-        assert_eq!(
-            unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) },
-            0
-        );
-        rustix::process::setpriority_process(None, 9).expect("nice 9");
-        // SAFETY: as in reset_scheduling.
-        assert_eq!(
-            unsafe { libc::syscall(libc::SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_IDLE) },
-            0
-        );
+        lower_scheduling(libc::SCHED_IDLE, 9);
         // Raising is refused here: the case the reset must get through.
         assert!(rustix::process::setpriority_process(None, 0).is_err());
 

@@ -18,6 +18,9 @@ use crate::core::live::LiveSandbox;
 use crate::core::service::SandboxService;
 use crate::ServiceError;
 
+/// A live sandbox's handle, locked: no other work runs on the sandbox until it is dropped.
+pub(crate) type HandleGuard = tokio::sync::OwnedMutexGuard<Option<SandboxHandle>>;
+
 impl SandboxService {
     /// Runs `f` on the backend on a blocking thread. The error is only for a panic of `f` (`what`
     /// names the operation); the backend's own result is `f`'s to return.
@@ -46,8 +49,26 @@ impl SandboxService {
         T: Send + 'static,
     {
         let guard = Arc::clone(&sb.handle).lock_owned().await;
+        let (_guard, done) = self.on_held_handle(guard, what, f).await?;
+        Ok(done)
+    }
+
+    /// [`Self::on_handle`] with the handle's lock already taken (`guard`), handed back with `f`'s
+    /// result: for work that keeps the sandbox to itself across several backend calls (a fork holds
+    /// its source frozen while its copies boot). `None` when the handle was taken before the lock.
+    pub(crate) async fn on_held_handle<T, F>(
+        &self,
+        guard: HandleGuard,
+        what: &'static str,
+        f: F,
+    ) -> Result<(HandleGuard, Option<T>), ServiceError>
+    where
+        F: FnOnce(&dyn Backend, &SandboxHandle) -> T + Send + 'static,
+        T: Send + 'static,
+    {
         self.on_backend(what, move |backend| {
-            guard.as_ref().map(|handle| f(backend, handle))
+            let done = guard.as_ref().map(|handle| f(backend, handle));
+            (guard, done)
         })
         .await
     }

@@ -7,15 +7,15 @@
 //! What it does not do: hold the sandbox frozen for longer than the copies' boots, or copy its
 //! memory (a copy's processes start afresh, as after a power cut at the fork's instant).
 
-use paddock_runtime::{fault, SandboxHandle};
+use paddock_runtime::fault;
 use paddock_store::{NewAuditEntry, QuotaRequest, StoreError};
 use paddock_types::api::{ErrorCode, ForkRequest, ForkResult};
 use paddock_types::SandboxId;
 use paddock_types::VolumeSource;
-use tokio::sync::OwnedMutexGuard;
 
 use crate::core::access::info_from_record;
 use crate::core::audit::{self, AuditAction, AuditEntry};
+use crate::core::backend::HandleGuard;
 use crate::core::live::LiveSandbox;
 use crate::lifecycle::states::Transition;
 use crate::plan::labels::check_snapshot_labels;
@@ -27,7 +27,7 @@ pub const MAX_FORKS: u32 = 100;
 /// A fork's source, its handle locked (no pause, resume, snapshot, rollback, stop or delete of it
 /// comes in between) and its processes frozen while its copies are made.
 struct Frozen {
-    guard: OwnedMutexGuard<Option<SandboxHandle>>,
+    guard: HandleGuard,
     /// Frozen before the fork took the handle (a pause that landed between the fork's check that
     /// the sandbox runs and its lock): left frozen after it.
     was_frozen: bool,
@@ -177,39 +177,33 @@ impl SandboxService {
 
     /// Locks `sb`'s handle and freezes it; what its own writes take now, as its quota group says.
     async fn freeze_source(&self, sb: &LiveSandbox) -> Result<(Frozen, u64), ServiceError> {
+        const WHAT: &str = "freeze a sandbox for its copies";
         let guard = std::sync::Arc::clone(&sb.handle).lock_owned().await;
-        if guard.is_none() {
-            return Err(ServiceError::sandbox_ending(&sb.id));
-        }
         let (guard, frozen) = self
-            .on_backend("freeze a sandbox for its copies", move |b| {
-                let handle = guard.as_ref().expect("checked above");
-                let frozen = b
-                    .freeze_sandbox(handle)
-                    .and_then(|was_frozen| match b.sandbox_usage(handle) {
-                        Ok(usage) => Ok((was_frozen, usage.disk_bytes)),
-                        Err(e) => {
-                            if !was_frozen {
-                                let _ = b.resume_sandbox(handle);
-                            }
-                            Err(e)
+            .on_held_handle(guard, WHAT, |b, handle| {
+                let was_frozen = b.freeze_sandbox(handle)?;
+                b.sandbox_usage(handle)
+                    .map(|usage| (was_frozen, usage.disk_bytes))
+                    .inspect_err(|_| {
+                        if !was_frozen {
+                            let _ = b.resume_sandbox(handle);
                         }
-                    });
-                (guard, frozen)
+                    })
             })
             .await?;
-        let (was_frozen, written) =
-            frozen.map_err(|e| ServiceError::from_runtime("freeze a sandbox for its copies", e))?;
+        let (was_frozen, written) = frozen
+            .ok_or_else(|| ServiceError::sandbox_ending(&sb.id))?
+            .map_err(|e| ServiceError::from_runtime(WHAT, e))?;
         Ok((Frozen { guard, was_frozen }, written))
     }
 
     /// Thaws a fork's source (unless it was paused before) and unlocks its handle; what its own
     /// writes take, read after the copies' volumes were committed (so every write they hold counts).
     async fn thaw_source(&self, sb: &LiveSandbox, frozen: Frozen) -> Result<u64, ServiceError> {
+        const WHAT: &str = "thaw a sandbox after its copies";
         let Frozen { guard, was_frozen } = frozen;
         let done = self
-            .on_backend("thaw a sandbox after its copies", move |b| {
-                let handle = guard.as_ref().expect("held since the freeze");
+            .on_held_handle(guard, WHAT, move |b, handle| {
                 let written = b.sandbox_usage(handle).map(|u| u.disk_bytes);
                 let thawed = if was_frozen {
                     Ok(())
@@ -220,9 +214,9 @@ impl SandboxService {
             })
             .await;
         match done {
-            Ok(result) => {
-                result.map_err(|e| ServiceError::from_runtime("thaw a sandbox after its copies", e))
-            }
+            Ok((_, thawed)) => thawed
+                .ok_or_else(|| ServiceError::sandbox_ending(&sb.id))?
+                .map_err(|e| ServiceError::from_runtime(WHAT, e)),
             Err(e) => {
                 // The blocking task died with the handle's lock: the sandbox may still be frozen.
                 tracing::error!(sandbox_id = %sb.id, error = %e.message, "a fork's source may be left frozen");

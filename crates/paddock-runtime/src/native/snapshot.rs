@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use paddock_types::SnapshotId;
 
-use super::NativeBackend;
+use super::{NativeBackend, NativeSandbox};
 use crate::{RuntimeError, SandboxHandle};
 
 /// How long freezing may take before the snapshot or pause gives up (a process stuck in the kernel,
@@ -26,10 +26,7 @@ impl NativeBackend {
         let sb = handle.native()?;
         let _guard = sb.freezer.lock().unwrap_or_else(PoisonError::into_inner);
         let start = Instant::now();
-        let paused = sb.cgroup.frozen()?;
-        if !paused {
-            sb.cgroup.freeze(FREEZE_DEADLINE)?;
-        }
+        let paused = freeze_unless_frozen(sb)?;
         let frozen = start.elapsed();
         crate::fault::point("snapshot.frozen");
         let taken = self.pool.create_snapshot(handle.id.as_str(), snapshot);
@@ -62,12 +59,11 @@ impl NativeBackend {
         let sb = handle.native()?;
         let _guard = sb.freezer.lock().unwrap_or_else(PoisonError::into_inner);
         let start = Instant::now();
-        if sb.cgroup.frozen()? {
-            return Ok(true);
+        let was_frozen = freeze_unless_frozen(sb)?;
+        if !was_frozen {
+            tracing::debug!(sandbox_id = %handle.id, freeze_us = start.elapsed().as_micros() as u64, "frozen");
         }
-        sb.cgroup.freeze(FREEZE_DEADLINE)?;
-        tracing::debug!(sandbox_id = %handle.id, freeze_us = start.elapsed().as_micros() as u64, "frozen");
-        Ok(false)
+        Ok(was_frozen)
     }
 
     /// [`SandboxBackend::resume_sandbox`](crate::SandboxBackend::resume_sandbox).
@@ -78,4 +74,13 @@ impl NativeBackend {
         tracing::debug!(sandbox_id = %handle.id, "resumed");
         Ok(())
     }
+}
+
+/// Freezes `sb` unless it is frozen already (paused); whether it was. The caller holds `sb.freezer`.
+fn freeze_unless_frozen(sb: &NativeSandbox) -> Result<bool, RuntimeError> {
+    if sb.cgroup.frozen()? {
+        return Ok(true);
+    }
+    sb.cgroup.freeze(FREEZE_DEADLINE)?;
+    Ok(false)
 }
